@@ -1,0 +1,15 @@
+# Generates a C++ source holding every migration in sql/ as a string, in file-name order,
+# so the binary carries its schema and never depends on the working directory.
+file(GLOB files "${SQL_DIR}/*.sql")
+list(SORT files)
+set(out "// Generated from sql/ by cmake/embed_sql.cmake. Do not edit.\n")
+string(APPEND out "#include \"idemproxy/store/migrations.hpp\"\n\nnamespace idemproxy::store {\n")
+string(APPEND out "const std::vector<Migration>& embedded_migrations() {\n  static const std::vector<Migration> all = {\n")
+foreach(f ${files})
+  get_filename_component(name "${f}" NAME)
+  file(READ "${f}" body)
+  string(APPEND out "    {\"${name}\", R\"__sql__(${body})__sql__\"},\n")
+endforeach()
+string(APPEND out "  };\n  return all;\n}\n}  // namespace idemproxy::store\n")
+file(WRITE "${OUT}.tmp" "${out}")
+configure_file("${OUT}.tmp" "${OUT}" COPYONLY)

@@ -1,0 +1,88 @@
+#pragma once
+// The YAML configuration, loaded and validated in one step.
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "idemproxy/engine/clock.hpp"
+#include "idemproxy/engine/policy.hpp"
+
+namespace idemproxy::config {
+
+/// A configuration error at a place in the file; what() is "FILE:LINE:COL: message".
+class ConfigError : public std::runtime_error {
+ public:
+  ConfigError(const std::string& file, int line, int column, const std::string& message);
+  int line() const { return line_; }
+  int column() const { return column_; }
+
+ private:
+  int line_;
+  int column_;
+};
+
+struct Endpoint {
+  std::string host;
+  unsigned short port = 0;
+};
+
+struct UpstreamConfig {
+  std::string url;
+  std::string host;
+  std::string port;
+  Duration connect_timeout = std::chrono::seconds{2};
+  Duration timeout = std::chrono::seconds{30};
+  std::size_t max_idle_connections = 64;
+  std::size_t max_response_size = 16 * 1024 * 1024;  // bodies read for storage
+};
+
+struct StoreConfig {
+  enum class Kind { postgres, memory } kind = Kind::postgres;
+  std::string dsn;
+  int pool_size = 8;
+  Duration statement_timeout = std::chrono::seconds{5};
+};
+
+struct ServerConfig {
+  int threads = 1;
+  Duration drain_timeout = std::chrono::seconds{15};
+  Duration idle_timeout = std::chrono::seconds{60};
+  Duration read_timeout = std::chrono::seconds{30};
+  std::size_t max_header_size = 16 * 1024;
+  std::size_t max_stream_body = std::size_t{1} << 30;  // pass-through bodies
+};
+
+struct Config {
+  std::string path;
+  Endpoint listen{"127.0.0.1", 8080};
+  Endpoint admin_listen{"127.0.0.1", 9090};
+  UpstreamConfig upstream;
+  StoreConfig store;
+  ServerConfig server;
+  std::string log_level = "info";
+  engine::RoutePolicy defaults;
+  std::vector<engine::RoutePolicy> routes;  // defaults already applied
+};
+
+/// Looks up an environment variable; std::nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup process_env();
+
+/// Replaces ${NAME} and ${NAME:-default}; throws std::invalid_argument naming the
+/// variable when it is unset and has no default.
+std::string substitute_env(const std::string& text, const EnvLookup& env);
+
+/// "500ms", "30s", "5m", "24h". Throws std::invalid_argument.
+Duration parse_duration(const std::string& text);
+/// "512", "64KiB", "1MiB", "1GiB". Throws std::invalid_argument.
+std::size_t parse_size(const std::string& text);
+
+/// Parses configuration text; `file` names it in errors. Throws ConfigError.
+Config parse_config(const std::string& text, const std::string& file, const EnvLookup& env);
+/// Reads and parses a file. Throws ConfigError.
+Config load_config(const std::string& file);
+
+}  // namespace idemproxy::config

@@ -1,0 +1,67 @@
+#pragma once
+// The idempotency state machine: what to do with a request that carries a key,
+// and what to do with the upstream's answer. It knows records, not SQL or sockets.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "idemproxy/engine/policy.hpp"
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::engine {
+
+/// The engine's verdict on a keyed request.
+struct Admission {
+  enum class Kind {
+    execute,        // we hold the claim: forward, then finish()
+    replay,         // a completed record with the same fingerprint
+    in_flight,      // another request with this key is still executing
+    mismatch,       // the key was used with a different request
+    store_failed,   // the store did not answer
+  };
+  Kind kind = Kind::store_failed;
+  std::int64_t token = 0;                        // execute
+  std::optional<store::StoredResponse> replay;   // replay
+  TimePoint expires_at;                          // replay
+  TimePoint locked_until;                        // execute, in_flight
+  std::string detail;                            // store_failed
+};
+
+/// What finish() did with the upstream's answer.
+enum class Finish {
+  stored,        // completed: retries will replay it
+  released,      // status not storable: retries execute again
+  fenced,        // another holder took the claim over; nothing written
+  store_failed,  // not written; the claim stays until its lease runs out
+};
+
+class Engine {
+ public:
+  explicit Engine(store::Store& store) : store_(store) {}
+
+  /// Claims the key or explains why the request must not execute now.
+  Admission admit(const store::ClaimRequest& request);
+
+  /// Records the upstream's answer under `token`: stored when its status is
+  /// storable (without hop-by-hop and denied headers), released otherwise.
+  Finish finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
+                const store::StoredResponse& response);
+
+  /// Gives up a claim whose request never reached the upstream.
+  Finish abandon(const store::RecordId& id, std::int64_t token);
+
+  store::Store& store() { return store_; }
+
+ private:
+  store::Store& store_;
+};
+
+/// True for headers that describe one connection, not the message (RFC 9110 7.6.1),
+/// plus the framing headers that a stored body gets anew on replay.
+bool is_hop_by_hop(std::string_view name);
+
+/// The headers of `response` that may be stored for replay under `policy`.
+std::vector<store::Header> storable_headers(const std::vector<store::Header>& headers,
+                                            const RoutePolicy& policy);
+
+}  // namespace idemproxy::engine

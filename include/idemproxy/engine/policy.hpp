@@ -1,0 +1,60 @@
+#pragma once
+// Per-route idempotency policy and the table that maps a request path to it.
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idemproxy/engine/clock.hpp"
+
+namespace idemproxy::engine {
+
+enum class OnConcurrent { reject, wait };
+enum class StoreUnavailable { fail_closed, fail_open };
+
+/// An inclusive range of statuses: "2xx" is 200..299, "201" is 201..201.
+struct StatusRange {
+  int low = 0;
+  int high = 0;
+};
+
+struct RoutePolicy {
+  std::string name = "default";
+  std::string path_prefix = "/";
+  bool enabled = true;
+  std::string header = "Idempotency-Key";
+  std::vector<std::string> methods = {"POST", "PATCH"};
+  bool key_required = false;
+  Duration ttl = std::chrono::hours{24};
+  Duration lease = std::chrono::seconds{30};
+  std::string scope_header;
+  OnConcurrent on_concurrent = OnConcurrent::reject;
+  std::vector<StatusRange> store_status = {{200, 299}, {400, 499}};
+  StoreUnavailable store_unavailable = StoreUnavailable::fail_closed;
+  std::size_t max_body = 1024 * 1024;
+  std::vector<std::string> deny_headers = {"Set-Cookie"};
+
+  bool covers_method(std::string_view method) const;
+  /// Whether a response with this status is stored and replayed. 408, 409, 425 and
+  /// 429 say "try again later" and are never stored, whatever the ranges say.
+  bool stores_status(int status) const;
+  /// Whether a response header may be kept in the record (case-insensitive).
+  bool denies_header(std::string_view name) const;
+};
+
+/// Routes in configuration order; the first whose prefix matches wins.
+class RouteTable {
+ public:
+  explicit RouteTable(std::vector<RoutePolicy> routes) : routes_(std::move(routes)) {}
+  /// The route for a request target (query ignored), or nullptr for pass-through.
+  const RoutePolicy* match(std::string_view target) const;
+  const std::vector<RoutePolicy>& routes() const { return routes_; }
+
+ private:
+  std::vector<RoutePolicy> routes_;
+};
+
+/// Parses "2xx" or "201"; returns false on anything else.
+bool parse_status_range(std::string_view text, StatusRange& out);
+
+}  // namespace idemproxy::engine

@@ -1,0 +1,29 @@
+#pragma once
+// The running proxy: the client listener, the admin listener, signals and drain.
+#include <memory>
+
+#include "idemproxy/config/config.hpp"
+#include "idemproxy/ops/metrics.hpp"
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::http {
+
+class ProxyServer {
+ public:
+  ProxyServer(config::Config config, store::Store& store, ops::Metrics& metrics);
+  ~ProxyServer();
+  ProxyServer(const ProxyServer&) = delete;
+  ProxyServer& operator=(const ProxyServer&) = delete;
+
+  /// Binds both listeners; throws std::runtime_error when one cannot be bound.
+  void start();
+  /// Serves until SIGTERM or SIGINT, then drains; SIGHUP reloads the config file.
+  /// Returns the process exit code.
+  int run();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idemproxy::http

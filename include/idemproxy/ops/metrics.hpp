@@ -1,0 +1,50 @@
+#pragma once
+// Process-wide counters, rendered in the Prometheus text exposition format.
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace idemproxy::ops {
+
+/// How a request ended, as counted in idemproxy_requests_total{outcome=...}.
+enum class Outcome {
+  passthrough,        // not covered, or covered without a key
+  executed,           // forwarded under a claim; response stored
+  released,           // forwarded under a claim; status not storable, claim released
+  replayed,
+  conflict,           // 409: same key in flight
+  mismatch,           // 422
+  missing_key,
+  bad_key,
+  too_large,
+  store_unavailable,  // 503 (fail_closed)
+  fail_open,          // forwarded without protection
+  upstream_error,     // 502
+  bad_request,        // malformed HTTP
+};
+const char* to_string(Outcome outcome);
+
+class Metrics {
+ public:
+  void count_request(const std::string& route, Outcome outcome);
+  void claim_started() { in_flight_claims_.fetch_add(1); }
+  void claim_ended() { in_flight_claims_.fetch_sub(1); }
+  void count_store_error() { store_errors_.fetch_add(1); }
+  void observe_upstream(double seconds);
+  /// The exposition text for GET /metrics.
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, Outcome>, std::uint64_t> requests_;
+  std::uint64_t upstream_count_ = 0;
+  double upstream_sum_ = 0;
+  std::map<double, std::uint64_t> upstream_buckets_;
+  std::atomic<std::int64_t> in_flight_claims_{0};
+  std::atomic<std::uint64_t> store_errors_{0};
+};
+
+}  // namespace idemproxy::ops

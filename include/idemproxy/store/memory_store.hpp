@@ -1,0 +1,34 @@
+#pragma once
+// A single-process, non-durable store: local development and unit tests.
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::store {
+
+class MemoryStore final : public Store {
+ public:
+  explicit MemoryStore(const Clock& clock) : clock_(clock) {}
+
+  Result<ClaimResult> claim(const ClaimRequest& request) override;
+  Result<TimePoint> complete(const RecordId& id, std::int64_t token,
+                             const StoredResponse& response, Duration ttl) override;
+  Result<Done> release(const RecordId& id, std::int64_t token) override;
+  Result<std::optional<Record>> find(const RecordId& id) override;
+  Result<bool> purge(const RecordId& id) override;
+  Result<std::int64_t> delete_expired(int limit) override;
+  Result<Done> ping() override { return Done{}; }
+
+ private:
+  using Key = std::pair<std::string, std::string>;
+  Record* holder(const RecordId& id, std::int64_t token);
+
+  const Clock& clock_;
+  std::mutex mu_;
+  std::map<Key, Record> records_;
+  std::int64_t next_token_ = 1;
+};
+
+}  // namespace idemproxy::store

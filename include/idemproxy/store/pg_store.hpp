@@ -1,0 +1,53 @@
+#pragma once
+// PostgreSQL store: one connection per database-pool thread, statements prepared
+// once per connection, reconnection after the server restarts.
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "idemproxy/store/store.hpp"
+
+namespace pqxx {
+class connection_base;
+}
+
+namespace idemproxy::store {
+
+struct PgOptions {
+  std::string dsn;
+  int pool_size = 8;
+  Duration statement_timeout = std::chrono::seconds{5};
+};
+
+class PgStore final : public Store {
+ public:
+  explicit PgStore(PgOptions options);
+  ~PgStore() override;
+
+  Result<ClaimResult> claim(const ClaimRequest& request) override;
+  Result<TimePoint> complete(const RecordId& id, std::int64_t token,
+                             const StoredResponse& response, Duration ttl) override;
+  Result<Done> release(const RecordId& id, std::int64_t token) override;
+  Result<std::optional<Record>> find(const RecordId& id) override;
+  Result<bool> purge(const RecordId& id) override;
+  Result<std::int64_t> delete_expired(int limit) override;
+  Result<Done> ping() override;
+
+ private:
+  class Connection;
+  template <class T>
+  Result<T> with_connection(const std::function<Result<T>(Connection&)>& work);
+  std::unique_ptr<Connection> checkout();
+  void give_back(std::unique_ptr<Connection> conn);
+
+  PgOptions options_;
+  std::mutex mu_;
+  std::condition_variable available_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+  int open_ = 0;
+};
+
+}  // namespace idemproxy::store

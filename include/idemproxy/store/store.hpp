@@ -1,0 +1,125 @@
+#pragma once
+// The narrow interface between the idempotency engine and where records live.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "idemproxy/engine/clock.hpp"
+
+namespace idemproxy::store {
+
+/// A record is identified by (scope, key).
+struct RecordId {
+  std::string scope;
+  std::string key;
+};
+
+enum class RecordState { in_flight, completed, released };
+std::string_view to_string(RecordState state);
+std::optional<RecordState> parse_state(std::string_view text);
+
+struct Header {
+  std::string name;
+  std::string value;
+  bool operator==(const Header&) const = default;
+};
+
+/// What the upstream answered, as kept for replay.
+struct StoredResponse {
+  int status = 0;
+  std::vector<Header> headers;
+  std::string body;
+};
+
+struct Record {
+  RecordId id;
+  std::string fingerprint;
+  RecordState state = RecordState::in_flight;
+  std::int64_t token = 0;
+  std::string route;
+  std::string method;
+  std::string target;
+  TimePoint created_at;
+  TimePoint locked_until;  // meaningful while in flight
+  TimePoint expires_at;
+  bool expired = false;  // judged by the store's clock when the record was read
+  std::optional<StoredResponse> response;  // set when completed
+};
+
+struct ClaimRequest {
+  RecordId id;
+  std::string fingerprint;
+  Duration lease{};
+  Duration ttl{};
+  std::string route;
+  std::string method;
+  std::string target;
+};
+
+/// The caller now holds the record under this fencing token.
+struct Claimed {
+  std::int64_t token = 0;
+  TimePoint locked_until;
+};
+
+/// Either the caller won the claim, or a live record already exists.
+using ClaimResult = std::variant<Claimed, Record>;
+
+enum class StoreErrc {
+  unavailable,  // the store did not answer; nothing is known
+  fenced,       // the caller's token is no longer current
+};
+
+struct StoreError {
+  StoreErrc code = StoreErrc::unavailable;
+  std::string detail;
+};
+
+/// A value or the store error that prevented it.
+template <class T>
+class Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}
+  Result(StoreError error) : v_(std::move(error)) {}
+  bool ok() const { return v_.index() == 0; }
+  T& value() { return std::get<0>(v_); }
+  const T& value() const { return std::get<0>(v_); }
+  const StoreError& error() const { return std::get<1>(v_); }
+
+ private:
+  std::variant<T, StoreError> v_;
+};
+
+struct Done {};
+
+/// Where idempotency records live. Implementations are thread-safe and may block;
+/// the proxy calls them from its database pool, never from an I/O thread.
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  /// Atomically claims `id` unless a live record holds it. A released record, an
+  /// expired one, or one whose lease ran out is claimed anew under a new token.
+  virtual Result<ClaimResult> claim(const ClaimRequest& request) = 0;
+  /// Stores the response and starts the TTL; only the holder of `token` may.
+  virtual Result<TimePoint> complete(const RecordId& id, std::int64_t token,
+                                     const StoredResponse& response, Duration ttl) = 0;
+  /// Gives the claim up so a retry executes again; only the holder of `token` may.
+  virtual Result<Done> release(const RecordId& id, std::int64_t token) = 0;
+  virtual Result<std::optional<Record>> find(const RecordId& id) = 0;
+  /// Deletes one record; false when there was none.
+  virtual Result<bool> purge(const RecordId& id) = 0;
+  /// Deletes up to `limit` expired records; returns how many.
+  virtual Result<std::int64_t> delete_expired(int limit) = 0;
+  virtual Result<Done> ping() = 0;
+};
+
+/// Encodes headers as "Name: value\r\n" lines, the form they take on the wire.
+std::string encode_headers(const std::vector<Header>& headers);
+std::vector<Header> decode_headers(std::string_view block);
+
+}  // namespace idemproxy::store

@@ -1,0 +1,54 @@
+#include <algorithm>
+
+#include "cli/cli.hpp"
+
+namespace idemproxy::cli {
+
+std::string usage() {
+  return "usage: idemproxy [serve] --config FILE [--no-migrate]\n"
+         "       idemproxy migrate --config FILE\n"
+         "       idemproxy check-config --config FILE\n"
+         "       idemproxy gc --config FILE\n"
+         "       idemproxy keys show --config FILE --key K [--scope S]\n"
+         "       idemproxy keys purge --config FILE --key K [--scope S]\n"
+         "       idemproxy --help | --version\n"
+         "\n"
+         "An HTTP reverse-proxy sidecar that makes any upstream API safe to retry.\n"
+         "Exit codes: 0 success, 1 runtime error, 2 usage or configuration error.\n";
+}
+
+Args parse_args(const std::vector<std::string>& argv) {
+  Args a;
+  std::size_t i = 0;
+  if (i < argv.size() && !argv[i].starts_with("-")) {
+    a.verb = argv[i++];
+    if (a.verb == "keys") {
+      if (i >= argv.size()) throw UsageError("keys needs show or purge");
+      a.verb += " " + argv[i++];
+    }
+  }
+  static const std::vector<std::string> verbs = {"serve", "migrate", "check-config", "gc",
+                                                 "keys show", "keys purge"};
+  if (std::find(verbs.begin(), verbs.end(), a.verb) == verbs.end()) {
+    throw UsageError("unknown command \"" + a.verb + "\"");
+  }
+  auto value = [&](const std::string& flag) {
+    if (i + 1 >= argv.size()) throw UsageError(flag + " needs a value");
+    return argv[++i];
+  };
+  for (; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (arg == "--config" || arg == "-c") a.config = value(arg);
+    else if (arg.starts_with("--config=")) a.config = arg.substr(9);
+    else if (arg == "--no-migrate") a.no_migrate = true;
+    else if (arg == "--key") a.key = value(arg);
+    else if (arg == "--scope") a.scope = value(arg);
+    else if (arg == "--help" || arg == "-h") a.help = true;
+    else if (arg == "--version") a.version = true;
+    else throw UsageError("unknown argument \"" + arg + "\"");
+  }
+  if (a.verb.starts_with("keys ") && !a.key && !a.help) throw UsageError(a.verb + " needs --key");
+  return a;
+}
+
+}  // namespace idemproxy::cli

@@ -1,0 +1,39 @@
+#pragma once
+// Command-line verbs. Exit codes: 0 success, 1 runtime error, 2 usage or config error.
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace idemproxy::cli {
+
+inline constexpr int kOk = 0;
+inline constexpr int kRuntimeError = 1;
+inline constexpr int kUsageError = 2;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Args {
+  std::string verb = "serve";  // serve | migrate | check-config | gc | keys show | keys purge
+  std::string config = "config/idemproxy.yaml";
+  bool no_migrate = false;
+  std::optional<std::string> key;
+  std::string scope;
+  bool help = false;
+  bool version = false;
+};
+
+/// Throws UsageError on anything it does not understand.
+Args parse_args(const std::vector<std::string>& argv);
+std::string usage();
+
+int serve(const Args& args);
+int migrate(const Args& args);
+int check_config(const Args& args);
+int gc(const Args& args);
+int keys_show(const Args& args);
+int keys_purge(const Args& args);
+
+}  // namespace idemproxy::cli

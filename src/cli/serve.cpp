@@ -1,0 +1,37 @@
+#include <spdlog/spdlog.h>
+
+#include "cli/cli.hpp"
+#include "idemproxy/config/config.hpp"
+#include "idemproxy/http/proxy_server.hpp"
+#include "idemproxy/store/memory_store.hpp"
+#include "idemproxy/store/migrations.hpp"
+#include "idemproxy/store/pg_store.hpp"
+
+namespace idemproxy::cli {
+
+int serve(const Args& args) {
+  const config::Config cfg = config::load_config(args.config);
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  ops::Metrics metrics;
+  SystemClock clock;
+  std::unique_ptr<store::Store> store;
+  if (cfg.store.kind == config::StoreConfig::Kind::memory) {
+    spdlog::warn("store: memory (single instance, not durable; for local development only)");
+    store = std::make_unique<store::MemoryStore>(clock);
+  } else {
+    if (!args.no_migrate) {
+      for (const auto& name : store::apply_migrations(cfg.store.dsn)) {
+        spdlog::info("migration applied: {}", name);
+      }
+    }
+    store = std::make_unique<store::PgStore>(
+        store::PgOptions{cfg.store.dsn, cfg.store.pool_size, cfg.store.statement_timeout});
+  }
+  http::ProxyServer server(cfg, *store, metrics);
+  server.start();
+  spdlog::info("idemproxy {} protecting {} with {} route(s)", IDEMPROXY_VERSION, cfg.upstream.url,
+               cfg.routes.size());
+  return server.run();
+}
+
+}  // namespace idemproxy::cli

@@ -1,0 +1,300 @@
+// Turns YAML into a validated Config. Every error names FILE:LINE:COL, and every
+// unknown key is an error: a typo must not silently disable protection.
+#include <yaml-cpp/yaml.h>
+
+#include <boost/url/parse.hpp>
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "idemproxy/config/config.hpp"
+
+namespace idemproxy::config {
+
+ConfigError::ConfigError(const std::string& file, int line, int column, const std::string& message)
+    : std::runtime_error(file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " +
+                         message),
+      line_(line),
+      column_(column) {}
+
+namespace {
+
+class Reader {
+ public:
+  Reader(std::string file, const EnvLookup& env) : file_(std::move(file)), env_(env) {}
+
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& message) const {
+    const YAML::Mark mark = at.Mark();
+    throw ConfigError(file_, std::max(mark.line, 0) + 1, std::max(mark.column, 0) + 1, message);
+  }
+
+  // Rejects keys of `map` that are not in `known`, naming the path for context.
+  void expect_map(const YAML::Node& map, const std::string& path,
+                  const std::set<std::string>& known) const {
+    if (!map.IsMap()) fail(map, path + " must be a mapping");
+    for (const auto& item : map) {
+      const auto key = item.first.as<std::string>();
+      if (!known.contains(key)) {
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+        fail(item.first, "unknown key \"" + key + "\" in " + path + " (expected one of: " + list +
+                             ")");
+      }
+    }
+  }
+
+  std::string text(const YAML::Node& node, const std::string& name) const {
+    if (!node.IsScalar()) fail(node, name + " must be a scalar");
+    try {
+      return substitute_env(node.Scalar(), env_);
+    } catch (const std::invalid_argument& e) {
+      fail(node, name + ": " + e.what());
+    }
+  }
+
+  template <class T, class Parse>
+  T parsed(const YAML::Node& node, const std::string& name, Parse parse) const {
+    try {
+      return parse(text(node, name));
+    } catch (const std::invalid_argument& e) {
+      fail(node, name + ": " + e.what());
+    }
+  }
+
+  Duration duration(const YAML::Node& n, const std::string& name) const {
+    return parsed<Duration>(n, name, parse_duration);
+  }
+  std::size_t size(const YAML::Node& n, const std::string& name) const {
+    return parsed<std::size_t>(n, name, parse_size);
+  }
+  bool boolean(const YAML::Node& n, const std::string& name) const {
+    const auto v = text(n, name);
+    if (v == "true") return true;
+    if (v == "false") return false;
+    fail(n, name + " must be true or false, not \"" + v + "\"");
+  }
+  int integer(const YAML::Node& n, const std::string& name, int low, int high) const {
+    const auto v = text(n, name);
+    int out = 0;
+    std::istringstream in(v);
+    if (!(in >> out) || !in.eof() || out < low || out > high) {
+      fail(n, name + " must be an integer from " + std::to_string(low) + " to " +
+                  std::to_string(high) + ", not \"" + v + "\"");
+    }
+    return out;
+  }
+  std::vector<std::string> list(const YAML::Node& n, const std::string& name) const {
+    if (!n.IsSequence()) fail(n, name + " must be a list, e.g. [a, b]");
+    std::vector<std::string> out;
+    for (const auto& item : n) out.push_back(text(item, name));
+    return out;
+  }
+
+  Endpoint endpoint(const YAML::Node& n, const std::string& name) const {
+    const auto v = text(n, name);
+    const auto colon = v.rfind(':');
+    if (colon == std::string::npos || colon == 0) fail(n, name + " must be HOST:PORT, not \"" + v + "\"");
+    Endpoint e;
+    e.host = v.substr(0, colon);
+    if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') {
+      e.host = e.host.substr(1, e.host.size() - 2);
+    }
+    int port = -1;
+    std::istringstream in(v.substr(colon + 1));
+    if (!(in >> port) || !in.eof() || port < 0 || port > 65535) {
+      fail(n, name + " has an invalid port in \"" + v + "\"");
+    }
+    e.port = static_cast<unsigned short>(port);
+    return e;
+  }
+
+  void policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
+              bool is_route) const;
+
+ private:
+  std::string file_;
+  const EnvLookup& env_;
+};
+
+const std::set<std::string> kPolicyKeys = {
+    "header",   "methods",      "key_required",      "ttl",      "lease",
+    "scope_header", "on_concurrent", "store_status", "store_unavailable", "max_body",
+    "store_deny_headers"};
+
+void Reader::policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
+                    bool is_route) const {
+  auto known = kPolicyKeys;
+  if (is_route) known.insert({"name", "path_prefix", "enabled"});
+  expect_map(n, path, known);
+  for (const auto& item : n) {
+    const auto key = item.first.as<std::string>();
+    const YAML::Node& v = item.second;
+    const std::string name = path + "." + key;
+    if (key == "name") {
+      p.name = text(v, name);
+    } else if (key == "path_prefix") {
+      p.path_prefix = text(v, name);
+      if (p.path_prefix.empty() || p.path_prefix.front() != '/') fail(v, name + " must start with /");
+    } else if (key == "enabled") {
+      p.enabled = boolean(v, name);
+    } else if (key == "header") {
+      p.header = text(v, name);
+      if (p.header.empty()) fail(v, name + " must not be empty");
+    } else if (key == "methods") {
+      p.methods = list(v, name);
+      for (auto& m : p.methods) {
+        for (auto& c : m) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      }
+    } else if (key == "key_required") {
+      p.key_required = boolean(v, name);
+    } else if (key == "ttl") {
+      p.ttl = duration(v, name);
+      if (p.ttl.count() <= 0) fail(v, name + " must be positive");
+    } else if (key == "lease") {
+      p.lease = duration(v, name);
+      if (p.lease.count() <= 0) fail(v, name + " must be positive");
+    } else if (key == "scope_header") {
+      p.scope_header = text(v, name);
+    } else if (key == "on_concurrent") {
+      const auto s = text(v, name);
+      if (s == "reject") p.on_concurrent = engine::OnConcurrent::reject;
+      else if (s == "wait") p.on_concurrent = engine::OnConcurrent::wait;
+      else fail(v, name + " must be reject or wait, not \"" + s + "\"");
+    } else if (key == "store_status") {
+      if (!v.IsSequence()) fail(v, name + " must be a list, e.g. [2xx, 4xx]");
+      p.store_status.clear();
+      for (const auto& s : v) {
+        engine::StatusRange range;
+        if (!engine::parse_status_range(text(s, name), range)) {
+          fail(s, name + " entries must be a status (201) or a class (2xx)");
+        }
+        p.store_status.push_back(range);
+      }
+    } else if (key == "store_unavailable") {
+      const auto s = text(v, name);
+      if (s == "fail_closed") p.store_unavailable = engine::StoreUnavailable::fail_closed;
+      else if (s == "fail_open") p.store_unavailable = engine::StoreUnavailable::fail_open;
+      else fail(v, name + " must be fail_closed or fail_open, not \"" + s + "\"");
+    } else if (key == "max_body") {
+      p.max_body = size(v, name);
+    } else if (key == "store_deny_headers") {
+      p.deny_headers = list(v, name);
+    }
+  }
+}
+
+Config parse_root(const YAML::Node& root, const Reader& r, const std::string& file) {
+  Config c;
+  c.path = file;
+  if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
+  r.expect_map(root, "the top level",
+               {"listen", "admin_listen", "upstream", "store", "defaults", "routes", "server",
+                "log"});
+  if (root["listen"]) c.listen = r.endpoint(root["listen"], "listen");
+  if (root["admin_listen"]) c.admin_listen = r.endpoint(root["admin_listen"], "admin_listen");
+
+  const YAML::Node up = root["upstream"];
+  if (!up) r.fail(root, "upstream is required (upstream: {url: http://127.0.0.1:3000})");
+  r.expect_map(up, "upstream",
+               {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size"});
+  if (!up["url"]) r.fail(up, "upstream.url is required");
+  c.upstream.url = r.text(up["url"], "upstream.url");
+  auto parsed = boost::urls::parse_uri(c.upstream.url);
+  if (!parsed) r.fail(up["url"], "upstream.url is not a valid URL: \"" + c.upstream.url + "\"");
+  if (parsed->scheme() == "https") {
+    r.fail(up["url"], "upstream.url: https upstreams are not supported yet (use http)");
+  }
+  if (parsed->scheme() != "http") r.fail(up["url"], "upstream.url must be an http:// URL");
+  if (parsed->host().empty()) r.fail(up["url"], "upstream.url has no host");
+  c.upstream.host = std::string(parsed->host());
+  if (c.upstream.host.size() > 2 && c.upstream.host.front() == '[') {
+    c.upstream.host = c.upstream.host.substr(1, c.upstream.host.size() - 2);
+  }
+  c.upstream.port = parsed->has_port() ? std::string(parsed->port()) : "80";
+  if (up["connect_timeout"]) c.upstream.connect_timeout = r.duration(up["connect_timeout"], "upstream.connect_timeout");
+  if (up["timeout"]) c.upstream.timeout = r.duration(up["timeout"], "upstream.timeout");
+  if (up["max_idle_connections"]) {
+    c.upstream.max_idle_connections = static_cast<std::size_t>(
+        r.integer(up["max_idle_connections"], "upstream.max_idle_connections", 0, 100000));
+  }
+  if (up["max_response_size"]) c.upstream.max_response_size = r.size(up["max_response_size"], "upstream.max_response_size");
+
+  const YAML::Node st = root["store"];
+  if (!st) r.fail(root, "store is required (store: {postgres: {dsn: ...}} or store: {memory: {}})");
+  r.expect_map(st, "store", {"postgres", "memory"});
+  if (st["postgres"] && st["memory"]) r.fail(st, "store must name exactly one of postgres or memory");
+  if (st["memory"]) {
+    c.store.kind = StoreConfig::Kind::memory;
+    const YAML::Node m = st["memory"];
+    if (!m.IsNull()) r.expect_map(m, "store.memory", {});
+  } else if (st["postgres"]) {
+    const YAML::Node pg = st["postgres"];
+    r.expect_map(pg, "store.postgres", {"dsn", "pool_size", "statement_timeout"});
+    if (!pg["dsn"]) r.fail(pg, "store.postgres.dsn is required");
+    c.store.dsn = r.text(pg["dsn"], "store.postgres.dsn");
+    if (c.store.dsn.empty()) r.fail(pg["dsn"], "store.postgres.dsn is empty");
+    if (pg["pool_size"]) c.store.pool_size = r.integer(pg["pool_size"], "store.postgres.pool_size", 1, 256);
+    if (pg["statement_timeout"]) c.store.statement_timeout = r.duration(pg["statement_timeout"], "store.postgres.statement_timeout");
+  } else {
+    r.fail(st, "store must name exactly one of postgres or memory");
+  }
+
+  if (const YAML::Node s = root["server"]) {
+    r.expect_map(s, "server", {"threads", "drain_timeout", "idle_timeout", "read_timeout",
+                               "max_header_size", "max_stream_body"});
+    if (s["threads"]) c.server.threads = r.integer(s["threads"], "server.threads", 1, 256);
+    if (s["drain_timeout"]) c.server.drain_timeout = r.duration(s["drain_timeout"], "server.drain_timeout");
+    if (s["idle_timeout"]) c.server.idle_timeout = r.duration(s["idle_timeout"], "server.idle_timeout");
+    if (s["read_timeout"]) c.server.read_timeout = r.duration(s["read_timeout"], "server.read_timeout");
+    if (s["max_header_size"]) c.server.max_header_size = r.size(s["max_header_size"], "server.max_header_size");
+    if (s["max_stream_body"]) c.server.max_stream_body = r.size(s["max_stream_body"], "server.max_stream_body");
+  }
+  if (const YAML::Node l = root["log"]) {
+    r.expect_map(l, "log", {"level"});
+    if (l["level"]) {
+      c.log_level = r.text(l["level"], "log.level");
+      static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};
+      if (!levels.contains(c.log_level)) r.fail(l["level"], "log.level must be one of trace, debug, info, warn, error, off");
+    }
+  }
+
+  if (const YAML::Node d = root["defaults"]) r.policy(d, "defaults", c.defaults, false);
+  if (const YAML::Node routes = root["routes"]) {
+    if (!routes.IsSequence()) r.fail(routes, "routes must be a list");
+    std::set<std::string> names;
+    for (const auto& node : routes) {
+      engine::RoutePolicy p = c.defaults;
+      p.name.clear();
+      r.policy(node, "routes[" + std::to_string(c.routes.size()) + "]", p, true);
+      if (p.name.empty()) r.fail(node, "every route needs a name");
+      if (!node["path_prefix"]) r.fail(node, "route \"" + p.name + "\" needs a path_prefix");
+      if (!names.insert(p.name).second) r.fail(node, "duplicate route name \"" + p.name + "\"");
+      c.routes.push_back(std::move(p));
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& text, const std::string& file, const EnvLookup& env) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(file, std::max(e.mark.line, 0) + 1, std::max(e.mark.column, 0) + 1, e.msg);
+  }
+  Reader reader(file, env);
+  return parse_root(root, reader, file);
+}
+
+Config load_config(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw ConfigError(file, 1, 1, "cannot open the configuration file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_config(buffer.str(), file, process_env());
+}
+
+}  // namespace idemproxy::config

@@ -1,0 +1,80 @@
+#include "idemproxy/engine/engine.hpp"
+
+#include <algorithm>
+#include <array>
+#include <strings.h>
+
+namespace idemproxy::engine {
+
+Admission Engine::admit(const store::ClaimRequest& request) {
+  auto result = store_.claim(request);
+  Admission a;
+  if (!result.ok()) {
+    a.kind = Admission::Kind::store_failed;
+    a.detail = result.error().detail;
+    return a;
+  }
+  if (auto* claimed = std::get_if<store::Claimed>(&result.value())) {
+    a.kind = Admission::Kind::execute;
+    a.token = claimed->token;
+    a.locked_until = claimed->locked_until;
+    return a;
+  }
+  auto& existing = std::get<store::Record>(result.value());
+  // The fingerprint is checked first: a different request never learns the
+  // state of the original, only that the key is taken.
+  if (existing.fingerprint != request.fingerprint) {
+    a.kind = Admission::Kind::mismatch;
+    return a;
+  }
+  if (existing.state == store::RecordState::completed && existing.response) {
+    a.kind = Admission::Kind::replay;
+    a.replay = std::move(existing.response);
+    a.expires_at = existing.expires_at;
+    return a;
+  }
+  a.kind = Admission::Kind::in_flight;
+  a.locked_until = existing.locked_until;
+  return a;
+}
+
+namespace {
+Finish from_store(const store::StoreError& e) {
+  return e.code == store::StoreErrc::fenced ? Finish::fenced : Finish::store_failed;
+}
+}  // namespace
+
+Finish Engine::finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
+                      const store::StoredResponse& response) {
+  if (!policy.stores_status(response.status)) return abandon(id, token);
+  store::StoredResponse kept{response.status, storable_headers(response.headers, policy),
+                             response.body};
+  auto done = store_.complete(id, token, kept, policy.ttl);
+  return done.ok() ? Finish::stored : from_store(done.error());
+}
+
+Finish Engine::abandon(const store::RecordId& id, std::int64_t token) {
+  auto done = store_.release(id, token);
+  return done.ok() ? Finish::released : from_store(done.error());
+}
+
+bool is_hop_by_hop(std::string_view name) {
+  static constexpr std::array<std::string_view, 10> kHopByHop = {
+      "connection", "keep-alive",        "proxy-connection", "te",           "trailer",
+      "upgrade",    "transfer-encoding", "content-length",   "proxy-authenticate",
+      "proxy-authorization"};
+  return std::any_of(kHopByHop.begin(), kHopByHop.end(), [&](std::string_view h) {
+    return h.size() == name.size() && strncasecmp(h.data(), name.data(), h.size()) == 0;
+  });
+}
+
+std::vector<store::Header> storable_headers(const std::vector<store::Header>& headers,
+                                            const RoutePolicy& policy) {
+  std::vector<store::Header> out;
+  for (const auto& h : headers) {
+    if (!is_hop_by_hop(h.name) && !policy.denies_header(h.name)) out.push_back(h);
+  }
+  return out;
+}
+
+}  // namespace idemproxy::engine

@@ -1,0 +1,88 @@
+#include "idemproxy/engine/fingerprint.hpp"
+
+#include <openssl/evp.h>
+
+#include <array>
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+namespace idemproxy::engine {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
+  // Each part is length-prefixed so ("ab","c") and ("a","bc") differ.
+  void part(std::string_view data) {
+    const std::string len = std::to_string(data.size()) + ":";
+    EVP_DigestUpdate(ctx_, len.data(), len.size());
+    EVP_DigestUpdate(ctx_, data.data(), data.size());
+  }
+  void raw(std::string_view data) { EVP_DigestUpdate(ctx_, data.data(), data.size()); }
+
+  std::string hex() {
+    std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx_, md.data(), &n);
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < n; ++i) {
+      out += digits[md[i] >> 4];
+      out += digits[md[i] & 0xf];
+    }
+    return out;
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+}  // namespace
+
+std::string canonical_json(std::string_view body) {
+  // nlohmann::json keeps object members in a std::map, so dump() sorts keys.
+  auto parsed = nlohmann::json::parse(body.begin(), body.end(), nullptr, false);
+  if (parsed.is_discarded()) return std::string(body);
+  return parsed.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+}
+
+bool is_json_content_type(std::string_view content_type) {
+  const std::string type = lower(content_type.substr(0, content_type.find(';')));
+  std::string_view t = type;
+  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+  while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+  return t == "application/json" || (t.starts_with("application/") && t.ends_with("+json"));
+}
+
+std::string fingerprint(std::string_view method, std::string_view target,
+                        std::string_view content_type, std::string_view body) {
+  Sha256 h;
+  h.part(method);
+  h.part(target);
+  if (is_json_content_type(content_type)) {
+    h.part("json");
+    h.part(canonical_json(body));
+  } else {
+    h.part("raw");
+    h.part(body);
+  }
+  return h.hex();
+}
+
+std::string sha256_hex(std::string_view data) {
+  Sha256 h;
+  h.raw(data);
+  return h.hex();
+}
+
+}  // namespace idemproxy::engine

@@ -1,0 +1,54 @@
+#include "idemproxy/engine/policy.hpp"
+
+#include <algorithm>
+#include <strings.h>
+
+namespace idemproxy::engine {
+
+bool RoutePolicy::covers_method(std::string_view method) const {
+  return std::any_of(methods.begin(), methods.end(),
+                     [&](const std::string& m) { return m == method; });
+}
+
+bool RoutePolicy::stores_status(int status) const {
+  if (status == 408 || status == 409 || status == 425 || status == 429) return false;
+  return std::any_of(store_status.begin(), store_status.end(),
+                     [&](const StatusRange& r) { return status >= r.low && status <= r.high; });
+}
+
+bool RoutePolicy::denies_header(std::string_view name) const {
+  return std::any_of(deny_headers.begin(), deny_headers.end(), [&](const std::string& d) {
+    return d.size() == name.size() && strncasecmp(d.data(), name.data(), d.size()) == 0;
+  });
+}
+
+const RoutePolicy* RouteTable::match(std::string_view target) const {
+  const std::string_view path = target.substr(0, target.find('?'));
+  for (const auto& route : routes_) {
+    const std::string_view prefix = route.path_prefix;
+    if (!path.starts_with(prefix)) continue;
+    // Match whole segments: /v1/orders covers /v1/orders/7 but not /v1/ordersx.
+    if (path.size() == prefix.size() || prefix.back() == '/' || path[prefix.size()] == '/') {
+      return &route;
+    }
+  }
+  return nullptr;
+}
+
+bool parse_status_range(std::string_view text, StatusRange& out) {
+  if (text.size() != 3 || text[0] < '1' || text[0] > '5') return false;
+  const int hundreds = (text[0] - '0') * 100;
+  if (text.substr(1) == "xx" || text.substr(1) == "XX") {
+    out = {hundreds, hundreds + 99};
+    return true;
+  }
+  if (!std::isdigit(static_cast<unsigned char>(text[1])) ||
+      !std::isdigit(static_cast<unsigned char>(text[2]))) {
+    return false;
+  }
+  const int status = hundreds + (text[1] - '0') * 10 + (text[2] - '0');
+  out = {status, status};
+  return true;
+}
+
+}  // namespace idemproxy::engine

@@ -1,0 +1,26 @@
+#pragma once
+// Header rewriting at the proxy boundary.
+#include <string>
+#include <vector>
+
+#include "http/beast.hpp"
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::http {
+
+/// Removes hop-by-hop headers (RFC 9110 7.6.1), including those the Connection
+/// header names. Framing headers stay: a streamed body still needs them.
+void strip_hop_by_hop(bhttp::fields& fields);
+
+/// Prepares a client request for the upstream: hop-by-hop removed, Expect answered
+/// here, X-Forwarded-For appended, X-Forwarded-Proto/-Host set when absent.
+/// Host is kept as the client sent it.
+void prepare_forward(bhttp::fields& fields, const std::string& client_ip);
+
+std::vector<store::Header> to_headers(const bhttp::fields& fields);
+
+/// A stored response, as sent to a retry, marked Idempotent-Replayed: true.
+StringResponse replay_response(const store::StoredResponse& stored, unsigned version,
+                               bool keep_alive);
+
+}  // namespace idemproxy::http

@@ -1,0 +1,209 @@
+// The idempotent path, phase by phase:
+//   key -> body -> fingerprint -> claim -> (replay | reject | wait | forward) -> record -> respond
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "http/headers.hpp"
+#include "http/request_context.hpp"
+#include "idemproxy/engine/fingerprint.hpp"
+#include "idemproxy/engine/key.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+using engine::Admission;
+using ops::Outcome;
+
+ProxyError problem(ErrorSource source, ProblemKind kind, std::string detail,
+                   std::optional<int> retry_after = std::nullopt) {
+  return ProxyError{source, kind, std::move(detail), retry_after};
+}
+
+int seconds_until(TimePoint t) {
+  const auto left = std::chrono::ceil<std::chrono::seconds>(t - std::chrono::system_clock::now());
+  return static_cast<int>(std::clamp<long long>(left.count(), 1, 3600));
+}
+
+std::string wait_id(const store::RecordId& id) { return id.scope + '\n' + id.key; }
+
+// Sends an upstream answer to the client as a whole message.
+asio::awaitable<bool> respond(RequestContext& ctx, StringResponse& res) {
+  res.version(ctx.version);
+  res.prepare_payload();
+  co_return co_await send_response(ctx, res) && ctx.keep_alive;
+}
+
+// Phase: forward without a claim, when the store is down and the route says fail_open.
+asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& req) {
+  Exchange ex = co_await ctx.rt.upstream.exchange(req);
+  if (ex.error) co_return co_await send_problem(ctx, *ex.error, Outcome::upstream_error);
+  ctx.outcome = Outcome::fail_open;
+  strip_hop_by_hop(ex.response);
+  co_return co_await respond(ctx, ex.response);
+}
+
+// Phases forward -> record -> respond, while holding the claim under `token`.
+asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, std::int64_t token,
+                              StringRequest& req) {
+  auto& rt = ctx.rt;
+  const auto& route = *ctx.route;
+  rt.metrics.claim_started();
+  const auto t0 = std::chrono::steady_clock::now();
+  Exchange ex = co_await rt.upstream.exchange(req);
+  rt.metrics.observe_upstream(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+
+  if (ex.error) {
+    if (!ex.sent) {
+      // Nothing reached the upstream: a retry may execute.
+      co_await rt.blocking([&rt, id, token] { return rt.engine.abandon(id, token); });
+    } else {
+      // The upstream may have acted: keep the claim until its lease runs out
+      // rather than risk a second execution.
+      spdlog::warn("upstream failed after the request was sent; key {} stays claimed until its lease ends",
+                   ctx.key_hash);
+    }
+    rt.metrics.claim_ended();
+    rt.waiters.notify(wait_id(id));
+    co_return co_await send_problem(ctx, *ex.error, Outcome::upstream_error);
+  }
+
+  strip_hop_by_hop(ex.response);
+  const store::StoredResponse answer{static_cast<int>(ex.response.result_int()),
+                                     to_headers(ex.response), ex.response.body()};
+  const engine::Finish finish = co_await rt.blocking(
+      [&rt, &route, &answer, id, token] { return rt.engine.finish(id, token, route, answer); });
+  rt.metrics.claim_ended();
+  rt.waiters.notify(wait_id(id));
+  switch (finish) {
+    case engine::Finish::stored: ctx.outcome = Outcome::executed; break;
+    case engine::Finish::released: ctx.outcome = Outcome::released; break;
+    case engine::Finish::fenced:
+      ctx.outcome = Outcome::executed;
+      spdlog::warn("key {}: the claim was taken over before completion; response not stored",
+                   ctx.key_hash);
+      break;
+    case engine::Finish::store_failed:
+      ctx.outcome = Outcome::executed;
+      rt.metrics.count_store_error();
+      spdlog::error("key {}: the response could not be stored; the claim stays until its lease ends",
+                    ctx.key_hash);
+      break;
+  }
+  co_return co_await respond(ctx, ex.response);
+}
+
+// Phase: claim, then act on the engine's verdict. With on_concurrent: wait, a
+// request that finds the key in flight sleeps until the holder in this process
+// finishes (or a backoff re-check for holders elsewhere), up to the lease.
+asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimRequest& claim,
+                                    StringRequest& req) {
+  auto& rt = ctx.rt;
+  const auto& route = *ctx.route;
+  const auto deadline = std::chrono::steady_clock::now() + route.lease;
+  Duration backoff{5};
+  for (;;) {
+    Admission a = co_await rt.blocking([&rt, &claim] { return rt.engine.admit(claim); });
+    switch (a.kind) {
+      case Admission::Kind::execute:
+        co_return co_await execute(ctx, claim.id, a.token, req);
+      case Admission::Kind::replay: {
+        ctx.outcome = Outcome::replayed;
+        auto res = replay_response(*a.replay, ctx.version, ctx.keep_alive);
+        co_return co_await send_response(ctx, res) && ctx.keep_alive;
+      }
+      case Admission::Kind::mismatch:
+        co_return co_await send_problem(
+            ctx, problem(ErrorSource::downstream, ProblemKind::key_mismatch,
+                         "this Idempotency-Key was already used with a different request "
+                         "(method, path or body)"),
+            Outcome::mismatch);
+      case Admission::Kind::store_failed:
+        rt.metrics.count_store_error();
+        spdlog::warn("idempotency store unavailable: {}", a.detail);
+        if (route.store_unavailable == engine::StoreUnavailable::fail_open) {
+          spdlog::warn("route {}: forwarding key {} WITHOUT idempotency protection (fail_open)",
+                       route.name, ctx.key_hash);
+          co_return co_await forward_unprotected(ctx, req);
+        }
+        co_return co_await send_problem(
+            ctx, problem(ErrorSource::store, ProblemKind::store_unavailable,
+                         "the idempotency store is unavailable; the request was not forwarded", 1),
+            Outcome::store_unavailable);
+      case Admission::Kind::in_flight:
+        break;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (route.on_concurrent == engine::OnConcurrent::reject || now >= deadline) {
+      co_return co_await send_problem(
+          ctx, problem(ErrorSource::downstream, ProblemKind::request_in_flight,
+                       "a request with this Idempotency-Key is still being processed",
+                       seconds_until(a.locked_until)),
+          Outcome::conflict);
+    }
+    auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor);
+    timer->expires_after(std::min<std::chrono::steady_clock::duration>(backoff, deadline - now));
+    rt.waiters.add(wait_id(claim.id), timer);
+    co_await timer->async_wait(use_nothrow);
+    backoff = std::min(backoff * 2, Duration{250});
+  }
+}
+
+}  // namespace
+
+asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_header) {
+  const auto& route = *ctx.route;
+  const auto& cfg = ctx.settings->config;
+
+  // Phase: key.
+  auto parsed = engine::parse_key(key_header);
+  if (const auto* bad = std::get_if<engine::KeyError>(&parsed)) {
+    ctx.keep_alive = false;  // the body is left unread
+    co_return co_await send_problem(
+        ctx, problem(ErrorSource::downstream, ProblemKind::bad_key, bad->reason), Outcome::bad_key);
+  }
+  const std::string key = std::move(std::get<std::string>(parsed));
+  ctx.key_hash = engine::sha256_hex(key).substr(0, 16);
+  std::string scope;
+  if (!route.scope_header.empty()) scope = std::string(ctx.head.get()[route.scope_header]);
+
+  // Phase: body, bounded by max_body.
+  if (!co_await continue_if_expected(ctx)) co_return false;
+  bhttp::request_parser<bhttp::string_body> parser{std::move(ctx.head)};
+  parser.body_limit(route.max_body);
+  ctx.client.stream.expires_after(cfg.server.read_timeout);
+  auto [ec, n] = co_await bhttp::async_read(ctx.client.stream, ctx.client.buffer, parser, use_nothrow);
+  if (ec == bhttp::error::body_limit) {
+    ctx.keep_alive = false;
+    co_return co_await send_problem(
+        ctx, problem(ErrorSource::downstream, ProblemKind::body_too_large,
+                     "the request body is larger than max_body (" + std::to_string(route.max_body) +
+                         " bytes) for route " + route.name),
+        Outcome::too_large);
+  }
+  if (ec) {
+    if (ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) {
+      co_return false;  // the client went away or timed out
+    }
+    ctx.keep_alive = false;
+    co_return co_await send_problem(
+        ctx, problem(ErrorSource::downstream, ProblemKind::malformed_request,
+                     "malformed request body: " + ec.message()),
+        Outcome::bad_request);
+  }
+  StringRequest req = parser.release();
+
+  // Phase: fingerprint, then claim.
+  const store::ClaimRequest claim{
+      {std::move(scope), key},
+      engine::fingerprint(ctx.method, ctx.target, req[bhttp::field::content_type], req.body()),
+      route.lease, route.ttl, route.name, ctx.method, ctx.target};
+  prepare_forward(req, ctx.client.peer_ip);
+  req.version(11);
+  req.keep_alive(true);
+  req.prepare_payload();
+  co_return co_await claim_and_act(ctx, claim, req);
+}
+
+}  // namespace idemproxy::http

@@ -1,0 +1,158 @@
+// Problem responses, header rewriting and replay construction: everything the proxy
+// says to a client that did not come verbatim from the upstream.
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "http/headers.hpp"
+#include "http/problem.hpp"
+#include "http/request_context.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+struct ProblemInfo {
+  const char* slug;
+  unsigned status;
+  const char* title;
+};
+
+ProblemInfo info(ProblemKind kind) {
+  switch (kind) {
+    case ProblemKind::malformed_request: return {"malformed-request", 400, "Malformed HTTP request"};
+    case ProblemKind::header_too_large: return {"header-too-large", 431, "Request header fields too large"};
+    case ProblemKind::missing_key: return {"missing-key", 400, "Idempotency-Key is required"};
+    case ProblemKind::bad_key: return {"bad-key", 400, "Invalid Idempotency-Key"};
+    case ProblemKind::body_too_large: return {"body-too-large", 413, "Request body too large"};
+    case ProblemKind::key_mismatch: return {"key-mismatch", 422, "Idempotency-Key reused with a different request"};
+    case ProblemKind::request_in_flight: return {"request-in-flight", 409, "A request with this Idempotency-Key is in progress"};
+    case ProblemKind::store_unavailable: return {"store-unavailable", 503, "Idempotency store unavailable"};
+    case ProblemKind::upstream_unreachable: return {"upstream-unreachable", 502, "Upstream unreachable"};
+    case ProblemKind::upstream_failed: return {"upstream-failed", 502, "Upstream connection failed"};
+    case ProblemKind::upstream_timeout: return {"upstream-timeout", 504, "Upstream timed out"};
+    case ProblemKind::response_too_large: return {"response-too-large", 502, "Upstream response too large to store"};
+  }
+  return {"internal", 500, "Internal error"};
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return std::string(s);
+}
+
+}  // namespace
+
+std::string problem_type(ProblemKind kind) {
+  return std::string("https://idemproxy.dev/problems/") + info(kind).slug;
+}
+
+unsigned problem_status(ProblemKind kind) { return info(kind).status; }
+
+StringResponse problem_response(const ProxyError& error, unsigned version, bool keep_alive) {
+  const ProblemInfo i = info(error.kind);
+  nlohmann::json body = {{"type", problem_type(error.kind)},
+                         {"title", i.title},
+                         {"status", i.status},
+                         {"detail", error.detail}};
+  StringResponse res{static_cast<bhttp::status>(i.status), version};
+  res.set(bhttp::field::content_type, "application/problem+json");
+  res.set(bhttp::field::cache_control, "no-store");
+  if (error.retry_after_seconds) {
+    res.set(bhttp::field::retry_after, std::to_string(*error.retry_after_seconds));
+  }
+  res.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  return res;
+}
+
+void strip_hop_by_hop(bhttp::fields& fields) {
+  // Framing and Host must never be removed because Connection names them.
+  static const std::set<std::string> kProtected = {"content-length", "transfer-encoding", "host"};
+  std::vector<std::string> named;
+  for (const auto& f : fields) {
+    if (f.name() != bhttp::field::connection) continue;
+    std::string_view v = f.value();
+    while (!v.empty()) {
+      const auto comma = v.find(',');
+      std::string token = lower(trim(v.substr(0, comma)));
+      if (!token.empty() && !kProtected.contains(token)) named.push_back(std::move(token));
+      if (comma == std::string_view::npos) break;
+      v.remove_prefix(comma + 1);
+    }
+  }
+  for (const auto& n : named) fields.erase(n);
+  for (const char* h : {"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Upgrade",
+                        "Proxy-Authenticate", "Proxy-Authorization"}) {
+    fields.erase(h);
+  }
+}
+
+void prepare_forward(bhttp::fields& fields, const std::string& client_ip) {
+  strip_hop_by_hop(fields);
+  fields.erase(bhttp::field::expect);  // 100-continue is answered by the proxy itself
+  std::string xff;
+  for (const auto& f : fields) {
+    if (!beast::iequals(f.name_string(), "X-Forwarded-For")) continue;
+    if (!xff.empty()) xff += ", ";
+    xff += trim(f.value());
+  }
+  xff += (xff.empty() ? "" : ", ") + client_ip;
+  fields.set("X-Forwarded-For", xff);
+  if (fields.find("X-Forwarded-Proto") == fields.end()) fields.set("X-Forwarded-Proto", "http");
+  const auto host = fields.find(bhttp::field::host);
+  if (host != fields.end() && fields.find("X-Forwarded-Host") == fields.end()) {
+    fields.set("X-Forwarded-Host", host->value());
+  }
+}
+
+std::vector<store::Header> to_headers(const bhttp::fields& fields) {
+  std::vector<store::Header> out;
+  for (const auto& f : fields) out.push_back({std::string(f.name_string()), std::string(f.value())});
+  return out;
+}
+
+StringResponse replay_response(const store::StoredResponse& stored, unsigned version,
+                               bool keep_alive) {
+  StringResponse res{static_cast<bhttp::status>(stored.status), version};
+  for (const auto& h : stored.headers) res.insert(h.name, h.value);
+  res.set("Idempotent-Replayed", "true");
+  res.body() = stored.body;
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  return res;
+}
+
+asio::awaitable<bool> send_response(RequestContext& ctx, StringResponse& response) {
+  response.keep_alive(ctx.keep_alive);
+  ctx.status = response.result_int();
+  ctx.client.stream.expires_after(ctx.settings->config.server.read_timeout);
+  auto [ec, n] = co_await bhttp::async_write(ctx.client.stream, response, use_nothrow);
+  co_return !ec;
+}
+
+asio::awaitable<bool> continue_if_expected(RequestContext& ctx) {
+  if (!beast::iequals(ctx.head.get()[bhttp::field::expect], "100-continue")) co_return true;
+  bhttp::response<bhttp::empty_body> res{bhttp::status::continue_, ctx.version};
+  ctx.client.stream.expires_after(ctx.settings->config.server.read_timeout);
+  auto [ec, n] = co_await bhttp::async_write(ctx.client.stream, res, use_nothrow);
+  co_return !ec;
+}
+
+asio::awaitable<bool> send_problem(RequestContext& ctx, const ProxyError& error,
+                                   ops::Outcome outcome) {
+  ctx.outcome = outcome;
+  auto res = problem_response(error, ctx.version, ctx.keep_alive);
+  const bool sent = co_await send_response(ctx, res);
+  co_return sent && ctx.keep_alive;
+}
+
+}  // namespace idemproxy::http

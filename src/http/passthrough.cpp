@@ -1,0 +1,115 @@
+// Requests no route protects stream through without being buffered: the body is
+// relayed in fixed-size chunks in both directions.
+#include <array>
+
+#include "http/headers.hpp"
+#include "http/request_context.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+enum class RelayError { none, read, write };
+
+// Relays one message body from `in` to `out` as it arrives (Beast's relay pattern).
+template <bool isRequest>
+asio::awaitable<RelayError> relay(beast::tcp_stream& in, beast::flat_buffer& in_buffer,
+                                  bhttp::parser<isRequest, bhttp::buffer_body>& p,
+                                  beast::tcp_stream& out, Duration in_timeout,
+                                  Duration out_timeout) {
+  std::array<char, 16 * 1024> chunk;
+  bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
+  do {
+    if (!p.is_done()) {
+      p.get().body().data = chunk.data();
+      p.get().body().size = chunk.size();
+      in.expires_after(in_timeout);
+      auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+      if (ec == bhttp::error::need_buffer) ec = {};
+      if (ec) co_return RelayError::read;
+      p.get().body().size = chunk.size() - p.get().body().size;
+      p.get().body().data = chunk.data();
+      p.get().body().more = !p.is_done();
+    } else {
+      p.get().body().data = nullptr;
+      p.get().body().size = 0;
+    }
+    out.expires_after(out_timeout);
+    auto [ec, n] = co_await bhttp::async_write(out, sr, use_nothrow);
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) co_return RelayError::write;
+  } while (!p.is_done() && !sr.is_done());
+  co_return RelayError::none;
+}
+
+ProxyError upstream_problem(ProblemKind kind, std::string detail) {
+  return ProxyError{ErrorSource::upstream, kind, std::move(detail), std::nullopt};
+}
+
+}  // namespace
+
+asio::awaitable<bool> pass_through(RequestContext& ctx) {
+  const auto& cfg = ctx.settings->config;
+  auto& rt = ctx.rt;
+  if (!co_await continue_if_expected(ctx)) co_return false;
+  bhttp::request_parser<bhttp::buffer_body> req_parser{std::move(ctx.head)};
+  req_parser.body_limit(cfg.server.max_stream_body);
+  auto& req = req_parser.get();
+  const bool is_head = req.method() == bhttp::verb::head;
+  prepare_forward(req, ctx.client.peer_ip);
+  req.version(11);
+  req.keep_alive(true);
+
+  auto [cec, conn] = co_await rt.upstream.acquire(false);
+  if (cec) {
+    ctx.keep_alive = false;  // the request body was not read
+    co_return co_await send_problem(
+        ctx, upstream_problem(ProblemKind::upstream_unreachable,
+                              "cannot connect to the upstream: " + cec.message()),
+        ops::Outcome::upstream_error);
+  }
+
+  const auto sent = co_await relay<true>(ctx.client.stream, ctx.client.buffer, req_parser,
+                                         conn->stream, cfg.server.read_timeout, cfg.upstream.timeout);
+  if (sent == RelayError::read) co_return false;  // the client went away mid-body
+  if (sent == RelayError::write) {
+    ctx.keep_alive = false;
+    co_return co_await send_problem(
+        ctx, upstream_problem(ProblemKind::upstream_failed, "the upstream closed the connection"),
+        ops::Outcome::upstream_error);
+  }
+
+  bhttp::response_parser<bhttp::buffer_body> res_parser;
+  res_parser.header_limit(64 * 1024);
+  res_parser.body_limit(cfg.server.max_stream_body);
+  if (is_head) res_parser.skip(true);
+  conn->stream.expires_after(cfg.upstream.timeout);
+  auto [hec, hn] = co_await bhttp::async_read_header(conn->stream, conn->buffer, res_parser,
+                                                     use_nothrow);
+  if (hec) {
+    const auto kind =
+        hec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;
+    co_return co_await send_problem(
+        ctx, upstream_problem(kind, "no response from the upstream: " + hec.message()),
+        ops::Outcome::upstream_error);
+  }
+  auto& res = res_parser.get();
+  const bool upstream_keep_alive = res.keep_alive();
+  strip_hop_by_hop(res);
+  res.version(ctx.version == 10 ? 10 : 11);
+  if (res_parser.need_eof()) {
+    // The upstream ends the body by closing; an HTTP/1.1 client gets it chunked.
+    if (ctx.version == 10) ctx.keep_alive = false;
+    else res.chunked(true);
+  }
+  res.keep_alive(ctx.keep_alive);
+  ctx.status = res.result_int();
+  const auto relayed = co_await relay<false>(conn->stream, conn->buffer, res_parser,
+                                             ctx.client.stream, cfg.upstream.timeout,
+                                             cfg.server.read_timeout);
+  if (relayed == RelayError::none && upstream_keep_alive && !res_parser.need_eof()) {
+    rt.upstream.give_back(std::move(conn));
+  }
+  co_return relayed == RelayError::none && ctx.keep_alive;
+}
+
+}  // namespace idemproxy::http

@@ -1,0 +1,41 @@
+#pragma once
+// Errors caused by traffic, the upstream or the store, as values with a source.
+// problem_response() is the one place that turns them into RFC 9457 responses.
+#include <optional>
+#include <string>
+
+#include "http/beast.hpp"
+
+namespace idemproxy::http {
+
+enum class ErrorSource { downstream, upstream, store, internal };
+
+enum class ProblemKind {
+  malformed_request,     // 400: the HTTP framing or syntax is broken
+  header_too_large,      // 431
+  missing_key,           // 400
+  bad_key,               // 400
+  body_too_large,        // 413
+  key_mismatch,          // 422
+  request_in_flight,     // 409 + Retry-After
+  store_unavailable,     // 503 + Retry-After
+  upstream_unreachable,  // 502: nothing was sent
+  upstream_failed,       // 502: sent, then the connection failed
+  upstream_timeout,      // 504: sent, no answer in time
+  response_too_large,    // 502: too big to store
+};
+
+struct ProxyError {
+  ErrorSource source = ErrorSource::internal;
+  ProblemKind kind = ProblemKind::malformed_request;
+  std::string detail;
+  std::optional<int> retry_after_seconds;
+};
+
+/// The stable `type` URI of a problem kind.
+std::string problem_type(ProblemKind kind);
+unsigned problem_status(ProblemKind kind);
+
+StringResponse problem_response(const ProxyError& error, unsigned version, bool keep_alive);
+
+}  // namespace idemproxy::http

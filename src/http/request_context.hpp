@@ -1,0 +1,59 @@
+#pragma once
+// One client connection, and the context one request carries through the phases.
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "http/beast.hpp"
+#include "http/problem.hpp"
+#include "http/runtime.hpp"
+
+namespace idemproxy::http {
+
+struct ClientConnection {
+  explicit ClientConnection(tcp::socket socket) : stream(std::move(socket)) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::string peer_ip;
+  std::atomic<bool> idle{true};  // waiting for the next request (drain may close it)
+};
+
+struct RequestContext {
+  RequestContext(ClientConnection& c, Runtime& r, std::shared_ptr<const Settings> s)
+      : client(c), rt(r), settings(std::move(s)), started(std::chrono::steady_clock::now()) {}
+
+  ClientConnection& client;
+  Runtime& rt;
+  std::shared_ptr<const Settings> settings;
+  bhttp::request_parser<bhttp::empty_body> head;
+  const engine::RoutePolicy* route = nullptr;
+  unsigned version = 11;
+  bool keep_alive = true;  // whether the connection may serve another request
+  ops::Outcome outcome = ops::Outcome::passthrough;
+  unsigned status = 0;
+  std::string method;
+  std::string target;
+  std::string key_hash;  // logged instead of the key
+  std::chrono::steady_clock::time_point started;
+
+  const std::string& route_name() const {
+    static const std::string none = "-";
+    return route ? route->name : none;
+  }
+};
+
+/// Writes a response to the client under the read timeout; false if it failed.
+asio::awaitable<bool> send_response(RequestContext& ctx, StringResponse& response);
+/// Sends a problem response, counts the outcome, and closes unless keep_alive.
+asio::awaitable<bool> send_problem(RequestContext& ctx, const ProxyError& error,
+                                   ops::Outcome outcome);
+
+/// Answers `Expect: 100-continue` before the body is read; false if that failed.
+asio::awaitable<bool> continue_if_expected(RequestContext& ctx);
+
+/// Streams a request no route protects to the upstream and the answer back.
+asio::awaitable<bool> pass_through(RequestContext& ctx);
+/// The idempotent path: key, body, fingerprint, claim, forward, record, respond.
+asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_header);
+
+}  // namespace idemproxy::http

@@ -1,0 +1,90 @@
+#pragma once
+// What every session shares: settings (swapped on reload), the engine, the
+// database pool, the upstream pool, metrics and the local wait list.
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "http/beast.hpp"
+#include "http/upstream_pool.hpp"
+#include "idemproxy/config/config.hpp"
+#include "idemproxy/engine/engine.hpp"
+#include "idemproxy/ops/metrics.hpp"
+
+namespace idemproxy::http {
+
+/// A consistent snapshot of configuration and the route table built from it.
+struct Settings {
+  explicit Settings(config::Config c) : config(std::move(c)), routes(config.routes) {}
+  config::Config config;
+  engine::RouteTable routes;
+};
+
+/// Requests waiting (on_concurrent: wait) for a key held by this process are woken
+/// when it finishes; keys held by other instances are re-checked on a backoff.
+class WaitList {
+ public:
+  void add(const std::string& id, const std::shared_ptr<asio::steady_timer>& timer);
+  void notify(const std::string& id);
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::vector<std::weak_ptr<asio::steady_timer>>> waiting_;
+};
+
+class Runtime {
+ public:
+  Runtime(asio::io_context& io, std::shared_ptr<const Settings> settings, store::Store& store,
+          ops::Metrics& metrics, int db_threads)
+      : engine(store),
+        metrics(metrics),
+        db_pool(static_cast<std::size_t>(db_threads)),
+        upstream(io.get_executor(), settings->config.upstream),
+        settings_(std::move(settings)) {}
+
+  std::shared_ptr<const Settings> settings() const {
+    std::lock_guard lock(mu_);
+    return settings_;
+  }
+  void replace_settings(std::shared_ptr<const Settings> s) {
+    std::lock_guard lock(mu_);
+    settings_ = std::move(s);
+  }
+
+  /// Runs a blocking call (a store call) on the database pool and resumes the
+  /// calling coroutine on its own executor: libpq never blocks an I/O thread.
+  template <class F>
+  asio::awaitable<std::invoke_result_t<F&>> blocking(F fn) {
+    using R = std::invoke_result_t<F&>;
+    auto io = co_await asio::this_coro::executor;
+    co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(R)>(
+        [this, io](auto handler, F work) {
+          asio::post(db_pool, [handler = std::move(handler), work = std::move(work),
+                               guard = asio::make_work_guard(io)]() mutable {
+            R result = work();
+            auto ex = asio::get_associated_executor(handler, guard.get_executor());
+            asio::post(ex, [handler = std::move(handler), result = std::move(result)]() mutable {
+              std::move(handler)(std::move(result));
+            });
+          });
+        },
+        asio::use_awaitable, std::move(fn));
+  }
+
+  engine::Engine engine;
+  ops::Metrics& metrics;
+  asio::thread_pool db_pool;
+  UpstreamPool upstream;
+  WaitList waiters;
+  std::atomic<bool> draining{false};
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const Settings> settings_;
+};
+
+}  // namespace idemproxy::http

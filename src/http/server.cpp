@@ -1,0 +1,186 @@
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <thread>
+
+#include "http/session.hpp"
+#include "idemproxy/http/proxy_server.hpp"
+#include "ops/admin.hpp"
+
+namespace idemproxy::http {
+
+struct ProxyServer::Impl {
+  Impl(config::Config config, store::Store& store, ops::Metrics& metrics)
+      : threads(config.server.threads),
+        io(threads),
+        runtime(io, std::make_shared<Settings>(config), store, metrics,
+                config.store.kind == config::StoreConfig::Kind::postgres ? config.store.pool_size
+                                                                         : 1),
+        proxy_acceptor(io),
+        admin_acceptor(io),
+        signals(io, SIGINT, SIGTERM, SIGHUP) {}
+
+  void bind(tcp::acceptor& acceptor, const config::Endpoint& at, const char* what);
+  asio::awaitable<void> accept_clients();
+  asio::awaitable<void> accept_admin();
+  asio::awaitable<void> handle_signals();
+  asio::awaitable<void> drain();
+  void reload();
+
+  int threads;
+  asio::io_context io;
+  Runtime runtime;
+  tcp::acceptor proxy_acceptor;
+  tcp::acceptor admin_acceptor;
+  asio::signal_set signals;
+  SessionTracker tracker;
+};
+
+namespace {
+
+// Sessions must never take the process down; an escaped exception is logged.
+void log_exception(std::exception_ptr e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    spdlog::error("connection ended by an unexpected error: {}", ex.what());
+  }
+}
+
+}  // namespace
+
+void ProxyServer::Impl::bind(tcp::acceptor& acceptor, const config::Endpoint& at,
+                             const char* what) {
+  try {
+    tcp::resolver resolver(io);
+    const auto endpoint = resolver.resolve(at.host, std::to_string(at.port))->endpoint();
+    acceptor.open(endpoint.protocol());
+    acceptor.set_option(asio::socket_base::reuse_address(true));
+    acceptor.bind(endpoint);
+    acceptor.listen(asio::socket_base::max_listen_connections);
+    const auto bound = acceptor.local_endpoint();
+    spdlog::info("{} listening on {}:{}", what, bound.address().to_string(), bound.port());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("cannot listen on ") + at.host + ":" +
+                             std::to_string(at.port) + " (" + what + "): " + e.what());
+  }
+}
+
+asio::awaitable<void> ProxyServer::Impl::accept_clients() {
+  for (;;) {
+    auto [ec, socket] = co_await proxy_acceptor.async_accept(asio::make_strand(io), use_nothrow);
+    if (ec) {
+      if (!proxy_acceptor.is_open()) co_return;
+      spdlog::warn("accept failed: {}", ec.message());
+      asio::steady_timer pause(io, std::chrono::milliseconds{50});  // e.g. out of descriptors
+      co_await pause.async_wait(use_nothrow);
+      continue;
+    }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto conn = std::make_shared<ClientConnection>(std::move(socket));
+    asio::co_spawn(conn->stream.get_executor(), serve_connection(conn, runtime, tracker),
+                   log_exception);
+  }
+}
+
+asio::awaitable<void> ProxyServer::Impl::accept_admin() {
+  for (;;) {
+    auto [ec, socket] = co_await admin_acceptor.async_accept(asio::make_strand(io), use_nothrow);
+    if (ec) {
+      if (!admin_acceptor.is_open()) co_return;
+      continue;
+    }
+    auto ex = socket.get_executor();
+    asio::co_spawn(ex, ops::serve_admin(std::move(socket), runtime), log_exception);
+  }
+}
+
+void ProxyServer::Impl::reload() {
+  const auto current = runtime.settings();
+  try {
+    config::Config next = config::load_config(current->config.path);
+    const auto& old = current->config;
+    if (next.listen.host != old.listen.host || next.listen.port != old.listen.port ||
+        next.admin_listen.port != old.admin_listen.port || next.upstream.url != old.upstream.url ||
+        next.store.dsn != old.store.dsn || next.store.kind != old.store.kind ||
+        next.server.threads != old.server.threads) {
+      spdlog::warn("reload: listen, admin_listen, upstream.url, store and server.threads "
+                   "changes take effect only after a restart; keeping the running values");
+      next.listen = old.listen;
+      next.admin_listen = old.admin_listen;
+      next.upstream = old.upstream;
+      next.store = old.store;
+      next.server.threads = old.server.threads;
+    }
+    runtime.replace_settings(std::make_shared<Settings>(std::move(next)));
+    spdlog::info("reload: configuration reloaded from {}", current->config.path);
+  } catch (const std::exception& e) {
+    spdlog::error("reload rejected, the previous configuration stays in force: {}", e.what());
+  }
+}
+
+asio::awaitable<void> ProxyServer::Impl::drain() {
+  const auto timeout = runtime.settings()->config.server.drain_timeout;
+  spdlog::info("draining: no new connections; waiting up to {} ms for {} connection(s)",
+               timeout.count(), tracker.size());
+  runtime.draining = true;
+  beast::error_code ignored;
+  proxy_acceptor.close(ignored);
+  tracker.close_idle();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  asio::steady_timer tick(io);
+  while (tracker.size() > 0 && std::chrono::steady_clock::now() < deadline) {
+    tick.expires_after(std::chrono::milliseconds{20});
+    co_await tick.async_wait(use_nothrow);
+    tracker.close_idle();  // connections that finished a request since
+  }
+  if (tracker.size() > 0) {
+    spdlog::warn("drain timeout: {} connection(s) still busy; their claims are left to their leases",
+                 tracker.size());
+  }
+  admin_acceptor.close(ignored);
+  io.stop();
+}
+
+asio::awaitable<void> ProxyServer::Impl::handle_signals() {
+  for (;;) {
+    auto [ec, signo] = co_await signals.async_wait(use_nothrow);
+    if (ec) co_return;
+    if (signo == SIGHUP) {
+      reload();
+      continue;
+    }
+    spdlog::info("received {}, shutting down", signo == SIGTERM ? "SIGTERM" : "SIGINT");
+    co_await drain();
+    co_return;
+  }
+}
+
+ProxyServer::ProxyServer(config::Config config, store::Store& store, ops::Metrics& metrics)
+    : impl_(std::make_unique<Impl>(std::move(config), store, metrics)) {}
+
+ProxyServer::~ProxyServer() = default;
+
+void ProxyServer::start() {
+  const auto settings = impl_->runtime.settings();
+  impl_->bind(impl_->proxy_acceptor, settings->config.listen, "proxy");
+  impl_->bind(impl_->admin_acceptor, settings->config.admin_listen, "admin");
+}
+
+int ProxyServer::run() {
+  auto& s = *impl_;
+  asio::co_spawn(s.io, s.accept_clients(), log_exception);
+  asio::co_spawn(s.io, s.accept_admin(), log_exception);
+  asio::co_spawn(s.io, s.handle_signals(), log_exception);
+  std::vector<std::thread> extra;
+  for (int i = 1; i < s.threads; ++i) extra.emplace_back([&s] { s.io.run(); });
+  s.io.run();
+  for (auto& t : extra) t.join();
+  s.runtime.db_pool.join();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace idemproxy::http

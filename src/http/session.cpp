@@ -1,0 +1,143 @@
+#include "http/session.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace idemproxy::http {
+namespace {
+
+bool is_disconnect(const beast::error_code& ec) {
+  return ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
+         ec == asio::error::operation_aborted || ec == beast::error::timeout ||
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+}
+
+ProxyError bad_request(std::string detail) {
+  return ProxyError{ErrorSource::downstream, ProblemKind::malformed_request, std::move(detail),
+                    std::nullopt};
+}
+
+// Framing checks that close request-smuggling doors (RFC 9112 6.1, 6.3).
+std::optional<std::string> framing_error(const bhttp::request<bhttp::empty_body>& req) {
+  const auto lengths = req.count(bhttp::field::content_length);
+  const auto encodings = req.count(bhttp::field::transfer_encoding);
+  if (lengths > 0 && encodings > 0) return "both Content-Length and Transfer-Encoding are present";
+  if (lengths > 1) return "more than one Content-Length header";
+  if (encodings > 0 && !req.chunked()) return "Transfer-Encoding must end with chunked";
+  return std::nullopt;
+}
+
+// Phase: route. Decides whether the request is protected, and how.
+asio::awaitable<bool> dispatch(RequestContext& ctx) {
+  const auto& req = ctx.head.get();
+  ctx.version = req.version();
+  ctx.keep_alive = req.keep_alive() && !ctx.rt.draining;
+  ctx.method = std::string(req.method_string());
+  ctx.target = std::string(req.target());
+  if (auto error = framing_error(req)) {
+    ctx.keep_alive = false;
+    co_return co_await send_problem(ctx, bad_request(*error), ops::Outcome::bad_request);
+  }
+  ctx.route = ctx.settings->routes.match(ctx.target);
+  if (ctx.route == nullptr || !ctx.route->enabled || !ctx.route->covers_method(ctx.method)) {
+    co_return co_await pass_through(ctx);
+  }
+  const auto key_count = req.count(ctx.route->header);
+  if (key_count == 0) {
+    if (!ctx.route->key_required) co_return co_await pass_through(ctx);
+    ctx.keep_alive = false;
+    co_return co_await send_problem(
+        ctx,
+        ProxyError{ErrorSource::downstream, ProblemKind::missing_key,
+                   "route " + ctx.route->name + " requires an " + ctx.route->header + " header",
+                   std::nullopt},
+        ops::Outcome::missing_key);
+  }
+  if (key_count > 1) {
+    ctx.keep_alive = false;
+    co_return co_await send_problem(
+        ctx,
+        ProxyError{ErrorSource::downstream, ProblemKind::bad_key,
+                   "more than one " + ctx.route->header + " header", std::nullopt},
+        ops::Outcome::bad_key);
+  }
+  const std::string key_header(req[ctx.route->header]);
+  co_return co_await run_idempotent(ctx, key_header);
+}
+
+void log_request(const RequestContext& ctx) {
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ctx.started)
+          .count();
+  spdlog::info("{} {} route={} outcome={} status={} key={} ms={:.2f}", ctx.method, ctx.target,
+               ctx.route_name(), ops::to_string(ctx.outcome), ctx.status,
+               ctx.key_hash.empty() ? "-" : ctx.key_hash, ms);
+}
+
+}  // namespace
+
+void SessionTracker::add(const std::shared_ptr<ClientConnection>& c) {
+  std::lock_guard lock(mu_);
+  live_.insert(c);
+}
+
+void SessionTracker::remove(const std::shared_ptr<ClientConnection>& c) {
+  std::lock_guard lock(mu_);
+  live_.erase(c);
+}
+
+std::size_t SessionTracker::size() const {
+  std::lock_guard lock(mu_);
+  return live_.size();
+}
+
+void SessionTracker::close_idle() {
+  std::lock_guard lock(mu_);
+  for (const auto& c : live_) {
+    // Runs on the connection's strand, so `idle` cannot change underneath it.
+    asio::post(c->stream.get_executor(), [c] {
+      if (c->idle) c->stream.cancel();
+    });
+  }
+}
+
+asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, Runtime& rt,
+                                       SessionTracker& tracker) {
+  tracker.add(conn);
+  beast::error_code ec;
+  const auto remote = conn->stream.socket().remote_endpoint(ec);
+  conn->peer_ip = ec ? "unknown" : remote.address().to_string();
+
+  for (;;) {
+    RequestContext ctx(*conn, rt, rt.settings());
+    const auto& server = ctx.settings->config.server;
+    ctx.head.header_limit(static_cast<std::uint32_t>(server.max_header_size));
+    conn->idle = true;
+    if (rt.draining) break;
+    conn->stream.expires_after(server.idle_timeout);
+    auto [rec, n] =
+        co_await bhttp::async_read_header(conn->stream, conn->buffer, ctx.head, use_nothrow);
+    conn->idle = false;
+    if (rec) {
+      if (is_disconnect(rec)) break;
+      ctx.keep_alive = false;
+      const auto kind = rec == bhttp::error::header_limit ? ProblemKind::header_too_large
+                                                          : ProblemKind::malformed_request;
+      co_await send_problem(ctx,
+                            ProxyError{ErrorSource::downstream, kind,
+                                       "the request could not be parsed: " + rec.message(),
+                                       std::nullopt},
+                            ops::Outcome::bad_request);
+      rt.metrics.count_request("-", ops::Outcome::bad_request);
+      spdlog::info("malformed request from {}: {}", conn->peer_ip, rec.message());
+      break;
+    }
+    const bool keep = co_await dispatch(ctx);
+    rt.metrics.count_request(ctx.route_name(), ctx.outcome);
+    log_request(ctx);
+    if (!keep) break;
+  }
+  conn->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  tracker.remove(conn);
+}
+
+}  // namespace idemproxy::http

@@ -1,0 +1,99 @@
+#include "http/upstream_pool.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+// A pooled connection the upstream has closed reads as EOF; one still open would
+// block. Checking before reuse avoids sending a request into a dead socket.
+bool still_open(tcp::socket& socket) {
+  beast::error_code ec;
+  socket.non_blocking(true, ec);
+  char byte = 0;
+  socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+  beast::error_code ignored;
+  socket.non_blocking(false, ignored);
+  return ec == asio::error::would_block;
+}
+
+ProxyError upstream_error(ProblemKind kind, const std::string& detail) {
+  return ProxyError{ErrorSource::upstream, kind, detail, std::nullopt};
+}
+
+}  // namespace
+
+asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>
+UpstreamPool::acquire(bool fresh) {
+  while (!fresh) {
+    std::unique_ptr<UpstreamConnection> conn;
+    {
+      std::lock_guard lock(mu_);
+      if (idle_.empty()) break;
+      conn = std::move(idle_.back());
+      idle_.pop_back();
+    }
+    if (still_open(conn->stream.socket())) {
+      conn->reused = true;
+      co_return std::make_pair(beast::error_code{}, std::move(conn));
+    }
+  }
+  auto conn = std::make_unique<UpstreamConnection>(ex_);
+  tcp::resolver resolver(ex_);
+  auto [rec, endpoints] = co_await resolver.async_resolve(config_.host, config_.port, use_nothrow);
+  if (rec) co_return std::make_pair(rec, std::unique_ptr<UpstreamConnection>{});
+  conn->stream.expires_after(config_.connect_timeout);
+  auto [cec, ep] = co_await conn->stream.async_connect(endpoints, use_nothrow);
+  if (cec) co_return std::make_pair(cec, std::unique_ptr<UpstreamConnection>{});
+  beast::error_code ignored;
+  conn->stream.socket().set_option(tcp::no_delay(true), ignored);
+  co_return std::make_pair(beast::error_code{}, std::move(conn));
+}
+
+void UpstreamPool::give_back(std::unique_ptr<UpstreamConnection> conn) {
+  if (!conn || conn->buffer.size() != 0) return;  // leftover bytes: framing is off
+  conn->stream.expires_never();
+  std::lock_guard lock(mu_);
+  if (idle_.size() < config_.max_idle_connections) idle_.push_back(std::move(conn));
+}
+
+asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request) {
+  Exchange out;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto [ec, conn] = co_await acquire(attempt > 0);
+    if (ec) {
+      out.error = upstream_error(ProblemKind::upstream_unreachable,
+                                 "cannot connect to the upstream: " + ec.message());
+      co_return out;
+    }
+    conn->stream.expires_after(config_.timeout);  // bounds the whole exchange
+    auto [wec, written] = co_await bhttp::async_write(conn->stream, request, use_nothrow);
+    if (wec) {
+      if (conn->reused && attempt == 0) continue;  // a stale keep-alive connection
+      out.error = upstream_error(ProblemKind::upstream_unreachable,
+                                 "the upstream closed the connection before the request was sent");
+      co_return out;
+    }
+    out.sent = true;
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.header_limit(64 * 1024);
+    parser.body_limit(config_.max_response_size);
+    if (request.method() == bhttp::verb::head) parser.skip(true);
+    auto [rec, read] = co_await bhttp::async_read(conn->stream, conn->buffer, parser, use_nothrow);
+    if (rec == beast::error::timeout) {
+      out.error = upstream_error(ProblemKind::upstream_timeout, "the upstream did not answer in time");
+    } else if (rec == bhttp::error::body_limit) {
+      out.error = upstream_error(ProblemKind::response_too_large,
+                                 "the upstream response exceeds upstream.max_response_size");
+    } else if (rec) {
+      out.error = upstream_error(ProblemKind::upstream_failed,
+                                 "the upstream connection failed after the request was sent: " +
+                                     rec.message());
+    }
+    if (out.error) co_return out;
+    out.response = parser.release();
+    if (out.response.keep_alive()) give_back(std::move(conn));
+    co_return out;
+  }
+  co_return out;
+}
+
+}  // namespace idemproxy::http

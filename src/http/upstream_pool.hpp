@@ -1,0 +1,54 @@
+#pragma once
+// Keep-alive connections to the one upstream, and the buffered exchange that the
+// idempotent path uses. Pass-through streams over acquire()/give_back() directly.
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "http/beast.hpp"
+#include "http/problem.hpp"
+#include "idemproxy/config/config.hpp"
+
+namespace idemproxy::http {
+
+struct UpstreamConnection {
+  explicit UpstreamConnection(asio::any_io_executor ex) : stream(ex) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  bool reused = false;
+};
+
+/// A buffered upstream answer, or the error that prevented one.
+struct Exchange {
+  std::optional<ProxyError> error;
+  bool sent = false;  // whether the request may have reached the upstream
+  StringResponse response;
+};
+
+class UpstreamPool {
+ public:
+  UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config)
+      : ex_(std::move(ex)), config_(config) {}
+
+  /// An idle connection that still looks open, or a new one.
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> acquire(
+      bool fresh);
+  /// Keeps the connection for reuse, if there is room.
+  void give_back(std::unique_ptr<UpstreamConnection> conn);
+
+  /// Sends a whole request and reads the whole response (at most max_response_size).
+  /// A stale pooled connection that fails before the request is written is retried
+  /// once on a new one; nothing is retried once the request may have been sent.
+  asio::awaitable<Exchange> exchange(StringRequest& request);
+
+  const config::UpstreamConfig& config() const { return config_; }
+
+ private:
+  asio::any_io_executor ex_;
+  config::UpstreamConfig config_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<UpstreamConnection>> idle_;
+};
+
+}  // namespace idemproxy::http

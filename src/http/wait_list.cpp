@@ -1,0 +1,30 @@
+#include "http/runtime.hpp"
+
+namespace idemproxy::http {
+
+void WaitList::add(const std::string& id, const std::shared_ptr<asio::steady_timer>& timer) {
+  std::lock_guard lock(mu_);
+  auto& list = waiting_[id];
+  // Drop timers whose requests already moved on, so the list stays short.
+  std::erase_if(list, [](const auto& w) { return w.expired(); });
+  list.push_back(timer);
+}
+
+void WaitList::notify(const std::string& id) {
+  std::vector<std::weak_ptr<asio::steady_timer>> woken;
+  {
+    std::lock_guard lock(mu_);
+    auto it = waiting_.find(id);
+    if (it == waiting_.end()) return;
+    woken = std::move(it->second);
+    waiting_.erase(it);
+  }
+  for (auto& w : woken) {
+    if (auto timer = w.lock()) {
+      // Timers are not thread-safe: cancel on the waiter's own executor.
+      asio::post(timer->get_executor(), [timer] { timer->cancel(); });
+    }
+  }
+}
+
+}  // namespace idemproxy::http

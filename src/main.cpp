@@ -1,0 +1,38 @@
+// idemproxy: an HTTP reverse-proxy sidecar that makes any upstream API safe to retry.
+#include <cstdlib>
+#include <iostream>
+
+#include "cli/cli.hpp"
+#include "idemproxy/config/config.hpp"
+
+int main(int argc, char** argv) {
+  using namespace idemproxy::cli;
+  // libpq waits forever for an unreachable server unless told otherwise.
+  setenv("PGCONNECT_TIMEOUT", "3", 0);
+  try {
+    const Args args = parse_args({argv + 1, argv + argc});
+    if (args.help) {
+      std::cout << usage();
+      return kOk;
+    }
+    if (args.version) {
+      std::cout << "idemproxy " << IDEMPROXY_VERSION << "\n";
+      return kOk;
+    }
+    if (args.verb == "serve") return serve(args);
+    if (args.verb == "migrate") return migrate(args);
+    if (args.verb == "check-config") return check_config(args);
+    if (args.verb == "gc") return gc(args);
+    if (args.verb == "keys show") return keys_show(args);
+    return keys_purge(args);
+  } catch (const UsageError& e) {
+    std::cerr << "idemproxy: " << e.what() << "\n\n" << usage();
+    return kUsageError;
+  } catch (const idemproxy::config::ConfigError& e) {
+    std::cerr << e.what() << "\n";
+    return kUsageError;
+  } catch (const std::exception& e) {
+    std::cerr << "idemproxy: " << e.what() << "\n";
+    return kRuntimeError;
+  }
+}

@@ -1,0 +1,97 @@
+#include "idemproxy/store/memory_store.hpp"
+
+namespace idemproxy::store {
+namespace {
+
+bool reclaimable(const Record& r, TimePoint now) {
+  return r.state == RecordState::released || r.expires_at <= now ||
+         (r.state == RecordState::in_flight && r.locked_until <= now);
+}
+
+}  // namespace
+
+Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
+  std::lock_guard lock(mu_);
+  const TimePoint now = clock_.now();
+  const Key key{request.id.scope, request.id.key};
+  auto it = records_.find(key);
+  if (it != records_.end() && !reclaimable(it->second, now)) {
+    Record copy = it->second;
+    copy.expired = false;
+    return ClaimResult{std::move(copy)};
+  }
+  Record r;
+  r.id = request.id;
+  r.fingerprint = request.fingerprint;
+  r.state = RecordState::in_flight;
+  r.token = next_token_++;
+  r.route = request.route;
+  r.method = request.method;
+  r.target = request.target;
+  r.created_at = now;
+  r.locked_until = now + request.lease;
+  r.expires_at = now + request.ttl;
+  records_[key] = r;
+  return ClaimResult{Claimed{r.token, r.locked_until}};
+}
+
+Record* MemoryStore::holder(const RecordId& id, std::int64_t token) {
+  auto it = records_.find({id.scope, id.key});
+  if (it == records_.end() || it->second.token != token ||
+      it->second.state != RecordState::in_flight) {
+    return nullptr;
+  }
+  return &it->second;
+}
+
+Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
+                                        const StoredResponse& response, Duration ttl) {
+  std::lock_guard lock(mu_);
+  Record* r = holder(id, token);
+  if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+  r->state = RecordState::completed;
+  r->response = response;
+  r->expires_at = clock_.now() + ttl;
+  return r->expires_at;
+}
+
+Result<Done> MemoryStore::release(const RecordId& id, std::int64_t token) {
+  std::lock_guard lock(mu_);
+  Record* r = holder(id, token);
+  if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+  r->state = RecordState::released;
+  return Done{};
+}
+
+Result<std::optional<Record>> MemoryStore::find(const RecordId& id) {
+  std::lock_guard lock(mu_);
+  auto it = records_.find({id.scope, id.key});
+  if (it == records_.end()) return std::optional<Record>{};
+  Record copy = it->second;
+  copy.expired = copy.expires_at <= clock_.now();
+  return std::optional<Record>{std::move(copy)};
+}
+
+Result<bool> MemoryStore::purge(const RecordId& id) {
+  std::lock_guard lock(mu_);
+  return records_.erase({id.scope, id.key}) > 0;
+}
+
+Result<std::int64_t> MemoryStore::delete_expired(int limit) {
+  std::lock_guard lock(mu_);
+  const TimePoint now = clock_.now();
+  std::int64_t deleted = 0;
+  for (auto it = records_.begin(); it != records_.end() && deleted < limit;) {
+    const Record& r = it->second;
+    const bool held = r.state == RecordState::in_flight && r.locked_until > now;
+    if (r.expires_at <= now && !held) {
+      it = records_.erase(it);
+      ++deleted;
+    } else {
+      ++it;
+    }
+  }
+  return deleted;
+}
+
+}  // namespace idemproxy::store

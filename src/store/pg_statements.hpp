@@ -1,0 +1,78 @@
+#pragma once
+// Every SQL statement the PostgreSQL store runs, by name. Each is prepared once
+// per connection. Times travel as epoch milliseconds.
+namespace idemproxy::store::pg {
+
+struct Statement {
+  const char* name;
+  const char* sql;
+};
+
+#define IDEMPROXY_RECORD_COLUMNS                                                        \
+  "fingerprint, state, token, route, method, target, "                                 \
+  "(extract(epoch from created_at) * 1000)::bigint, "                                  \
+  "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint, "          \
+  "(extract(epoch from expires_at) * 1000)::bigint, expires_at <= now(), status, headers, body"
+
+// Claims (scope, key) in one statement. The row is taken over when it was released,
+// has expired, or its lease ran out; otherwise the live row is returned unchanged.
+// Zero rows means a concurrent claim committed after this statement's snapshot:
+// the caller runs it again and then sees that row.
+inline constexpr Statement kClaim{
+    "idemproxy_claim",
+    "WITH claimed AS ("
+    " INSERT INTO idempotency_records AS r"
+    "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"
+    "   expires_at)"
+    " VALUES ($1, $2, $3, 'in_flight', nextval('idempotency_fencing_token_seq'), $4, $5, $6, now(),"
+    "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 millisecond')"
+    " ON CONFLICT (scope, key) DO UPDATE SET"
+    "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"
+    "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"
+    "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,"
+    "  completed_at = NULL, status = NULL, headers = NULL, body = NULL"
+    " WHERE r.state = 'released' OR r.expires_at <= now()"
+    "  OR (r.state = 'in_flight' AND r.locked_until <= now())"
+    " RETURNING r.*)"
+    " SELECT true, " IDEMPROXY_RECORD_COLUMNS " FROM claimed"
+    " UNION ALL"
+    " SELECT false, " IDEMPROXY_RECORD_COLUMNS " FROM idempotency_records"
+    "  WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"};
+
+inline constexpr Statement kComplete{
+    "idemproxy_complete",
+    "UPDATE idempotency_records SET state = 'completed', status = $4, headers = $5, body = $6,"
+    " completed_at = now(), locked_until = NULL,"
+    " expires_at = now() + $7::bigint * interval '1 millisecond'"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
+    " RETURNING (extract(epoch from expires_at) * 1000)::bigint"};
+
+inline constexpr Statement kRelease{
+    "idemproxy_release",
+    "UPDATE idempotency_records SET state = 'released', locked_until = NULL"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"};
+
+inline constexpr Statement kFind{
+    "idemproxy_find",
+    "SELECT false, " IDEMPROXY_RECORD_COLUMNS
+    " FROM idempotency_records WHERE scope = $1 AND key = $2"};
+
+inline constexpr Statement kPurge{
+    "idemproxy_purge", "DELETE FROM idempotency_records WHERE scope = $1 AND key = $2"};
+
+// Deletes a bounded batch; rows under a live lease are left to their holder.
+inline constexpr Statement kDeleteExpired{
+    "idemproxy_delete_expired",
+    "DELETE FROM idempotency_records WHERE (scope, key) IN ("
+    " SELECT scope, key FROM idempotency_records"
+    " WHERE expires_at <= now() AND (state <> 'in_flight' OR locked_until <= now())"
+    " LIMIT $1 FOR UPDATE SKIP LOCKED)"};
+
+inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
+
+inline constexpr Statement kAll[] = {kClaim, kComplete, kRelease, kFind,
+                                     kPurge, kDeleteExpired, kPing};
+
+#undef IDEMPROXY_RECORD_COLUMNS
+
+}  // namespace idemproxy::store::pg

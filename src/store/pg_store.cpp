@@ -1,0 +1,190 @@
+#include "idemproxy/store/pg_store.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <pqxx/pqxx>
+
+#include "store/pg_statements.hpp"
+
+namespace idemproxy::store {
+
+/// One libpq connection with every statement prepared on it.
+class PgStore::Connection {
+ public:
+  Connection(const std::string& dsn, Duration statement_timeout) : conn_(dsn) {
+    pqxx::nontransaction tx(conn_);
+    tx.exec("SET statement_timeout = " + std::to_string(statement_timeout.count()));
+    tx.commit();
+    for (const auto& s : pg::kAll) conn_.prepare(s.name, s.sql);
+  }
+  pqxx::connection& get() { return conn_; }
+
+ private:
+  pqxx::connection conn_;
+};
+
+PgStore::PgStore(PgOptions options) : options_(std::move(options)) {}
+PgStore::~PgStore() = default;
+
+std::unique_ptr<PgStore::Connection> PgStore::checkout() {
+  {
+    std::unique_lock lock(mu_);
+    available_.wait(lock, [&] { return !idle_.empty() || open_ < options_.pool_size; });
+    if (!idle_.empty()) {
+      auto conn = std::move(idle_.back());
+      idle_.pop_back();
+      return conn;
+    }
+    ++open_;
+  }
+  try {
+    return std::make_unique<Connection>(options_.dsn, options_.statement_timeout);
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    --open_;
+    available_.notify_one();
+    throw;
+  }
+}
+
+void PgStore::give_back(std::unique_ptr<Connection> conn) {
+  std::lock_guard lock(mu_);
+  if (conn) {
+    idle_.push_back(std::move(conn));
+  } else {
+    --open_;
+  }
+  available_.notify_one();
+}
+
+// Runs `work` on a pooled connection. A broken connection (server restarted) is
+// dropped and the work tried once more on a fresh one: every statement here is
+// safe to repeat, because claims and completions are fenced by token.
+template <class T>
+Result<T> PgStore::with_connection(const std::function<Result<T>(Connection&)>& work) {
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<Connection> conn;
+    try {
+      conn = checkout();
+      Result<T> result = work(*conn);
+      give_back(std::move(conn));
+      return result;
+    } catch (const pqxx::broken_connection& e) {
+      give_back(nullptr);
+      if (attempt == 0 && conn) continue;  // a stale pooled connection: retry fresh
+      return StoreError{StoreErrc::unavailable, std::string("database unreachable: ") + e.what()};
+    } catch (const std::exception& e) {
+      // An SQL error or timeout leaves the session usable only after a rollback;
+      // dropping the connection is simpler and rare.
+      give_back(nullptr);
+      return StoreError{StoreErrc::unavailable, std::string("database error: ") + e.what()};
+    }
+  }
+}
+
+namespace {
+
+TimePoint from_ms(const pqxx::field& f) {
+  return TimePoint{std::chrono::milliseconds{f.as<long long>()}};
+}
+
+// Reads the columns listed in pg_statements.hpp; column 0 is "claimed".
+Record read_record(const pqxx::row& row, const RecordId& id) {
+  Record r;
+  r.id = id;
+  r.fingerprint = row[1].as<std::string>();
+  r.state = parse_state(row[2].as<std::string>()).value_or(RecordState::in_flight);
+  r.token = row[3].as<long long>();
+  r.route = row[4].as<std::string>();
+  r.method = row[5].as<std::string>();
+  r.target = row[6].as<std::string>();
+  r.created_at = from_ms(row[7]);
+  r.locked_until = from_ms(row[8]);
+  r.expires_at = from_ms(row[9]);
+  r.expired = row[10].as<bool>();
+  if (r.state == RecordState::completed && !row[11].is_null()) {
+    StoredResponse resp;
+    resp.status = row[11].as<int>();
+    resp.headers = decode_headers(pqxx::binarystring(row[12]).str());
+    resp.body = pqxx::binarystring(row[13]).str();
+    r.response = std::move(resp);
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
+  return with_connection<ClaimResult>([&](Connection& c) -> Result<ClaimResult> {
+    // Zero rows: a concurrent claim committed after our snapshot; it is visible now.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      pqxx::nontransaction tx(c.get());
+      const pqxx::result r = tx.exec_prepared(
+          pg::kClaim.name, req.id.scope, req.id.key, req.fingerprint, req.route, req.method,
+          req.target, static_cast<long long>(req.lease.count()),
+          static_cast<long long>(req.ttl.count()));
+      if (r.empty()) continue;
+      Record record = read_record(r[0], req.id);
+      if (r[0][0].as<bool>()) return ClaimResult{Claimed{record.token, record.locked_until}};
+      return ClaimResult{std::move(record)};
+    }
+    return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
+  });
+}
+
+Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
+                                    const StoredResponse& response, Duration ttl) {
+  return with_connection<TimePoint>([&](Connection& c) -> Result<TimePoint> {
+    pqxx::nontransaction tx(c.get());
+    const pqxx::result r = tx.exec_prepared(
+        pg::kComplete.name, id.scope, id.key, static_cast<long long>(token), response.status,
+        pqxx::binarystring(encode_headers(response.headers)), pqxx::binarystring(response.body),
+        static_cast<long long>(ttl.count()));
+    if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+    return from_ms(r[0][0]);
+  });
+}
+
+Result<Done> PgStore::release(const RecordId& id, std::int64_t token) {
+  return with_connection<Done>([&](Connection& c) -> Result<Done> {
+    pqxx::nontransaction tx(c.get());
+    const pqxx::result r =
+        tx.exec_prepared(pg::kRelease.name, id.scope, id.key, static_cast<long long>(token));
+    if (r.affected_rows() == 0) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+    return Done{};
+  });
+}
+
+Result<std::optional<Record>> PgStore::find(const RecordId& id) {
+  return with_connection<std::optional<Record>>([&](Connection& c) -> Result<std::optional<Record>> {
+    pqxx::nontransaction tx(c.get());
+    const pqxx::result r = tx.exec_prepared(pg::kFind.name, id.scope, id.key);
+    if (r.empty()) return std::optional<Record>{};
+    return std::optional<Record>{read_record(r[0], id)};
+  });
+}
+
+Result<bool> PgStore::purge(const RecordId& id) {
+  return with_connection<bool>([&](Connection& c) -> Result<bool> {
+    pqxx::nontransaction tx(c.get());
+    return tx.exec_prepared(pg::kPurge.name, id.scope, id.key).affected_rows() > 0;
+  });
+}
+
+Result<std::int64_t> PgStore::delete_expired(int limit) {
+  return with_connection<std::int64_t>([&](Connection& c) -> Result<std::int64_t> {
+    pqxx::nontransaction tx(c.get());
+    return static_cast<std::int64_t>(
+        tx.exec_prepared(pg::kDeleteExpired.name, limit).affected_rows());
+  });
+}
+
+Result<Done> PgStore::ping() {
+  return with_connection<Done>([&](Connection& c) -> Result<Done> {
+    pqxx::nontransaction tx(c.get());
+    tx.exec_prepared(pg::kPing.name);
+    return Done{};
+  });
+}
+
+}  // namespace idemproxy::store

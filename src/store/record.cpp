@@ -1,0 +1,47 @@
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::store {
+
+std::string_view to_string(RecordState state) {
+  switch (state) {
+    case RecordState::in_flight: return "in_flight";
+    case RecordState::completed: return "completed";
+    case RecordState::released: return "released";
+  }
+  return "unknown";
+}
+
+std::optional<RecordState> parse_state(std::string_view text) {
+  if (text == "in_flight") return RecordState::in_flight;
+  if (text == "completed") return RecordState::completed;
+  if (text == "released") return RecordState::released;
+  return std::nullopt;
+}
+
+std::string encode_headers(const std::vector<Header>& headers) {
+  std::string out;
+  for (const auto& h : headers) {
+    out += h.name;
+    out += ": ";
+    out += h.value;
+    out += "\r\n";
+  }
+  return out;
+}
+
+std::vector<Header> decode_headers(std::string_view block) {
+  std::vector<Header> out;
+  while (!block.empty()) {
+    const auto eol = block.find("\r\n");
+    const std::string_view line = block.substr(0, eol);
+    const auto colon = line.find(": ");
+    if (colon != std::string_view::npos) {
+      out.push_back({std::string(line.substr(0, colon)), std::string(line.substr(colon + 2))});
+    }
+    if (eol == std::string_view::npos) break;
+    block.remove_prefix(eol + 2);
+  }
+  return out;
+}
+
+}  // namespace idemproxy::store
