@@ -15,11 +15,6 @@ namespace {
 using engine::Admission;
 using ops::Outcome;
 
-ProxyError problem(ErrorSource source, ProblemKind kind, std::string detail,
-                   std::optional<int> retry_after = std::nullopt) {
-  return ProxyError{source, kind, std::move(detail), retry_after};
-}
-
 int seconds_until(TimePoint t) {
   const auto left = std::chrono::ceil<std::chrono::seconds>(t - std::chrono::system_clock::now());
   return static_cast<int>(std::clamp<long long>(left.count(), 1, 3600));
@@ -37,7 +32,10 @@ asio::awaitable<bool> respond(RequestContext& ctx, StringResponse& res) {
 // Phase: forward without a claim, when the store is down and the route says fail_open.
 asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& req) {
   Exchange ex = co_await ctx.rt.upstream.exchange(req);
-  if (ex.error) co_return co_await send_problem(ctx, *ex.error, Outcome::upstream_error);
+  if (ex.error) {
+    ctx.fail(*ex.error, Outcome::upstream_error);
+    co_return co_await send_problem(ctx);
+  }
   ctx.outcome = Outcome::fail_open;
   strip_hop_by_hop(ex.response);
   co_return co_await respond(ctx, ex.response);
@@ -57,7 +55,7 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
   if (ex.error) {
     if (!ex.sent) {
       // Nothing reached the upstream: a retry may execute.
-      co_await rt.blocking([&rt, id, token] { return rt.engine.abandon(id, token); });
+      co_await rt.blocking([&rt, &id, &token] { return rt.engine.abandon(id, token); });
     } else {
       // The upstream may have acted: keep the claim until its lease runs out
       // rather than risk a second execution.
@@ -66,14 +64,15 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
     }
     rt.metrics.claim_ended();
     rt.waiters.notify(wait_id(id));
-    co_return co_await send_problem(ctx, *ex.error, Outcome::upstream_error);
+    ctx.fail(*ex.error, Outcome::upstream_error);
+    co_return co_await send_problem(ctx);
   }
 
   strip_hop_by_hop(ex.response);
   const store::StoredResponse answer{static_cast<int>(ex.response.result_int()),
                                      to_headers(ex.response), ex.response.body()};
   const engine::Finish finish = co_await rt.blocking(
-      [&rt, &route, &answer, id, token] { return rt.engine.finish(id, token, route, answer); });
+      [&rt, &route, &answer, &id, &token] { return rt.engine.finish(id, token, route, answer); });
   rt.metrics.claim_ended();
   rt.waiters.notify(wait_id(id));
   switch (finish) {
@@ -114,11 +113,11 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
         co_return co_await send_response(ctx, res) && ctx.keep_alive;
       }
       case Admission::Kind::mismatch:
-        co_return co_await send_problem(
-            ctx, problem(ErrorSource::downstream, ProblemKind::key_mismatch,
-                         "this Idempotency-Key was already used with a different request "
-                         "(method, path or body)"),
-            Outcome::mismatch);
+        ctx.fail(ErrorSource::downstream, ProblemKind::key_mismatch,
+                 "this Idempotency-Key was already used with a different request "
+                 "(method, path or body)",
+                 Outcome::mismatch);
+        co_return co_await send_problem(ctx);
       case Admission::Kind::store_failed:
         rt.metrics.count_store_error();
         spdlog::warn("idempotency store unavailable: {}", a.detail);
@@ -127,20 +126,19 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
                        route.name, ctx.key_hash);
           co_return co_await forward_unprotected(ctx, req);
         }
-        co_return co_await send_problem(
-            ctx, problem(ErrorSource::store, ProblemKind::store_unavailable,
-                         "the idempotency store is unavailable; the request was not forwarded", 1),
-            Outcome::store_unavailable);
+        ctx.fail(ErrorSource::store, ProblemKind::store_unavailable,
+                 "the idempotency store is unavailable; the request was not forwarded",
+                 Outcome::store_unavailable, 1);
+        co_return co_await send_problem(ctx);
       case Admission::Kind::in_flight:
         break;
     }
     const auto now = std::chrono::steady_clock::now();
     if (route.on_concurrent == engine::OnConcurrent::reject || now >= deadline) {
-      co_return co_await send_problem(
-          ctx, problem(ErrorSource::downstream, ProblemKind::request_in_flight,
-                       "a request with this Idempotency-Key is still being processed",
-                       seconds_until(a.locked_until)),
-          Outcome::conflict);
+      ctx.fail(ErrorSource::downstream, ProblemKind::request_in_flight,
+               "a request with this Idempotency-Key is still being processed", Outcome::conflict,
+               seconds_until(a.locked_until));
+      co_return co_await send_problem(ctx);
     }
     auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor);
     timer->expires_after(std::min<std::chrono::steady_clock::duration>(backoff, deadline - now));
@@ -160,8 +158,8 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   auto parsed = engine::parse_key(key_header);
   if (const auto* bad = std::get_if<engine::KeyError>(&parsed)) {
     ctx.keep_alive = false;  // the body is left unread
-    co_return co_await send_problem(
-        ctx, problem(ErrorSource::downstream, ProblemKind::bad_key, bad->reason), Outcome::bad_key);
+    ctx.fail(ErrorSource::downstream, ProblemKind::bad_key, bad->reason, Outcome::bad_key);
+    co_return co_await send_problem(ctx);
   }
   const std::string key = std::move(std::get<std::string>(parsed));
   ctx.key_hash = engine::sha256_hex(key).substr(0, 16);
@@ -176,21 +174,20 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   auto [ec, n] = co_await bhttp::async_read(ctx.client.stream, ctx.client.buffer, parser, use_nothrow);
   if (ec == bhttp::error::body_limit) {
     ctx.keep_alive = false;
-    co_return co_await send_problem(
-        ctx, problem(ErrorSource::downstream, ProblemKind::body_too_large,
-                     "the request body is larger than max_body (" + std::to_string(route.max_body) +
-                         " bytes) for route " + route.name),
-        Outcome::too_large);
+    ctx.fail(ErrorSource::downstream, ProblemKind::body_too_large,
+             "the request body is larger than max_body (" + std::to_string(route.max_body) +
+                 " bytes) for route " + route.name,
+             Outcome::too_large);
+    co_return co_await send_problem(ctx);
   }
   if (ec) {
     if (ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) {
       co_return false;  // the client went away or timed out
     }
     ctx.keep_alive = false;
-    co_return co_await send_problem(
-        ctx, problem(ErrorSource::downstream, ProblemKind::malformed_request,
-                     "malformed request body: " + ec.message()),
-        Outcome::bad_request);
+    ctx.fail(ErrorSource::downstream, ProblemKind::malformed_request,
+             "malformed request body: " + ec.message(), Outcome::bad_request);
+    co_return co_await send_problem(ctx);
   }
   StringRequest req = parser.release();
 

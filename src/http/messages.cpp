@@ -147,10 +147,8 @@ asio::awaitable<bool> continue_if_expected(RequestContext& ctx) {
   co_return !ec;
 }
 
-asio::awaitable<bool> send_problem(RequestContext& ctx, const ProxyError& error,
-                                   ops::Outcome outcome) {
-  ctx.outcome = outcome;
-  auto res = problem_response(error, ctx.version, ctx.keep_alive);
+asio::awaitable<bool> send_problem(RequestContext& ctx) {
+  auto res = problem_response(*ctx.error, ctx.version, ctx.keep_alive);
   const bool sent = co_await send_response(ctx, res);
   co_return sent && ctx.keep_alive;
 }

@@ -32,6 +32,7 @@ asio::awaitable<RelayError> relay(beast::tcp_stream& in, beast::flat_buffer& in_
     } else {
       p.get().body().data = nullptr;
       p.get().body().size = 0;
+      p.get().body().more = false;  // defaults to true: the serializer would wait
     }
     out.expires_after(out_timeout);
     auto [ec, n] = co_await bhttp::async_write(out, sr, use_nothrow);
@@ -39,10 +40,6 @@ asio::awaitable<RelayError> relay(beast::tcp_stream& in, beast::flat_buffer& in_
     if (ec) co_return RelayError::write;
   } while (!p.is_done() && !sr.is_done());
   co_return RelayError::none;
-}
-
-ProxyError upstream_problem(ProblemKind kind, std::string detail) {
-  return ProxyError{ErrorSource::upstream, kind, std::move(detail), std::nullopt};
 }
 
 }  // namespace
@@ -62,10 +59,9 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   auto [cec, conn] = co_await rt.upstream.acquire(false);
   if (cec) {
     ctx.keep_alive = false;  // the request body was not read
-    co_return co_await send_problem(
-        ctx, upstream_problem(ProblemKind::upstream_unreachable,
-                              "cannot connect to the upstream: " + cec.message()),
-        ops::Outcome::upstream_error);
+    ctx.fail(ErrorSource::upstream, ProblemKind::upstream_unreachable,
+             "cannot connect to the upstream: " + cec.message(), ops::Outcome::upstream_error);
+    co_return co_await send_problem(ctx);
   }
 
   const auto sent = co_await relay<true>(ctx.client.stream, ctx.client.buffer, req_parser,
@@ -73,9 +69,9 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   if (sent == RelayError::read) co_return false;  // the client went away mid-body
   if (sent == RelayError::write) {
     ctx.keep_alive = false;
-    co_return co_await send_problem(
-        ctx, upstream_problem(ProblemKind::upstream_failed, "the upstream closed the connection"),
-        ops::Outcome::upstream_error);
+    ctx.fail(ErrorSource::upstream, ProblemKind::upstream_failed,
+             "the upstream closed the connection", ops::Outcome::upstream_error);
+    co_return co_await send_problem(ctx);
   }
 
   bhttp::response_parser<bhttp::buffer_body> res_parser;
@@ -88,9 +84,9 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   if (hec) {
     const auto kind =
         hec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;
-    co_return co_await send_problem(
-        ctx, upstream_problem(kind, "no response from the upstream: " + hec.message()),
-        ops::Outcome::upstream_error);
+    ctx.fail(ErrorSource::upstream, kind, "no response from the upstream: " + hec.message(),
+             ops::Outcome::upstream_error);
+    co_return co_await send_problem(ctx);
   }
   auto& res = res_parser.get();
   const bool upstream_keep_alive = res.keep_alive();

@@ -36,6 +36,21 @@ struct RequestContext {
   std::string key_hash;  // logged instead of the key
   std::chrono::steady_clock::time_point started;
 
+  std::optional<ProxyError> error;  // set by fail(); sent by send_problem()
+
+  /// Records why the request fails; send_problem() then answers with it.
+  /// (Errors travel in the context rather than as temporaries inside co_await
+  /// expressions, which GCC 12 miscompiles.)
+  void fail(ErrorSource source, ProblemKind kind, std::string detail, ops::Outcome why,
+            std::optional<int> retry_after = std::nullopt) {
+    error = ProxyError{source, kind, std::move(detail), retry_after};
+    outcome = why;
+  }
+  void fail(const ProxyError& e, ops::Outcome why) {
+    error = e;
+    outcome = why;
+  }
+
   const std::string& route_name() const {
     static const std::string none = "-";
     return route ? route->name : none;
@@ -44,9 +59,8 @@ struct RequestContext {
 
 /// Writes a response to the client under the read timeout; false if it failed.
 asio::awaitable<bool> send_response(RequestContext& ctx, StringResponse& response);
-/// Sends a problem response, counts the outcome, and closes unless keep_alive.
-asio::awaitable<bool> send_problem(RequestContext& ctx, const ProxyError& error,
-                                   ops::Outcome outcome);
+/// Sends ctx.error as a problem response; false when the connection must close.
+asio::awaitable<bool> send_problem(RequestContext& ctx);
 
 /// Answers `Expect: 100-continue` before the body is read; false if that failed.
 asio::awaitable<bool> continue_if_expected(RequestContext& ctx);

@@ -57,16 +57,19 @@ class Runtime {
 
   /// Runs a blocking call (a store call) on the database pool and resumes the
   /// calling coroutine on its own executor: libpq never blocks an I/O thread.
+  // Only trivially destructible values may appear as temporaries inside a co_await
+  // expression: GCC 12 destroys such temporaries twice. Hence `fn` should capture
+  // by reference, and the initiation below captures only `this`.
   template <class F>
   asio::awaitable<std::invoke_result_t<F&>> blocking(F fn) {
     using R = std::invoke_result_t<F&>;
-    auto io = co_await asio::this_coro::executor;
     co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(R)>(
-        [this, io](auto handler, F work) {
+        [this](auto handler, F work) {
+          auto io = asio::get_associated_executor(handler);
           asio::post(db_pool, [handler = std::move(handler), work = std::move(work),
                                guard = asio::make_work_guard(io)]() mutable {
             R result = work();
-            auto ex = asio::get_associated_executor(handler, guard.get_executor());
+            auto ex = guard.get_executor();
             asio::post(ex, [handler = std::move(handler), result = std::move(result)]() mutable {
               std::move(handler)(std::move(result));
             });

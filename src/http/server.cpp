@@ -69,7 +69,9 @@ void ProxyServer::Impl::bind(tcp::acceptor& acceptor, const config::Endpoint& at
 
 asio::awaitable<void> ProxyServer::Impl::accept_clients() {
   for (;;) {
-    auto [ec, socket] = co_await proxy_acceptor.async_accept(asio::make_strand(io), use_nothrow);
+    // Named, not a temporary: GCC 12 destroys temporaries in co_await expressions twice.
+    const auto strand = asio::make_strand(io);
+    auto [ec, socket] = co_await proxy_acceptor.async_accept(strand, use_nothrow);
     if (ec) {
       if (!proxy_acceptor.is_open()) co_return;
       spdlog::warn("accept failed: {}", ec.message());
@@ -87,7 +89,8 @@ asio::awaitable<void> ProxyServer::Impl::accept_clients() {
 
 asio::awaitable<void> ProxyServer::Impl::accept_admin() {
   for (;;) {
-    auto [ec, socket] = co_await admin_acceptor.async_accept(asio::make_strand(io), use_nothrow);
+    const auto strand = asio::make_strand(io);
+    auto [ec, socket] = co_await admin_acceptor.async_accept(strand, use_nothrow);
     if (ec) {
       if (!admin_acceptor.is_open()) co_return;
       continue;

@@ -11,11 +11,6 @@ bool is_disconnect(const beast::error_code& ec) {
          ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
 }
 
-ProxyError bad_request(std::string detail) {
-  return ProxyError{ErrorSource::downstream, ProblemKind::malformed_request, std::move(detail),
-                    std::nullopt};
-}
-
 // Framing checks that close request-smuggling doors (RFC 9112 6.1, 6.3).
 std::optional<std::string> framing_error(const bhttp::request<bhttp::empty_body>& req) {
   const auto lengths = req.count(bhttp::field::content_length);
@@ -35,7 +30,9 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   ctx.target = std::string(req.target());
   if (auto error = framing_error(req)) {
     ctx.keep_alive = false;
-    co_return co_await send_problem(ctx, bad_request(*error), ops::Outcome::bad_request);
+    ctx.fail(ErrorSource::downstream, ProblemKind::malformed_request, *error,
+             ops::Outcome::bad_request);
+    co_return co_await send_problem(ctx);
   }
   ctx.route = ctx.settings->routes.match(ctx.target);
   if (ctx.route == nullptr || !ctx.route->enabled || !ctx.route->covers_method(ctx.method)) {
@@ -45,20 +42,16 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   if (key_count == 0) {
     if (!ctx.route->key_required) co_return co_await pass_through(ctx);
     ctx.keep_alive = false;
-    co_return co_await send_problem(
-        ctx,
-        ProxyError{ErrorSource::downstream, ProblemKind::missing_key,
-                   "route " + ctx.route->name + " requires an " + ctx.route->header + " header",
-                   std::nullopt},
-        ops::Outcome::missing_key);
+    ctx.fail(ErrorSource::downstream, ProblemKind::missing_key,
+             "route " + ctx.route->name + " requires an " + ctx.route->header + " header",
+             ops::Outcome::missing_key);
+    co_return co_await send_problem(ctx);
   }
   if (key_count > 1) {
     ctx.keep_alive = false;
-    co_return co_await send_problem(
-        ctx,
-        ProxyError{ErrorSource::downstream, ProblemKind::bad_key,
-                   "more than one " + ctx.route->header + " header", std::nullopt},
-        ops::Outcome::bad_key);
+    ctx.fail(ErrorSource::downstream, ProblemKind::bad_key,
+             "more than one " + ctx.route->header + " header", ops::Outcome::bad_key);
+    co_return co_await send_problem(ctx);
   }
   const std::string key_header(req[ctx.route->header]);
   co_return co_await run_idempotent(ctx, key_header);
@@ -122,11 +115,9 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
       ctx.keep_alive = false;
       const auto kind = rec == bhttp::error::header_limit ? ProblemKind::header_too_large
                                                           : ProblemKind::malformed_request;
-      co_await send_problem(ctx,
-                            ProxyError{ErrorSource::downstream, kind,
-                                       "the request could not be parsed: " + rec.message(),
-                                       std::nullopt},
-                            ops::Outcome::bad_request);
+      ctx.fail(ErrorSource::downstream, kind, "the request could not be parsed: " + rec.message(),
+               ops::Outcome::bad_request);
+      co_await send_problem(ctx);
       rt.metrics.count_request("-", ops::Outcome::bad_request);
       spdlog::info("malformed request from {}: {}", conn->peer_ip, rec.message());
       break;

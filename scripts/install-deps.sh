@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages, whatever idemproxy needs that is missing.
+# Idempotent: does nothing (and needs no network) when everything is present.
+set -euo pipefail
+
+PACKAGES=(
+  cmake g++ make pkg-config
+  libboost1.81-dev libboost-url1.81-dev
+  libpqxx-dev libpq-dev libssl-dev nlohmann-json3-dev libspdlog-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev
+  postgresql-15
+  python3 python3-pytest
+  curl procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
