@@ -1,0 +1,201 @@
+// PgStore against a real PostgreSQL. Set IDEMPROXY_TEST_DSN (scripts/test.sh does);
+// with IDEMPROXY_REQUIRE_PG=1 a missing DSN fails instead of skipping.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include "idemproxy/store/migrations.hpp"
+#include "idemproxy/store/pg_store.hpp"
+
+using namespace idemproxy;
+using namespace idemproxy::store;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string dsn() {
+  const char* v = std::getenv("IDEMPROXY_TEST_DSN");
+  return v ? v : "";
+}
+
+class PgStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (dsn().empty()) {
+      if (std::getenv("IDEMPROXY_REQUIRE_PG")) FAIL() << "IDEMPROXY_TEST_DSN is not set";
+      GTEST_SKIP() << "IDEMPROXY_TEST_DSN is not set";
+    }
+    apply_migrations(dsn());
+    store = std::make_unique<PgStore>(PgOptions{dsn(), 4, 5s});
+    // A fresh scope per test keeps tests independent on a shared database.
+    scope = "test-" + std::to_string(std::random_device{}()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+
+  ClaimRequest request(const std::string& key, Duration lease = 30s, Duration ttl = 1h,
+                       const std::string& fp = "fp-1") {
+    return {{scope, key}, fp, lease, ttl, "orders", "POST", "/v1/orders?x=1"};
+  }
+
+  std::int64_t claim_token(const ClaimRequest& r) {
+    auto result = store->claim(r);
+    EXPECT_TRUE(result.ok());
+    EXPECT_TRUE(std::holds_alternative<Claimed>(result.value()));
+    return std::get<Claimed>(result.value()).token;
+  }
+
+  std::unique_ptr<PgStore> store;
+  std::string scope;
+};
+
+}  // namespace
+
+TEST_F(PgStoreTest, ClaimThenExistingRecordIsReturned) {
+  const auto token = claim_token(request("k"));
+  auto again = store->claim(request("k"));
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(std::holds_alternative<Record>(again.value()));
+  const auto& r = std::get<Record>(again.value());
+  EXPECT_EQ(r.state, RecordState::in_flight);
+  EXPECT_EQ(r.token, token);
+  EXPECT_EQ(r.fingerprint, "fp-1");
+  EXPECT_EQ(r.target, "/v1/orders?x=1");
+  EXPECT_GT(r.locked_until, std::chrono::system_clock::now() + 20s);
+}
+
+TEST_F(PgStoreTest, CompletedResponseRoundTripsByteForByte) {
+  const auto token = claim_token(request("k"));
+  std::string body;
+  for (int i = 0; i < 70000; ++i) body += static_cast<char>(i % 256);  // NULs and high bytes
+  const StoredResponse response{201,
+                                {{"Content-Type", "application/octet-stream"},
+                                 {"X-Multi", "a"},
+                                 {"X-Multi", "b"},
+                                 {"X-Empty", ""}},
+                                body};
+  ASSERT_TRUE(store->complete({scope, "k"}, token, response, 1h).ok());
+
+  auto replay = store->claim(request("k"));
+  ASSERT_TRUE(replay.ok());
+  const auto& r = std::get<Record>(replay.value());
+  EXPECT_EQ(r.state, RecordState::completed);
+  ASSERT_TRUE(r.response.has_value());
+  EXPECT_EQ(r.response->status, 201);
+  EXPECT_EQ(r.response->headers, response.headers);
+  EXPECT_EQ(r.response->body, body);
+}
+
+TEST_F(PgStoreTest, OnlyTheCurrentTokenMayCompleteOrRelease) {
+  const auto token = claim_token(request("k"));
+  auto wrong = store->complete({scope, "k"}, token + 1000, {200, {}, "x"}, 1h);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.error().code, StoreErrc::fenced);
+  auto wrong_release = store->release({scope, "k"}, token + 1000);
+  ASSERT_FALSE(wrong_release.ok());
+  EXPECT_EQ(wrong_release.error().code, StoreErrc::fenced);
+  EXPECT_TRUE(store->complete({scope, "k"}, token, {200, {}, "x"}, 1h).ok());
+  // Completing twice is refused too: the record is no longer in flight.
+  EXPECT_FALSE(store->complete({scope, "k"}, token, {200, {}, "y"}, 1h).ok());
+}
+
+TEST_F(PgStoreTest, ExpiredLeaseIsTakenOverAndTheOldHolderIsFenced) {
+  const auto old_token = claim_token(request("k", 50ms));
+  std::this_thread::sleep_for(120ms);
+  const auto new_token = claim_token(request("k", 30s));
+  EXPECT_NE(new_token, old_token);
+  EXPECT_EQ(store->complete({scope, "k"}, old_token, {200, {}, "stale"}, 1h).error().code,
+            StoreErrc::fenced);
+  ASSERT_TRUE(store->complete({scope, "k"}, new_token, {200, {}, "fresh"}, 1h).ok());
+  auto found = store->find({scope, "k"});
+  EXPECT_EQ(found.value()->response->body, "fresh");
+}
+
+TEST_F(PgStoreTest, ReleasedRecordIsClaimedAgain) {
+  const auto token = claim_token(request("k"));
+  ASSERT_TRUE(store->release({scope, "k"}, token).ok());
+  EXPECT_EQ(store->find({scope, "k"}).value()->state, RecordState::released);
+  EXPECT_NE(claim_token(request("k")), token);
+}
+
+TEST_F(PgStoreTest, ExpiredRecordIsClaimedAgainNotReturned) {
+  const auto token = claim_token(request("k"));
+  ASSERT_TRUE(store->complete({scope, "k"}, token, {200, {}, "old"}, 50ms).ok());
+  std::this_thread::sleep_for(120ms);
+  EXPECT_TRUE(store->find({scope, "k"}).value()->expired);
+  const auto fresh = claim_token(request("k", 30s, 1h, "another-fingerprint"));
+  EXPECT_NE(fresh, token);
+}
+
+TEST_F(PgStoreTest, ConcurrentClaimsHaveExactlyOneWinner) {
+  PgStore wide({dsn(), 16, 5s});
+  std::atomic<int> winners{0}, losers{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 32; ++i) {
+    threads.emplace_back([&] {
+      auto r = wide.claim(request("storm"));
+      if (!r.ok()) ++errors;
+      else if (std::holds_alternative<Claimed>(r.value())) ++winners;
+      else ++losers;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(winners, 1);
+  EXPECT_EQ(losers, 31);
+  EXPECT_EQ(errors, 0);
+}
+
+TEST_F(PgStoreTest, PurgeAndFind) {
+  claim_token(request("k"));
+  EXPECT_TRUE(store->find({scope, "k"}).value().has_value());
+  EXPECT_TRUE(store->purge({scope, "k"}).value());
+  EXPECT_FALSE(store->purge({scope, "k"}).value());
+  EXPECT_FALSE(store->find({scope, "k"}).value().has_value());
+}
+
+TEST_F(PgStoreTest, DeleteExpiredRemovesOnlyExpiredRecordsInBatches) {
+  for (int i = 0; i < 5; ++i) {
+    const auto key = "old" + std::to_string(i);
+    ASSERT_TRUE(store->complete({scope, key}, claim_token(request(key)), {200, {}, ""}, 10ms).ok());
+  }
+  claim_token(request("live"));
+  std::this_thread::sleep_for(50ms);
+  std::int64_t deleted = 0;
+  for (auto n = store->delete_expired(2).value(); n > 0; n = store->delete_expired(2).value()) {
+    EXPECT_LE(n, 2);
+    deleted += n;
+  }
+  EXPECT_GE(deleted, 5);  // other tests' expired rows may go too
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_FALSE(store->find({scope, "old" + std::to_string(i)}).value().has_value());
+  }
+  EXPECT_TRUE(store->find({scope, "live"}).value().has_value());
+}
+
+TEST_F(PgStoreTest, MigrationsAreSafeWhenManyInstancesStartAtOnce) {
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&] {
+      try {
+        apply_migrations(dsn());
+      } catch (const std::exception&) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(PgStoreUnavailable, AnUnreachableServerIsAnErrorValueNotAnException) {
+  PgStore down({"postgresql://postgres@127.0.0.1:1/none?connect_timeout=2", 2, 1s});
+  auto ping = down.ping();
+  ASSERT_FALSE(ping.ok());
+  EXPECT_EQ(ping.error().code, StoreErrc::unavailable);
+  auto claim = down.claim({{"", "k"}, "fp", 30s, 1h, "r", "POST", "/"});
+  ASSERT_FALSE(claim.ok());
+  EXPECT_EQ(claim.error().code, StoreErrc::unavailable);
+}

@@ -1,0 +1,192 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "idemproxy/config/config.hpp"
+
+using namespace idemproxy::config;
+using namespace std::chrono_literals;
+
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+const char* kMinimal =
+    "upstream:\n"
+    "  url: http://127.0.0.1:3000\n"
+    "store:\n"
+    "  memory: {}\n";
+
+Config parse(const std::string& text, std::map<std::string, std::string> vars = {}) {
+  return parse_config(text, "test.yaml", env_of(std::move(vars)));
+}
+
+// Returns "LINE:COL: message" of the error the text produces.
+std::string error_of(const std::string& text, std::map<std::string, std::string> vars = {}) {
+  try {
+    parse(text, std::move(vars));
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("test.yaml:", 0), 0u) << what;
+    return what.substr(std::string("test.yaml:").size());
+  }
+  ADD_FAILURE() << "no error for:\n" << text;
+  return "";
+}
+
+// "LINE:COL" of the error the text produces.
+std::string where(const std::string& text, std::map<std::string, std::string> vars = {}) {
+  const std::string e = error_of(text, std::move(vars));
+  return e.substr(0, e.find(": "));
+}
+
+}  // namespace
+
+TEST(Units, Durations) {
+  EXPECT_EQ(parse_duration("500ms"), 500ms);
+  EXPECT_EQ(parse_duration("30s"), 30s);
+  EXPECT_EQ(parse_duration("5m"), 5min);
+  EXPECT_EQ(parse_duration("24h"), 24h);
+  EXPECT_THROW(parse_duration("30"), std::invalid_argument);
+  EXPECT_THROW(parse_duration("s"), std::invalid_argument);
+  EXPECT_THROW(parse_duration("1.5s"), std::invalid_argument);
+  EXPECT_THROW(parse_duration("-1s"), std::invalid_argument);
+}
+
+TEST(Units, Sizes) {
+  EXPECT_EQ(parse_size("64KiB"), 64u * 1024);
+  EXPECT_EQ(parse_size("1MiB"), 1024u * 1024);
+  EXPECT_EQ(parse_size("512"), 512u);
+  EXPECT_THROW(parse_size("1MB"), std::invalid_argument);
+}
+
+TEST(EnvSubstitution, VariablesAndDefaults) {
+  auto env = env_of({{"A", "alpha"}, {"EMPTY", ""}});
+  EXPECT_EQ(substitute_env("x-${A}-y", env), "x-alpha-y");
+  EXPECT_EQ(substitute_env("${MISSING:-fallback}", env), "fallback");
+  EXPECT_EQ(substitute_env("${EMPTY:-fallback}", env), "fallback");
+  EXPECT_EQ(substitute_env("${A:-fallback}", env), "alpha");
+  EXPECT_THROW(substitute_env("${MISSING}", env), std::invalid_argument);
+  EXPECT_THROW(substitute_env("${A", env), std::invalid_argument);
+}
+
+TEST(Config, MinimalFileGetsSpecDefaults) {
+  const Config c = parse(kMinimal);
+  EXPECT_EQ(c.listen.port, 8080);
+  EXPECT_EQ(c.admin_listen.port, 9090);
+  EXPECT_EQ(c.upstream.host, "127.0.0.1");
+  EXPECT_EQ(c.upstream.port, "3000");
+  EXPECT_EQ(c.store.kind, StoreConfig::Kind::memory);
+  EXPECT_EQ(c.defaults.header, "Idempotency-Key");
+  EXPECT_EQ(c.defaults.ttl, 24h);
+  EXPECT_EQ(c.defaults.lease, 30s);
+  EXPECT_EQ(c.defaults.max_body, 1024u * 1024);
+  EXPECT_TRUE(c.routes.empty());
+}
+
+TEST(Config, RoutesInheritDefaultsAndOverrideThem) {
+  const Config c = parse(std::string(kMinimal) +
+                         "defaults:\n"
+                         "  ttl: 1h\n"
+                         "  on_concurrent: wait\n"
+                         "routes:\n"
+                         "  - name: orders\n"
+                         "    path_prefix: /v1/orders\n"
+                         "    ttl: 72h\n"
+                         "  - name: health\n"
+                         "    path_prefix: /status\n"
+                         "    enabled: false\n");
+  ASSERT_EQ(c.routes.size(), 2u);
+  EXPECT_EQ(c.routes[0].ttl, 72h);
+  EXPECT_EQ(c.routes[0].on_concurrent, idemproxy::engine::OnConcurrent::wait);
+  EXPECT_EQ(c.routes[1].ttl, 1h);
+  EXPECT_FALSE(c.routes[1].enabled);
+}
+
+TEST(Config, EnvironmentIsSubstitutedInScalars) {
+  const Config c = parse(
+      "upstream:\n  url: http://${UP_HOST}:${UP_PORT:-3000}\n"
+      "store:\n  postgres:\n    dsn: ${DSN}\n",
+      {{"UP_HOST", "10.0.0.1"}, {"DSN", "postgresql://x@y/z"}});
+  EXPECT_EQ(c.upstream.host, "10.0.0.1");
+  EXPECT_EQ(c.upstream.port, "3000");
+  EXPECT_EQ(c.store.dsn, "postgresql://x@y/z");
+}
+
+TEST(ConfigErrors, UnknownKeyIsReportedAtItsPosition) {
+  EXPECT_EQ(where(std::string(kMinimal) + "defaults:\n  tll: 24h\n"), "6:3");
+  EXPECT_NE(error_of(std::string(kMinimal) + "defaults:\n  tll: 24h\n").find("unknown key \"tll\""),
+            std::string::npos);
+  EXPECT_EQ(where(std::string(kMinimal) + "listn: 1.2.3.4:5\n"), "5:1");
+  EXPECT_EQ(where(std::string(kMinimal) +
+                  "routes:\n  - name: a\n    path_prefix: /a\n    key_requird: true\n"),
+            "8:5");
+}
+
+TEST(ConfigErrors, BadValuesAreReportedAtTheValue) {
+  EXPECT_EQ(where(std::string(kMinimal) + "defaults:\n  ttl: forever\n"), "6:8");
+  EXPECT_EQ(where(std::string(kMinimal) + "defaults:\n  on_concurrent: queue\n"), "6:18");
+  EXPECT_EQ(where(std::string(kMinimal) + "defaults:\n  store_status: [2xx, 7xx]\n"), "6:23");
+  EXPECT_EQ(where(std::string(kMinimal) + "defaults:\n  key_required: yes please\n"), "6:17");
+  EXPECT_EQ(where(std::string(kMinimal) + "listen: nowhere\n"), "5:9");
+}
+
+TEST(ConfigErrors, StoreMustBeExactlyOne) {
+  EXPECT_NE(error_of("upstream:\n  url: http://a:1\nstore:\n  memory: {}\n  postgres: {dsn: x}\n")
+                .find("exactly one"),
+            std::string::npos);
+  EXPECT_NE(error_of("upstream:\n  url: http://a:1\nstore: {}\n").find("exactly one"),
+            std::string::npos);
+}
+
+TEST(ConfigErrors, MissingEnvironmentVariableIsNamed) {
+  const auto e = error_of("upstream:\n  url: http://a:1\nstore:\n  postgres:\n    dsn: ${NOPE}\n");
+  EXPECT_EQ(e.substr(0, 5), "5:10:");
+  EXPECT_NE(e.find("NOPE is not set"), std::string::npos);
+}
+
+TEST(ConfigErrors, UpstreamMustBeHttpUrl) {
+  EXPECT_NE(error_of("upstream:\n  url: ftp://a\nstore:\n  memory: {}\n").find("http"),
+            std::string::npos);
+  EXPECT_NE(error_of("upstream:\n  url: 'not a url'\nstore:\n  memory: {}\n").find("not a valid URL"),
+            std::string::npos);
+}
+
+TEST(ConfigErrors, RoutesNeedNamesAndPrefixesAndUniqueNames) {
+  EXPECT_NE(error_of(std::string(kMinimal) + "routes:\n  - path_prefix: /a\n").find("needs a name"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "routes:\n  - name: a\n").find("path_prefix"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) +
+                     "routes:\n  - {name: a, path_prefix: /a}\n  - {name: a, path_prefix: /b}\n")
+                .find("duplicate"),
+            std::string::npos);
+}
+
+TEST(ConfigErrors, YamlSyntaxErrorHasPosition) {
+  const auto e = error_of("upstream: [unclosed\n");
+  EXPECT_TRUE(e.starts_with("2:1:") || e.starts_with("1:")) << e;
+}
+
+TEST(ConfigErrors, EmptyFileIsAnError) { EXPECT_NE(error_of("").find("empty"), std::string::npos); }
+
+TEST(Config, ShippedExampleConfigIsValid) {
+  setenv("IDEMPROXY_PG_DSN", "postgresql://postgres@127.0.0.1:5432/idemproxy", 1);
+  const Config c = load_config(IDEMPROXY_SOURCE_DIR "/config/idemproxy.yaml");
+  ASSERT_EQ(c.routes.size(), 2u);
+  EXPECT_EQ(c.routes[0].name, "orders");
+  EXPECT_TRUE(c.routes[0].key_required);
+  EXPECT_EQ(c.routes[0].ttl, 72h);
+  EXPECT_FALSE(c.routes[1].enabled);
+}
+
+TEST(Config, MissingFileIsAConfigError) {
+  EXPECT_THROW(load_config("/nonexistent/idemproxy.yaml"), ConfigError);
+}

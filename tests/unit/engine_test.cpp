@@ -1,0 +1,170 @@
+// The idempotency state machine against the in-memory store, on a fake clock.
+#include "idemproxy/engine/engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include "idemproxy/store/memory_store.hpp"
+
+using namespace idemproxy;
+using namespace idemproxy::engine;
+using namespace std::chrono_literals;
+using Kind = Admission::Kind;
+
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  store::ClaimRequest request(std::string key, std::string fp = "fp-1", std::string scope = "") {
+    return {{std::move(scope), std::move(key)}, std::move(fp), policy.lease, policy.ttl, "orders",
+            "POST", "/v1/orders"};
+  }
+  store::StoredResponse created(std::string body = R"({"id":"ord_1"})") {
+    return {201,
+            {{"Content-Type", "application/json"},
+             {"Set-Cookie", "session=secret"},
+             {"Connection", "keep-alive"},
+             {"Content-Length", "14"},
+             {"X-Request-Cost", "3"}},
+            std::move(body)};
+  }
+
+  FakeClock clock;
+  store::MemoryStore memory{clock};
+  Engine engine{memory};
+  RoutePolicy policy;
+};
+
+}  // namespace
+
+TEST_F(EngineTest, FirstRequestExecutesAndRetriesReplayTheStoredResponse) {
+  const auto first = engine.admit(request("k"));
+  ASSERT_EQ(first.kind, Kind::execute);
+  EXPECT_EQ(engine.finish({"", "k"}, first.token, policy, created()), Finish::stored);
+
+  const auto retry = engine.admit(request("k"));
+  ASSERT_EQ(retry.kind, Kind::replay);
+  EXPECT_EQ(retry.replay->status, 201);
+  EXPECT_EQ(retry.replay->body, R"({"id":"ord_1"})");
+}
+
+TEST_F(EngineTest, StoredHeadersDropHopByHopAndDeniedOnes) {
+  const auto first = engine.admit(request("k"));
+  engine.finish({"", "k"}, first.token, policy, created());
+  const auto retry = engine.admit(request("k"));
+  ASSERT_EQ(retry.kind, Kind::replay);
+  const std::vector<store::Header> expected = {{"Content-Type", "application/json"},
+                                               {"X-Request-Cost", "3"}};
+  EXPECT_EQ(retry.replay->headers, expected);
+}
+
+TEST_F(EngineTest, ConcurrentRequestSeesInFlight) {
+  ASSERT_EQ(engine.admit(request("k")).kind, Kind::execute);
+  const auto second = engine.admit(request("k"));
+  EXPECT_EQ(second.kind, Kind::in_flight);
+  EXPECT_EQ(second.locked_until, clock.now() + policy.lease);
+}
+
+TEST_F(EngineTest, DifferentFingerprintIsAMismatchInEveryState) {
+  const auto first = engine.admit(request("k", "fp-1"));
+  EXPECT_EQ(engine.admit(request("k", "fp-2")).kind, Kind::mismatch);  // in flight
+  engine.finish({"", "k"}, first.token, policy, created());
+  EXPECT_EQ(engine.admit(request("k", "fp-2")).kind, Kind::mismatch);  // completed
+}
+
+TEST_F(EngineTest, UnstorableStatusReleasesTheClaimSoARetryExecutes) {
+  const auto first = engine.admit(request("k"));
+  EXPECT_EQ(engine.finish({"", "k"}, first.token, policy, {503, {}, "busy"}), Finish::released);
+  const auto retry = engine.admit(request("k"));
+  ASSERT_EQ(retry.kind, Kind::execute);
+  EXPECT_NE(retry.token, first.token);
+}
+
+TEST_F(EngineTest, RetryableClientErrorsAreReleasedToo) {
+  for (int status : {408, 409, 425, 429}) {
+    const auto key = "k" + std::to_string(status);
+    const auto first = engine.admit(request(key));
+    EXPECT_EQ(engine.finish({"", key}, first.token, policy, {status, {}, ""}), Finish::released);
+    EXPECT_EQ(engine.admit(request(key)).kind, Kind::execute) << status;
+  }
+}
+
+TEST_F(EngineTest, ClientErrorsAreStoredByDefault) {
+  const auto first = engine.admit(request("k"));
+  EXPECT_EQ(engine.finish({"", "k"}, first.token, policy, {400, {}, "bad amount"}), Finish::stored);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::replay);
+}
+
+TEST_F(EngineTest, AbandonedClaimLetsTheRetryExecute) {
+  const auto first = engine.admit(request("k"));
+  EXPECT_EQ(engine.abandon({"", "k"}, first.token), Finish::released);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);
+}
+
+TEST_F(EngineTest, ExpiredRecordIsNeverReplayed) {
+  const auto first = engine.admit(request("k"));
+  engine.finish({"", "k"}, first.token, policy, created());
+  clock.advance(policy.ttl - 1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::replay);
+  clock.advance(1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);
+}
+
+TEST_F(EngineTest, ExpiredRecordDoesNotCauseAMismatch) {
+  const auto first = engine.admit(request("k", "fp-1"));
+  engine.finish({"", "k"}, first.token, policy, created());
+  clock.advance(policy.ttl);
+  EXPECT_EQ(engine.admit(request("k", "fp-2")).kind, Kind::execute);
+}
+
+TEST_F(EngineTest, LeaseTakeoverFencesTheOldHolder) {
+  const auto old_holder = engine.admit(request("k"));
+  clock.advance(policy.lease - 1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::in_flight);
+  clock.advance(1ms);
+  const auto new_holder = engine.admit(request("k"));
+  ASSERT_EQ(new_holder.kind, Kind::execute);
+  EXPECT_NE(new_holder.token, old_holder.token);
+
+  // The old holder wakes up late: it must not overwrite or release anything.
+  EXPECT_EQ(engine.finish({"", "k"}, old_holder.token, policy, created("stale")), Finish::fenced);
+  EXPECT_EQ(engine.abandon({"", "k"}, old_holder.token), Finish::fenced);
+  EXPECT_EQ(engine.finish({"", "k"}, new_holder.token, policy, created("fresh")), Finish::stored);
+  const auto replay = engine.admit(request("k"));
+  ASSERT_EQ(replay.kind, Kind::replay);
+  EXPECT_EQ(replay.replay->body, "fresh");
+}
+
+TEST_F(EngineTest, ScopesIsolateKeys) {
+  const auto a = engine.admit(request("k", "fp-a", "tenant-a"));
+  engine.finish({"tenant-a", "k"}, a.token, policy, created("for a"));
+  // Same key, other tenant, even another body: its own record, no mismatch.
+  const auto b = engine.admit(request("k", "fp-b", "tenant-b"));
+  ASSERT_EQ(b.kind, Kind::execute);
+  engine.finish({"tenant-b", "k"}, b.token, policy, created("for b"));
+  EXPECT_EQ(engine.admit(request("k", "fp-a", "tenant-a")).replay->body, "for a");
+  EXPECT_EQ(engine.admit(request("k", "fp-b", "tenant-b")).replay->body, "for b");
+}
+
+TEST_F(EngineTest, CompletionRestartsTheTtl) {
+  const auto first = engine.admit(request("k"));
+  clock.advance(10s);
+  engine.finish({"", "k"}, first.token, policy, created());
+  clock.advance(policy.ttl - 5s);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::replay);
+}
+
+TEST(MemoryStore, DeleteExpiredSkipsLiveRecordsAndHonoursTheLimit) {
+  FakeClock clock;
+  store::MemoryStore s(clock);
+  for (int i = 0; i < 5; ++i) {
+    auto r = s.claim({{"", "old" + std::to_string(i)}, "fp", 1s, 1min, "r", "POST", "/"});
+    s.complete({"", "old" + std::to_string(i)}, std::get<store::Claimed>(r.value()).token,
+               {200, {}, ""}, 1min);
+  }
+  clock.advance(2min);
+  s.claim({{"", "fresh"}, "fp", 1s, 1h, "r", "POST", "/"});
+  EXPECT_EQ(s.delete_expired(3).value(), 3);
+  EXPECT_EQ(s.delete_expired(100).value(), 2);
+  EXPECT_EQ(s.delete_expired(100).value(), 0);
+  EXPECT_TRUE(s.find({"", "fresh"}).value().has_value());
+}

@@ -1,0 +1,50 @@
+#include "idemproxy/engine/fingerprint.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace idemproxy::engine;
+
+TEST(CanonicalJson, KeyOrderAndWhitespaceDoNotMatter) {
+  EXPECT_EQ(canonical_json(R"({"b": 1, "a": [1, 2, {"d": null, "c": true}]})"),
+            canonical_json(R"({"a":[1,2,{"c":true,"d":null}],"b":1})"));
+  EXPECT_EQ(canonical_json(R"( { "b" : 1 , "a" : "x" } )"), R"({"a":"x","b":1})");
+}
+
+TEST(CanonicalJson, ValuesStillMatter) {
+  EXPECT_NE(canonical_json(R"({"amount": 42})"), canonical_json(R"({"amount": 43})"));
+  EXPECT_NE(canonical_json(R"([1, 2])"), canonical_json(R"([2, 1])"));  // arrays are ordered
+}
+
+TEST(CanonicalJson, InvalidJsonIsLeftAlone) {
+  EXPECT_EQ(canonical_json("{not json"), "{not json");
+}
+
+TEST(Fingerprint, JsonBodiesAreCanonicalised) {
+  EXPECT_EQ(fingerprint("POST", "/v1/orders", "application/json", R"({"a":1,"b":2})"),
+            fingerprint("POST", "/v1/orders", "application/json; charset=utf-8",
+                        "{ \"b\": 2,\n  \"a\": 1 }"));
+  EXPECT_EQ(fingerprint("POST", "/x", "application/vnd.api+json", R"({"a":1,"b":2})"),
+            fingerprint("POST", "/x", "application/vnd.api+json", R"({"b":2,"a":1})"));
+}
+
+TEST(Fingerprint, NonJsonBodiesAreComparedByteForByte) {
+  EXPECT_NE(fingerprint("POST", "/x", "text/plain", R"({"a":1,"b":2})"),
+            fingerprint("POST", "/x", "text/plain", R"({"b":2,"a":1})"));
+}
+
+TEST(Fingerprint, MethodPathAndQueryAreIncluded) {
+  const auto base = fingerprint("POST", "/v1/orders?x=1", "", "body");
+  EXPECT_NE(base, fingerprint("PATCH", "/v1/orders?x=1", "", "body"));
+  EXPECT_NE(base, fingerprint("POST", "/v1/orders?x=2", "", "body"));
+  EXPECT_NE(base, fingerprint("POST", "/v1/orders", "", "body"));
+  EXPECT_NE(base, fingerprint("POST", "/v1/orders?x=1", "", "body2"));
+  EXPECT_EQ(base.size(), 64u);  // hex SHA-256
+}
+
+TEST(Fingerprint, PartsCannotBeShiftedIntoEachOther) {
+  EXPECT_NE(fingerprint("POST", "/ab", "", "c"), fingerprint("POST", "/a", "", "bc"));
+}
+
+TEST(Sha256Hex, MatchesKnownVector) {
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}

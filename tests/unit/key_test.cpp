@@ -1,0 +1,55 @@
+#include "idemproxy/engine/key.hpp"
+
+#include <gtest/gtest.h>
+
+using idemproxy::engine::KeyError;
+using idemproxy::engine::parse_key;
+
+namespace {
+
+std::string ok(std::string_view v) {
+  auto r = parse_key(v);
+  EXPECT_TRUE(std::holds_alternative<std::string>(r)) << "rejected: " << v;
+  return std::holds_alternative<std::string>(r) ? std::get<std::string>(r) : "";
+}
+
+bool rejected(std::string_view v) { return std::holds_alternative<KeyError>(parse_key(v)); }
+
+}  // namespace
+
+TEST(ParseKey, BareAndQuotedFormsMeanTheSameKey) {
+  EXPECT_EQ(ok("abc"), "abc");
+  EXPECT_EQ(ok("\"abc\""), "abc");
+  EXPECT_EQ(ok("8e03978e-40d5-43e8-bc93-6894a57f9324"), "8e03978e-40d5-43e8-bc93-6894a57f9324");
+}
+
+TEST(ParseKey, QuotedStringUnescapesQuoteAndBackslash) {
+  EXPECT_EQ(ok(R"("a\"b")"), "a\"b");
+  EXPECT_EQ(ok(R"("a\\b")"), "a\\b");
+  EXPECT_TRUE(rejected(R"("a\nb")"));  // only \" and \\ are escapes in RFC 8941
+}
+
+TEST(ParseKey, MalformedQuotedStringsAreRejected) {
+  EXPECT_TRUE(rejected("\"abc"));
+  EXPECT_TRUE(rejected("\"abc\"x"));
+  EXPECT_TRUE(rejected("\"abc\\"));
+}
+
+TEST(ParseKey, EmptyKeysAreRejected) {
+  EXPECT_TRUE(rejected(""));
+  EXPECT_TRUE(rejected("\"\""));
+}
+
+TEST(ParseKey, LengthLimitIs255) {
+  EXPECT_EQ(ok(std::string(255, 'k')).size(), 255u);
+  EXPECT_TRUE(rejected(std::string(256, 'k')));
+  EXPECT_TRUE(rejected("\"" + std::string(256, 'k') + "\""));
+}
+
+TEST(ParseKey, NonPrintableAsciiIsRejected) {
+  EXPECT_TRUE(rejected("ab\x01" "c"));
+  EXPECT_TRUE(rejected("ab\x7f"));
+  EXPECT_TRUE(rejected("caf\xc3\xa9"));
+  EXPECT_TRUE(rejected("\"caf\xc3\xa9\""));
+  EXPECT_EQ(ok("a b"), "a b");  // space is printable
+}
