@@ -166,12 +166,20 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   std::string scope;
   if (!route.scope_header.empty()) scope = std::string(ctx.head.get()[route.scope_header]);
 
-  // Phase: body, bounded by max_body.
-  if (!co_await continue_if_expected(ctx)) co_return false;
+  // Phase: body, bounded by max_body. Beast compares Content-Length with the limit
+  // only while parsing the header, before the route was known: check it here; the
+  // parser's own limit still bounds chunked bodies as they arrive.
+  const auto declared = ctx.head.content_length();
+  const bool too_large = declared && *declared > route.max_body;
+  if (!too_large && !co_await continue_if_expected(ctx)) co_return false;
   bhttp::request_parser<bhttp::string_body> parser{std::move(ctx.head)};
   parser.body_limit(route.max_body);
   ctx.client.stream.expires_after(cfg.server.read_timeout);
-  auto [ec, n] = co_await bhttp::async_read(ctx.client.stream, ctx.client.buffer, parser, use_nothrow);
+  beast::error_code ec = bhttp::error::body_limit;
+  if (!too_large) {
+    std::tie(ec, std::ignore) =
+        co_await bhttp::async_read(ctx.client.stream, ctx.client.buffer, parser, use_nothrow);
+  }
   if (ec == bhttp::error::body_limit) {
     ctx.keep_alive = false;
     ctx.fail(ErrorSource::downstream, ProblemKind::body_too_large,

@@ -47,6 +47,13 @@ asio::awaitable<RelayError> relay(beast::tcp_stream& in, beast::flat_buffer& in_
 asio::awaitable<bool> pass_through(RequestContext& ctx) {
   const auto& cfg = ctx.settings->config;
   auto& rt = ctx.rt;
+  const auto declared = ctx.head.content_length();
+  if (declared && *declared > cfg.server.max_stream_body) {
+    ctx.keep_alive = false;
+    ctx.fail(ErrorSource::downstream, ProblemKind::body_too_large,
+             "the request body is larger than server.max_stream_body", ops::Outcome::too_large);
+    co_return co_await send_problem(ctx);
+  }
   if (!co_await continue_if_expected(ctx)) co_return false;
   bhttp::request_parser<bhttp::buffer_body> req_parser{std::move(ctx.head)};
   req_parser.body_limit(cfg.server.max_stream_body);

@@ -1,0 +1,137 @@
+"""A fake upstream for end-to-end tests: it counts how often each request really
+executed, and its behaviour is chosen per request through the path and query.
+
+  /v1/...?status=N&delay_ms=M   JSON answer with status N after M ms (default 201)
+  /big?bytes=N                  N pseudo-random bytes, different on every execution
+  /reset-after-read             reads the request, then drops the connection
+  /echo                         echoes the body and the headers it received
+"""
+import hashlib
+import json
+import random
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+
+class Executions:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._log = []  # (method, path, key, body_sha256, headers)
+
+    def record(self, entry):
+        with self._lock:
+            self._log.append(entry)
+            return sum(1 for e in self._log if e[:3] == entry[:3])
+
+    def count(self, path=None, key=None, method=None):
+        with self._lock:
+            return sum(
+                1
+                for m, p, k, _, _ in self._log
+                if (path is None or p == path) and (key is None or k == key)
+                and (method is None or m == method)
+            )
+
+    def last(self, path=None):
+        with self._lock:
+            for entry in reversed(self._log):
+                if path is None or entry[1] == path:
+                    return entry
+        return None
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def read_body(self):
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return body
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def answer(self, status, body, content_type="application/json", extra=()):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in extra:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def handle_any(self):
+        body = self.read_body()
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        key = self.headers.get("Idempotency-Key")
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        n = self.server.executions.record(
+            (self.command, url.path, key, hashlib.sha256(body).hexdigest(), headers))
+        if "delay_ms" in query:
+            time.sleep(int(query["delay_ms"]) / 1000.0)
+
+        if url.path == "/reset-after-read":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.connection.close()
+            self.close_connection = True
+            return
+        if url.path == "/big":
+            rng = random.Random("%s-%s-%d" % (key, url.path, n))
+            payload = bytes(rng.getrandbits(8) for _ in range(int(query.get("bytes", "1024"))))
+            self.answer(200, payload, "application/octet-stream")
+            return
+        if url.path == "/echo":
+            payload = json.dumps({"headers": headers, "body_sha256": hashlib.sha256(body).hexdigest(),
+                                  "body_len": len(body)}).encode()
+            self.answer(200, payload)
+            return
+        status = int(query.get("status", "201"))
+        payload = json.dumps({
+            "execution": n,
+            "key": key,
+            "method": self.command,
+            "path": url.path,
+            "body_sha256": hashlib.sha256(body).hexdigest(),
+            "nonce": random.random(),
+        }).encode()
+        self.answer(status, payload, extra=[
+            ("Set-Cookie", "session=secret-%d; HttpOnly" % n),
+            ("X-Upstream-Execution", str(n)),
+            ("Cache-Control", "no-cache"),
+        ])
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = handle_any
+
+
+class FakeUpstream:
+    def __init__(self):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.server.request_queue_size = 256
+        self.server.executions = Executions()
+        self.port = self.server.server_address[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def executions(self):
+        return self.server.executions
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,185 @@
+"""Starts the real idemproxy binary and talks HTTP to it."""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BINARY = os.environ.get("IDEMPROXY_BIN", os.path.join(ROOT, "build", "idemproxy"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers  # list of (name, value) in wire order
+        self.body = body
+
+    def header(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def header_names(self):
+        return [k.lower() for k, _ in self.headers]
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def request(port, method, path, body=None, headers=None, timeout=30):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        data = body.encode() if isinstance(body, str) else body
+        conn.request(method, path, body=data, headers=headers or {})
+        r = conn.getresponse()
+        return Response(r.status, r.getheaders(), r.read())
+    finally:
+        conn.close()
+
+
+def raw_exchange(port, payload, timeout=5):
+    """Sends raw bytes and returns everything the proxy answers before closing."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(payload)
+        chunks = []
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except socket.timeout:
+            pass
+        return b"".join(chunks)
+
+
+def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, routes=None,
+                store=None, extra=""):
+    defaults = defaults or {}
+    if routes is None:
+        routes = [{"name": "orders", "path_prefix": "/v1", "key_required": True}]
+    if store is None:
+        store = {"postgres": {"dsn": dsn, "pool_size": 4}}
+    doc = {
+        "listen": "127.0.0.1:%d" % listen_port,
+        "admin_listen": "127.0.0.1:%d" % admin_port,
+        "upstream": {"url": upstream_url, "connect_timeout": "1s", "timeout": "10s"},
+        "store": store,
+        "defaults": defaults,
+        "routes": routes,
+        "server": {"drain_timeout": "5s"},
+    }
+    # JSON is valid YAML.
+    return json.dumps(doc, indent=2) + "\n" + extra
+
+
+class Proxy:
+    """One idemproxy process with its own config file and ports."""
+
+    def __init__(self, upstream_url, dsn, **config):
+        self.port = free_port()
+        self.admin_port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="idemproxy-e2e-")
+        self.config_path = os.path.join(self.dir, "idemproxy.yaml")
+        self.write_config(config_text(upstream_url, dsn, self.port, self.admin_port, **config))
+        self.log_path = os.path.join(self.dir, "proxy.log")
+        self.proc = None
+
+    def write_config(self, text):
+        with open(self.config_path, "w") as f:
+            f.write(text)
+
+    def start(self, *args, wait=True):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([BINARY, "serve", "--config", self.config_path, *args],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_healthy()
+        return self
+
+    def wait_healthy(self, timeout=15):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("idemproxy exited with %s:\n%s" % (self.proc.returncode,
+                                                                    self.read_log()))
+            try:
+                if request(self.admin_port, "GET", "/healthz", timeout=1).status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("idemproxy did not become healthy:\n" + self.read_log())
+
+    def read_log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def request(self, method, path, body=None, headers=None, timeout=30):
+        return request(self.port, method, path, body, headers, timeout)
+
+    def post(self, path, body=None, key=None, headers=None, **kw):
+        h = {"Content-Type": "application/json"}
+        if key is not None:
+            h["Idempotency-Key"] = key
+        h.update(headers or {})
+        return self.request("POST", path, body if body is not None else "{}", h, **kw)
+
+    def admin(self, path):
+        return request(self.admin_port, "GET", path)
+
+    def metric(self, name, **labels):
+        text = self.admin("/metrics").body.decode()
+        want = name + ("{" + ",".join('%s="%s"' % kv for kv in sorted(labels.items())) + "}"
+                       if labels else "")
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            series, _, value = line.rpartition(" ")
+            if series == want or (labels and series.startswith(name + "{") and
+                                  all('%s="%s"' % kv in series for kv in labels.items())):
+                return float(value)
+        return 0.0
+
+    def cli(self, *args):
+        return subprocess.run([BINARY, *args, "--config", self.config_path],
+                              capture_output=True, text=True, timeout=30)
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout=10):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode if self.proc else None
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def problem(response):
+    """Asserts an RFC 9457 problem response and returns its JSON."""
+    assert response.header("Content-Type") == "application/problem+json", response.headers
+    doc = response.json()
+    assert doc["status"] == response.status
+    assert doc["type"].startswith("https://idemproxy.dev/problems/")
+    assert doc["title"] and doc["detail"]
+    return doc
