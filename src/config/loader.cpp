@@ -281,7 +281,14 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
 Config parse_config(const std::string& text, const std::string& file, const EnvLookup& env) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // LoadAll, not Load: Load silently ignores whatever follows the first document.
+    const auto docs = YAML::LoadAll(text);
+    if (docs.size() > 1) {
+      const YAML::Mark m = docs[1].Mark();
+      throw ConfigError(file, std::max(m.line, 0) + 1, std::max(m.column, 0) + 1,
+                        "the file holds more than one YAML document");
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::Exception& e) {
     throw ConfigError(file, std::max(e.mark.line, 0) + 1, std::max(e.mark.column, 0) + 1, e.msg);
   }

@@ -15,7 +15,7 @@ template <bool isRequest>
 asio::awaitable<RelayError> relay(beast::tcp_stream& in, beast::flat_buffer& in_buffer,
                                   bhttp::parser<isRequest, bhttp::buffer_body>& p,
                                   beast::tcp_stream& out, Duration in_timeout,
-                                  Duration out_timeout) {
+                                  Duration out_timeout, beast::error_code& error) {
   std::array<char, 16 * 1024> chunk;
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   do {
@@ -25,10 +25,16 @@ asio::awaitable<RelayError> relay(beast::tcp_stream& in, beast::flat_buffer& in_
       in.expires_after(in_timeout);
       auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
       if (ec == bhttp::error::need_buffer) ec = {};
-      if (ec) co_return RelayError::read;
+      if (ec) {
+        error = ec;
+        co_return RelayError::read;
+      }
       p.get().body().size = chunk.size() - p.get().body().size;
       p.get().body().data = chunk.data();
       p.get().body().more = !p.is_done();
+      // A read may parse only framing (a chunk header). An empty buffer must not
+      // reach a chunked serializer: it would write the zero-size terminating chunk.
+      if (p.get().body().size == 0 && !p.is_done()) continue;
     } else {
       p.get().body().data = nullptr;
       p.get().body().size = 0;
@@ -37,7 +43,10 @@ asio::awaitable<RelayError> relay(beast::tcp_stream& in, beast::flat_buffer& in_
     out.expires_after(out_timeout);
     auto [ec, n] = co_await bhttp::async_write(out, sr, use_nothrow);
     if (ec == bhttp::error::need_buffer) ec = {};
-    if (ec) co_return RelayError::write;
+    if (ec) {
+      error = ec;
+      co_return RelayError::write;
+    }
   } while (!p.is_done() && !sr.is_done());
   co_return RelayError::none;
 }
@@ -71,13 +80,16 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
     co_return co_await send_problem(ctx);
   }
 
+  beast::error_code relay_error;
   const auto sent = co_await relay<true>(ctx.client.stream, ctx.client.buffer, req_parser,
-                                         conn->stream, cfg.server.read_timeout, cfg.upstream.timeout);
+                                         conn->stream, cfg.server.read_timeout, cfg.upstream.timeout,
+                                         relay_error);
   if (sent == RelayError::read) co_return false;  // the client went away mid-body
   if (sent == RelayError::write) {
     ctx.keep_alive = false;
     ctx.fail(ErrorSource::upstream, ProblemKind::upstream_failed,
-             "the upstream closed the connection", ops::Outcome::upstream_error);
+             "sending the request to the upstream failed: " + relay_error.message(),
+             ops::Outcome::upstream_error);
     co_return co_await send_problem(ctx);
   }
 
@@ -108,7 +120,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   ctx.status = res.result_int();
   const auto relayed = co_await relay<false>(conn->stream, conn->buffer, res_parser,
                                              ctx.client.stream, cfg.upstream.timeout,
-                                             cfg.server.read_timeout);
+                                             cfg.server.read_timeout, relay_error);
   if (relayed == RelayError::none && upstream_keep_alive && !res_parser.need_eof()) {
     rt.upstream.give_back(std::move(conn));
   }

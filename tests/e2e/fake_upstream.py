@@ -83,18 +83,18 @@ class Handler(BaseHTTPRequestHandler):
         if "delay_ms" in query:
             time.sleep(int(query["delay_ms"]) / 1000.0)
 
-        if url.path == "/reset-after-read":
+        if url.path.endswith("/reset-after-read"):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                        b"\x01\x00\x00\x00\x00\x00\x00\x00")
             self.connection.close()
             self.close_connection = True
             return
-        if url.path == "/big":
+        if url.path.endswith("/big"):
             rng = random.Random("%s-%s-%d" % (key, url.path, n))
             payload = bytes(rng.getrandbits(8) for _ in range(int(query.get("bytes", "1024"))))
             self.answer(200, payload, "application/octet-stream")
             return
-        if url.path == "/echo":
+        if url.path.endswith("/echo"):
             payload = json.dumps({"headers": headers, "body_sha256": hashlib.sha256(body).hexdigest(),
                                   "body_len": len(body)}).encode()
             self.answer(200, payload)
@@ -117,11 +117,14 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = handle_any
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512  # listen() backlog; must be set before the socket listens
+
+
 class FakeUpstream:
     def __init__(self):
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.server.request_queue_size = 256
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.executions = Executions()
         self.port = self.server.server_address[1]
         self.url = "http://127.0.0.1:%d" % self.port

@@ -175,6 +175,12 @@ TEST(ConfigErrors, YamlSyntaxErrorHasPosition) {
   EXPECT_TRUE(e.starts_with("2:1:") || e.starts_with("1:")) << e;
 }
 
+TEST(ConfigErrors, TrailingDocumentsAreNotIgnored) {
+  EXPECT_EQ(where("{upstream: {url: 'http://a:1'}, store: {memory: {}}}\n---\nlisten: x\n"),
+            "3:1");
+  EXPECT_NE(error_of("{upstream: {url: 'http://a:1'}, store: {memory: {}}}\nbogus: 1\n").size(), 0u);
+}
+
 TEST(ConfigErrors, EmptyFileIsAnError) { EXPECT_NE(error_of("").find("empty"), std::string::npos); }
 
 TEST(Config, ShippedExampleConfigIsValid) {

@@ -1,0 +1,89 @@
+"""Hostile or broken input gets a clear 4xx, leaves no record, and never stops the proxy."""
+from harness import problem, raw_exchange
+
+
+def status_of(raw):
+    return int(raw.split(b" ", 2)[1]) if raw.startswith(b"HTTP/1.1 ") else None
+
+
+def still_serving(proxy, key):
+    r = proxy.post("/v1/orders", "{}", key=key + "-after")
+    return r.status == 201
+
+
+def test_malformed_http_is_400_and_the_proxy_keeps_serving(proxy, key):
+    for payload in [b"GARBAGE\r\n\r\n",
+                    b"POST /v1/orders HTTP/9.9\r\n\r\n",
+                    b"POST /v1/orders HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+                    b"POST /v1/orders HTTP/1.1\r\nHost: x\r\n folded: line\r\n\r\n",
+                    b"\x00\x01\x02\x03\r\n\r\n"]:
+        raw = raw_exchange(proxy.port, payload)
+        assert status_of(raw) == 400, (payload, raw[:200])
+        assert b"application/problem+json" in raw
+    assert still_serving(proxy, key)
+    assert proxy.proc.poll() is None
+
+
+def test_content_length_with_transfer_encoding_is_rejected(proxy, upstream, pg, key):
+    raw = raw_exchange(proxy.port, (
+        "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+        "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "0\r\n\r\n" % key).encode())
+    assert status_of(raw) == 400
+    assert upstream.executions.count(key=key) == 0
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % key) == "0"
+    assert still_serving(proxy, key)
+
+
+def test_duplicate_content_length_is_rejected(proxy, upstream, key):
+    raw = raw_exchange(proxy.port, (
+        "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+        "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}" % key).encode())
+    assert status_of(raw) == 400
+    assert upstream.executions.count(key=key) == 0
+
+
+def test_bad_chunk_size_is_rejected_without_a_record(proxy, upstream, pg, key):
+    raw = raw_exchange(proxy.port, (
+        "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+        "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n" % key).encode())
+    assert status_of(raw) == 400
+    assert upstream.executions.count(key=key) == 0
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % key) == "0"
+
+
+def test_oversized_headers_are_431(proxy, upstream, key):
+    r = proxy.post("/v1/orders", "{}", key=key, headers={"X-Huge": "h" * 40000})
+    assert r.status == 431
+    assert problem(r)["type"].endswith("/header-too-large")
+    assert upstream.executions.count(key=key) == 0
+    assert still_serving(proxy, key)
+
+
+def test_oversized_chunked_body_is_413(make_proxy, upstream, pg, key):
+    p = make_proxy(defaults={"max_body": "1KiB"})
+    chunks = "".join("100\r\n%s\r\n" % ("x" * 256) for _ in range(8)) + "0\r\n\r\n"
+    raw = raw_exchange(p.port, (
+        "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n%s" % (key, chunks)).encode())
+    assert status_of(raw) == 413
+    assert upstream.executions.count(key=key) == 0
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % key) == "0"
+
+
+def test_two_key_headers_are_rejected(proxy, upstream, key):
+    raw = raw_exchange(proxy.port, (
+        "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+        "Idempotency-Key: other\r\nContent-Length: 2\r\n\r\n{}" % key).encode())
+    assert status_of(raw) == 400
+    assert upstream.executions.count(key=key) == 0
+
+
+def test_client_disconnect_mid_body_leaves_no_record(proxy, upstream, pg, key):
+    import socket
+    with socket.create_connection(("127.0.0.1", proxy.port)) as s:
+        s.sendall(("POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+                   "Content-Length: 100\r\n\r\n{\"half" % key).encode())
+    assert still_serving(proxy, key)
+    assert upstream.executions.count(key=key) == 0
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % key) == "0"

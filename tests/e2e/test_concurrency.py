@@ -1,0 +1,51 @@
+"""Many requests with one key at once: the upstream must execute exactly once."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+
+def storm(proxy, key, n=64, path="/v1/orders?delay_ms=300"):
+    barrier = threading.Barrier(n)
+
+    def one(_):
+        barrier.wait()
+        return proxy.post(path, '{"amount": 1}', key=key)
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def test_64_concurrent_requests_with_one_key_execute_once_reject(proxy, upstream, key):
+    responses = storm(proxy, key)
+    assert upstream.executions.count(key=key) == 1
+    statuses = sorted(r.status for r in responses)
+    assert statuses.count(201) >= 1
+    assert set(statuses) <= {201, 409}
+    executed = [r for r in responses if r.status == 201 and r.header("Idempotent-Replayed") is None]
+    assert len(executed) == 1
+    # Every 201 carries the one execution's body, replayed or not.
+    assert len({r.body for r in responses if r.status == 201}) == 1
+    for r in responses:
+        if r.status == 409:
+            assert r.header("Retry-After")
+
+
+def test_64_concurrent_requests_with_one_key_execute_once_wait(make_proxy, upstream, key):
+    p = make_proxy(defaults={"on_concurrent": "wait"})
+    responses = storm(p, key)
+    assert upstream.executions.count(key=key) == 1
+    assert [r.status for r in responses] == [201] * 64
+    assert len({r.body for r in responses}) == 1
+    assert sum(1 for r in responses if r.header("Idempotent-Replayed") == "true") == 63
+
+
+def test_distinct_keys_in_parallel_each_execute_once(proxy, upstream, key):
+    keys = ["%s-%d" % (key, i) for i in range(48)]
+    with ThreadPoolExecutor(max_workers=48) as pool:
+        first = list(pool.map(lambda k: proxy.post("/v1/orders", '{"n": 1}', key=k), keys))
+        second = list(pool.map(lambda k: proxy.post("/v1/orders", '{"n": 1}', key=k), keys))
+    failed = [(r.status, r.body) for r in first + second if r.status != 201]
+    assert not failed
+    for k, a, b in zip(keys, first, second):
+        assert upstream.executions.count(key=k) == 1
+        assert a.body == b.body  # never another key's response
+        assert b.header("Idempotent-Replayed") == "true"

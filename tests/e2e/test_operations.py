@@ -1,0 +1,138 @@
+"""The command line, the admin endpoints, signals and reload."""
+import signal
+import time
+
+from harness import BINARY, free_port, request
+import subprocess
+
+
+def run(*args):
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=30)
+
+
+def test_version_help_and_usage_errors():
+    assert run("--version").returncode == 0
+    assert "usage:" in run("--help").stdout
+    bad = run("frobnicate")
+    assert bad.returncode == 2 and "unknown command" in bad.stderr
+    assert run("keys", "show", "--config", "x.yaml").returncode == 2  # needs --key
+
+
+def test_check_config_reports_file_line_column(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("upstream: {url: 'http://127.0.0.1:3000'}\nstore: {memory: {}}\n")
+    ok = run("check-config", "--config", str(good))
+    assert ok.returncode == 0 and "ok" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("upstream: {url: 'http://127.0.0.1:3000'}\nstore: {memory: {}}\n"
+                   "defaults:\n  ttl: 24h\n  tll: 1h\n")
+    out = run("check-config", "--config", str(bad))
+    assert out.returncode == 2
+    assert out.stderr.startswith("%s:5:3: unknown key \"tll\"" % bad)
+    missing = run("check-config", "--config", str(tmp_path / "none.yaml"))
+    assert missing.returncode == 2 and "none.yaml:1:1:" in missing.stderr
+
+
+def test_serve_refuses_a_broken_config(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("upstream: {url: 'http://127.0.0.1:3000'}\nstore: {memory: {}}\nlisten: nope\n")
+    out = run("serve", "--config", str(bad))
+    assert out.returncode == 2 and ":3:9:" in out.stderr
+
+
+def test_migrate_is_idempotent(proxy):
+    out = proxy.cli("migrate")
+    assert out.returncode == 0 and "up to date" in out.stdout
+
+
+def test_keys_show_and_purge(proxy, upstream, key):
+    proxy.post("/v1/orders", "{}", key=key)
+    assert proxy.cli("keys", "show", "--key", key).returncode == 0
+    purged = proxy.cli("keys", "purge", "--key", key)
+    assert purged.returncode == 0 and "purged" in purged.stdout
+    assert proxy.cli("keys", "show", "--key", key).returncode == 1
+    assert proxy.cli("keys", "purge", "--key", key).returncode == 1
+    # Purged: the next request executes again.
+    assert proxy.post("/v1/orders", "{}", key=key).header("Idempotent-Replayed") is None
+    assert upstream.executions.count(key=key) == 2
+
+
+def test_admin_endpoints_and_request_metrics(proxy, key):
+    assert proxy.admin("/healthz").status == 200
+    assert proxy.admin("/readyz").status == 200
+    proxy.post("/v1/orders", "{}", key=key)
+    proxy.post("/v1/orders", "{}", key=key)
+    proxy.post("/v1/orders", '{"x": 1}', key=key)
+    proxy.post("/v1/orders", "{}")
+    proxy.request("GET", "/status")
+    metrics = proxy.admin("/metrics")
+    assert metrics.header("Content-Type").startswith("text/plain; version=0.0.4")
+    assert proxy.metric("idemproxy_requests_total", route="orders", outcome="executed") == 1
+    assert proxy.metric("idemproxy_requests_total", route="orders", outcome="replayed") == 1
+    assert proxy.metric("idemproxy_requests_total", route="orders", outcome="mismatch") == 1
+    assert proxy.metric("idemproxy_requests_total", route="orders", outcome="missing_key") == 1
+    assert proxy.metric("idemproxy_requests_total", route="-", outcome="passthrough") == 1
+    assert proxy.metric("idemproxy_upstream_duration_seconds_count") == 1
+    assert proxy.admin("/nope").status == 404
+
+
+def test_sigterm_finishes_in_flight_requests_and_exits_0(proxy, upstream, key):
+    import threading
+    result = {}
+    t = threading.Thread(target=lambda: result.update(
+        r=proxy.post("/v1/orders?delay_ms=700", "{}", key=key)))
+    t.start()
+    deadline = time.time() + 5
+    while upstream.executions.count(key=key) == 0 and time.time() < deadline:
+        time.sleep(0.01)
+    proxy.signal(signal.SIGTERM)
+    t.join()
+    assert result["r"].status == 201
+    assert proxy.proc.wait(timeout=10) == 0
+    # The in-flight request completed its record before exit.
+    import json
+    assert json.loads(proxy.cli("keys", "show", "--key", key).stdout)["state"] == "completed"
+
+
+def test_sighup_reloads_routes_and_rejects_a_bad_file(make_proxy, upstream, key):
+    p = make_proxy()
+    assert p.post("/v1/orders", "{}").status == 400  # key required
+    text = open(p.config_path).read()
+    p.write_config(text.replace('"key_required": true', '"key_required": false'))
+    p.signal(signal.SIGHUP)
+    deadline = time.time() + 5
+    while p.post("/v1/orders", "{}").status != 201 and time.time() < deadline:
+        time.sleep(0.05)
+    assert p.post("/v1/orders", "{}").status == 201
+    p.write_config(text.replace('"routes"', '"bogus_key": 1, "routes"', 1))
+    p.signal(signal.SIGHUP)
+    time.sleep(0.3)
+    assert "reload rejected" in p.read_log()
+    assert p.post("/v1/orders", "{}").status == 201  # the previous config stays
+    assert p.proc.poll() is None
+
+
+def test_memory_store_works_for_local_development(tmp_path, upstream, key):
+    port, admin = free_port(), free_port()
+    cfg = tmp_path / "mem.yaml"
+    cfg.write_text("listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\n"
+                   "upstream: {url: '%s'}\nstore: {memory: {}}\n"
+                   "routes: [{name: orders, path_prefix: /v1}]\n" % (port, admin, upstream.url))
+    proc = subprocess.Popen([BINARY, "--config", str(cfg)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                if request(admin, "GET", "/healthz", timeout=1).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.05)
+        h = {"Idempotency-Key": key, "Content-Type": "application/json"}
+        first = request(port, "POST", "/v1/orders", "{}", h)
+        again = request(port, "POST", "/v1/orders", "{}", h)
+        assert again.header("Idempotent-Replayed") == "true" and again.body == first.body
+        assert upstream.executions.count(key=key) == 1
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
