@@ -9,8 +9,9 @@ PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 cmd=${1:?usage: pg.sh start|stop DIR [PORT]}
 dir=${2:?usage: pg.sh start|stop DIR [PORT]}
 
+# As root, the server runs as postgres; as anyone else, as that user.
 as_postgres() {
-  if [ "$(id -un)" = "postgres" ]; then "$@"; else runuser -u postgres -- "$@"; fi
+  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
 free_port() {
@@ -22,14 +23,17 @@ case "$cmd" in
     port=${3:-$(free_port)}
     shift 3 2>/dev/null || shift $#
     mkdir -p "$dir"
-    chown postgres:postgres "$dir"
+    if [ "$(id -u)" -eq 0 ]; then chown postgres:postgres "$dir"; fi
     chmod 700 "$dir"
     if [ ! -f "$dir/data/PG_VERSION" ]; then
       as_postgres "$PGBIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1 \
         || { cat "$dir/initdb.log" >&2; exit 1; }
     fi
+    # Server options given once are remembered, so a restart keeps them.
+    if [ $# -gt 0 ]; then echo "$*" >"$dir/options"; fi
+    options=$(cat "$dir/options" 2>/dev/null || true)
     as_postgres "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 $*" start >/dev/null \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 $options" start >/dev/null \
       || { cat "$dir/server.log" >&2; exit 1; }
     echo "$port" >"$dir/port"
     as_postgres "$PGBIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAt \
