@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
+
 namespace idemproxy::http {
 namespace {
 
@@ -57,6 +59,24 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   co_return co_await run_idempotent(ctx, key_header);
 }
 
+// After a final response on a connection whose request was not read to the end
+// (413, 431, 400), closing at once would make a client that is still sending see
+// a reset instead of the answer. Shut down our side and discard what arrives, for
+// a bounded time and amount, before closing (what nginx calls lingering close).
+asio::awaitable<void> linger_and_close(ClientConnection& conn) {
+  beast::error_code ec;
+  conn.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  std::array<char, 16 * 1024> scratch;
+  std::size_t discarded = 0;
+  conn.stream.expires_after(std::chrono::seconds{2});
+  while (discarded < 1024 * 1024) {
+    auto [rec, n] = co_await conn.stream.async_read_some(asio::buffer(scratch), use_nothrow);
+    if (rec) break;
+    discarded += n;
+  }
+  conn.stream.socket().close(ec);
+}
+
 void log_request(const RequestContext& ctx) {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ctx.started)
@@ -99,6 +119,7 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
   beast::error_code ec;
   const auto remote = conn->stream.socket().remote_endpoint(ec);
   conn->peer_ip = ec ? "unknown" : remote.address().to_string();
+  bool linger = false;
 
   for (;;) {
     RequestContext ctx(*conn, rt, rt.settings());
@@ -120,14 +141,22 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
       co_await send_problem(ctx);
       rt.metrics.count_request("-", ops::Outcome::bad_request);
       spdlog::info("malformed request from {}: {}", conn->peer_ip, rec.message());
+      linger = true;
       break;
     }
     const bool keep = co_await dispatch(ctx);
     rt.metrics.count_request(ctx.route_name(), ctx.outcome);
     log_request(ctx);
-    if (!keep) break;
+    if (!keep) {
+      linger = ctx.error.has_value();  // the request may not have been read to the end
+      break;
+    }
   }
-  conn->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (linger) {
+    co_await linger_and_close(*conn);
+  } else {
+    conn->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
   tracker.remove(conn);
 }
 
