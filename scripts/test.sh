@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # The second README command: installs what is missing, builds, starts a throwaway
-# PostgreSQL, and runs every test: unit and store tests (ctest), end-to-end tests
-# (pytest, the real binary against real PostgreSQL), and the run-local smoke test.
+# PostgreSQL, and runs every test:
+#   1. unit and store tests (ctest) on the Release build,
+#   2. end-to-end tests (pytest: the real binary, real PostgreSQL, a fake upstream),
+#   3. the run-local smoke test (the first README command),
+#   4. stages 1 and 2 again on an ASan+UBSan build (skip with SANITIZE=0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+SANITIZE=${SANITIZE:-1}
 
 bash scripts/install-deps.sh
 bash scripts/build.sh
+if [ "$SANITIZE" = 1 ]; then
+  BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIDEMPROXY_SANITIZE=ON
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-test.XXXXXX")
 chmod 755 "$WORK"
@@ -20,27 +27,39 @@ trap cleanup EXIT
 # fsync off: the tests restart PostgreSQL cleanly but never crash the machine.
 IDEMPROXY_TEST_DSN=$(bash scripts/pg.sh start "$WORK/pg" "" -c fsync=off)
 export IDEMPROXY_TEST_DSN IDEMPROXY_TEST_PGDIR="$WORK/pg" IDEMPROXY_REQUIRE_PG=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 echo "test: PostgreSQL at $IDEMPROXY_TEST_DSN"
 
 passed=0
 failed=0
 status=0
 
-echo "== unit and store tests (ctest)"
-if ctest --test-dir build --output-on-failure -j2 2>&1 | tee "$WORK/ctest.log"; then :; else status=1; fi
-total=$(grep -oE 'tests failed out of [0-9]+' "$WORK/ctest.log" | grep -oE '[0-9]+$' || echo 0)
-bad=$(grep -oE '[0-9]+ tests failed' "$WORK/ctest.log" | grep -oE '^[0-9]+' || echo 0)
-passed=$((passed + total - bad))
-failed=$((failed + bad))
+run_ctest() {  # BUILD_DIR
+  local log="$WORK/ctest-$1.log"
+  echo "== unit and store tests (ctest, $1)"
+  if ctest --test-dir "$1" --output-on-failure -j2 2>&1 | tee "$log"; then :; else status=1; fi
+  local total bad
+  total=$(grep -oE 'tests failed out of [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  bad=$(grep -oE '[0-9]+ tests failed' "$log" | grep -oE '^[0-9]+' || echo 0)
+  passed=$((passed + total - bad))
+  failed=$((failed + bad))
+}
 
-echo "== end-to-end tests (pytest)"
-if /usr/bin/python3 -m pytest tests/e2e -q -p no:cacheprovider 2>&1 | tee "$WORK/pytest.log"; then :; else status=1; fi
-line=$(grep -E '(passed|failed|error)' "$WORK/pytest.log" | tail -1)
-p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
-for n in $(echo "$line" | grep -oE '[0-9]+ (failed|errors?)' | grep -oE '^[0-9]+'); do
-  failed=$((failed + n))
-done
-passed=$((passed + p))
+run_pytest() {  # BUILD_DIR
+  local log="$WORK/pytest-$1.log" line p n
+  echo "== end-to-end tests (pytest, $1/idemproxy)"
+  if IDEMPROXY_BIN="$ROOT/$1/idemproxy" /usr/bin/python3 -m pytest tests/e2e -q -p no:cacheprovider \
+      2>&1 | tee "$log"; then :; else status=1; fi
+  line=$(grep -E '(passed|failed|error)' "$log" | tail -1)
+  p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+  passed=$((passed + p))
+  for n in $(echo "$line" | grep -oE '[0-9]+ (failed|errors?)' | grep -oE '^[0-9]+'); do
+    failed=$((failed + n))
+  done
+}
+
+run_ctest build
+run_pytest build
 
 echo "== run-local smoke test (the first README command)"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -52,6 +71,11 @@ else
   cat "$WORK/smoke.log"
   failed=$((failed + 1))
   status=1
+fi
+
+if [ "$SANITIZE" = 1 ]; then
+  run_ctest build-asan
+  run_pytest build-asan
 fi
 
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi

@@ -212,6 +212,13 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
     c.upstream.host = c.upstream.host.substr(1, c.upstream.host.size() - 2);
   }
   c.upstream.port = parsed->has_port() ? std::string(parsed->port()) : "80";
+  if (parsed->has_query() || parsed->has_fragment()) {
+    r.fail(up["url"], "upstream.url must not have a query or fragment");
+  }
+  c.upstream.base_path = std::string(parsed->encoded_path());
+  while (!c.upstream.base_path.empty() && c.upstream.base_path.back() == '/') {
+    c.upstream.base_path.pop_back();
+  }
   if (up["connect_timeout"]) c.upstream.connect_timeout = r.duration(up["connect_timeout"], "upstream.connect_timeout");
   if (up["timeout"]) c.upstream.timeout = r.duration(up["timeout"], "upstream.timeout");
   if (up["max_idle_connections"]) {

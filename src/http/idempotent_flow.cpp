@@ -15,11 +15,6 @@ namespace {
 using engine::Admission;
 using ops::Outcome;
 
-int seconds_until(TimePoint t) {
-  const auto left = std::chrono::ceil<std::chrono::seconds>(t - std::chrono::system_clock::now());
-  return static_cast<int>(std::clamp<long long>(left.count(), 1, 3600));
-}
-
 std::string wait_id(const store::RecordId& id) { return id.scope + '\n' + id.key; }
 
 // Sends an upstream answer to the client as a whole message.
@@ -135,9 +130,11 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
     }
     const auto now = std::chrono::steady_clock::now();
     if (route.on_concurrent == engine::OnConcurrent::reject || now >= deadline) {
+      // Retry-After is 1 s, not the end of the lease: the lease only bounds a holder
+      // that crashed, and most holders finish within milliseconds.
       ctx.fail(ErrorSource::downstream, ProblemKind::request_in_flight,
                "a request with this Idempotency-Key is still being processed", Outcome::conflict,
-               seconds_until(a.locked_until));
+               1);
       co_return co_await send_problem(ctx);
     }
     auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor);
@@ -204,9 +201,7 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
       {std::move(scope), key},
       engine::fingerprint(ctx.method, ctx.target, req[bhttp::field::content_type], req.body()),
       route.lease, route.ttl, route.name, ctx.method, ctx.target};
-  prepare_forward(req, ctx.client.peer_ip);
-  req.version(11);
-  req.keep_alive(true);
+  prepare_forward(req, ctx.client.peer_ip, cfg.upstream.base_path);
   req.prepare_payload();
   co_return co_await claim_and_act(ctx, claim, req);
 }

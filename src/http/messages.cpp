@@ -96,7 +96,9 @@ void strip_hop_by_hop(bhttp::fields& fields) {
   }
 }
 
-void prepare_forward(bhttp::fields& fields, const std::string& client_ip) {
+void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip,
+                     const std::string& base_path) {
+  bhttp::fields& fields = req;
   strip_hop_by_hop(fields);
   fields.erase(bhttp::field::expect);  // 100-continue is answered by the proxy itself
   std::string xff;
@@ -112,6 +114,8 @@ void prepare_forward(bhttp::fields& fields, const std::string& client_ip) {
   if (host != fields.end() && fields.find("X-Forwarded-Host") == fields.end()) {
     fields.set("X-Forwarded-Host", host->value());
   }
+  if (!base_path.empty()) req.target(base_path + std::string(req.target()));
+  req.version(11);  // keep-alive by default: Connection was removed above
 }
 
 std::vector<store::Header> to_headers(const bhttp::fields& fields) {

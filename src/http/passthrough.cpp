@@ -68,9 +68,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   req_parser.body_limit(cfg.server.max_stream_body);
   auto& req = req_parser.get();
   const bool is_head = req.method() == bhttp::verb::head;
-  prepare_forward(req, ctx.client.peer_ip);
-  req.version(11);
-  req.keep_alive(true);
+  prepare_forward(req, ctx.client.peer_ip, cfg.upstream.base_path);
 
   auto [cec, conn] = co_await rt.upstream.acquire(false);
   if (cec) {

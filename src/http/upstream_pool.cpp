@@ -36,7 +36,9 @@ UpstreamPool::acquire(bool fresh) {
       co_return std::make_pair(beast::error_code{}, std::move(conn));
     }
   }
-  auto conn = std::make_unique<UpstreamConnection>(ex_);
+  // Each connection has its own strand: Beast's timeout handler and the socket's
+  // completions must not run concurrently when several I/O threads run.
+  auto conn = std::make_unique<UpstreamConnection>(asio::make_strand(ex_));
   tcp::resolver resolver(ex_);
   auto [rec, endpoints] = co_await resolver.async_resolve(config_.host, config_.port, use_nothrow);
   if (rec) co_return std::make_pair(rec, std::unique_ptr<UpstreamConnection>{});

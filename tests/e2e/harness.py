@@ -65,7 +65,7 @@ def raw_exchange(port, payload, timeout=5):
 
 
 def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, routes=None,
-                store=None, extra=""):
+                store=None, server=None, extra=""):
     defaults = defaults or {}
     if routes is None:
         routes = [{"name": "orders", "path_prefix": "/v1", "key_required": True}]
@@ -78,7 +78,7 @@ def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, route
         "store": store,
         "defaults": defaults,
         "routes": routes,
-        "server": {"drain_timeout": "5s"},
+        "server": dict({"drain_timeout": "5s"}, **(server or {})),
     }
     # JSON is valid YAML.
     return json.dumps(doc, indent=2) + "\n" + extra

@@ -93,7 +93,7 @@ def test_same_key_in_flight_is_409_with_retry_after(proxy, upstream, key):
     slow.join()
     assert r.status == 409
     assert problem(r)["type"].endswith("/request-in-flight")
-    assert 1 <= int(r.header("Retry-After")) <= 30
+    assert r.header("Retry-After") == "1"
     assert upstream.executions.count(key=key) == 1
 
 

@@ -49,3 +49,26 @@ def test_distinct_keys_in_parallel_each_execute_once(proxy, upstream, key):
         assert upstream.executions.count(key=k) == 1
         assert a.body == b.body  # never another key's response
         assert b.header("Idempotent-Replayed") == "true"
+
+
+def test_storm_with_several_io_threads_executes_once(make_proxy, upstream, key):
+    p = make_proxy(server={"threads": 4}, defaults={"on_concurrent": "wait"})
+    responses = storm(p, key)
+    assert upstream.executions.count(key=key) == 1
+    assert [r.status for r in responses] == [201] * 64
+    assert len({r.body for r in responses}) == 1
+
+
+def test_storm_across_two_instances_on_one_database_executes_once(make_proxy, upstream, key):
+    a, b = make_proxy(), make_proxy()
+    barrier = threading.Barrier(64)
+
+    def one(i):
+        barrier.wait()
+        return (a if i % 2 else b).post("/v1/orders?delay_ms=300", '{"amount": 1}', key=key)
+
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        responses = list(pool.map(one, range(64)))
+    assert upstream.executions.count(key=key) == 1
+    assert set(r.status for r in responses) <= {201, 409}
+    assert len({r.body for r in responses if r.status == 201}) == 1

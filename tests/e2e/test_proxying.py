@@ -78,3 +78,10 @@ def test_upstream_reset_after_the_request_was_sent_keeps_the_claim(proxy, upstre
 def test_head_and_get_pass_through(proxy):
     assert proxy.request("HEAD", "/status").status == 201
     assert proxy.request("GET", "/status?x=1").status == 201
+
+
+def test_upstream_base_path_is_prefixed(make_proxy, upstream, key):
+    p = make_proxy(upstream_url=upstream.url + "/base/")
+    r = p.post("/v1/orders?x=1", "{}", key=key)
+    assert r.status == 201 and r.json()["path"] == "/base/v1/orders"
+    assert upstream.executions.count(path="/base/v1/orders", key=key) == 1

@@ -196,3 +196,12 @@ TEST(Config, ShippedExampleConfigIsValid) {
 TEST(Config, MissingFileIsAConfigError) {
   EXPECT_THROW(load_config("/nonexistent/idemproxy.yaml"), ConfigError);
 }
+
+TEST(Config, UpstreamBasePathIsKeptWithoutTrailingSlash) {
+  EXPECT_EQ(parse("upstream: {url: 'http://a:1/api/v2/'}\nstore: {memory: {}}\n").upstream.base_path,
+            "/api/v2");
+  EXPECT_EQ(parse("upstream: {url: 'http://a:1'}\nstore: {memory: {}}\n").upstream.base_path, "");
+  EXPECT_EQ(parse("upstream: {url: 'http://a'}\nstore: {memory: {}}\n").upstream.port, "80");
+  EXPECT_NE(error_of("upstream: {url: 'http://a:1/x?y=1'}\nstore: {memory: {}}\n").find("query"),
+            std::string::npos);
+}

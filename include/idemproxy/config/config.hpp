@@ -33,6 +33,7 @@ struct UpstreamConfig {
   std::string url;
   std::string host;
   std::string port;
+  std::string base_path;  // the URL's path without a trailing slash; prefixed to targets
   Duration connect_timeout = std::chrono::seconds{2};
   Duration timeout = std::chrono::seconds{30};
   std::size_t max_idle_connections = 64;
