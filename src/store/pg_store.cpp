@@ -65,13 +65,17 @@ Result<T> PgStore::with_connection(const std::function<Result<T>(Connection&)>& 
   for (int attempt = 0;; ++attempt) {
     std::unique_ptr<Connection> conn;
     try {
-      conn = checkout();
+      conn = checkout();  // on failure it has already given its slot back
+    } catch (const std::exception& e) {
+      return StoreError{StoreErrc::unavailable, std::string("database unreachable: ") + e.what()};
+    }
+    try {
       Result<T> result = work(*conn);
       give_back(std::move(conn));
       return result;
     } catch (const pqxx::broken_connection& e) {
       give_back(nullptr);
-      if (attempt == 0 && conn) continue;  // a stale pooled connection: retry fresh
+      if (attempt == 0) continue;  // a pooled connection the server dropped: retry fresh
       return StoreError{StoreErrc::unavailable, std::string("database unreachable: ") + e.what()};
     } catch (const std::exception& e) {
       // An SQL error or timeout leaves the session usable only after a rollback;

@@ -10,6 +10,8 @@
 #include "idemproxy/store/migrations.hpp"
 #include "idemproxy/store/pg_store.hpp"
 
+#include <pqxx/pqxx>
+
 using namespace idemproxy;
 using namespace idemproxy::store;
 using namespace std::chrono_literals;
@@ -198,4 +200,32 @@ TEST(PgStoreUnavailable, AnUnreachableServerIsAnErrorValueNotAnException) {
   auto claim = down.claim({{"", "k"}, "fp", 30s, 1h, "r", "POST", "/"});
   ASSERT_FALSE(claim.ok());
   EXPECT_EQ(claim.error().code, StoreErrc::unavailable);
+}
+
+TEST_F(PgStoreTest, FailedConnectsDoNotLetThePoolGrowPastItsSize) {
+  const std::string role = "idemproxy_pool_test";
+  const auto admin = [&](const std::string& sql) {
+    pqxx::connection c(dsn());
+    pqxx::nontransaction tx(c);
+    tx.exec(sql);
+  };
+  admin("DO $$ BEGIN CREATE ROLE " + role + "; EXCEPTION WHEN duplicate_object THEN NULL; END $$");
+  admin("ALTER ROLE " + role + " NOLOGIN");
+  std::string role_dsn = dsn();
+  role_dsn.replace(role_dsn.find("postgres@"), 9, role + "@");
+  PgStore pool({role_dsn, 1, 5s});
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(pool.ping().ok());  // login refused
+  admin("ALTER ROLE " + role + " LOGIN");
+
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      for (int j = 0; j < 20; ++j) EXPECT_TRUE(pool.ping().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  pqxx::connection c(dsn());
+  pqxx::nontransaction tx(c);
+  const auto open = tx.exec("SELECT count(*) FROM pg_stat_activity WHERE usename = '" + role + "'");
+  EXPECT_EQ(open[0][0].as<int>(), 1);  // pool_size
 }
