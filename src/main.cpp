@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
     if (args.verb == "check-config") return check_config(args);
     if (args.verb == "gc") return gc(args);
     if (args.verb == "keys show") return keys_show(args);
-    return keys_purge(args);
+    if (args.verb == "keys purge") return keys_purge(args);
+    return keys_resolve(args);
   } catch (const UsageError& e) {
     std::cerr << "idemproxy: " << e.what() << "\n\n" << usage();
     return kUsageError;

@@ -11,6 +11,7 @@ std::string usage() {
          "       idemproxy gc --config FILE\n"
          "       idemproxy keys show --config FILE --key K [--scope S]\n"
          "       idemproxy keys purge --config FILE --key K [--scope S]\n"
+         "       idemproxy keys resolve --config FILE --key K [--scope S]\n"
          "       idemproxy --help | --version\n"
          "\n"
          "An HTTP reverse-proxy sidecar that makes any upstream API safe to retry.\n"
@@ -28,7 +29,7 @@ Args parse_args(const std::vector<std::string>& argv) {
     }
   }
   static const std::vector<std::string> verbs = {"serve", "migrate", "check-config", "gc",
-                                                 "keys show", "keys purge"};
+                                                 "keys show", "keys purge", "keys resolve"};
   if (std::find(verbs.begin(), verbs.end(), a.verb) == verbs.end()) {
     throw UsageError("unknown command \"" + a.verb + "\"");
   }

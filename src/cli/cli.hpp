@@ -16,7 +16,7 @@ struct UsageError : std::runtime_error {
 };
 
 struct Args {
-  std::string verb = "serve";  // serve | migrate | check-config | gc | keys show | keys purge
+  std::string verb = "serve";  // serve | migrate | check-config | gc | keys show|purge|resolve
   std::string config = "config/idemproxy.yaml";
   bool no_migrate = false;
   std::optional<std::string> key;
@@ -35,5 +35,6 @@ int check_config(const Args& args);
 int gc(const Args& args);
 int keys_show(const Args& args);
 int keys_purge(const Args& args);
+int keys_resolve(const Args& args);
 
 }  // namespace idemproxy::cli

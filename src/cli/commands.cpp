@@ -89,7 +89,10 @@ int keys_show(const Args& args) {
                         {"target", r.target},
                         {"created_at", iso8601(r.created_at)},
                         {"expires_at", iso8601(r.expires_at)}};
-  if (r.state == store::RecordState::in_flight) out["locked_until"] = iso8601(r.locked_until);
+  if (r.state == store::RecordState::in_flight || r.state == store::RecordState::indeterminate) {
+    out["locked_until"] = iso8601(r.locked_until);
+    out["stale"] = r.stale;
+  }
   if (r.response) {
     nlohmann::json headers = nlohmann::json::array();
     for (const auto& h : r.response->headers) headers.push_back({h.name, h.value});
@@ -113,6 +116,23 @@ int keys_purge(const Args& args) {
     return kRuntimeError;
   }
   std::cout << "purged key \"" << *args.key << "\" in scope \"" << args.scope << "\"\n";
+  return kOk;
+}
+
+int keys_resolve(const Args& args) {
+  auto pg = open_pg(load_or_exit(args));
+  auto resolved = pg.resolve({args.scope, *args.key});
+  if (!resolved.ok()) {
+    std::cerr << "store error: " << resolved.error().detail << "\n";
+    return kRuntimeError;
+  }
+  if (!resolved.value()) {
+    std::cerr << "no indeterminate or stale record for key \"" << *args.key << "\" in scope \""
+              << args.scope << "\"\n";
+    return kRuntimeError;
+  }
+  std::cout << "resolved key \"" << *args.key << "\" in scope \"" << args.scope
+            << "\": released, the next request with it executes\n";
   return kOk;
 }
 

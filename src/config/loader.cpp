@@ -120,7 +120,7 @@ class Reader {
 const std::set<std::string> kPolicyKeys = {
     "header",   "methods",      "key_required",      "ttl",      "lease",
     "scope_header", "on_concurrent", "store_status", "store_unavailable", "max_body",
-    "store_deny_headers"};
+    "store_deny_headers", "on_stale"};
 
 void Reader::policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
                     bool is_route) const {
@@ -161,6 +161,11 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       if (s == "reject") p.on_concurrent = engine::OnConcurrent::reject;
       else if (s == "wait") p.on_concurrent = engine::OnConcurrent::wait;
       else fail(v, name + " must be reject or wait, not \"" + s + "\"");
+    } else if (key == "on_stale") {
+      const auto s = text(v, name);
+      if (s == "fail") p.on_stale = engine::OnStale::fail;
+      else if (s == "retake") p.on_stale = engine::OnStale::retake;
+      else fail(v, name + " must be fail or retake, not \"" + s + "\"");
     } else if (key == "store_status") {
       if (!v.IsSequence()) fail(v, name + " must be a list, e.g. [2xx, 4xx]");
       p.store_status.clear();

@@ -33,7 +33,11 @@ Admission Engine::admit(const store::ClaimRequest& request) {
     a.expires_at = existing.expires_at;
     return a;
   }
-  a.kind = Admission::Kind::in_flight;
+  if (existing.state == store::RecordState::indeterminate) {
+    a.kind = Admission::Kind::indeterminate;
+    return a;
+  }
+  a.kind = existing.stale ? Admission::Kind::stale : Admission::Kind::in_flight;
   a.locked_until = existing.locked_until;
   return a;
 }
@@ -56,6 +60,11 @@ Finish Engine::finish(const store::RecordId& id, std::int64_t token, const Route
 Finish Engine::abandon(const store::RecordId& id, std::int64_t token) {
   auto done = store_.release(id, token);
   return done.ok() ? Finish::released : from_store(done.error());
+}
+
+Finish Engine::mark_indeterminate(const store::RecordId& id, std::int64_t token) {
+  auto done = store_.mark_indeterminate(id, token);
+  return done.ok() ? Finish::indeterminate : from_store(done.error());
 }
 
 bool is_hop_by_hop(std::string_view name) {

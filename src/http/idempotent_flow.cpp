@@ -52,10 +52,13 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
       // Nothing reached the upstream: a retry may execute.
       co_await rt.blocking([&rt, &id, &token] { return rt.engine.abandon(id, token); });
     } else {
-      // The upstream may have acted: keep the claim until its lease runs out
-      // rather than risk a second execution.
-      spdlog::warn("upstream failed after the request was sent; key {} stays claimed until its lease ends",
-                   ctx.key_hash);
+      // The upstream may have acted: never a release. Retries are told the outcome
+      // is unknown (on_stale: fail) or execute again after the lease (retake).
+      const auto marked =
+          co_await rt.blocking([&rt, &id, &token] { return rt.engine.mark_indeterminate(id, token); });
+      spdlog::warn("key {}: the upstream failed after the request was sent; record {}", ctx.key_hash,
+                   marked == engine::Finish::indeterminate ? "marked indeterminate"
+                                                           : "left to its lease (store unreachable)");
     }
     rt.metrics.claim_ended();
     rt.waiters.notify(wait_id(id));
@@ -73,6 +76,7 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
   switch (finish) {
     case engine::Finish::stored: ctx.outcome = Outcome::executed; break;
     case engine::Finish::released: ctx.outcome = Outcome::released; break;
+    case engine::Finish::indeterminate:
     case engine::Finish::fenced:
       ctx.outcome = Outcome::executed;
       spdlog::warn("key {}: the claim was taken over before completion; response not stored",
@@ -124,6 +128,20 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
         ctx.fail(ErrorSource::store, ProblemKind::store_unavailable,
                  "the idempotency store is unavailable; the request was not forwarded",
                  Outcome::store_unavailable, 1);
+        co_return co_await send_problem(ctx);
+      case Admission::Kind::stale:
+        ctx.fail(ErrorSource::downstream, ProblemKind::outcome_unknown,
+                 "the request that claimed this Idempotency-Key stopped without an answer "
+                 "(its lease ran out); it may or may not have executed. Check the resource, "
+                 "then retry with a new key",
+                 Outcome::outcome_unknown);
+        co_return co_await send_problem(ctx);
+      case Admission::Kind::indeterminate:
+        ctx.fail(ErrorSource::downstream, ProblemKind::outcome_indeterminate,
+                 "the upstream received the request with this Idempotency-Key but its answer "
+                 "was lost (timeout or reset); it may have executed. Check the resource, then "
+                 "retry with a new key",
+                 Outcome::indeterminate);
         co_return co_await send_problem(ctx);
       case Admission::Kind::in_flight:
         break;
@@ -200,7 +218,8 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   const store::ClaimRequest claim{
       {std::move(scope), key},
       engine::fingerprint(ctx.method, ctx.target, req[bhttp::field::content_type], req.body()),
-      route.lease, route.ttl, route.name, ctx.method, ctx.target};
+      route.lease, route.ttl, route.name, ctx.method, ctx.target,
+      route.on_stale == engine::OnStale::retake};
   prepare_forward(req, ctx.client.peer_ip, cfg.upstream.base_path);
   req.prepare_payload();
   co_return co_await claim_and_act(ctx, claim, req);

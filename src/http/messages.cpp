@@ -27,6 +27,8 @@ ProblemInfo info(ProblemKind kind) {
     case ProblemKind::body_too_large: return {"body-too-large", 413, "Request body too large"};
     case ProblemKind::key_mismatch: return {"key-mismatch", 422, "Idempotency-Key reused with a different request"};
     case ProblemKind::request_in_flight: return {"request-in-flight", 409, "A request with this Idempotency-Key is in progress"};
+    case ProblemKind::outcome_unknown: return {"outcome-unknown", 409, "The outcome of the request with this Idempotency-Key is unknown"};
+    case ProblemKind::outcome_indeterminate: return {"outcome-indeterminate", 409, "The request with this Idempotency-Key may have executed"};
     case ProblemKind::store_unavailable: return {"store-unavailable", 503, "Idempotency store unavailable"};
     case ProblemKind::upstream_unreachable: return {"upstream-unreachable", 502, "Upstream unreachable"};
     case ProblemKind::upstream_failed: return {"upstream-failed", 502, "Upstream connection failed"};

@@ -18,6 +18,8 @@ enum class ProblemKind {
   body_too_large,        // 413
   key_mismatch,          // 422
   request_in_flight,     // 409 + Retry-After
+  outcome_unknown,       // 409: the holder vanished; use a new key
+  outcome_indeterminate, // 409: the upstream got it, no answer; use a new key
   store_unavailable,     // 503 + Retry-After
   upstream_unreachable,  // 502: nothing was sent
   upstream_failed,       // 502: sent, then the connection failed

@@ -12,6 +12,8 @@ const char* to_string(Outcome outcome) {
     case Outcome::released: return "released";
     case Outcome::replayed: return "replayed";
     case Outcome::conflict: return "conflict";
+    case Outcome::outcome_unknown: return "outcome_unknown";
+    case Outcome::indeterminate: return "indeterminate";
     case Outcome::mismatch: return "mismatch";
     case Outcome::missing_key: return "missing_key";
     case Outcome::bad_key: return "bad_key";

@@ -3,9 +3,14 @@
 namespace idemproxy::store {
 namespace {
 
-bool reclaimable(const Record& r, TimePoint now) {
+bool lease_over(const Record& r, TimePoint now) {
+  return (r.state == RecordState::in_flight || r.state == RecordState::indeterminate) &&
+         r.locked_until <= now;
+}
+
+bool reclaimable(const Record& r, TimePoint now, bool retake_stale) {
   return r.state == RecordState::released || r.expires_at <= now ||
-         (r.state == RecordState::in_flight && r.locked_until <= now);
+         (retake_stale && lease_over(r, now));
 }
 
 }  // namespace
@@ -15,9 +20,10 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
   const TimePoint now = clock_.now();
   const Key key{request.id.scope, request.id.key};
   auto it = records_.find(key);
-  if (it != records_.end() && !reclaimable(it->second, now)) {
+  if (it != records_.end() && !reclaimable(it->second, now, request.retake_stale)) {
     Record copy = it->second;
     copy.expired = false;
+    copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= now;
     return ClaimResult{std::move(copy)};
   }
   Record r;
@@ -63,12 +69,32 @@ Result<Done> MemoryStore::release(const RecordId& id, std::int64_t token) {
   return Done{};
 }
 
+Result<Done> MemoryStore::mark_indeterminate(const RecordId& id, std::int64_t token) {
+  std::lock_guard lock(mu_);
+  Record* r = holder(id, token);
+  if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+  r->state = RecordState::indeterminate;
+  return Done{};
+}
+
+Result<bool> MemoryStore::resolve(const RecordId& id) {
+  std::lock_guard lock(mu_);
+  auto it = records_.find({id.scope, id.key});
+  if (it == records_.end()) return false;
+  Record& r = it->second;
+  const bool stale = r.state == RecordState::in_flight && r.locked_until <= clock_.now();
+  if (r.state != RecordState::indeterminate && !stale) return false;
+  r.state = RecordState::released;
+  return true;
+}
+
 Result<std::optional<Record>> MemoryStore::find(const RecordId& id) {
   std::lock_guard lock(mu_);
   auto it = records_.find({id.scope, id.key});
   if (it == records_.end()) return std::optional<Record>{};
   Record copy = it->second;
   copy.expired = copy.expires_at <= clock_.now();
+  copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= clock_.now();
   return std::optional<Record>{std::move(copy)};
 }
 
@@ -83,7 +109,9 @@ Result<std::int64_t> MemoryStore::delete_expired(int limit) {
   std::int64_t deleted = 0;
   for (auto it = records_.begin(); it != records_.end() && deleted < limit;) {
     const Record& r = it->second;
-    const bool held = r.state == RecordState::in_flight && r.locked_until > now;
+    const bool held =
+        (r.state == RecordState::in_flight || r.state == RecordState::indeterminate) &&
+        r.locked_until > now;
     if (r.expires_at <= now && !held) {
       it = records_.erase(it);
       ++deleted;

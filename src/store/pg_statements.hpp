@@ -12,10 +12,12 @@ struct Statement {
   "fingerprint, state, token, route, method, target, "                                 \
   "(extract(epoch from created_at) * 1000)::bigint, "                                  \
   "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint, "          \
-  "(extract(epoch from expires_at) * 1000)::bigint, expires_at <= now(), status, headers, body"
+  "(extract(epoch from expires_at) * 1000)::bigint, expires_at <= now(), "                \
+  "(state = 'in_flight' AND locked_until <= now()), status, headers, body"
 
 // Claims (scope, key) in one statement. The row is taken over when it was released,
-// has expired, or its lease ran out; otherwise the live row is returned unchanged.
+// has expired, or (with $9, on_stale: retake) its lease ran out while in flight or
+// indeterminate; otherwise the live row is returned unchanged.
 // Zero rows means a concurrent claim committed after this statement's snapshot:
 // the caller runs it again and then sees that row.
 inline constexpr Statement kClaim{
@@ -32,7 +34,7 @@ inline constexpr Statement kClaim{
     "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,"
     "  completed_at = NULL, status = NULL, headers = NULL, body = NULL"
     " WHERE r.state = 'released' OR r.expires_at <= now()"
-    "  OR (r.state = 'in_flight' AND r.locked_until <= now())"
+    "  OR ($9 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
     " RETURNING r.*)"
     " SELECT true, " IDEMPROXY_RECORD_COLUMNS " FROM claimed"
     " UNION ALL"
@@ -52,6 +54,17 @@ inline constexpr Statement kRelease{
     "UPDATE idempotency_records SET state = 'released', locked_until = NULL"
     " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"};
 
+inline constexpr Statement kMarkIndeterminate{
+    "idemproxy_mark_indeterminate",
+    "UPDATE idempotency_records SET state = 'indeterminate'"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"};
+
+inline constexpr Statement kResolve{
+    "idemproxy_resolve",
+    "UPDATE idempotency_records SET state = 'released', locked_until = NULL"
+    " WHERE scope = $1 AND key = $2"
+    " AND (state = 'indeterminate' OR (state = 'in_flight' AND locked_until <= now()))"};
+
 inline constexpr Statement kFind{
     "idemproxy_find",
     "SELECT false, " IDEMPROXY_RECORD_COLUMNS
@@ -65,13 +78,14 @@ inline constexpr Statement kDeleteExpired{
     "idemproxy_delete_expired",
     "DELETE FROM idempotency_records WHERE (scope, key) IN ("
     " SELECT scope, key FROM idempotency_records"
-    " WHERE expires_at <= now() AND (state <> 'in_flight' OR locked_until <= now())"
+    " WHERE expires_at <= now()"
+    "  AND (state NOT IN ('in_flight', 'indeterminate') OR locked_until <= now())"
     " LIMIT $1 FOR UPDATE SKIP LOCKED)"};
 
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
-inline constexpr Statement kAll[] = {kClaim, kComplete, kRelease, kFind,
-                                     kPurge, kDeleteExpired, kPing};
+inline constexpr Statement kAll[] = {kClaim, kComplete, kRelease, kMarkIndeterminate, kResolve,
+                                     kFind,  kPurge,    kDeleteExpired, kPing};
 
 #undef IDEMPROXY_RECORD_COLUMNS
 

@@ -106,11 +106,12 @@ Record read_record(const pqxx::row& row, const RecordId& id) {
   r.locked_until = from_ms(row[8]);
   r.expires_at = from_ms(row[9]);
   r.expired = row[10].as<bool>();
-  if (r.state == RecordState::completed && !row[11].is_null()) {
+  r.stale = row[11].as<bool>();
+  if (r.state == RecordState::completed && !row[12].is_null()) {
     StoredResponse resp;
-    resp.status = row[11].as<int>();
-    resp.headers = decode_headers(pqxx::binarystring(row[12]).str());
-    resp.body = pqxx::binarystring(row[13]).str();
+    resp.status = row[12].as<int>();
+    resp.headers = decode_headers(pqxx::binarystring(row[13]).str());
+    resp.body = pqxx::binarystring(row[14]).str();
     r.response = std::move(resp);
   }
   return r;
@@ -126,7 +127,7 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
       const pqxx::result r = tx.exec_prepared(
           pg::kClaim.name, req.id.scope, req.id.key, req.fingerprint, req.route, req.method,
           req.target, static_cast<long long>(req.lease.count()),
-          static_cast<long long>(req.ttl.count()));
+          static_cast<long long>(req.ttl.count()), req.retake_stale);
       if (r.empty()) continue;
       Record record = read_record(r[0], req.id);
       if (r[0][0].as<bool>()) return ClaimResult{Claimed{record.token, record.locked_until}};
@@ -156,6 +157,23 @@ Result<Done> PgStore::release(const RecordId& id, std::int64_t token) {
         tx.exec_prepared(pg::kRelease.name, id.scope, id.key, static_cast<long long>(token));
     if (r.affected_rows() == 0) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
     return Done{};
+  });
+}
+
+Result<Done> PgStore::mark_indeterminate(const RecordId& id, std::int64_t token) {
+  return with_connection<Done>([&](Connection& c) -> Result<Done> {
+    pqxx::nontransaction tx(c.get());
+    const pqxx::result r = tx.exec_prepared(pg::kMarkIndeterminate.name, id.scope, id.key,
+                                            static_cast<long long>(token));
+    if (r.affected_rows() == 0) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+    return Done{};
+  });
+}
+
+Result<bool> PgStore::resolve(const RecordId& id) {
+  return with_connection<bool>([&](Connection& c) -> Result<bool> {
+    pqxx::nontransaction tx(c.get());
+    return tx.exec_prepared(pg::kResolve.name, id.scope, id.key).affected_rows() > 0;
   });
 }
 

@@ -7,6 +7,7 @@ std::string_view to_string(RecordState state) {
     case RecordState::in_flight: return "in_flight";
     case RecordState::completed: return "completed";
     case RecordState::released: return "released";
+    case RecordState::indeterminate: return "indeterminate";
   }
   return "unknown";
 }
@@ -15,6 +16,7 @@ std::optional<RecordState> parse_state(std::string_view text) {
   if (text == "in_flight") return RecordState::in_flight;
   if (text == "completed") return RecordState::completed;
   if (text == "released") return RecordState::released;
+  if (text == "indeterminate") return RecordState::indeterminate;
   return std::nullopt;
 }
 

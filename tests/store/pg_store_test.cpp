@@ -38,8 +38,8 @@ class PgStoreTest : public ::testing::Test {
   }
 
   ClaimRequest request(const std::string& key, Duration lease = 30s, Duration ttl = 1h,
-                       const std::string& fp = "fp-1") {
-    return {{scope, key}, fp, lease, ttl, "orders", "POST", "/v1/orders?x=1"};
+                       const std::string& fp = "fp-1", bool retake = false) {
+    return {{scope, key}, fp, lease, ttl, "orders", "POST", "/v1/orders?x=1", retake};
   }
 
   std::int64_t claim_token(const ClaimRequest& r) {
@@ -106,13 +106,38 @@ TEST_F(PgStoreTest, OnlyTheCurrentTokenMayCompleteOrRelease) {
 TEST_F(PgStoreTest, ExpiredLeaseIsTakenOverAndTheOldHolderIsFenced) {
   const auto old_token = claim_token(request("k", 50ms));
   std::this_thread::sleep_for(120ms);
-  const auto new_token = claim_token(request("k", 30s));
+  const auto new_token = claim_token(request("k", 30s, 1h, "fp-1", /*retake=*/true));
   EXPECT_NE(new_token, old_token);
   EXPECT_EQ(store->complete({scope, "k"}, old_token, {200, {}, "stale"}, 1h).error().code,
             StoreErrc::fenced);
   ASSERT_TRUE(store->complete({scope, "k"}, new_token, {200, {}, "fresh"}, 1h).ok());
   auto found = store->find({scope, "k"});
   EXPECT_EQ(found.value()->response->body, "fresh");
+}
+
+TEST_F(PgStoreTest, ExpiredLeaseWithoutRetakeIsReportedStale) {
+  const auto token = claim_token(request("k", 50ms));
+  std::this_thread::sleep_for(120ms);
+  auto again = store->claim(request("k", 30s));
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(std::holds_alternative<Record>(again.value()));
+  EXPECT_TRUE(std::get<Record>(again.value()).stale);
+  EXPECT_EQ(std::get<Record>(again.value()).token, token);
+  ASSERT_TRUE(store->resolve({scope, "k"}).value());
+  EXPECT_NE(claim_token(request("k")), token);
+}
+
+TEST_F(PgStoreTest, IndeterminateRecordIsKeptUntilRetakenOrResolved) {
+  const auto token = claim_token(request("k", 50ms));
+  ASSERT_TRUE(store->mark_indeterminate({scope, "k"}, token).ok());
+  EXPECT_EQ(store->mark_indeterminate({scope, "k"}, token).error().code, StoreErrc::fenced);
+  EXPECT_EQ(store->complete({scope, "k"}, token, {200, {}, "late"}, 1h).error().code,
+            StoreErrc::fenced);
+  std::this_thread::sleep_for(120ms);
+  auto kept = store->claim(request("k"));  // on_stale: fail
+  ASSERT_TRUE(std::holds_alternative<Record>(kept.value()));
+  EXPECT_EQ(std::get<Record>(kept.value()).state, RecordState::indeterminate);
+  EXPECT_NE(claim_token(request("k", 30s, 1h, "fp-1", /*retake=*/true)), token);
 }
 
 TEST_F(PgStoreTest, ReleasedRecordIsClaimedAgain) {

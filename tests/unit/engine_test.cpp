@@ -16,7 +16,7 @@ class EngineTest : public ::testing::Test {
  protected:
   store::ClaimRequest request(std::string key, std::string fp = "fp-1", std::string scope = "") {
     return {{std::move(scope), std::move(key)}, std::move(fp), policy.lease, policy.ttl, "orders",
-            "POST", "/v1/orders"};
+            "POST", "/v1/orders", policy.on_stale == OnStale::retake};
   }
   store::StoredResponse created(std::string body = R"({"id":"ord_1"})") {
     return {201,
@@ -117,6 +117,7 @@ TEST_F(EngineTest, ExpiredRecordDoesNotCauseAMismatch) {
 }
 
 TEST_F(EngineTest, LeaseTakeoverFencesTheOldHolder) {
+  policy.on_stale = OnStale::retake;
   const auto old_holder = engine.admit(request("k"));
   clock.advance(policy.lease - 1ms);
   EXPECT_EQ(engine.admit(request("k")).kind, Kind::in_flight);
@@ -132,6 +133,59 @@ TEST_F(EngineTest, LeaseTakeoverFencesTheOldHolder) {
   const auto replay = engine.admit(request("k"));
   ASSERT_EQ(replay.kind, Kind::replay);
   EXPECT_EQ(replay.replay->body, "fresh");
+}
+
+TEST_F(EngineTest, VanishedHolderMeansOutcomeUnknownByDefault) {
+  const auto holder = engine.admit(request("k"));
+  clock.advance(policy.lease);
+  // at most once: the retry is not executed, and learns the outcome is unknown
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::stale);
+  EXPECT_EQ(engine.admit(request("k", "fp-2")).kind, Kind::mismatch);
+  // a late completion by the holder is still accepted: nobody took over
+  EXPECT_EQ(engine.finish({"", "k"}, holder.token, policy, created()), Finish::stored);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::replay);
+}
+
+TEST_F(EngineTest, StaleRecordBlocksTheKeyUntilItsTtl) {
+  engine.admit(request("k"));
+  clock.advance(policy.ttl - 1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::stale);
+  clock.advance(1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);
+}
+
+TEST_F(EngineTest, IndeterminateOutcomeIsReportedAndNeverExecutedAgainByDefault) {
+  const auto holder = engine.admit(request("k"));
+  EXPECT_EQ(engine.mark_indeterminate({"", "k"}, holder.token), Finish::indeterminate);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::indeterminate);
+  clock.advance(policy.lease * 2);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::indeterminate);
+  // the holder cannot complete it afterwards with a body it never received
+  EXPECT_EQ(engine.finish({"", "k"}, holder.token, policy, created()), Finish::fenced);
+}
+
+TEST_F(EngineTest, IndeterminateOutcomeIsRetakenAfterTheLeaseWithRetake) {
+  policy.on_stale = OnStale::retake;
+  const auto holder = engine.admit(request("k"));
+  engine.mark_indeterminate({"", "k"}, holder.token);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::indeterminate);  // lease still running
+  clock.advance(policy.lease);
+  const auto retry = engine.admit(request("k"));
+  ASSERT_EQ(retry.kind, Kind::execute);
+  EXPECT_NE(retry.token, holder.token);
+}
+
+TEST_F(EngineTest, OperatorResolveReleasesIndeterminateAndStaleRecords) {
+  const auto a = engine.admit(request("a"));
+  engine.mark_indeterminate({"", "a"}, a.token);
+  engine.admit(request("b"));
+  EXPECT_FALSE(memory.resolve({"", "b"}).value());  // b's holder is still within its lease
+  clock.advance(policy.lease);
+  EXPECT_TRUE(memory.resolve({"", "a"}).value());
+  EXPECT_TRUE(memory.resolve({"", "b"}).value());
+  EXPECT_EQ(engine.admit(request("a")).kind, Kind::execute);
+  EXPECT_EQ(engine.admit(request("b")).kind, Kind::execute);
+  EXPECT_FALSE(memory.resolve({"", "missing"}).value());
 }
 
 TEST_F(EngineTest, ScopesIsolateKeys) {

@@ -16,6 +16,8 @@ struct Admission {
     execute,        // we hold the claim: forward, then finish()
     replay,         // a completed record with the same fingerprint
     in_flight,      // another request with this key is still executing
+    stale,          // its holder vanished (lease over, on_stale: fail): outcome unknown
+    indeterminate,  // the upstream got it, the outcome is unknown (on_stale: fail)
     mismatch,       // the key was used with a different request
     store_failed,   // the store did not answer
   };
@@ -31,6 +33,7 @@ struct Admission {
 enum class Finish {
   stored,        // completed: retries will replay it
   released,      // status not storable: retries execute again
+  indeterminate,  // recorded as indeterminate
   fenced,        // another holder took the claim over; nothing written
   store_failed,  // not written; the claim stays until its lease runs out
 };
@@ -49,6 +52,9 @@ class Engine {
 
   /// Gives up a claim whose request never reached the upstream.
   Finish abandon(const store::RecordId& id, std::int64_t token);
+
+  /// The request reached the upstream, but no answer came back that can be stored.
+  Finish mark_indeterminate(const store::RecordId& id, std::int64_t token);
 
   store::Store& store() { return store_; }
 

@@ -11,6 +11,10 @@ namespace idemproxy::engine {
 
 enum class OnConcurrent { reject, wait };
 enum class StoreUnavailable { fail_closed, fail_open };
+/// What a retry meets when the key's holder vanished (lease over) or the outcome is
+/// indeterminate. fail: at most once, the retry is told the outcome is unknown.
+/// retake: execute again under a new fencing token (the upstream dedupes itself).
+enum class OnStale { fail, retake };
 
 /// An inclusive range of statuses: "2xx" is 200..299, "201" is 201..201.
 struct StatusRange {
@@ -29,6 +33,7 @@ struct RoutePolicy {
   Duration lease = std::chrono::seconds{30};
   std::string scope_header;
   OnConcurrent on_concurrent = OnConcurrent::reject;
+  OnStale on_stale = OnStale::fail;
   std::vector<StatusRange> store_status = {{200, 299}, {400, 499}};
   StoreUnavailable store_unavailable = StoreUnavailable::fail_closed;
   std::size_t max_body = 1024 * 1024;

@@ -16,6 +16,8 @@ enum class Outcome {
   released,           // forwarded under a claim; status not storable, claim released
   replayed,
   conflict,           // 409: same key in flight
+  outcome_unknown,    // 409: the key's holder vanished (on_stale: fail)
+  indeterminate,      // 409: the key's earlier request has an unknown outcome
   mismatch,           // 422
   missing_key,
   bad_key,

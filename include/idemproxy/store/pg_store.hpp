@@ -31,6 +31,8 @@ class PgStore final : public Store {
   Result<TimePoint> complete(const RecordId& id, std::int64_t token,
                              const StoredResponse& response, Duration ttl) override;
   Result<Done> release(const RecordId& id, std::int64_t token) override;
+  Result<Done> mark_indeterminate(const RecordId& id, std::int64_t token) override;
+  Result<bool> resolve(const RecordId& id) override;
   Result<std::optional<Record>> find(const RecordId& id) override;
   Result<bool> purge(const RecordId& id) override;
   Result<std::int64_t> delete_expired(int limit) override;

@@ -18,7 +18,10 @@ struct RecordId {
   std::string key;
 };
 
-enum class RecordState { in_flight, completed, released };
+/// in_flight: claimed, executing (or its holder vanished, once the lease ran out).
+/// completed: the response is stored and replayed. released: a retry executes again.
+/// indeterminate: the upstream got the request but the outcome is unknown.
+enum class RecordState { in_flight, completed, released, indeterminate };
 std::string_view to_string(RecordState state);
 std::optional<RecordState> parse_state(std::string_view text);
 
@@ -47,6 +50,7 @@ struct Record {
   TimePoint locked_until;  // meaningful while in flight
   TimePoint expires_at;
   bool expired = false;  // judged by the store's clock when the record was read
+  bool stale = false;    // in flight with its lease run out: the holder vanished
   std::optional<StoredResponse> response;  // set when completed
 };
 
@@ -58,6 +62,9 @@ struct ClaimRequest {
   std::string route;
   std::string method;
   std::string target;
+  /// Take over a record whose lease ran out (in flight or indeterminate) instead of
+  /// reporting it: the route's on_stale: retake.
+  bool retake_stale = false;
 };
 
 /// The caller now holds the record under this fencing token.
@@ -110,6 +117,12 @@ class Store {
                                      const StoredResponse& response, Duration ttl) = 0;
   /// Gives the claim up so a retry executes again; only the holder of `token` may.
   virtual Result<Done> release(const RecordId& id, std::int64_t token) = 0;
+  /// Records that the upstream got the request but the outcome is unknown; only the
+  /// holder of `token` may. The record keeps its lease and TTL.
+  virtual Result<Done> mark_indeterminate(const RecordId& id, std::int64_t token) = 0;
+  /// Operator decision: an indeterminate or stale record becomes released, so the
+  /// next request with the key executes. False when there was no such record.
+  virtual Result<bool> resolve(const RecordId& id) = 0;
   virtual Result<std::optional<Record>> find(const RecordId& id) = 0;
   /// Deletes one record; false when there was none.
   virtual Result<bool> purge(const RecordId& id) = 0;
