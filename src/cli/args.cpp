@@ -28,7 +28,7 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.verb += " " + argv[i++];
     }
   }
-  static const std::vector<std::string> verbs = {"serve", "migrate", "check-config", "gc",
+  static const std::vector<std::string> verbs = {"serve",     "migrate",    "check-config", "gc",
                                                  "keys show", "keys purge", "keys resolve"};
   if (std::find(verbs.begin(), verbs.end(), a.verb) == verbs.end()) {
     throw UsageError("unknown command \"" + a.verb + "\"");
@@ -39,14 +39,22 @@ Args parse_args(const std::vector<std::string>& argv) {
   };
   for (; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
-    if (arg == "--config" || arg == "-c") a.config = value(arg);
-    else if (arg.starts_with("--config=")) a.config = arg.substr(9);
-    else if (arg == "--no-migrate") a.no_migrate = true;
-    else if (arg == "--key") a.key = value(arg);
-    else if (arg == "--scope") a.scope = value(arg);
-    else if (arg == "--help" || arg == "-h") a.help = true;
-    else if (arg == "--version") a.version = true;
-    else throw UsageError("unknown argument \"" + arg + "\"");
+    if (arg == "--config" || arg == "-c")
+      a.config = value(arg);
+    else if (arg.starts_with("--config="))
+      a.config = arg.substr(9);
+    else if (arg == "--no-migrate")
+      a.no_migrate = true;
+    else if (arg == "--key")
+      a.key = value(arg);
+    else if (arg == "--scope")
+      a.scope = value(arg);
+    else if (arg == "--help" || arg == "-h")
+      a.help = true;
+    else if (arg == "--version")
+      a.version = true;
+    else
+      throw UsageError("unknown argument \"" + arg + "\"");
   }
   if (a.verb.starts_with("keys ") && !a.key && !a.help) throw UsageError(a.verb + " needs --key");
   return a;

@@ -15,9 +15,10 @@ config::Config load_or_exit(const Args& args) { return config::load_config(args.
 // The one-shot verbs act on the durable store only.
 store::PgStore open_pg(const config::Config& c) {
   if (c.store.kind != config::StoreConfig::Kind::postgres) {
-    throw UsageError("this command needs store.postgres; the memory store lives inside one process");
+    throw UsageError(
+        "this command needs store.postgres; the memory store lives inside one process");
   }
-  return store::PgStore({c.store.dsn, 1, c.store.statement_timeout});
+  return store::PgStore({c.store.dsn, 1, c.store.statement_timeout, c.store.transaction_pooling});
 }
 
 std::string iso8601(TimePoint t) {

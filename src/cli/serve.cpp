@@ -24,8 +24,9 @@ int serve(const Args& args) {
         spdlog::info("migration applied: {}", name);
       }
     }
-    store = std::make_unique<store::PgStore>(
-        store::PgOptions{cfg.store.dsn, cfg.store.pool_size, cfg.store.statement_timeout});
+    store = std::make_unique<store::PgStore>(store::PgOptions{cfg.store.dsn, cfg.store.pool_size,
+                                                              cfg.store.statement_timeout,
+                                                              cfg.store.transaction_pooling});
   }
   http::ProxyServer server(cfg, *store, metrics);
   server.start();

@@ -37,8 +37,8 @@ std::string substitute_env(const std::string& text, const EnvLookup& env) {
     } else if (value) {
       out += *value;
     } else {
-      throw std::invalid_argument("environment variable " + name +
-                                  " is not set (use ${" + name + ":-default} for a default)");
+      throw std::invalid_argument("environment variable " + name + " is not set (use ${" + name +
+                                  ":-default} for a default)");
     }
     i = close + 1;
   }

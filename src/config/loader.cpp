@@ -2,8 +2,8 @@
 // unknown key is an error: a typo must not silently disable protection.
 #include <yaml-cpp/yaml.h>
 
-#include <boost/url/parse.hpp>
 #include <algorithm>
+#include <boost/url/parse.hpp>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -38,8 +38,8 @@ class Reader {
       if (!known.contains(key)) {
         std::string list;
         for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-        fail(item.first, "unknown key \"" + key + "\" in " + path + " (expected one of: " + list +
-                             ")");
+        fail(item.first,
+             "unknown key \"" + key + "\" in " + path + " (expected one of: " + list + ")");
       }
     }
   }
@@ -94,7 +94,8 @@ class Reader {
   Endpoint endpoint(const YAML::Node& n, const std::string& name) const {
     const auto v = text(n, name);
     const auto colon = v.rfind(':');
-    if (colon == std::string::npos || colon == 0) fail(n, name + " must be HOST:PORT, not \"" + v + "\"");
+    if (colon == std::string::npos || colon == 0)
+      fail(n, name + " must be HOST:PORT, not \"" + v + "\"");
     Endpoint e;
     e.host = v.substr(0, colon);
     if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') {
@@ -117,10 +118,18 @@ class Reader {
   const EnvLookup& env_;
 };
 
-const std::set<std::string> kPolicyKeys = {
-    "header",   "methods",      "key_required",      "ttl",      "lease",
-    "scope_header", "on_concurrent", "store_status", "store_unavailable", "max_body",
-    "store_deny_headers", "on_stale"};
+const std::set<std::string> kPolicyKeys = {"header",
+                                           "methods",
+                                           "key_required",
+                                           "ttl",
+                                           "lease",
+                                           "scope_header",
+                                           "on_concurrent",
+                                           "store_status",
+                                           "store_unavailable",
+                                           "max_body",
+                                           "store_deny_headers",
+                                           "on_stale"};
 
 void Reader::policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
                     bool is_route) const {
@@ -135,7 +144,8 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       p.name = text(v, name);
     } else if (key == "path_prefix") {
       p.path_prefix = text(v, name);
-      if (p.path_prefix.empty() || p.path_prefix.front() != '/') fail(v, name + " must start with /");
+      if (p.path_prefix.empty() || p.path_prefix.front() != '/')
+        fail(v, name + " must start with /");
     } else if (key == "enabled") {
       p.enabled = boolean(v, name);
     } else if (key == "header") {
@@ -158,14 +168,20 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       p.scope_header = text(v, name);
     } else if (key == "on_concurrent") {
       const auto s = text(v, name);
-      if (s == "reject") p.on_concurrent = engine::OnConcurrent::reject;
-      else if (s == "wait") p.on_concurrent = engine::OnConcurrent::wait;
-      else fail(v, name + " must be reject or wait, not \"" + s + "\"");
+      if (s == "reject")
+        p.on_concurrent = engine::OnConcurrent::reject;
+      else if (s == "wait")
+        p.on_concurrent = engine::OnConcurrent::wait;
+      else
+        fail(v, name + " must be reject or wait, not \"" + s + "\"");
     } else if (key == "on_stale") {
       const auto s = text(v, name);
-      if (s == "fail") p.on_stale = engine::OnStale::fail;
-      else if (s == "retake") p.on_stale = engine::OnStale::retake;
-      else fail(v, name + " must be fail or retake, not \"" + s + "\"");
+      if (s == "fail")
+        p.on_stale = engine::OnStale::fail;
+      else if (s == "retake")
+        p.on_stale = engine::OnStale::retake;
+      else
+        fail(v, name + " must be fail or retake, not \"" + s + "\"");
     } else if (key == "store_status") {
       if (!v.IsSequence()) fail(v, name + " must be a list, e.g. [2xx, 4xx]");
       p.store_status.clear();
@@ -178,9 +194,12 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       }
     } else if (key == "store_unavailable") {
       const auto s = text(v, name);
-      if (s == "fail_closed") p.store_unavailable = engine::StoreUnavailable::fail_closed;
-      else if (s == "fail_open") p.store_unavailable = engine::StoreUnavailable::fail_open;
-      else fail(v, name + " must be fail_closed or fail_open, not \"" + s + "\"");
+      if (s == "fail_closed")
+        p.store_unavailable = engine::StoreUnavailable::fail_closed;
+      else if (s == "fail_open")
+        p.store_unavailable = engine::StoreUnavailable::fail_open;
+      else
+        fail(v, name + " must be fail_closed or fail_open, not \"" + s + "\"");
     } else if (key == "max_body") {
       p.max_body = size(v, name);
     } else if (key == "store_deny_headers") {
@@ -193,9 +212,9 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   Config c;
   c.path = file;
   if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
-  r.expect_map(root, "the top level",
-               {"listen", "admin_listen", "upstream", "store", "defaults", "routes", "server",
-                "log"});
+  r.expect_map(
+      root, "the top level",
+      {"listen", "admin_listen", "upstream", "store", "defaults", "routes", "server", "log", "gc"});
   if (root["listen"]) c.listen = r.endpoint(root["listen"], "listen");
   if (root["admin_listen"]) c.admin_listen = r.endpoint(root["admin_listen"], "admin_listen");
 
@@ -224,50 +243,75 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   while (!c.upstream.base_path.empty() && c.upstream.base_path.back() == '/') {
     c.upstream.base_path.pop_back();
   }
-  if (up["connect_timeout"]) c.upstream.connect_timeout = r.duration(up["connect_timeout"], "upstream.connect_timeout");
+  if (up["connect_timeout"])
+    c.upstream.connect_timeout = r.duration(up["connect_timeout"], "upstream.connect_timeout");
   if (up["timeout"]) c.upstream.timeout = r.duration(up["timeout"], "upstream.timeout");
   if (up["max_idle_connections"]) {
     c.upstream.max_idle_connections = static_cast<std::size_t>(
         r.integer(up["max_idle_connections"], "upstream.max_idle_connections", 0, 100000));
   }
-  if (up["max_response_size"]) c.upstream.max_response_size = r.size(up["max_response_size"], "upstream.max_response_size");
+  if (up["max_response_size"])
+    c.upstream.max_response_size = r.size(up["max_response_size"], "upstream.max_response_size");
 
   const YAML::Node st = root["store"];
   if (!st) r.fail(root, "store is required (store: {postgres: {dsn: ...}} or store: {memory: {}})");
   r.expect_map(st, "store", {"postgres", "memory"});
-  if (st["postgres"] && st["memory"]) r.fail(st, "store must name exactly one of postgres or memory");
+  if (st["postgres"] && st["memory"])
+    r.fail(st, "store must name exactly one of postgres or memory");
   if (st["memory"]) {
     c.store.kind = StoreConfig::Kind::memory;
     const YAML::Node m = st["memory"];
     if (!m.IsNull()) r.expect_map(m, "store.memory", {});
   } else if (st["postgres"]) {
     const YAML::Node pg = st["postgres"];
-    r.expect_map(pg, "store.postgres", {"dsn", "pool_size", "statement_timeout"});
+    r.expect_map(pg, "store.postgres",
+                 {"dsn", "pool_size", "statement_timeout", "transaction_pooling"});
     if (!pg["dsn"]) r.fail(pg, "store.postgres.dsn is required");
     c.store.dsn = r.text(pg["dsn"], "store.postgres.dsn");
     if (c.store.dsn.empty()) r.fail(pg["dsn"], "store.postgres.dsn is empty");
-    if (pg["pool_size"]) c.store.pool_size = r.integer(pg["pool_size"], "store.postgres.pool_size", 1, 256);
-    if (pg["statement_timeout"]) c.store.statement_timeout = r.duration(pg["statement_timeout"], "store.postgres.statement_timeout");
+    if (pg["pool_size"])
+      c.store.pool_size = r.integer(pg["pool_size"], "store.postgres.pool_size", 1, 256);
+    if (pg["transaction_pooling"])
+      c.store.transaction_pooling =
+          r.boolean(pg["transaction_pooling"], "store.postgres.transaction_pooling");
+    if (pg["statement_timeout"])
+      c.store.statement_timeout =
+          r.duration(pg["statement_timeout"], "store.postgres.statement_timeout");
   } else {
     r.fail(st, "store must name exactly one of postgres or memory");
   }
 
   if (const YAML::Node s = root["server"]) {
-    r.expect_map(s, "server", {"threads", "drain_timeout", "idle_timeout", "read_timeout",
-                               "max_header_size", "max_stream_body"});
+    r.expect_map(s, "server",
+                 {"threads", "drain_timeout", "idle_timeout", "read_timeout", "max_header_size",
+                  "max_stream_body"});
     if (s["threads"]) c.server.threads = r.integer(s["threads"], "server.threads", 1, 256);
-    if (s["drain_timeout"]) c.server.drain_timeout = r.duration(s["drain_timeout"], "server.drain_timeout");
-    if (s["idle_timeout"]) c.server.idle_timeout = r.duration(s["idle_timeout"], "server.idle_timeout");
-    if (s["read_timeout"]) c.server.read_timeout = r.duration(s["read_timeout"], "server.read_timeout");
-    if (s["max_header_size"]) c.server.max_header_size = r.size(s["max_header_size"], "server.max_header_size");
-    if (s["max_stream_body"]) c.server.max_stream_body = r.size(s["max_stream_body"], "server.max_stream_body");
+    if (s["drain_timeout"])
+      c.server.drain_timeout = r.duration(s["drain_timeout"], "server.drain_timeout");
+    if (s["idle_timeout"])
+      c.server.idle_timeout = r.duration(s["idle_timeout"], "server.idle_timeout");
+    if (s["read_timeout"])
+      c.server.read_timeout = r.duration(s["read_timeout"], "server.read_timeout");
+    if (s["max_header_size"])
+      c.server.max_header_size = r.size(s["max_header_size"], "server.max_header_size");
+    if (s["max_stream_body"])
+      c.server.max_stream_body = r.size(s["max_stream_body"], "server.max_stream_body");
+  }
+  if (const YAML::Node g = root["gc"]) {
+    r.expect_map(g, "gc", {"interval", "batch_size", "max_batches"});
+    if (g["interval"]) c.gc.interval = r.duration(g["interval"], "gc.interval");
+    if (g["batch_size"]) c.gc.batch_size = r.integer(g["batch_size"], "gc.batch_size", 1, 100000);
+    if (g["max_batches"])
+      c.gc.max_batches = r.integer(g["max_batches"], "gc.max_batches", 1, 100000);
   }
   if (const YAML::Node l = root["log"]) {
     r.expect_map(l, "log", {"level"});
     if (l["level"]) {
       c.log_level = r.text(l["level"], "log.level");
-      static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};
-      if (!levels.contains(c.log_level)) r.fail(l["level"], "log.level must be one of trace, debug, info, warn, error, off");
+      static const std::set<std::string> levels = {"trace", "debug", "info",
+                                                   "warn",  "error", "off"};
+      if (!levels.contains(c.log_level))
+        r.fail(l["level"], "log.level must be one of trace, debug, info, warn, error, off");
     }
   }
 

@@ -1,8 +1,9 @@
 #include "idemproxy/engine/engine.hpp"
 
+#include <strings.h>
+
 #include <algorithm>
 #include <array>
-#include <strings.h>
 
 namespace idemproxy::engine {
 
@@ -68,10 +69,16 @@ Finish Engine::mark_indeterminate(const store::RecordId& id, std::int64_t token)
 }
 
 bool is_hop_by_hop(std::string_view name) {
-  static constexpr std::array<std::string_view, 10> kHopByHop = {
-      "connection", "keep-alive",        "proxy-connection", "te",           "trailer",
-      "upgrade",    "transfer-encoding", "content-length",   "proxy-authenticate",
-      "proxy-authorization"};
+  static constexpr std::array<std::string_view, 10> kHopByHop = {"connection",
+                                                                 "keep-alive",
+                                                                 "proxy-connection",
+                                                                 "te",
+                                                                 "trailer",
+                                                                 "upgrade",
+                                                                 "transfer-encoding",
+                                                                 "content-length",
+                                                                 "proxy-authenticate",
+                                                                 "proxy-authorization"};
   return std::any_of(kHopByHop.begin(), kHopByHop.end(), [&](std::string_view h) {
     return h.size() == name.size() && strncasecmp(h.data(), name.data(), h.size()) == 0;
   });

@@ -1,7 +1,8 @@
 #include "idemproxy/engine/policy.hpp"
 
-#include <algorithm>
 #include <strings.h>
+
+#include <algorithm>
 
 namespace idemproxy::engine {
 

@@ -54,11 +54,12 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
     } else {
       // The upstream may have acted: never a release. Retries are told the outcome
       // is unknown (on_stale: fail) or execute again after the lease (retake).
-      const auto marked =
-          co_await rt.blocking([&rt, &id, &token] { return rt.engine.mark_indeterminate(id, token); });
-      spdlog::warn("key {}: the upstream failed after the request was sent; record {}", ctx.key_hash,
-                   marked == engine::Finish::indeterminate ? "marked indeterminate"
-                                                           : "left to its lease (store unreachable)");
+      const auto marked = co_await rt.blocking(
+          [&rt, &id, &token] { return rt.engine.mark_indeterminate(id, token); });
+      spdlog::warn(
+          "key {}: the upstream failed after the request was sent; record {}", ctx.key_hash,
+          marked == engine::Finish::indeterminate ? "marked indeterminate"
+                                                  : "left to its lease (store unreachable)");
     }
     rt.metrics.claim_ended();
     rt.waiters.notify(wait_id(id));
@@ -74,8 +75,12 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
   rt.metrics.claim_ended();
   rt.waiters.notify(wait_id(id));
   switch (finish) {
-    case engine::Finish::stored: ctx.outcome = Outcome::executed; break;
-    case engine::Finish::released: ctx.outcome = Outcome::released; break;
+    case engine::Finish::stored:
+      ctx.outcome = Outcome::executed;
+      break;
+    case engine::Finish::released:
+      ctx.outcome = Outcome::released;
+      break;
     case engine::Finish::indeterminate:
     case engine::Finish::fenced:
       ctx.outcome = Outcome::executed;
@@ -85,8 +90,15 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
     case engine::Finish::store_failed:
       ctx.outcome = Outcome::executed;
       rt.metrics.count_store_error();
-      spdlog::error("key {}: the response could not be stored; the claim stays until its lease ends",
-                    ctx.key_hash);
+      if (rt.completions.retry(id, token, route, answer)) {
+        spdlog::warn("key {}: the response could not be stored yet; retrying in the background",
+                     ctx.key_hash);
+      } else {
+        spdlog::error(
+            "key {}: the response could not be stored and the retry budget is spent; "
+            "the record stays in flight",
+            ctx.key_hash);
+      }
       break;
   }
   co_return co_await respond(ctx, ex.response);
@@ -218,7 +230,11 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   const store::ClaimRequest claim{
       {std::move(scope), key},
       engine::fingerprint(ctx.method, ctx.target, req[bhttp::field::content_type], req.body()),
-      route.lease, route.ttl, route.name, ctx.method, ctx.target,
+      route.lease,
+      route.ttl,
+      route.name,
+      ctx.method,
+      ctx.target,
       route.on_stale == engine::OnStale::retake};
   prepare_forward(req, ctx.client.peer_ip, cfg.upstream.base_path);
   req.prepare_payload();

@@ -20,20 +20,36 @@ struct ProblemInfo {
 
 ProblemInfo info(ProblemKind kind) {
   switch (kind) {
-    case ProblemKind::malformed_request: return {"malformed-request", 400, "Malformed HTTP request"};
-    case ProblemKind::header_too_large: return {"header-too-large", 431, "Request header fields too large"};
-    case ProblemKind::missing_key: return {"missing-key", 400, "Idempotency-Key is required"};
-    case ProblemKind::bad_key: return {"bad-key", 400, "Invalid Idempotency-Key"};
-    case ProblemKind::body_too_large: return {"body-too-large", 413, "Request body too large"};
-    case ProblemKind::key_mismatch: return {"key-mismatch", 422, "Idempotency-Key reused with a different request"};
-    case ProblemKind::request_in_flight: return {"request-in-flight", 409, "A request with this Idempotency-Key is in progress"};
-    case ProblemKind::outcome_unknown: return {"outcome-unknown", 409, "The outcome of the request with this Idempotency-Key is unknown"};
-    case ProblemKind::outcome_indeterminate: return {"outcome-indeterminate", 409, "The request with this Idempotency-Key may have executed"};
-    case ProblemKind::store_unavailable: return {"store-unavailable", 503, "Idempotency store unavailable"};
-    case ProblemKind::upstream_unreachable: return {"upstream-unreachable", 502, "Upstream unreachable"};
-    case ProblemKind::upstream_failed: return {"upstream-failed", 502, "Upstream connection failed"};
-    case ProblemKind::upstream_timeout: return {"upstream-timeout", 504, "Upstream timed out"};
-    case ProblemKind::response_too_large: return {"response-too-large", 502, "Upstream response too large to store"};
+    case ProblemKind::malformed_request:
+      return {"malformed-request", 400, "Malformed HTTP request"};
+    case ProblemKind::header_too_large:
+      return {"header-too-large", 431, "Request header fields too large"};
+    case ProblemKind::missing_key:
+      return {"missing-key", 400, "Idempotency-Key is required"};
+    case ProblemKind::bad_key:
+      return {"bad-key", 400, "Invalid Idempotency-Key"};
+    case ProblemKind::body_too_large:
+      return {"body-too-large", 413, "Request body too large"};
+    case ProblemKind::key_mismatch:
+      return {"key-mismatch", 422, "Idempotency-Key reused with a different request"};
+    case ProblemKind::request_in_flight:
+      return {"request-in-flight", 409, "A request with this Idempotency-Key is in progress"};
+    case ProblemKind::outcome_unknown:
+      return {"outcome-unknown", 409,
+              "The outcome of the request with this Idempotency-Key is unknown"};
+    case ProblemKind::outcome_indeterminate:
+      return {"outcome-indeterminate", 409,
+              "The request with this Idempotency-Key may have executed"};
+    case ProblemKind::store_unavailable:
+      return {"store-unavailable", 503, "Idempotency store unavailable"};
+    case ProblemKind::upstream_unreachable:
+      return {"upstream-unreachable", 502, "Upstream unreachable"};
+    case ProblemKind::upstream_failed:
+      return {"upstream-failed", 502, "Upstream connection failed"};
+    case ProblemKind::upstream_timeout:
+      return {"upstream-timeout", 504, "Upstream timed out"};
+    case ProblemKind::response_too_large:
+      return {"response-too-large", 502, "Upstream response too large to store"};
   }
   return {"internal", 500, "Internal error"};
 }
@@ -122,7 +138,8 @@ void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip,
 
 std::vector<store::Header> to_headers(const bhttp::fields& fields) {
   std::vector<store::Header> out;
-  for (const auto& f : fields) out.push_back({std::string(f.name_string()), std::string(f.value())});
+  for (const auto& f : fields)
+    out.push_back({std::string(f.name_string()), std::string(f.value())});
   return out;
 }
 
@@ -156,7 +173,7 @@ asio::awaitable<bool> continue_if_expected(RequestContext& ctx) {
 asio::awaitable<bool> send_problem(RequestContext& ctx) {
   auto res = problem_response(*ctx.error, ctx.version, ctx.keep_alive);
   const bool sent = co_await send_response(ctx, res);
-  co_return sent && ctx.keep_alive;
+  co_return sent&& ctx.keep_alive;
 }
 
 }  // namespace idemproxy::http

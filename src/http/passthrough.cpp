@@ -14,8 +14,8 @@ enum class RelayError { none, read, write };
 template <bool isRequest>
 asio::awaitable<RelayError> relay(beast::tcp_stream& in, beast::flat_buffer& in_buffer,
                                   bhttp::parser<isRequest, bhttp::buffer_body>& p,
-                                  beast::tcp_stream& out, Duration in_timeout,
-                                  Duration out_timeout, beast::error_code& error) {
+                                  beast::tcp_stream& out, Duration in_timeout, Duration out_timeout,
+                                  beast::error_code& error) {
   std::array<char, 16 * 1024> chunk;
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   do {
@@ -79,9 +79,9 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   }
 
   beast::error_code relay_error;
-  const auto sent = co_await relay<true>(ctx.client.stream, ctx.client.buffer, req_parser,
-                                         conn->stream, cfg.server.read_timeout, cfg.upstream.timeout,
-                                         relay_error);
+  const auto sent =
+      co_await relay<true>(ctx.client.stream, ctx.client.buffer, req_parser, conn->stream,
+                           cfg.server.read_timeout, cfg.upstream.timeout, relay_error);
   if (sent == RelayError::read) co_return false;  // the client went away mid-body
   if (sent == RelayError::write) {
     ctx.keep_alive = false;
@@ -96,8 +96,8 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   res_parser.body_limit(cfg.server.max_stream_body);
   if (is_head) res_parser.skip(true);
   conn->stream.expires_after(cfg.upstream.timeout);
-  auto [hec, hn] = co_await bhttp::async_read_header(conn->stream, conn->buffer, res_parser,
-                                                     use_nothrow);
+  auto [hec, hn] =
+      co_await bhttp::async_read_header(conn->stream, conn->buffer, res_parser, use_nothrow);
   if (hec) {
     const auto kind =
         hec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;
@@ -111,18 +111,20 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   res.version(ctx.version == 10 ? 10 : 11);
   if (res_parser.need_eof()) {
     // The upstream ends the body by closing; an HTTP/1.1 client gets it chunked.
-    if (ctx.version == 10) ctx.keep_alive = false;
-    else res.chunked(true);
+    if (ctx.version == 10)
+      ctx.keep_alive = false;
+    else
+      res.chunked(true);
   }
   res.keep_alive(ctx.keep_alive);
   ctx.status = res.result_int();
-  const auto relayed = co_await relay<false>(conn->stream, conn->buffer, res_parser,
-                                             ctx.client.stream, cfg.upstream.timeout,
-                                             cfg.server.read_timeout, relay_error);
+  const auto relayed =
+      co_await relay<false>(conn->stream, conn->buffer, res_parser, ctx.client.stream,
+                            cfg.upstream.timeout, cfg.server.read_timeout, relay_error);
   if (relayed == RelayError::none && upstream_keep_alive && !res_parser.need_eof()) {
     rt.upstream.give_back(std::move(conn));
   }
-  co_return relayed == RelayError::none && ctx.keep_alive;
+  co_return relayed == RelayError::none&& ctx.keep_alive;
 }
 
 }  // namespace idemproxy::http

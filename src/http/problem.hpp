@@ -11,20 +11,20 @@ namespace idemproxy::http {
 enum class ErrorSource { downstream, upstream, store, internal };
 
 enum class ProblemKind {
-  malformed_request,     // 400: the HTTP framing or syntax is broken
-  header_too_large,      // 431
-  missing_key,           // 400
-  bad_key,               // 400
-  body_too_large,        // 413
-  key_mismatch,          // 422
-  request_in_flight,     // 409 + Retry-After
-  outcome_unknown,       // 409: the holder vanished; use a new key
-  outcome_indeterminate, // 409: the upstream got it, no answer; use a new key
-  store_unavailable,     // 503 + Retry-After
-  upstream_unreachable,  // 502: nothing was sent
-  upstream_failed,       // 502: sent, then the connection failed
-  upstream_timeout,      // 504: sent, no answer in time
-  response_too_large,    // 502: too big to store
+  malformed_request,      // 400: the HTTP framing or syntax is broken
+  header_too_large,       // 431
+  missing_key,            // 400
+  bad_key,                // 400
+  body_too_large,         // 413
+  key_mismatch,           // 422
+  request_in_flight,      // 409 + Retry-After
+  outcome_unknown,        // 409: the holder vanished; use a new key
+  outcome_indeterminate,  // 409: the upstream got it, no answer; use a new key
+  store_unavailable,      // 503 + Retry-After
+  upstream_unreachable,   // 502: nothing was sent
+  upstream_failed,        // 502: sent, then the connection failed
+  upstream_timeout,       // 504: sent, no answer in time
+  response_too_large,     // 502: too big to store
 };
 
 struct ProxyError {

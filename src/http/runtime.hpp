@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "http/beast.hpp"
+#include "http/completion_retrier.hpp"
 #include "http/upstream_pool.hpp"
+#include "http/wait_list.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/engine/engine.hpp"
 #include "idemproxy/ops/metrics.hpp"
@@ -24,18 +26,6 @@ struct Settings {
   engine::RouteTable routes;
 };
 
-/// Requests waiting (on_concurrent: wait) for a key held by this process are woken
-/// when it finishes; keys held by other instances are re-checked on a backoff.
-class WaitList {
- public:
-  void add(const std::string& id, const std::shared_ptr<asio::steady_timer>& timer);
-  void notify(const std::string& id);
-
- private:
-  std::mutex mu_;
-  std::unordered_map<std::string, std::vector<std::weak_ptr<asio::steady_timer>>> waiting_;
-};
-
 class Runtime {
  public:
   Runtime(asio::io_context& io, std::shared_ptr<const Settings> settings, store::Store& store,
@@ -44,6 +34,7 @@ class Runtime {
         metrics(metrics),
         db_pool(static_cast<std::size_t>(db_threads)),
         upstream(io.get_executor(), settings->config.upstream),
+        completions(engine, db_pool, waiters, 64 * 1024 * 1024),
         settings_(std::move(settings)) {}
 
   std::shared_ptr<const Settings> settings() const {
@@ -83,6 +74,7 @@ class Runtime {
   asio::thread_pool db_pool;
   UpstreamPool upstream;
   WaitList waiters;
+  CompletionRetrier completions;
   std::atomic<bool> draining{false};
 
  private:

@@ -13,9 +13,9 @@ struct ProxyServer::Impl {
   Impl(config::Config config, store::Store& store, ops::Metrics& metrics)
       : threads(config.server.threads),
         io(threads),
-        runtime(io, std::make_shared<Settings>(config), store, metrics,
-                config.store.kind == config::StoreConfig::Kind::postgres ? config.store.pool_size
-                                                                         : 1),
+        runtime(
+            io, std::make_shared<Settings>(config), store, metrics,
+            config.store.kind == config::StoreConfig::Kind::postgres ? config.store.pool_size : 1),
         proxy_acceptor(io),
         admin_acceptor(io),
         signals(io, SIGINT, SIGTERM, SIGHUP) {}
@@ -25,6 +25,7 @@ struct ProxyServer::Impl {
   asio::awaitable<void> accept_admin();
   asio::awaitable<void> handle_signals();
   asio::awaitable<void> drain();
+  asio::awaitable<void> collect_garbage();
   void reload();
 
   int threads;
@@ -109,8 +110,9 @@ void ProxyServer::Impl::reload() {
         next.admin_listen.port != old.admin_listen.port || next.upstream.url != old.upstream.url ||
         next.store.dsn != old.store.dsn || next.store.kind != old.store.kind ||
         next.server.threads != old.server.threads) {
-      spdlog::warn("reload: listen, admin_listen, upstream.url, store and server.threads "
-                   "changes take effect only after a restart; keeping the running values");
+      spdlog::warn(
+          "reload: listen, admin_listen, upstream.url, store and server.threads "
+          "changes take effect only after a restart; keeping the running values");
       next.listen = old.listen;
       next.admin_listen = old.admin_listen;
       next.upstream = old.upstream;
@@ -140,11 +142,39 @@ asio::awaitable<void> ProxyServer::Impl::drain() {
     tracker.close_idle();  // connections that finished a request since
   }
   if (tracker.size() > 0) {
-    spdlog::warn("drain timeout: {} connection(s) still busy; their claims are left to their leases",
-                 tracker.size());
+    spdlog::warn(
+        "drain timeout: {} connection(s) still busy; their claims are left to their leases",
+        tracker.size());
   }
   admin_acceptor.close(ignored);
   io.stop();
+}
+
+// Deletes expired records in bounded batches, every gc.interval, off the I/O threads.
+asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
+  asio::steady_timer timer(io);
+  for (;;) {
+    const auto gc = runtime.settings()->config.gc;
+    if (gc.interval.count() <= 0) co_return;
+    timer.expires_after(gc.interval);
+    co_await timer.async_wait(use_nothrow);
+    if (runtime.draining) co_return;
+    auto& store = runtime.engine.store();
+    const std::int64_t deleted = co_await runtime.blocking([&store, &gc] {
+      std::int64_t total = 0;
+      for (int batch = 0; batch < gc.max_batches; ++batch) {
+        auto n = store.delete_expired(gc.batch_size);
+        if (!n.ok()) break;
+        total += n.value();
+        if (n.value() < gc.batch_size) break;
+      }
+      return total;
+    });
+    if (deleted > 0) {
+      runtime.metrics.count_gc_deleted(static_cast<std::uint64_t>(deleted));
+      spdlog::info("gc: deleted {} expired record(s)", deleted);
+    }
+  }
 }
 
 asio::awaitable<void> ProxyServer::Impl::handle_signals() {
@@ -177,10 +207,16 @@ int ProxyServer::run() {
   asio::co_spawn(s.io, s.accept_clients(), log_exception);
   asio::co_spawn(s.io, s.accept_admin(), log_exception);
   asio::co_spawn(s.io, s.handle_signals(), log_exception);
+  asio::co_spawn(s.io, s.collect_garbage(), log_exception);
   std::vector<std::thread> extra;
   for (int i = 1; i < s.threads; ++i) extra.emplace_back([&s] { s.io.run(); });
   s.io.run();
   for (auto& t : extra) t.join();
+  if (const auto pending = s.runtime.completions.pending(); pending > 0) {
+    spdlog::error("{} completion(s) could not be written before exit; their records stay in flight",
+                  pending);
+  }
+  s.runtime.db_pool.stop();  // abandons completion retries still waiting for the store
   s.runtime.db_pool.join();
   spdlog::info("stopped");
   return 0;

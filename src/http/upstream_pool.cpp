@@ -81,14 +81,15 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request) {
     if (request.method() == bhttp::verb::head) parser.skip(true);
     auto [rec, read] = co_await bhttp::async_read(conn->stream, conn->buffer, parser, use_nothrow);
     if (rec == beast::error::timeout) {
-      out.error = upstream_error(ProblemKind::upstream_timeout, "the upstream did not answer in time");
+      out.error =
+          upstream_error(ProblemKind::upstream_timeout, "the upstream did not answer in time");
     } else if (rec == bhttp::error::body_limit) {
       out.error = upstream_error(ProblemKind::response_too_large,
                                  "the upstream response exceeds upstream.max_response_size");
     } else if (rec) {
-      out.error = upstream_error(ProblemKind::upstream_failed,
-                                 "the upstream connection failed after the request was sent: " +
-                                     rec.message());
+      out.error = upstream_error(
+          ProblemKind::upstream_failed,
+          "the upstream connection failed after the request was sent: " + rec.message());
     }
     if (out.error) co_return out;
     out.response = parser.release();

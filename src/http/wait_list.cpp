@@ -1,4 +1,4 @@
-#include "http/runtime.hpp"
+#include "http/wait_list.hpp"
 
 namespace idemproxy::http {
 

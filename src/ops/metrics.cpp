@@ -7,21 +7,36 @@ namespace idemproxy::ops {
 
 const char* to_string(Outcome outcome) {
   switch (outcome) {
-    case Outcome::passthrough: return "passthrough";
-    case Outcome::executed: return "executed";
-    case Outcome::released: return "released";
-    case Outcome::replayed: return "replayed";
-    case Outcome::conflict: return "conflict";
-    case Outcome::outcome_unknown: return "outcome_unknown";
-    case Outcome::indeterminate: return "indeterminate";
-    case Outcome::mismatch: return "mismatch";
-    case Outcome::missing_key: return "missing_key";
-    case Outcome::bad_key: return "bad_key";
-    case Outcome::too_large: return "too_large";
-    case Outcome::store_unavailable: return "store_unavailable";
-    case Outcome::fail_open: return "fail_open";
-    case Outcome::upstream_error: return "upstream_error";
-    case Outcome::bad_request: return "bad_request";
+    case Outcome::passthrough:
+      return "passthrough";
+    case Outcome::executed:
+      return "executed";
+    case Outcome::released:
+      return "released";
+    case Outcome::replayed:
+      return "replayed";
+    case Outcome::conflict:
+      return "conflict";
+    case Outcome::outcome_unknown:
+      return "outcome_unknown";
+    case Outcome::indeterminate:
+      return "indeterminate";
+    case Outcome::mismatch:
+      return "mismatch";
+    case Outcome::missing_key:
+      return "missing_key";
+    case Outcome::bad_key:
+      return "bad_key";
+    case Outcome::too_large:
+      return "too_large";
+    case Outcome::store_unavailable:
+      return "store_unavailable";
+    case Outcome::fail_open:
+      return "fail_open";
+    case Outcome::upstream_error:
+      return "upstream_error";
+    case Outcome::bad_request:
+      return "bad_request";
   }
   return "unknown";
 }
@@ -74,6 +89,9 @@ std::string Metrics::render() const {
   out << "# HELP idemproxy_store_errors_total Store calls that failed.\n"
          "# TYPE idemproxy_store_errors_total counter\n"
       << "idemproxy_store_errors_total " << store_errors_.load() << "\n";
+  out << "# HELP idemproxy_gc_deleted_total Expired records deleted by in-process GC.\n"
+         "# TYPE idemproxy_gc_deleted_total counter\n"
+      << "idemproxy_gc_deleted_total " << gc_deleted_.load() << "\n";
   out << "# HELP idemproxy_upstream_duration_seconds Upstream exchange time.\n"
          "# TYPE idemproxy_upstream_duration_seconds histogram\n";
   for (double b : kBuckets) {

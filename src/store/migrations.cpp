@@ -9,37 +9,25 @@ constexpr long long kMigrationLock = 0x1de4'0001;
 }  // namespace
 
 std::vector<std::string> apply_migrations(const std::string& dsn) {
+  // One transaction under a transaction-scoped advisory lock: instances starting at
+  // once apply each migration exactly once, and it works through PgBouncer too.
   pqxx::connection conn(dsn);
-  {
-    pqxx::nontransaction tx(conn);
-    tx.exec("SELECT pg_advisory_lock(" + std::to_string(kMigrationLock) + ")");
-  }
+  pqxx::work tx(conn);
+  tx.exec("SELECT pg_advisory_xact_lock(" + std::to_string(kMigrationLock) + ")");
+  tx.exec(
+      "CREATE TABLE IF NOT EXISTS idemproxy_schema_migrations ("
+      " name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())");
   std::vector<std::string> applied;
-  try {
-    {
-      pqxx::work tx(conn);
-      tx.exec(
-          "CREATE TABLE IF NOT EXISTS idemproxy_schema_migrations ("
-          " name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())");
-      tx.commit();
+  for (const auto& m : embedded_migrations()) {
+    if (!tx.exec_params("SELECT 1 FROM idemproxy_schema_migrations WHERE name = $1", m.name)
+             .empty()) {
+      continue;
     }
-    for (const auto& m : embedded_migrations()) {
-      pqxx::work tx(conn);
-      const auto done =
-          tx.exec_params("SELECT 1 FROM idemproxy_schema_migrations WHERE name = $1", m.name);
-      if (!done.empty()) continue;
-      tx.exec(m.sql);
-      tx.exec_params("INSERT INTO idemproxy_schema_migrations (name) VALUES ($1)", m.name);
-      tx.commit();
-      applied.push_back(m.name);
-    }
-  } catch (...) {
-    pqxx::nontransaction tx(conn);
-    tx.exec("SELECT pg_advisory_unlock(" + std::to_string(kMigrationLock) + ")");
-    throw;
+    tx.exec(m.sql);
+    tx.exec_params("INSERT INTO idemproxy_schema_migrations (name) VALUES ($1)", m.name);
+    applied.push_back(m.name);
   }
-  pqxx::nontransaction tx(conn);
-  tx.exec("SELECT pg_advisory_unlock(" + std::to_string(kMigrationLock) + ")");
+  tx.commit();
   return applied;
 }
 

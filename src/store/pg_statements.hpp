@@ -8,11 +8,11 @@ struct Statement {
   const char* sql;
 };
 
-#define IDEMPROXY_RECORD_COLUMNS                                                        \
-  "fingerprint, state, token, route, method, target, "                                 \
-  "(extract(epoch from created_at) * 1000)::bigint, "                                  \
-  "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint, "          \
-  "(extract(epoch from expires_at) * 1000)::bigint, expires_at <= now(), "                \
+#define IDEMPROXY_RECORD_COLUMNS                                              \
+  "fingerprint, state, token, route, method, target, "                        \
+  "(extract(epoch from created_at) * 1000)::bigint, "                         \
+  "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint, " \
+  "(extract(epoch from expires_at) * 1000)::bigint, expires_at <= now(), "    \
   "(state = 'in_flight' AND locked_until <= now()), status, headers, body"
 
 // Claims (scope, key) in one statement. The row is taken over when it was released,
@@ -27,7 +27,8 @@ inline constexpr Statement kClaim{
     "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"
     "   expires_at)"
     " VALUES ($1, $2, $3, 'in_flight', nextval('idempotency_fencing_token_seq'), $4, $5, $6, now(),"
-    "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 millisecond')"
+    "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 "
+    "millisecond')"
     " ON CONFLICT (scope, key) DO UPDATE SET"
     "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"
     "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"
@@ -36,9 +37,11 @@ inline constexpr Statement kClaim{
     " WHERE r.state = 'released' OR r.expires_at <= now()"
     "  OR ($9 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
     " RETURNING r.*)"
-    " SELECT true, " IDEMPROXY_RECORD_COLUMNS " FROM claimed"
+    " SELECT true, " IDEMPROXY_RECORD_COLUMNS
+    " FROM claimed"
     " UNION ALL"
-    " SELECT false, " IDEMPROXY_RECORD_COLUMNS " FROM idempotency_records"
+    " SELECT false, " IDEMPROXY_RECORD_COLUMNS
+    " FROM idempotency_records"
     "  WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"};
 
 inline constexpr Statement kComplete{
@@ -65,18 +68,20 @@ inline constexpr Statement kResolve{
     " WHERE scope = $1 AND key = $2"
     " AND (state = 'indeterminate' OR (state = 'in_flight' AND locked_until <= now()))"};
 
-inline constexpr Statement kFind{
-    "idemproxy_find",
-    "SELECT false, " IDEMPROXY_RECORD_COLUMNS
-    " FROM idempotency_records WHERE scope = $1 AND key = $2"};
+inline constexpr Statement kFind{"idemproxy_find",
+                                 "SELECT false, " IDEMPROXY_RECORD_COLUMNS
+                                 " FROM idempotency_records WHERE scope = $1 AND key = $2"};
 
-inline constexpr Statement kPurge{
-    "idemproxy_purge", "DELETE FROM idempotency_records WHERE scope = $1 AND key = $2"};
+inline constexpr Statement kPurge{"idemproxy_purge",
+                                  "DELETE FROM idempotency_records WHERE scope = $1 AND key = $2"};
 
-// Deletes a bounded batch; rows under a live lease are left to their holder.
+// Deletes a bounded batch; rows under a live lease are left to their holder. The
+// transaction-scoped advisory lock lets one instance at a time delete (the others
+// delete nothing), and needs no session state, so it works through PgBouncer.
 inline constexpr Statement kDeleteExpired{
     "idemproxy_delete_expired",
-    "DELETE FROM idempotency_records WHERE (scope, key) IN ("
+    "WITH gc_lock AS (SELECT pg_try_advisory_xact_lock(484558602) AS held)"
+    " DELETE FROM idempotency_records WHERE (SELECT held FROM gc_lock) AND (scope, key) IN ("
     " SELECT scope, key FROM idempotency_records"
     " WHERE expires_at <= now()"
     "  AND (state NOT IN ('in_flight', 'indeterminate') OR locked_until <= now())"
@@ -84,8 +89,9 @@ inline constexpr Statement kDeleteExpired{
 
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
-inline constexpr Statement kAll[] = {kClaim, kComplete, kRelease, kMarkIndeterminate, kResolve,
-                                     kFind,  kPurge,    kDeleteExpired, kPing};
+inline constexpr Statement kAll[] = {kClaim,   kComplete, kRelease, kMarkIndeterminate,
+                                     kResolve, kFind,     kPurge,   kDeleteExpired,
+                                     kPing};
 
 #undef IDEMPROXY_RECORD_COLUMNS
 

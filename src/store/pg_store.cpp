@@ -8,19 +8,30 @@
 
 namespace idemproxy::store {
 
-/// One libpq connection with every statement prepared on it.
+/// One libpq connection. Each statement runs in autocommit mode: prepared once per
+/// connection, or sent unnamed when a transaction-pooling PgBouncer is in the path
+/// (its server connections change between transactions).
 class PgStore::Connection {
  public:
-  Connection(const std::string& dsn, Duration statement_timeout) : conn_(dsn) {
+  explicit Connection(const PgOptions& options)
+      : conn_(options.dsn), prepared_(!options.transaction_pooling) {
+    if (!prepared_) return;
     pqxx::nontransaction tx(conn_);
-    tx.exec("SET statement_timeout = " + std::to_string(statement_timeout.count()));
+    tx.exec("SET statement_timeout = " + std::to_string(options.statement_timeout.count()));
     tx.commit();
     for (const auto& s : pg::kAll) conn_.prepare(s.name, s.sql);
   }
-  pqxx::connection& get() { return conn_; }
+
+  template <class... Args>
+  pqxx::result run(const pg::Statement& statement, Args&&... args) {
+    pqxx::nontransaction tx(conn_);
+    return prepared_ ? tx.exec_prepared(statement.name, std::forward<Args>(args)...)
+                     : tx.exec_params(statement.sql, std::forward<Args>(args)...);
+  }
 
  private:
   pqxx::connection conn_;
+  bool prepared_;
 };
 
 PgStore::PgStore(PgOptions options) : options_(std::move(options)) {}
@@ -38,7 +49,7 @@ std::unique_ptr<PgStore::Connection> PgStore::checkout() {
     ++open_;
   }
   try {
-    return std::make_unique<Connection>(options_.dsn, options_.statement_timeout);
+    return std::make_unique<Connection>(options_);
   } catch (...) {
     std::lock_guard lock(mu_);
     --open_;
@@ -123,11 +134,10 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
   return with_connection<ClaimResult>([&](Connection& c) -> Result<ClaimResult> {
     // Zero rows: a concurrent claim committed after our snapshot; it is visible now.
     for (int attempt = 0; attempt < 3; ++attempt) {
-      pqxx::nontransaction tx(c.get());
-      const pqxx::result r = tx.exec_prepared(
-          pg::kClaim.name, req.id.scope, req.id.key, req.fingerprint, req.route, req.method,
-          req.target, static_cast<long long>(req.lease.count()),
-          static_cast<long long>(req.ttl.count()), req.retake_stale);
+      const pqxx::result r =
+          c.run(pg::kClaim, req.id.scope, req.id.key, req.fingerprint, req.route, req.method,
+                req.target, static_cast<long long>(req.lease.count()),
+                static_cast<long long>(req.ttl.count()), req.retake_stale);
       if (r.empty()) continue;
       Record record = read_record(r[0], req.id);
       if (r[0][0].as<bool>()) return ClaimResult{Claimed{record.token, record.locked_until}};
@@ -140,11 +150,10 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
 Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
                                     const StoredResponse& response, Duration ttl) {
   return with_connection<TimePoint>([&](Connection& c) -> Result<TimePoint> {
-    pqxx::nontransaction tx(c.get());
-    const pqxx::result r = tx.exec_prepared(
-        pg::kComplete.name, id.scope, id.key, static_cast<long long>(token), response.status,
-        pqxx::binarystring(encode_headers(response.headers)), pqxx::binarystring(response.body),
-        static_cast<long long>(ttl.count()));
+    const pqxx::result r =
+        c.run(pg::kComplete, id.scope, id.key, static_cast<long long>(token), response.status,
+              pqxx::binarystring(encode_headers(response.headers)),
+              pqxx::binarystring(response.body), static_cast<long long>(ttl.count()));
     if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
     return from_ms(r[0][0]);
   });
@@ -152,9 +161,7 @@ Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
 
 Result<Done> PgStore::release(const RecordId& id, std::int64_t token) {
   return with_connection<Done>([&](Connection& c) -> Result<Done> {
-    pqxx::nontransaction tx(c.get());
-    const pqxx::result r =
-        tx.exec_prepared(pg::kRelease.name, id.scope, id.key, static_cast<long long>(token));
+    const pqxx::result r = c.run(pg::kRelease, id.scope, id.key, static_cast<long long>(token));
     if (r.affected_rows() == 0) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
     return Done{};
   });
@@ -162,9 +169,8 @@ Result<Done> PgStore::release(const RecordId& id, std::int64_t token) {
 
 Result<Done> PgStore::mark_indeterminate(const RecordId& id, std::int64_t token) {
   return with_connection<Done>([&](Connection& c) -> Result<Done> {
-    pqxx::nontransaction tx(c.get());
-    const pqxx::result r = tx.exec_prepared(pg::kMarkIndeterminate.name, id.scope, id.key,
-                                            static_cast<long long>(token));
+    const pqxx::result r =
+        c.run(pg::kMarkIndeterminate, id.scope, id.key, static_cast<long long>(token));
     if (r.affected_rows() == 0) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
     return Done{};
   });
@@ -172,39 +178,34 @@ Result<Done> PgStore::mark_indeterminate(const RecordId& id, std::int64_t token)
 
 Result<bool> PgStore::resolve(const RecordId& id) {
   return with_connection<bool>([&](Connection& c) -> Result<bool> {
-    pqxx::nontransaction tx(c.get());
-    return tx.exec_prepared(pg::kResolve.name, id.scope, id.key).affected_rows() > 0;
+    return c.run(pg::kResolve, id.scope, id.key).affected_rows() > 0;
   });
 }
 
 Result<std::optional<Record>> PgStore::find(const RecordId& id) {
-  return with_connection<std::optional<Record>>([&](Connection& c) -> Result<std::optional<Record>> {
-    pqxx::nontransaction tx(c.get());
-    const pqxx::result r = tx.exec_prepared(pg::kFind.name, id.scope, id.key);
-    if (r.empty()) return std::optional<Record>{};
-    return std::optional<Record>{read_record(r[0], id)};
-  });
+  return with_connection<std::optional<Record>>(
+      [&](Connection& c) -> Result<std::optional<Record>> {
+        const pqxx::result r = c.run(pg::kFind, id.scope, id.key);
+        if (r.empty()) return std::optional<Record>{};
+        return std::optional<Record>{read_record(r[0], id)};
+      });
 }
 
 Result<bool> PgStore::purge(const RecordId& id) {
   return with_connection<bool>([&](Connection& c) -> Result<bool> {
-    pqxx::nontransaction tx(c.get());
-    return tx.exec_prepared(pg::kPurge.name, id.scope, id.key).affected_rows() > 0;
+    return c.run(pg::kPurge, id.scope, id.key).affected_rows() > 0;
   });
 }
 
 Result<std::int64_t> PgStore::delete_expired(int limit) {
   return with_connection<std::int64_t>([&](Connection& c) -> Result<std::int64_t> {
-    pqxx::nontransaction tx(c.get());
-    return static_cast<std::int64_t>(
-        tx.exec_prepared(pg::kDeleteExpired.name, limit).affected_rows());
+    return static_cast<std::int64_t>(c.run(pg::kDeleteExpired, limit).affected_rows());
   });
 }
 
 Result<Done> PgStore::ping() {
   return with_connection<Done>([&](Connection& c) -> Result<Done> {
-    pqxx::nontransaction tx(c.get());
-    tx.exec_prepared(pg::kPing.name);
+    c.run(pg::kPing);
     return Done{};
   });
 }

@@ -4,10 +4,14 @@ namespace idemproxy::store {
 
 std::string_view to_string(RecordState state) {
   switch (state) {
-    case RecordState::in_flight: return "in_flight";
-    case RecordState::completed: return "completed";
-    case RecordState::released: return "released";
-    case RecordState::indeterminate: return "indeterminate";
+    case RecordState::in_flight:
+      return "in_flight";
+    case RecordState::completed:
+      return "completed";
+    case RecordState::released:
+      return "released";
+    case RecordState::indeterminate:
+      return "indeterminate";
   }
   return "unknown";
 }

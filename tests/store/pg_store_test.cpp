@@ -1,16 +1,16 @@
 // PgStore against a real PostgreSQL. Set IDEMPROXY_TEST_DSN (scripts/test.sh does);
 // with IDEMPROXY_REQUIRE_PG=1 a missing DSN fails instead of skipping.
+#include "idemproxy/store/pg_store.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <pqxx/pqxx>
 #include <random>
 #include <thread>
 
 #include "idemproxy/store/migrations.hpp"
-#include "idemproxy/store/pg_store.hpp"
-
-#include <pqxx/pqxx>
 
 using namespace idemproxy;
 using namespace idemproxy::store;
@@ -163,9 +163,12 @@ TEST_F(PgStoreTest, ConcurrentClaimsHaveExactlyOneWinner) {
   for (int i = 0; i < 32; ++i) {
     threads.emplace_back([&] {
       auto r = wide.claim(request("storm"));
-      if (!r.ok()) ++errors;
-      else if (std::holds_alternative<Claimed>(r.value())) ++winners;
-      else ++losers;
+      if (!r.ok())
+        ++errors;
+      else if (std::holds_alternative<Claimed>(r.value()))
+        ++winners;
+      else
+        ++losers;
     });
   }
   for (auto& t : threads) t.join();

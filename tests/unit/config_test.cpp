@@ -1,9 +1,9 @@
+#include "idemproxy/config/config.hpp"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <map>
-
-#include "idemproxy/config/config.hpp"
 
 using namespace idemproxy::config;
 using namespace std::chrono_literals;
@@ -155,8 +155,9 @@ TEST(ConfigErrors, MissingEnvironmentVariableIsNamed) {
 TEST(ConfigErrors, UpstreamMustBeHttpUrl) {
   EXPECT_NE(error_of("upstream:\n  url: ftp://a\nstore:\n  memory: {}\n").find("http"),
             std::string::npos);
-  EXPECT_NE(error_of("upstream:\n  url: 'not a url'\nstore:\n  memory: {}\n").find("not a valid URL"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("upstream:\n  url: 'not a url'\nstore:\n  memory: {}\n").find("not a valid URL"),
+      std::string::npos);
 }
 
 TEST(ConfigErrors, RoutesNeedNamesAndPrefixesAndUniqueNames) {
@@ -176,9 +177,9 @@ TEST(ConfigErrors, YamlSyntaxErrorHasPosition) {
 }
 
 TEST(ConfigErrors, TrailingDocumentsAreNotIgnored) {
-  EXPECT_EQ(where("{upstream: {url: 'http://a:1'}, store: {memory: {}}}\n---\nlisten: x\n"),
-            "3:1");
-  EXPECT_NE(error_of("{upstream: {url: 'http://a:1'}, store: {memory: {}}}\nbogus: 1\n").size(), 0u);
+  EXPECT_EQ(where("{upstream: {url: 'http://a:1'}, store: {memory: {}}}\n---\nlisten: x\n"), "3:1");
+  EXPECT_NE(error_of("{upstream: {url: 'http://a:1'}, store: {memory: {}}}\nbogus: 1\n").size(),
+            0u);
 }
 
 TEST(ConfigErrors, EmptyFileIsAnError) { EXPECT_NE(error_of("").find("empty"), std::string::npos); }
@@ -198,8 +199,9 @@ TEST(Config, MissingFileIsAConfigError) {
 }
 
 TEST(Config, UpstreamBasePathIsKeptWithoutTrailingSlash) {
-  EXPECT_EQ(parse("upstream: {url: 'http://a:1/api/v2/'}\nstore: {memory: {}}\n").upstream.base_path,
-            "/api/v2");
+  EXPECT_EQ(
+      parse("upstream: {url: 'http://a:1/api/v2/'}\nstore: {memory: {}}\n").upstream.base_path,
+      "/api/v2");
   EXPECT_EQ(parse("upstream: {url: 'http://a:1'}\nstore: {memory: {}}\n").upstream.base_path, "");
   EXPECT_EQ(parse("upstream: {url: 'http://a'}\nstore: {memory: {}}\n").upstream.port, "80");
   EXPECT_NE(error_of("upstream: {url: 'http://a:1/x?y=1'}\nstore: {memory: {}}\n").find("query"),

@@ -15,8 +15,14 @@ namespace {
 class EngineTest : public ::testing::Test {
  protected:
   store::ClaimRequest request(std::string key, std::string fp = "fp-1", std::string scope = "") {
-    return {{std::move(scope), std::move(key)}, std::move(fp), policy.lease, policy.ttl, "orders",
-            "POST", "/v1/orders", policy.on_stale == OnStale::retake};
+    return {{std::move(scope), std::move(key)},
+            std::move(fp),
+            policy.lease,
+            policy.ttl,
+            "orders",
+            "POST",
+            "/v1/orders",
+            policy.on_stale == OnStale::retake};
   }
   store::StoredResponse created(std::string body = R"({"id":"ord_1"})") {
     return {201,

@@ -15,9 +15,7 @@ TEST(CanonicalJson, ValuesStillMatter) {
   EXPECT_NE(canonical_json(R"([1, 2])"), canonical_json(R"([2, 1])"));  // arrays are ordered
 }
 
-TEST(CanonicalJson, InvalidJsonIsLeftAlone) {
-  EXPECT_EQ(canonical_json("{not json"), "{not json");
-}
+TEST(CanonicalJson, InvalidJsonIsLeftAlone) { EXPECT_EQ(canonical_json("{not json"), "{not json"); }
 
 TEST(Fingerprint, JsonBodiesAreCanonicalised) {
   EXPECT_EQ(fingerprint("POST", "/v1/orders", "application/json", R"({"a":1,"b":2})"),

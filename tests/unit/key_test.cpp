@@ -47,7 +47,9 @@ TEST(ParseKey, LengthLimitIs255) {
 }
 
 TEST(ParseKey, NonPrintableAsciiIsRejected) {
-  EXPECT_TRUE(rejected("ab\x01" "c"));
+  EXPECT_TRUE(
+      rejected("ab\x01"
+               "c"));
   EXPECT_TRUE(rejected("ab\x7f"));
   EXPECT_TRUE(rejected("caf\xc3\xa9"));
   EXPECT_TRUE(rejected("\"caf\xc3\xa9\""));

@@ -14,8 +14,8 @@ RoutePolicy route(std::string name, std::string prefix) {
 }  // namespace
 
 TEST(RouteTable, FirstMatchWins) {
-  RouteTable t({route("specific", "/v1/orders/refunds"), route("orders", "/v1/orders"),
-                route("all", "/")});
+  RouteTable t(
+      {route("specific", "/v1/orders/refunds"), route("orders", "/v1/orders"), route("all", "/")});
   EXPECT_EQ(t.match("/v1/orders/refunds")->name, "specific");
   EXPECT_EQ(t.match("/v1/orders/7")->name, "orders");
   EXPECT_EQ(t.match("/v2/anything")->name, "all");

@@ -45,6 +45,7 @@ struct StoreConfig {
   std::string dsn;
   int pool_size = 8;
   Duration statement_timeout = std::chrono::seconds{5};
+  bool transaction_pooling = false;  // a transaction-pooling PgBouncer is in the path
 };
 
 struct ServerConfig {
@@ -56,6 +57,13 @@ struct ServerConfig {
   std::size_t max_stream_body = std::size_t{1} << 30;  // pass-through bodies
 };
 
+/// In-process garbage collection of expired records.
+struct GcConfig {
+  Duration interval = std::chrono::minutes{1};  // 0 disables it
+  int batch_size = 1000;
+  int max_batches = 100;  // per run, so one run stays short
+};
+
 struct Config {
   std::string path;
   Endpoint listen{"127.0.0.1", 8080};
@@ -63,6 +71,7 @@ struct Config {
   UpstreamConfig upstream;
   StoreConfig store;
   ServerConfig server;
+  GcConfig gc;
   std::string log_level = "info";
   engine::RoutePolicy defaults;
   std::vector<engine::RoutePolicy> routes;  // defaults already applied

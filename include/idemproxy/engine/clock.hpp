@@ -26,9 +26,7 @@ class FakeClock final : public Clock {
   explicit FakeClock(TimePoint start = TimePoint{std::chrono::seconds{1'700'000'000}})
       : now_(start.time_since_epoch().count()) {}
   TimePoint now() const override { return TimePoint{TimePoint::duration{now_.load()}}; }
-  void advance(Duration d) {
-    now_ += std::chrono::duration_cast<TimePoint::duration>(d).count();
-  }
+  void advance(Duration d) { now_ += std::chrono::duration_cast<TimePoint::duration>(d).count(); }
 
  private:
   std::atomic<TimePoint::rep> now_;

@@ -22,20 +22,20 @@ struct Admission {
     store_failed,   // the store did not answer
   };
   Kind kind = Kind::store_failed;
-  std::int64_t token = 0;                        // execute
-  std::optional<store::StoredResponse> replay;   // replay
-  TimePoint expires_at;                          // replay
-  TimePoint locked_until;                        // execute, in_flight
-  std::string detail;                            // store_failed
+  std::int64_t token = 0;                       // execute
+  std::optional<store::StoredResponse> replay;  // replay
+  TimePoint expires_at;                         // replay
+  TimePoint locked_until;                       // execute, in_flight
+  std::string detail;                           // store_failed
 };
 
 /// What finish() did with the upstream's answer.
 enum class Finish {
-  stored,        // completed: retries will replay it
-  released,      // status not storable: retries execute again
+  stored,         // completed: retries will replay it
+  released,       // status not storable: retries execute again
   indeterminate,  // recorded as indeterminate
-  fenced,        // another holder took the claim over; nothing written
-  store_failed,  // not written; the claim stays until its lease runs out
+  fenced,         // another holder took the claim over; nothing written
+  store_failed,   // not written; the claim stays until its lease runs out
 };
 
 class Engine {

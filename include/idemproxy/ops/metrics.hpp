@@ -11,14 +11,14 @@ namespace idemproxy::ops {
 
 /// How a request ended, as counted in idemproxy_requests_total{outcome=...}.
 enum class Outcome {
-  passthrough,        // not covered, or covered without a key
-  executed,           // forwarded under a claim; response stored
-  released,           // forwarded under a claim; status not storable, claim released
+  passthrough,  // not covered, or covered without a key
+  executed,     // forwarded under a claim; response stored
+  released,     // forwarded under a claim; status not storable, claim released
   replayed,
-  conflict,           // 409: same key in flight
-  outcome_unknown,    // 409: the key's holder vanished (on_stale: fail)
-  indeterminate,      // 409: the key's earlier request has an unknown outcome
-  mismatch,           // 422
+  conflict,         // 409: same key in flight
+  outcome_unknown,  // 409: the key's holder vanished (on_stale: fail)
+  indeterminate,    // 409: the key's earlier request has an unknown outcome
+  mismatch,         // 422
   missing_key,
   bad_key,
   too_large,
@@ -35,6 +35,7 @@ class Metrics {
   void claim_started() { in_flight_claims_.fetch_add(1); }
   void claim_ended() { in_flight_claims_.fetch_sub(1); }
   void count_store_error() { store_errors_.fetch_add(1); }
+  void count_gc_deleted(std::uint64_t n) { gc_deleted_.fetch_add(n); }
   void observe_upstream(double seconds);
   /// The exposition text for GET /metrics.
   std::string render() const;
@@ -47,6 +48,7 @@ class Metrics {
   std::map<double, std::uint64_t> upstream_buckets_;
   std::atomic<std::int64_t> in_flight_claims_{0};
   std::atomic<std::uint64_t> store_errors_{0};
+  std::atomic<std::uint64_t> gc_deleted_{0};
 };
 
 }  // namespace idemproxy::ops

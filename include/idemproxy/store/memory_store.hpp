@@ -13,8 +13,8 @@ class MemoryStore final : public Store {
   explicit MemoryStore(const Clock& clock) : clock_(clock) {}
 
   Result<ClaimResult> claim(const ClaimRequest& request) override;
-  Result<TimePoint> complete(const RecordId& id, std::int64_t token,
-                             const StoredResponse& response, Duration ttl) override;
+  Result<TimePoint> complete(const RecordId& id, std::int64_t token, const StoredResponse& response,
+                             Duration ttl) override;
   Result<Done> release(const RecordId& id, std::int64_t token) override;
   Result<Done> mark_indeterminate(const RecordId& id, std::int64_t token) override;
   Result<bool> resolve(const RecordId& id) override;

@@ -20,6 +20,9 @@ struct PgOptions {
   std::string dsn;
   int pool_size = 8;
   Duration statement_timeout = std::chrono::seconds{5};
+  /// Through a transaction-pooling PgBouncer: no prepared statements and no session
+  /// settings (set statement_timeout on the role instead).
+  bool transaction_pooling = false;
 };
 
 class PgStore final : public Store {
@@ -28,8 +31,8 @@ class PgStore final : public Store {
   ~PgStore() override;
 
   Result<ClaimResult> claim(const ClaimRequest& request) override;
-  Result<TimePoint> complete(const RecordId& id, std::int64_t token,
-                             const StoredResponse& response, Duration ttl) override;
+  Result<TimePoint> complete(const RecordId& id, std::int64_t token, const StoredResponse& response,
+                             Duration ttl) override;
   Result<Done> release(const RecordId& id, std::int64_t token) override;
   Result<Done> mark_indeterminate(const RecordId& id, std::int64_t token) override;
   Result<bool> resolve(const RecordId& id) override;

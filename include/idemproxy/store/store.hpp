@@ -49,8 +49,8 @@ struct Record {
   TimePoint created_at;
   TimePoint locked_until;  // meaningful while in flight
   TimePoint expires_at;
-  bool expired = false;  // judged by the store's clock when the record was read
-  bool stale = false;    // in flight with its lease run out: the holder vanished
+  bool expired = false;                    // judged by the store's clock when the record was read
+  bool stale = false;                      // in flight with its lease run out: the holder vanished
   std::optional<StoredResponse> response;  // set when completed
 };
 
@@ -126,7 +126,8 @@ class Store {
   virtual Result<std::optional<Record>> find(const RecordId& id) = 0;
   /// Deletes one record; false when there was none.
   virtual Result<bool> purge(const RecordId& id) = 0;
-  /// Deletes up to `limit` expired records; returns how many.
+  /// Deletes up to `limit` expired records; returns how many. While another instance
+  /// is deleting, returns 0.
   virtual Result<std::int64_t> delete_expired(int limit) = 0;
   virtual Result<Done> ping() = 0;
 };
