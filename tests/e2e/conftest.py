@@ -1,6 +1,9 @@
+import json
 import os
+import socket
 import subprocess
 import tempfile
+import time
 import uuid
 
 import pytest
@@ -76,3 +79,103 @@ def proxy(make_proxy):
 @pytest.fixture
 def key():
     return "key-" + uuid.uuid4().hex
+
+
+class Ledger:
+    """The two figures every fault-injection run reports, both of which must be 0:
+    requests executed more than once, and responses lost or mismatched. A response
+    is lost when a client got a 2xx for a key but a later retry does not replay that
+    exact answer; mismatched when a client got a body that is not its key's."""
+
+    def __init__(self):
+        self.keys = 0
+        self.executed_twice = []
+        self.lost_or_mismatched = []
+
+    def check(self, upstream, key, delivered, final=None):
+        self.keys += 1
+        executions = upstream.executions.count(key=key)
+        if executions > 1:
+            self.executed_twice.append(key)
+        bodies = {r.body for r in delivered if r is not None and 200 <= r.status < 300}
+        problems = []
+        if len(bodies) > 1:
+            problems.append("different 2xx bodies")
+        for body in bodies:
+            try:
+                if json.loads(body).get("key") != key:
+                    problems.append("another key's body")
+            except ValueError:
+                problems.append("unparseable body")
+        if bodies and executions == 0:
+            problems.append("a 2xx without an execution")
+        if bodies and final is not None and final.body not in bodies:
+            problems.append("retry got %d, not the delivered answer" % final.status)
+        if problems:
+            self.lost_or_mismatched.append((key, problems))
+        return executions, problems
+
+
+LEDGER = Ledger()
+
+
+@pytest.fixture
+def ledger():
+    before = (len(LEDGER.executed_twice), len(LEDGER.lost_or_mismatched))
+    yield LEDGER
+    assert LEDGER.executed_twice[before[0]:] == [], "executed more than once"
+    assert LEDGER.lost_or_mismatched[before[1]:] == [], "responses lost or mismatched"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if LEDGER.keys:
+        terminalreporter.write_line(
+            "fault injection: %d keys checked; executed more than once: %d; "
+            "responses lost or mismatched: %d"
+            % (LEDGER.keys, len(LEDGER.executed_twice), len(LEDGER.lost_or_mismatched)))
+
+
+class PgBouncer:
+    """A real PgBouncer in transaction-pooling mode in front of the test database."""
+
+    def __init__(self, pg):
+        self.dir = tempfile.mkdtemp(prefix="idemproxy-pgbouncer-")
+        os.chmod(self.dir, 0o755)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        ini = os.path.join(self.dir, "pgbouncer.ini")
+        with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
+            f.write('"postgres" ""\n')
+        with open(ini, "w") as f:
+            f.write("[databases]\nidemproxy = host=127.0.0.1 port=%s dbname=idemproxy user=postgres\n"
+                    "[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = %d\n"
+                    "auth_type = trust\nauth_file = %s/userlist.txt\npool_mode = transaction\n"
+                    "max_client_conn = 500\ndefault_pool_size = 8\nunix_socket_dir =\n"
+                    "logfile = %s/pgbouncer.log\nignore_startup_parameters = extra_float_digits\n"
+                    % (pg.port, self.port, self.dir, self.dir))
+        cmd = ["/usr/sbin/pgbouncer", ini]
+        if os.geteuid() == 0:  # PgBouncer refuses to run as root
+            subprocess.run(["chown", "-R", "postgres", self.dir], check=True)
+            cmd = ["runuser", "-u", "postgres", "--"] + cmd
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.dsn = "postgresql://postgres@127.0.0.1:%d/idemproxy" % self.port
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("pgbouncer did not start")
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg):
+    b = PgBouncer(pg)
+    yield b
+    b.close()

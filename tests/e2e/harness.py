@@ -65,7 +65,7 @@ def raw_exchange(port, payload, timeout=5):
 
 
 def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, routes=None,
-                store=None, server=None, extra=""):
+                store=None, server=None, gc=None):
     defaults = defaults or {}
     if routes is None:
         routes = [{"name": "orders", "path_prefix": "/v1", "key_required": True}]
@@ -80,8 +80,10 @@ def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, route
         "routes": routes,
         "server": dict({"drain_timeout": "5s"}, **(server or {})),
     }
+    if gc is not None:
+        doc["gc"] = gc
     # JSON is valid YAML.
-    return json.dumps(doc, indent=2) + "\n" + extra
+    return json.dumps(doc, indent=2) + "\n"
 
 
 class Proxy:

@@ -1,0 +1,278 @@
+"""Fault injection against real processes: idemproxy killed mid-request, PostgreSQL
+stopped under load, upstreams that hang or reset, several instances, PgBouncer,
+expiry and GC, SIGTERM under load. Every case feeds the ledger (conftest.py), which
+reports requests executed more than once and responses lost or mismatched."""
+import http.client
+import json
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from harness import problem
+
+
+def wait_for_execution(upstream, key, timeout=5):
+    deadline = time.time() + timeout
+    while upstream.executions.count(key=key) == 0 and time.time() < deadline:
+        time.sleep(0.01)
+    assert upstream.executions.count(key=key) == 1
+
+
+def post_in_background(proxy, path, key, results):
+    def send():
+        try:
+            results[key] = proxy.post(path, "{}", key=key)
+        except (OSError, http.client.HTTPException) as e:
+            results[key] = e
+    t = threading.Thread(target=send)
+    t.start()
+    return t
+
+
+def settle(proxy, key, path="/v1/orders", timeout=15):
+    """Retries until the key is no longer in flight; returns the last response."""
+    deadline = time.time() + timeout
+    while True:
+        r = proxy.post(path, "{}", key=key)
+        if r.status != 409 or problem(r)["type"].endswith("/outcome-unknown") or \
+                problem(r)["type"].endswith("/outcome-indeterminate") or time.time() > deadline:
+            return r
+        time.sleep(0.2)
+
+
+def test_kill_9_mid_request_then_retry_is_told_the_outcome_is_unknown(make_proxy, upstream, key,
+                                                                      ledger):
+    p = make_proxy(defaults={"lease": "1s"})
+    results = {}
+    t = post_in_background(p, "/v1/orders?delay_ms=1500", key, results)
+    wait_for_execution(upstream, key)
+    p.kill()
+    t.join()
+    assert isinstance(results[key], Exception)  # the client lost its connection
+    p.start()
+    during = p.post("/v1/orders?delay_ms=1500", "{}", key=key)
+    assert during.status == 409 and problem(during)["type"].endswith("/request-in-flight")
+    time.sleep(1.1)
+    after = p.post("/v1/orders?delay_ms=1500", "{}", key=key)
+    assert after.status == 409 and problem(after)["type"].endswith("/outcome-unknown")
+    assert json.loads(p.cli("keys", "show", "--key", key).stdout)["stale"] is True
+    ledger.check(upstream, key, [during, after], after)
+    # An operator who checked the order decides it may run again.
+    assert p.cli("keys", "resolve", "--key", key).returncode == 0
+    assert p.post("/v1/orders", "{}", key=key + "-x").status == 201
+    assert p.post("/v1/orders?delay_ms=1", "{}", key=key).status == 201
+
+
+def test_kill_9_with_retake_executes_again_under_a_new_token(make_proxy, upstream, key):
+    p = make_proxy(defaults={"lease": "1s", "on_stale": "retake"})
+    results = {}
+    t = post_in_background(p, "/v1/orders?delay_ms=1500", key, results)
+    wait_for_execution(upstream, key)
+    token = json.loads(p.cli("keys", "show", "--key", key).stdout)["fencing_token"]
+    p.kill()
+    t.join()
+    p.start()
+    time.sleep(1.1)
+    retry = p.post("/v1/orders?delay_ms=1500", "{}", key=key)
+    assert retry.status == 201 and retry.header("Idempotent-Replayed") is None
+    record = json.loads(p.cli("keys", "show", "--key", key).stdout)
+    assert record["state"] == "completed" and record["fencing_token"] != token
+    assert upstream.executions.count(key=key) == 2  # retake: the upstream dedupes on the key
+    assert p.post("/v1/orders?delay_ms=1500", "{}", key=key).body == retry.body
+
+
+def test_late_completion_from_the_old_holder_never_overwrites_the_new_one(make_proxy, upstream,
+                                                                         key, pg):
+    config = {"defaults": {"lease": "1s", "on_stale": "retake"}}
+    slow, fast = make_proxy(**config), make_proxy(**config)
+    results = {}
+    t = post_in_background(slow, "/v1/orders?delay_ms=2500", key, results)
+    wait_for_execution(upstream, key)
+    time.sleep(1.2)  # the slow holder's lease has run out; it is still waiting upstream
+    taken_over = fast.post("/v1/orders?delay_ms=2500", "{}", key=key)
+    assert taken_over.status == 201
+    t.join()
+    assert results[key].status == 201  # the old holder's client still gets its answer...
+    replay = fast.post("/v1/orders?delay_ms=2500", "{}", key=key)
+    assert replay.body == taken_over.body  # ...but the record keeps the new holder's
+    assert "fenced" in slow.read_log() or "taken over" in slow.read_log()
+
+
+def test_upstream_that_hangs_leaves_an_indeterminate_record(make_proxy, upstream, key, ledger):
+    p = make_proxy()
+    text = open(p.config_path).read().replace('"timeout": "10s"', '"timeout": "1s"')
+    p.write_config(text)
+    p.stop()
+    p.start()
+    first = p.post("/v1/orders?delay_ms=2500", "{}", key=key)
+    assert first.status == 504 and problem(first)["type"].endswith("/upstream-timeout")
+    assert json.loads(p.cli("keys", "show", "--key", key).stdout)["state"] == "indeterminate"
+    retry = p.post("/v1/orders?delay_ms=2500", "{}", key=key)
+    assert retry.status == 409 and problem(retry)["type"].endswith("/outcome-indeterminate")
+    ledger.check(upstream, key, [first, retry], retry)
+
+
+def test_upstream_reset_after_reading_leaves_an_indeterminate_record(proxy, upstream, key, ledger):
+    first = proxy.post("/v1/reset-after-read", "{}", key=key)
+    assert first.status == 502 and problem(first)["type"].endswith("/upstream-failed")
+    retry = proxy.post("/v1/reset-after-read", "{}", key=key)
+    assert retry.status == 409 and problem(retry)["type"].endswith("/outcome-indeterminate")
+    ledger.check(upstream, key, [first, retry], retry)
+
+
+def test_completion_is_retried_until_the_store_returns(make_proxy, upstream, pg, key, ledger):
+    p = make_proxy()
+    results = {}
+    t = post_in_background(p, "/v1/orders?delay_ms=1000", key, results)
+    wait_for_execution(upstream, key)
+    pg.stop()
+    try:
+        t.join()
+        assert results[key].status == 201  # the client gets its answer while the store is down
+    finally:
+        pg.start()
+    final = settle(p, key, "/v1/orders?delay_ms=1000")
+    assert final.header("Idempotent-Replayed") == "true"
+    ledger.check(upstream, key, [results[key]], final)
+
+
+def test_postgres_stopped_and_restarted_under_load(make_proxy, upstream, pg, key, ledger):
+    p = make_proxy()
+    delivered = {}
+    stop = threading.Event()
+
+    def client(n):
+        i = 0
+        while not stop.is_set():
+            k = "%s-%d-%d" % (key, n, i)
+            i += 1
+            try:
+                delivered[k] = p.post("/v1/orders?delay_ms=50", "{}", key=k)
+            except (OSError, http.client.HTTPException) as e:
+                delivered[k] = None
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    pg.stop()
+    time.sleep(1.0)
+    pg.start()
+    time.sleep(1.5)
+    stop.set()
+    for t in threads:
+        t.join()
+    statuses = [r.status for r in delivered.values() if r is not None]
+    assert 503 in statuses and 201 in statuses  # the outage was real, and so was recovery
+    assert set(statuses) <= {201, 503}
+    for k, r in delivered.items():
+        if r is not None and r.status == 503:
+            assert upstream.executions.count(key=k) == 0  # fail_closed never forwards
+        final = settle(p, k, "/v1/orders?delay_ms=50") if r is not None and r.status == 201 else None
+        ledger.check(upstream, k, [r], final)
+
+
+def test_three_instances_with_a_64_way_storm(make_proxy, upstream, key, ledger):
+    proxies = [make_proxy(defaults={"on_concurrent": "wait"}) for _ in range(3)]
+    barrier = threading.Barrier(64)
+
+    def one(i):
+        barrier.wait()
+        return proxies[i % 3].post("/v1/orders?delay_ms=300", "{}", key=key)
+
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        responses = list(pool.map(one, range(64)))
+    assert [r.status for r in responses] == [201] * 64
+    ledger.check(upstream, key, responses,
+                 proxies[0].post("/v1/orders?delay_ms=300", "{}", key=key))
+
+
+def test_many_instances_through_pgbouncer_transaction_pooling(make_proxy, pgbouncer, upstream,
+                                                            key, ledger):
+    store = {"postgres": {"dsn": pgbouncer.dsn, "pool_size": 4, "transaction_pooling": True}}
+    proxies = [make_proxy(store=store) for _ in range(2)]
+    barrier = threading.Barrier(64)
+
+    def one(i):
+        barrier.wait()
+        return proxies[i % 2].post("/v1/orders?delay_ms=300", "{}", key=key)
+
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        responses = list(pool.map(one, range(64)))
+    assert set(r.status for r in responses) <= {201, 409}
+    final = proxies[1].post("/v1/orders?delay_ms=300", "{}", key=key)
+    assert final.header("Idempotent-Replayed") == "true"
+    ledger.check(upstream, key, responses, final)
+    # distinct keys keep flowing through the pooler, on both instances
+    for i in range(20):
+        k = "%s-%d" % (key, i)
+        first = proxies[i % 2].post("/v1/orders", "{}", key=k)
+        again = proxies[(i + 1) % 2].post("/v1/orders", "{}", key=k)
+        ledger.check(upstream, k, [first], again)
+
+
+def test_expired_records_are_deleted_by_in_process_gc(make_proxy, pg, key):
+    p = make_proxy(defaults={"ttl": "1s"}, gc={"interval": "300ms", "batch_size": 2})
+    for i in range(5):
+        p.post("/v1/orders", "{}", key="%s-%d" % (key, i))
+    deadline = time.time() + 10
+    while time.time() < deadline and pg.sql(
+            "SELECT count(*) FROM idempotency_records WHERE key LIKE '%s-%%'" % key) != "0":
+        time.sleep(0.2)
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key LIKE '%s-%%'" % key) == "0"
+    assert p.metric("idemproxy_gc_deleted_total") >= 5
+
+
+def test_gc_runs_on_one_instance_at_a_time(make_proxy, pg, key):
+    p = make_proxy(defaults={"ttl": "1s"})
+    p.post("/v1/orders", "{}", key=key)
+    time.sleep(1.1)
+    # Another instance's GC holds the lock: this one deletes nothing meanwhile.
+    holder = subprocess.Popen(["psql", pg.dsn, "-qAt", "-c",
+                               "BEGIN; SELECT pg_advisory_xact_lock(484558602); "
+                               "SELECT pg_sleep(2); COMMIT;"], stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    blocked = p.cli("gc")
+    assert blocked.returncode == 0 and blocked.stdout.startswith("deleted 0 ")
+    holder.wait()
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % key) == "1"
+    assert int(p.cli("gc").stdout.split()[1]) >= 1
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % key) == "0"
+
+
+def test_sigterm_during_load_completes_in_flight_requests(make_proxy, upstream, key, ledger):
+    p = make_proxy()
+    delivered = {}
+    refused = threading.Event()
+
+    def client(n):
+        i = 0
+        while not refused.is_set():
+            k = "%s-%d-%d" % (key, n, i)
+            i += 1
+            try:
+                delivered[k] = p.post("/v1/orders?delay_ms=200", "{}", key=k)
+            except ConnectionRefusedError:
+                refused.set()
+            except (OSError, http.client.HTTPException):
+                delivered[k] = None
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    p.signal(signal.SIGTERM)
+    assert p.proc.wait(timeout=10) == 0
+    refused.set()
+    for t in threads:
+        t.join()
+    assert "received SIGTERM" in p.read_log()
+    p.start()  # a fresh instance replays what the drained one completed
+    for k, r in delivered.items():
+        if r is None:
+            assert upstream.executions.count(key=k) == 0  # dropped before it was forwarded
+            continue
+        assert r.status == 201, (k, r.status, r.body)
+        ledger.check(upstream, k, [r], p.post("/v1/orders?delay_ms=200", "{}", key=k))
