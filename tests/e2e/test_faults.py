@@ -276,3 +276,25 @@ def test_sigterm_during_load_completes_in_flight_requests(make_proxy, upstream, 
             continue
         assert r.status == 201, (k, r.status, r.body)
         ledger.check(upstream, k, [r], p.post("/v1/orders?delay_ms=200", "{}", key=k))
+
+
+def test_requests_still_running_at_the_drain_timeout_are_left_to_their_lease(make_proxy, upstream,
+                                                                             key, ledger):
+    p = make_proxy(server={"drain_timeout": "1s"}, defaults={"lease": "2s"})
+    results = {}
+    t = post_in_background(p, "/v1/orders?delay_ms=4000", key, results)
+    wait_for_execution(upstream, key)
+    started = time.time()
+    p.signal(signal.SIGTERM)
+    assert p.proc.wait(timeout=10) == 0
+    assert time.time() - started < 3  # bounded by the drain timeout, not by the request
+    t.join()
+    assert isinstance(results[key], Exception)
+    assert "drain timeout" in p.read_log()
+    p.start()
+    record = json.loads(p.cli("keys", "show", "--key", key).stdout)
+    assert record["state"] == "in_flight"
+    time.sleep(2.1)
+    retry = p.post("/v1/orders?delay_ms=4000", "{}", key=key)
+    assert retry.status == 409 and problem(retry)["type"].endswith("/outcome-unknown")
+    ledger.check(upstream, key, [retry], retry)
