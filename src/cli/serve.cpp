@@ -3,6 +3,7 @@
 #include "cli/cli.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/http/proxy_server.hpp"
+#include "idemproxy/ops/logging.hpp"
 #include "idemproxy/store/memory_store.hpp"
 #include "idemproxy/store/migrations.hpp"
 #include "idemproxy/store/pg_store.hpp"
@@ -11,7 +12,7 @@ namespace idemproxy::cli {
 
 int serve(const Args& args) {
   const config::Config cfg = config::load_config(args.config);
-  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  ops::configure_logging(cfg.log_level, cfg.log_format);
   ops::Metrics metrics;
   SystemClock clock;
   std::unique_ptr<store::Store> store;

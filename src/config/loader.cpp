@@ -305,7 +305,13 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       c.gc.max_batches = r.integer(g["max_batches"], "gc.max_batches", 1, 100000);
   }
   if (const YAML::Node l = root["log"]) {
-    r.expect_map(l, "log", {"level"});
+    r.expect_map(l, "log", {"level", "format"});
+    if (l["format"]) {
+      c.log_format = r.text(l["format"], "log.format");
+      if (c.log_format != "text" && c.log_format != "json") {
+        r.fail(l["format"], "log.format must be text or json");
+      }
+    }
     if (l["level"]) {
       c.log_level = r.text(l["level"], "log.level");
       static const std::set<std::string> levels = {"trace", "debug", "info",

@@ -50,12 +50,14 @@ Finish from_store(const store::StoreError& e) {
 }  // namespace
 
 Finish Engine::finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
-                      const store::StoredResponse& response) {
+                      const store::StoredResponse& response, TimePoint* expires_at) {
   if (!policy.stores_status(response.status)) return abandon(id, token);
   store::StoredResponse kept{response.status, storable_headers(response.headers, policy),
                              response.body};
   auto done = store_.complete(id, token, kept, policy.ttl);
-  return done.ok() ? Finish::stored : from_store(done.error());
+  if (!done.ok()) return from_store(done.error());
+  if (expires_at) *expires_at = done.value();
+  return Finish::stored;
 }
 
 Finish Engine::abandon(const store::RecordId& id, std::int64_t token) {
@@ -67,6 +69,16 @@ Finish Engine::mark_indeterminate(const store::RecordId& id, std::int64_t token)
   auto done = store_.mark_indeterminate(id, token);
   return done.ok() ? Finish::indeterminate : from_store(done.error());
 }
+
+namespace {
+// Headers that describe this exchange, not the resource: set afresh on every answer.
+bool is_per_exchange(std::string_view name) {
+  for (std::string_view h : {"x-request-id", "idempotency-key-expires", "idempotent-replayed"}) {
+    if (h.size() == name.size() && strncasecmp(h.data(), name.data(), h.size()) == 0) return true;
+  }
+  return false;
+}
+}  // namespace
 
 bool is_hop_by_hop(std::string_view name) {
   static constexpr std::array<std::string_view, 10> kHopByHop = {"connection",
@@ -88,7 +100,9 @@ std::vector<store::Header> storable_headers(const std::vector<store::Header>& he
                                             const RoutePolicy& policy) {
   std::vector<store::Header> out;
   for (const auto& h : headers) {
-    if (!is_hop_by_hop(h.name) && !policy.denies_header(h.name)) out.push_back(h);
+    if (!is_hop_by_hop(h.name) && !is_per_exchange(h.name) && !policy.denies_header(h.name)) {
+      out.push_back(h);
+    }
   }
   return out;
 }

@@ -20,8 +20,14 @@ void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip,
 
 std::vector<store::Header> to_headers(const bhttp::fields& fields);
 
+/// An IMF-fixdate (RFC 9110 5.6.7), e.g. "Sun, 06 Nov 1994 08:49:37 GMT".
+std::string http_date(TimePoint t);
+
+/// Tells the client until when its key is honoured: Idempotency-Key-Expires.
+inline constexpr const char* kExpiresHeader = "Idempotency-Key-Expires";
+
 /// A stored response, as sent to a retry, marked Idempotent-Replayed: true.
-StringResponse replay_response(const store::StoredResponse& stored, unsigned version,
-                               bool keep_alive);
+StringResponse replay_response(const store::StoredResponse& stored, TimePoint expires_at,
+                               unsigned version, bool keep_alive);
 
 }  // namespace idemproxy::http

@@ -31,6 +31,7 @@ asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& re
     ctx.fail(*ex.error, Outcome::upstream_error);
     co_return co_await send_problem(ctx);
   }
+  ctx.upstream_status = ex.response.result_int();
   ctx.outcome = Outcome::fail_open;
   strip_hop_by_hop(ex.response);
   co_return co_await respond(ctx, ex.response);
@@ -44,8 +45,11 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
   rt.metrics.claim_started();
   const auto t0 = std::chrono::steady_clock::now();
   Exchange ex = co_await rt.upstream.exchange(req);
-  rt.metrics.observe_upstream(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const double upstream_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rt.metrics.observe_upstream(upstream_seconds);
+  ctx.upstream_ms = upstream_seconds * 1000;
+  if (!ex.error) ctx.upstream_status = ex.response.result_int();
 
   if (ex.error) {
     if (!ex.sent) {
@@ -70,13 +74,16 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
   strip_hop_by_hop(ex.response);
   const store::StoredResponse answer{static_cast<int>(ex.response.result_int()),
                                      to_headers(ex.response), ex.response.body()};
-  const engine::Finish finish = co_await rt.blocking(
-      [&rt, &route, &answer, &id, &token] { return rt.engine.finish(id, token, route, answer); });
+  TimePoint expires_at{};
+  const engine::Finish finish = co_await rt.blocking([&rt, &route, &answer, &id, &token, &expires_at] {
+    return rt.engine.finish(id, token, route, answer, &expires_at);
+  });
   rt.metrics.claim_ended();
   rt.waiters.notify(wait_id(id));
   switch (finish) {
     case engine::Finish::stored:
       ctx.outcome = Outcome::executed;
+      ex.response.set(kExpiresHeader, http_date(expires_at));
       break;
     case engine::Finish::released:
       ctx.outcome = Outcome::released;
@@ -120,7 +127,7 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
         co_return co_await execute(ctx, claim.id, a.token, req);
       case Admission::Kind::replay: {
         ctx.outcome = Outcome::replayed;
-        auto res = replay_response(*a.replay, ctx.version, ctx.keep_alive);
+        auto res = replay_response(*a.replay, a.expires_at, ctx.version, ctx.keep_alive);
         co_return co_await send_response(ctx, res) && ctx.keep_alive;
       }
       case Admission::Kind::mismatch:

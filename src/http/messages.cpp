@@ -143,11 +143,26 @@ std::vector<store::Header> to_headers(const bhttp::fields& fields) {
   return out;
 }
 
-StringResponse replay_response(const store::StoredResponse& stored, unsigned version,
-                               bool keep_alive) {
+std::string http_date(TimePoint t) {
+  static constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[tm.tm_wday],
+                tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                tm.tm_sec);
+  return buf;
+}
+
+StringResponse replay_response(const store::StoredResponse& stored, TimePoint expires_at,
+                               unsigned version, bool keep_alive) {
   StringResponse res{static_cast<bhttp::status>(stored.status), version};
   for (const auto& h : stored.headers) res.insert(h.name, h.value);
   res.set("Idempotent-Replayed", "true");
+  res.set(kExpiresHeader, http_date(expires_at));
   res.body() = stored.body;
   res.keep_alive(keep_alive);
   res.prepare_payload();
@@ -156,6 +171,7 @@ StringResponse replay_response(const store::StoredResponse& stored, unsigned ver
 
 asio::awaitable<bool> send_response(RequestContext& ctx, StringResponse& response) {
   response.keep_alive(ctx.keep_alive);
+  if (!ctx.request_id.empty()) response.set("X-Request-Id", ctx.request_id);
   ctx.status = response.result_int();
   ctx.client.stream.expires_after(ctx.settings->config.server.read_timeout);
   auto [ec, n] = co_await bhttp::async_write(ctx.client.stream, response, use_nothrow);

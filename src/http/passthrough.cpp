@@ -117,7 +117,9 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
       res.chunked(true);
   }
   res.keep_alive(ctx.keep_alive);
+  res.set("X-Request-Id", ctx.request_id);
   ctx.status = res.result_int();
+  ctx.upstream_status = ctx.status;
   const auto relayed =
       co_await relay<false>(conn->stream, conn->buffer, res_parser, ctx.client.stream,
                             cfg.upstream.timeout, cfg.server.read_timeout, relay_error);

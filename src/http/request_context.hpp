@@ -33,6 +33,9 @@ struct RequestContext {
   unsigned status = 0;
   std::string method;
   std::string target;
+  std::string request_id;     // X-Request-Id: the client's, or one made here
+  unsigned upstream_status = 0;
+  double upstream_ms = 0;
   std::string key_hash;  // logged instead of the key
   std::chrono::steady_clock::time_point started;
 

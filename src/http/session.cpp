@@ -2,7 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
+#include <random>
+
+#include "idemproxy/ops/logging.hpp"
 
 namespace idemproxy::http {
 namespace {
@@ -23,6 +27,20 @@ std::optional<std::string> framing_error(const bhttp::request<bhttp::empty_body>
   return std::nullopt;
 }
 
+// Honours a sane X-Request-Id; otherwise makes a random one (128 bits, hex).
+std::string request_id_for(const bhttp::request<bhttp::empty_body>& req) {
+  const auto given = req["X-Request-Id"];
+  if (!given.empty() && given.size() <= 128 &&
+      std::all_of(given.begin(), given.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
+    return std::string(given);
+  }
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
 // Phase: route. Decides whether the request is protected, and how.
 asio::awaitable<bool> dispatch(RequestContext& ctx) {
   const auto& req = ctx.head.get();
@@ -30,6 +48,8 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   ctx.keep_alive = req.keep_alive() && !ctx.rt.draining;
   ctx.method = std::string(req.method_string());
   ctx.target = std::string(req.target());
+  ctx.request_id = request_id_for(req);
+  ctx.head.get().set("X-Request-Id", ctx.request_id);  // forwarded to the upstream
   if (auto error = framing_error(req)) {
     ctx.keep_alive = false;
     ctx.fail(ErrorSource::downstream, ProblemKind::malformed_request, *error,
@@ -78,12 +98,21 @@ asio::awaitable<void> linger_and_close(ClientConnection& conn) {
 }
 
 void log_request(const RequestContext& ctx) {
-  const double ms =
+  ops::AccessRecord r;
+  r.request_id = ctx.request_id;
+  r.peer = ctx.client.peer_ip;
+  r.method = ctx.method;
+  r.target = ctx.target;
+  r.route = ctx.route_name();
+  r.outcome = ops::to_string(ctx.outcome);
+  r.status = ctx.status;
+  r.upstream_status = ctx.upstream_status;
+  r.key_hash = ctx.key_hash;
+  r.duration_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ctx.started)
           .count();
-  spdlog::info("{} {} route={} outcome={} status={} key={} ms={:.2f}", ctx.method, ctx.target,
-               ctx.route_name(), ops::to_string(ctx.outcome), ctx.status,
-               ctx.key_hash.empty() ? "-" : ctx.key_hash, ms);
+  r.upstream_ms = ctx.upstream_ms;
+  ops::log_access(r);
 }
 
 }  // namespace

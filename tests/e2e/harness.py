@@ -65,7 +65,7 @@ def raw_exchange(port, payload, timeout=5):
 
 
 def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, routes=None,
-                store=None, server=None, gc=None):
+                store=None, server=None, gc=None, extra_top=None):
     defaults = defaults or {}
     if routes is None:
         routes = [{"name": "orders", "path_prefix": "/v1", "key_required": True}]
@@ -82,6 +82,7 @@ def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, route
     }
     if gc is not None:
         doc["gc"] = gc
+    doc.update(extra_top or {})
     # JSON is valid YAML.
     return json.dumps(doc, indent=2) + "\n"
 

@@ -75,6 +75,7 @@ struct Config {
   ServerConfig server;
   GcConfig gc;
   std::string log_level = "info";
+  std::string log_format = "text";  // text | json
   engine::RoutePolicy defaults;
   std::vector<engine::RoutePolicy> routes;  // defaults already applied
 };
