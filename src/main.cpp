@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
     if (args.verb == "gc") return gc(args);
     if (args.verb == "keys show") return keys_show(args);
     if (args.verb == "keys purge") return keys_purge(args);
+    if (args.verb == "keys list") return keys_list(args);
     return keys_resolve(args);
   } catch (const UsageError& e) {
     std::cerr << "idemproxy: " << e.what() << "\n\n" << usage();

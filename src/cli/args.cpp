@@ -12,11 +12,22 @@ std::string usage() {
          "       idemproxy keys show --config FILE --key K [--scope S]\n"
          "       idemproxy keys purge --config FILE --key K [--scope S]\n"
          "       idemproxy keys resolve --config FILE --key K [--scope S]\n"
+         "       idemproxy keys list --config FILE [--state STATE] [--limit N]\n"
          "       idemproxy --help | --version\n"
          "\n"
          "An HTTP reverse-proxy sidecar that makes any upstream API safe to retry.\n"
          "Exit codes: 0 success, 1 runtime error, 2 usage or configuration error.\n";
 }
+
+namespace {
+int parse_limit(const std::string& v) {
+  if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(v) < 1 || std::stoi(v) > 1000) {
+    throw UsageError("--limit needs a number from 1 to 1000");
+  }
+  return std::stoi(v);
+}
+}  // namespace
 
 Args parse_args(const std::vector<std::string>& argv) {
   Args a;
@@ -29,7 +40,8 @@ Args parse_args(const std::vector<std::string>& argv) {
     }
   }
   static const std::vector<std::string> verbs = {"serve",     "migrate",    "check-config", "gc",
-                                                 "keys show", "keys purge", "keys resolve"};
+                                                 "keys show", "keys purge", "keys resolve",
+                                                 "keys list"};
   if (std::find(verbs.begin(), verbs.end(), a.verb) == verbs.end()) {
     throw UsageError("unknown command \"" + a.verb + "\"");
   }
@@ -49,6 +61,10 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.key = value(arg);
     else if (arg == "--scope")
       a.scope = value(arg);
+    else if (arg == "--state")
+      a.state = value(arg);
+    else if (arg == "--limit")
+      a.limit = parse_limit(value(arg));
     else if (arg == "--help" || arg == "-h")
       a.help = true;
     else if (arg == "--version")
@@ -56,7 +72,9 @@ Args parse_args(const std::vector<std::string>& argv) {
     else
       throw UsageError("unknown argument \"" + arg + "\"");
   }
-  if (a.verb.starts_with("keys ") && !a.key && !a.help) throw UsageError(a.verb + " needs --key");
+  if (a.verb.starts_with("keys ") && a.verb != "keys list" && !a.key && !a.help) {
+    throw UsageError(a.verb + " needs --key");
+  }
   return a;
 }
 

@@ -21,6 +21,8 @@ struct Args {
   bool no_migrate = false;
   std::optional<std::string> key;
   std::string scope;
+  std::string state;  // keys list
+  int limit = 50;     // keys list
   bool help = false;
   bool version = false;
 };
@@ -36,5 +38,6 @@ int gc(const Args& args);
 int keys_show(const Args& args);
 int keys_purge(const Args& args);
 int keys_resolve(const Args& args);
+int keys_list(const Args& args);
 
 }  // namespace idemproxy::cli

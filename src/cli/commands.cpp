@@ -4,6 +4,7 @@
 
 #include "cli/cli.hpp"
 #include "idemproxy/config/config.hpp"
+#include "idemproxy/ops/records.hpp"
 #include "idemproxy/store/migrations.hpp"
 #include "idemproxy/store/pg_store.hpp"
 
@@ -19,15 +20,6 @@ store::PgStore open_pg(const config::Config& c) {
         "this command needs store.postgres; the memory store lives inside one process");
   }
   return store::PgStore({c.store.dsn, 1, c.store.statement_timeout, c.store.transaction_pooling});
-}
-
-std::string iso8601(TimePoint t) {
-  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 }  // namespace
@@ -67,74 +59,36 @@ int gc(const Args& args) {
   return kOk;
 }
 
+namespace {
+// Prints an operator action's JSON: stdout on success, stderr otherwise.
+int report(const ops::RecordAction& action) {
+  if (action.status == ops::RecordAction::Status::ok) {
+    std::cout << action.body.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return kOk;
+  }
+  std::cerr << action.body.value("error", std::string("failed")) << "\n";
+  return kRuntimeError;
+}
+}  // namespace
+
 int keys_show(const Args& args) {
   auto pg = open_pg(load_or_exit(args));
-  auto found = pg.find({args.scope, *args.key});
-  if (!found.ok()) {
-    std::cerr << "store error: " << found.error().detail << "\n";
-    return kRuntimeError;
-  }
-  if (!found.value()) {
-    std::cerr << "no record for key \"" << *args.key << "\" in scope \"" << args.scope << "\"\n";
-    return kRuntimeError;
-  }
-  const auto& r = *found.value();
-  nlohmann::json out = {{"scope", r.id.scope},
-                        {"key", r.id.key},
-                        {"state", store::to_string(r.state)},
-                        {"expired", r.expired},
-                        {"fingerprint", r.fingerprint},
-                        {"fencing_token", r.token},
-                        {"route", r.route},
-                        {"method", r.method},
-                        {"target", r.target},
-                        {"created_at", iso8601(r.created_at)},
-                        {"expires_at", iso8601(r.expires_at)}};
-  if (r.state == store::RecordState::in_flight || r.state == store::RecordState::indeterminate) {
-    out["locked_until"] = iso8601(r.locked_until);
-    out["stale"] = r.stale;
-  }
-  if (r.response) {
-    nlohmann::json headers = nlohmann::json::array();
-    for (const auto& h : r.response->headers) headers.push_back({h.name, h.value});
-    out["response"] = {{"status", r.response->status},
-                       {"headers", headers},
-                       {"body_bytes", r.response->body.size()}};
-  }
-  std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  return kOk;
+  return report(ops::show_record(pg, {args.scope, *args.key}));
 }
 
 int keys_purge(const Args& args) {
   auto pg = open_pg(load_or_exit(args));
-  auto purged = pg.purge({args.scope, *args.key});
-  if (!purged.ok()) {
-    std::cerr << "store error: " << purged.error().detail << "\n";
-    return kRuntimeError;
-  }
-  if (!purged.value()) {
-    std::cerr << "no record for key \"" << *args.key << "\" in scope \"" << args.scope << "\"\n";
-    return kRuntimeError;
-  }
-  std::cout << "purged key \"" << *args.key << "\" in scope \"" << args.scope << "\"\n";
-  return kOk;
+  return report(ops::purge_record(pg, {args.scope, *args.key}));
 }
 
 int keys_resolve(const Args& args) {
   auto pg = open_pg(load_or_exit(args));
-  auto resolved = pg.resolve({args.scope, *args.key});
-  if (!resolved.ok()) {
-    std::cerr << "store error: " << resolved.error().detail << "\n";
-    return kRuntimeError;
-  }
-  if (!resolved.value()) {
-    std::cerr << "no indeterminate or stale record for key \"" << *args.key << "\" in scope \""
-              << args.scope << "\"\n";
-    return kRuntimeError;
-  }
-  std::cout << "resolved key \"" << *args.key << "\" in scope \"" << args.scope
-            << "\": released, the next request with it executes\n";
-  return kOk;
+  return report(ops::resolve_record(pg, {args.scope, *args.key}));
+}
+
+int keys_list(const Args& args) {
+  auto pg = open_pg(load_or_exit(args));
+  return report(ops::list_records(pg, args.state, args.limit));
 }
 
 }  // namespace idemproxy::cli

@@ -214,9 +214,17 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
   r.expect_map(
       root, "the top level",
-      {"listen", "admin_listen", "upstream", "store", "defaults", "routes", "server", "log", "gc"});
+      {"listen", "admin_listen", "admin_token", "upstream", "store", "defaults", "routes", "server",
+       "log", "gc"});
   if (root["listen"]) c.listen = r.endpoint(root["listen"], "listen");
   if (root["admin_listen"]) c.admin_listen = r.endpoint(root["admin_listen"], "admin_listen");
+  if (root["admin_token"]) {
+    c.admin_token = r.text(root["admin_token"], "admin_token");
+    if (!c.admin_token.empty() && c.admin_token.size() < 16) {
+      r.fail(root["admin_token"],
+             "admin_token must be at least 16 characters (or empty to turn the admin API off)");
+    }
+  }
 
   const YAML::Node up = root["upstream"];
   if (!up) r.fail(root, "upstream is required (upstream: {url: http://127.0.0.1:3000})");

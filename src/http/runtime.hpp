@@ -2,6 +2,8 @@
 // What every session shares: settings (swapped on reload), the engine, the
 // database pool, the upstream pool, metrics and the local wait list.
 #include <atomic>
+#include <functional>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +78,8 @@ class Runtime {
   WaitList waiters;
   CompletionRetrier completions;
   std::atomic<bool> draining{false};
+  /// Reloads the config file (SIGHUP and POST /admin/reload); returns the error, if any.
+  std::function<std::optional<std::string>()> reload;
 
  private:
   mutable std::mutex mu_;

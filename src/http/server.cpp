@@ -18,7 +18,9 @@ struct ProxyServer::Impl {
             config.store.kind == config::StoreConfig::Kind::postgres ? config.store.pool_size : 1),
         proxy_acceptor(io),
         admin_acceptor(io),
-        signals(io, SIGINT, SIGTERM, SIGHUP) {}
+        signals(io, SIGINT, SIGTERM, SIGHUP) {
+    runtime.reload = [this] { return reload(); };
+  }
 
   void bind(tcp::acceptor& acceptor, const config::Endpoint& at, const char* what);
   asio::awaitable<void> accept_clients();
@@ -26,7 +28,7 @@ struct ProxyServer::Impl {
   asio::awaitable<void> handle_signals();
   asio::awaitable<void> drain();
   asio::awaitable<void> collect_garbage();
-  void reload();
+  std::optional<std::string> reload();
 
   int threads;
   asio::io_context io;
@@ -101,7 +103,7 @@ asio::awaitable<void> ProxyServer::Impl::accept_admin() {
   }
 }
 
-void ProxyServer::Impl::reload() {
+std::optional<std::string> ProxyServer::Impl::reload() {
   const auto current = runtime.settings();
   try {
     config::Config next = config::load_config(current->config.path);
@@ -120,9 +122,13 @@ void ProxyServer::Impl::reload() {
       next.server.threads = old.server.threads;
     }
     runtime.replace_settings(std::make_shared<Settings>(std::move(next)));
+    runtime.metrics.count_reload(true);
     spdlog::info("reload: configuration reloaded from {}", current->config.path);
+    return std::nullopt;
   } catch (const std::exception& e) {
+    runtime.metrics.count_reload(false);
     spdlog::error("reload rejected, the previous configuration stays in force: {}", e.what());
+    return std::string(e.what());
   }
 }
 

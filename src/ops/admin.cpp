@@ -1,10 +1,103 @@
+// The admin listener. /healthz, /readyz and /metrics are open (probes and scrapers);
+// everything under /admin/ needs `Authorization: Bearer <admin_token>`.
 #include "ops/admin.hpp"
+
+#include <openssl/crypto.h>
+
+#include <boost/url/parse.hpp>
+
+#include "idemproxy/ops/records.hpp"
 
 namespace idemproxy::ops {
 
 using http::asio::awaitable;
 using http::bhttp::status;
 namespace bhttp = http::bhttp;
+
+namespace {
+
+void set_json(http::StringResponse& res, status code, const nlohmann::json& body) {
+  res.result(code);
+  res.set(bhttp::field::content_type, "application/json");
+  res.body() = body.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+bool authorized(const http::StringRequest& req, const std::string& token) {
+  const std::string_view auth = req[bhttp::field::authorization];
+  constexpr std::string_view kBearer = "Bearer ";
+  if (!auth.starts_with(kBearer)) return false;
+  const std::string_view given = auth.substr(kBearer.size());
+  return given.size() == token.size() &&
+         CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
+}
+
+status status_of(const RecordAction& a) {
+  switch (a.status) {
+    case RecordAction::Status::ok: return status::ok;
+    case RecordAction::Status::not_found: return status::not_found;
+    case RecordAction::Status::store_error: return status::service_unavailable;
+  }
+  return status::internal_server_error;
+}
+
+std::string param(const boost::urls::url_view& url, std::string_view name) {
+  const auto it = url.params().find(name);
+  return it == url.params().end() ? std::string() : std::string((*it).value);
+}
+
+// Routes /admin/... once the token is checked. Store calls run on the database pool.
+awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse& res,
+                           http::Runtime& rt) {
+  const auto url = boost::urls::parse_origin_form(req.target());
+  if (!url) {
+    set_json(res, status::bad_request, {{"error", "malformed target"}});
+    co_return;
+  }
+  std::vector<std::string> segments;
+  for (auto s : url->segments()) segments.emplace_back(s);
+  const store::RecordId id{param(*url, "scope"), segments.size() >= 3 ? segments[2] : ""};
+  auto& store = rt.engine.store();
+  const auto verb = req.method();
+  RecordAction action;
+  if (segments.size() == 2 && segments[1] == "reload" && verb == bhttp::verb::post) {
+    const auto error = rt.reload();
+    if (error) set_json(res, status::bad_request, {{"reloaded", false}, {"error", *error}});
+    else set_json(res, status::ok, {{"reloaded", true}});
+    co_return;
+  }
+  if (segments.size() < 2 || segments[1] != "keys") {
+    set_json(res, status::not_found, {{"error", "no such admin endpoint"}});
+    co_return;
+  }
+  if (segments.size() == 2 && verb == bhttp::verb::get) {
+    const std::string state = param(*url, "state");
+    const std::string limit_text = param(*url, "limit");
+    int limit = 50;
+    if (!limit_text.empty()) {
+      if (limit_text.size() > 4 || limit_text.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoi(limit_text) < 1 || std::stoi(limit_text) > 1000) {
+        set_json(res, status::bad_request, {{"error", "limit must be a number from 1 to 1000"}});
+        co_return;
+      }
+      limit = std::stoi(limit_text);
+    }
+    action = co_await rt.blocking([&store, &state, &limit] {
+      return list_records(store, state, limit);
+    });
+  } else if (segments.size() == 3 && verb == bhttp::verb::get) {
+    action = co_await rt.blocking([&store, &id] { return show_record(store, id); });
+  } else if (segments.size() == 3 && verb == bhttp::verb::delete_) {
+    action = co_await rt.blocking([&store, &id] { return purge_record(store, id); });
+  } else if (segments.size() == 4 && segments[3] == "resolve" && verb == bhttp::verb::post) {
+    action = co_await rt.blocking([&store, &id] { return resolve_record(store, id); });
+  } else {
+    set_json(res, status::not_found, {{"error", "no such admin endpoint"}});
+    co_return;
+  }
+  set_json(res, status_of(action), action.body);
+}
+
+}  // namespace
 
 awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& rt) {
   http::beast::tcp_stream stream(std::move(socket));
@@ -22,7 +115,18 @@ awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& 
 
     http::StringResponse res{status::ok, req.version()};
     res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
-    if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
+    res.set(bhttp::field::cache_control, "no-store");
+    if (path == "/admin" || path.starts_with("/admin/")) {
+      const std::string token = rt.settings()->config.admin_token;
+      if (token.empty()) {
+        set_json(res, status::forbidden, {{"error", "the admin API is off: set admin_token"}});
+      } else if (!authorized(req, token)) {
+        set_json(res, status::unauthorized, {{"error", "missing or wrong bearer token"}});
+        res.set(bhttp::field::www_authenticate, "Bearer realm=\"idemproxy\"");
+      } else {
+        co_await handle_api(req, res, rt);
+      }
+    } else if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
       res.result(status::method_not_allowed);
       res.body() = "only GET\n";
     } else if (path == "/healthz") {

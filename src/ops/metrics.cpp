@@ -92,6 +92,11 @@ std::string Metrics::render() const {
   out << "# HELP idemproxy_gc_deleted_total Expired records deleted by in-process GC.\n"
          "# TYPE idemproxy_gc_deleted_total counter\n"
       << "idemproxy_gc_deleted_total " << gc_deleted_.load() << "\n";
+  out << "# HELP idemproxy_config_reloads_total Configuration reloads by result.\n"
+         "# TYPE idemproxy_config_reloads_total counter\n"
+      << "idemproxy_config_reloads_total{result=\"ok\"} " << reloads_ok_.load() << "\n"
+      << "idemproxy_config_reloads_total{result=\"rejected\"} " << reloads_rejected_.load()
+      << "\n";
   out << "# HELP idemproxy_upstream_duration_seconds Upstream exchange time.\n"
          "# TYPE idemproxy_upstream_duration_seconds histogram\n";
   for (double b : kBuckets) {

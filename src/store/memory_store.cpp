@@ -1,5 +1,7 @@
 #include "idemproxy/store/memory_store.hpp"
 
+#include <algorithm>
+
 namespace idemproxy::store {
 namespace {
 
@@ -96,6 +98,24 @@ Result<std::optional<Record>> MemoryStore::find(const RecordId& id) {
   copy.expired = copy.expires_at <= clock_.now();
   copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= clock_.now();
   return std::optional<Record>{std::move(copy)};
+}
+
+Result<std::vector<Record>> MemoryStore::list(std::optional<RecordState> state, int limit) {
+  std::lock_guard lock(mu_);
+  const TimePoint now = clock_.now();
+  std::vector<Record> out;
+  for (const auto& [k, r] : records_) {
+    if (state && r.state != *state) continue;
+    Record copy = r;
+    if (copy.response) copy.response = StoredResponse{copy.response->status, {}, {}};
+    copy.expired = copy.expires_at <= now;
+    copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= now;
+    out.push_back(std::move(copy));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Record& a, const Record& b) { return a.created_at > b.created_at; });
+  if (out.size() > static_cast<std::size_t>(limit)) out.resize(static_cast<std::size_t>(limit));
+  return out;
 }
 
 Result<bool> MemoryStore::purge(const RecordId& id) {

@@ -72,6 +72,16 @@ inline constexpr Statement kFind{"idemproxy_find",
                                  "SELECT false, " IDEMPROXY_RECORD_COLUMNS
                                  " FROM idempotency_records WHERE scope = $1 AND key = $2"};
 
+// Newest first; headers and bodies are not read. $1 = '' means any state.
+inline constexpr Statement kList{
+    "idemproxy_list",
+    "SELECT false, fingerprint, state, token, route, method, target,"
+    " (extract(epoch from created_at) * 1000)::bigint,"
+    " (extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint,"
+    " (extract(epoch from expires_at) * 1000)::bigint, expires_at <= now(),"
+    " (state = 'in_flight' AND locked_until <= now()), status, NULL::bytea, NULL::bytea, scope, key"
+    " FROM idempotency_records WHERE ($1 = '' OR state = $1) ORDER BY created_at DESC LIMIT $2"};
+
 inline constexpr Statement kPurge{"idemproxy_purge",
                                   "DELETE FROM idempotency_records WHERE scope = $1 AND key = $2"};
 
@@ -89,9 +99,8 @@ inline constexpr Statement kDeleteExpired{
 
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
-inline constexpr Statement kAll[] = {kClaim,   kComplete, kRelease, kMarkIndeterminate,
-                                     kResolve, kFind,     kPurge,   kDeleteExpired,
-                                     kPing};
+inline constexpr Statement kAll[] = {kClaim, kComplete, kRelease, kMarkIndeterminate, kResolve,
+                                     kFind,  kList,     kPurge,   kDeleteExpired,     kPing};
 
 #undef IDEMPROXY_RECORD_COLUMNS
 

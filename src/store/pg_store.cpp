@@ -121,8 +121,8 @@ Record read_record(const pqxx::row& row, const RecordId& id) {
   if (r.state == RecordState::completed && !row[12].is_null()) {
     StoredResponse resp;
     resp.status = row[12].as<int>();
-    resp.headers = decode_headers(pqxx::binarystring(row[13]).str());
-    resp.body = pqxx::binarystring(row[14]).str();
+    if (!row[13].is_null()) resp.headers = decode_headers(pqxx::binarystring(row[13]).str());
+    if (!row[14].is_null()) resp.body = pqxx::binarystring(row[14]).str();
     r.response = std::move(resp);
   }
   return r;
@@ -189,6 +189,17 @@ Result<std::optional<Record>> PgStore::find(const RecordId& id) {
         if (r.empty()) return std::optional<Record>{};
         return std::optional<Record>{read_record(r[0], id)};
       });
+}
+
+Result<std::vector<Record>> PgStore::list(std::optional<RecordState> state, int limit) {
+  return with_connection<std::vector<Record>>([&](Connection& c) -> Result<std::vector<Record>> {
+    const std::string filter = state ? std::string(to_string(*state)) : std::string();
+    std::vector<Record> out;
+    for (const auto& row : c.run(pg::kList, filter, limit)) {
+      out.push_back(read_record(row, {row[15].as<std::string>(), row[16].as<std::string>()}));
+    }
+    return out;
+  });
 }
 
 Result<bool> PgStore::purge(const RecordId& id) {

@@ -70,6 +70,7 @@ struct Config {
   std::string path;
   Endpoint listen{"127.0.0.1", 8080};
   Endpoint admin_listen{"127.0.0.1", 9090};
+  std::string admin_token;  // bearer token for /admin/*; empty turns the admin API off
   UpstreamConfig upstream;
   StoreConfig store;
   ServerConfig server;

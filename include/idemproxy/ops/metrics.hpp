@@ -36,6 +36,7 @@ class Metrics {
   void claim_ended() { in_flight_claims_.fetch_sub(1); }
   void count_store_error() { store_errors_.fetch_add(1); }
   void count_gc_deleted(std::uint64_t n) { gc_deleted_.fetch_add(n); }
+  void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_rejected_).fetch_add(1); }
   void observe_upstream(double seconds);
   /// The exposition text for GET /metrics.
   std::string render() const;
@@ -49,6 +50,8 @@ class Metrics {
   std::atomic<std::int64_t> in_flight_claims_{0};
   std::atomic<std::uint64_t> store_errors_{0};
   std::atomic<std::uint64_t> gc_deleted_{0};
+  std::atomic<std::uint64_t> reloads_ok_{0};
+  std::atomic<std::uint64_t> reloads_rejected_{0};
 };
 
 }  // namespace idemproxy::ops

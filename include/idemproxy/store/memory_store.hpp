@@ -19,6 +19,7 @@ class MemoryStore final : public Store {
   Result<Done> mark_indeterminate(const RecordId& id, std::int64_t token) override;
   Result<bool> resolve(const RecordId& id) override;
   Result<std::optional<Record>> find(const RecordId& id) override;
+  Result<std::vector<Record>> list(std::optional<RecordState> state, int limit) override;
   Result<bool> purge(const RecordId& id) override;
   Result<std::int64_t> delete_expired(int limit) override;
   Result<Done> ping() override { return Done{}; }

@@ -124,6 +124,9 @@ class Store {
   /// next request with the key executes. False when there was no such record.
   virtual Result<bool> resolve(const RecordId& id) = 0;
   virtual Result<std::optional<Record>> find(const RecordId& id) = 0;
+  /// The most recently created records, newest first, optionally in one state.
+  /// Stored headers and bodies are not loaded.
+  virtual Result<std::vector<Record>> list(std::optional<RecordState> state, int limit) = 0;
   /// Deletes one record; false when there was none.
   virtual Result<bool> purge(const RecordId& id) = 0;
   /// Deletes up to `limit` expired records; returns how many. While another instance

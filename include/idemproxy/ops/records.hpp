@@ -1,0 +1,27 @@
+#pragma once
+// Records as operators see them: the JSON that `idemproxy keys ...` prints and the
+// admin API returns. One implementation for both.
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::ops {
+
+/// `summary` leaves out the stored headers (used for lists).
+nlohmann::json record_to_json(const store::Record& record, bool summary = false);
+
+/// An operator action on one record, with what to tell the operator.
+struct RecordAction {
+  enum class Status { ok, not_found, store_error } status = Status::ok;
+  nlohmann::json body;
+};
+
+RecordAction show_record(store::Store& store, const store::RecordId& id);
+RecordAction purge_record(store::Store& store, const store::RecordId& id);
+RecordAction resolve_record(store::Store& store, const store::RecordId& id);
+/// `state` empty means any state.
+RecordAction list_records(store::Store& store, const std::string& state, int limit);
+
+}  // namespace idemproxy::ops

@@ -1,0 +1,89 @@
+#include "idemproxy/ops/records.hpp"
+
+namespace idemproxy::ops {
+namespace {
+
+std::string iso8601(TimePoint t) {
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+RecordAction store_error(const store::StoreError& e) {
+  return {RecordAction::Status::store_error, {{"error", "store error: " + e.detail}}};
+}
+
+RecordAction not_found(const store::RecordId& id, const std::string& what) {
+  return {RecordAction::Status::not_found,
+          {{"error", "no " + what + " for key \"" + id.key + "\" in scope \"" + id.scope + "\""}}};
+}
+
+}  // namespace
+
+nlohmann::json record_to_json(const store::Record& r, bool summary) {
+  nlohmann::json out = {{"scope", r.id.scope},
+                        {"key", r.id.key},
+                        {"state", store::to_string(r.state)},
+                        {"expired", r.expired},
+                        {"fingerprint", r.fingerprint},
+                        {"fencing_token", r.token},
+                        {"route", r.route},
+                        {"method", r.method},
+                        {"target", r.target},
+                        {"created_at", iso8601(r.created_at)},
+                        {"expires_at", iso8601(r.expires_at)}};
+  if (r.state == store::RecordState::in_flight || r.state == store::RecordState::indeterminate) {
+    out["locked_until"] = iso8601(r.locked_until);
+    out["stale"] = r.stale;
+  }
+  if (r.response) {
+    out["response"] = {{"status", r.response->status}};
+    if (!summary) {
+      nlohmann::json headers = nlohmann::json::array();
+      for (const auto& h : r.response->headers) headers.push_back({h.name, h.value});
+      out["response"]["headers"] = headers;
+      out["response"]["body_bytes"] = r.response->body.size();
+    }
+  }
+  return out;
+}
+
+RecordAction show_record(store::Store& store, const store::RecordId& id) {
+  auto found = store.find(id);
+  if (!found.ok()) return store_error(found.error());
+  if (!found.value()) return not_found(id, "record");
+  return {RecordAction::Status::ok, record_to_json(*found.value())};
+}
+
+RecordAction purge_record(store::Store& store, const store::RecordId& id) {
+  auto purged = store.purge(id);
+  if (!purged.ok()) return store_error(purged.error());
+  if (!purged.value()) return not_found(id, "record");
+  return {RecordAction::Status::ok, {{"purged", true}, {"scope", id.scope}, {"key", id.key}}};
+}
+
+RecordAction resolve_record(store::Store& store, const store::RecordId& id) {
+  auto resolved = store.resolve(id);
+  if (!resolved.ok()) return store_error(resolved.error());
+  if (!resolved.value()) return not_found(id, "indeterminate or stale record");
+  return {RecordAction::Status::ok,
+          {{"resolved", true}, {"state", "released"}, {"scope", id.scope}, {"key", id.key}}};
+}
+
+RecordAction list_records(store::Store& store, const std::string& state, int limit) {
+  if (!state.empty() && !store::parse_state(state)) {
+    return {RecordAction::Status::not_found,
+            {{"error", "unknown state \"" + state +
+                           "\" (in_flight, completed, released, indeterminate)"}}};
+  }
+  auto listed = store.list(state.empty() ? std::nullopt : store::parse_state(state), limit);
+  if (!listed.ok()) return store_error(listed.error());
+  nlohmann::json records = nlohmann::json::array();
+  for (const auto& r : listed.value()) records.push_back(record_to_json(r, true));
+  return {RecordAction::Status::ok, {{"records", records}, {"count", records.size()}}};
+}
+
+}  // namespace idemproxy::ops

@@ -1,0 +1,101 @@
+"""The admin API on admin_listen, behind a bearer token; `idemproxy keys` uses the same code."""
+import json
+import time
+
+from harness import request
+
+TOKEN = "s3cret-admin-token-0123456789"
+
+
+def admin(p, method, path, token=TOKEN):
+    headers = {"Authorization": "Bearer " + token} if token is not None else {}
+    return request(p.admin_port, method, path, headers=headers)
+
+
+def token_proxy(make_proxy, **config):
+    return make_proxy(extra_top={"admin_token": TOKEN}, **config)
+
+
+def test_admin_api_refuses_a_missing_or_wrong_token(make_proxy, key):
+    p = token_proxy(make_proxy)
+    p.post("/v1/orders", "{}", key=key)
+    missing = admin(p, "GET", "/admin/keys/" + key, token=None)
+    assert missing.status == 401 and missing.header("WWW-Authenticate").startswith("Bearer")
+    wrong = admin(p, "GET", "/admin/keys/" + key, token=TOKEN[:-1] + "x")
+    assert wrong.status == 401
+    assert admin(p, "DELETE", "/admin/keys/" + key, token="short").status == 401
+    assert admin(p, "GET", "/admin/keys/" + key).status == 200  # the record is still there
+    # probes stay open
+    assert request(p.admin_port, "GET", "/healthz").status == 200
+
+
+def test_admin_api_is_off_without_a_token(proxy, key):
+    r = admin(proxy, "GET", "/admin/keys/" + key)
+    assert r.status == 403 and "admin_token" in r.json()["error"]
+
+
+def test_inspect_list_and_purge_one_record(make_proxy, upstream, key):
+    p = token_proxy(make_proxy, defaults={"scope_header": "X-Tenant"})
+    p.post("/v1/orders", "{}", key=key, headers={"X-Tenant": "t1"})
+    shown = admin(p, "GET", "/admin/keys/%s?scope=t1" % key)
+    assert shown.status == 200
+    record = shown.json()
+    assert record["state"] == "completed" and record["scope"] == "t1"
+    assert record["response"]["status"] == 201
+    assert admin(p, "GET", "/admin/keys/%s" % key).status == 404  # other scope
+
+    listed = admin(p, "GET", "/admin/keys?state=completed&limit=5").json()
+    assert listed["count"] <= 5 and listed["records"][0]["key"] == key
+    assert all(r["state"] == "completed" for r in listed["records"])
+    assert admin(p, "GET", "/admin/keys?state=bogus").status == 404
+    assert admin(p, "GET", "/admin/keys?limit=0").status == 400
+
+    assert admin(p, "DELETE", "/admin/keys/%s?scope=t1" % key).json()["purged"] is True
+    assert admin(p, "DELETE", "/admin/keys/%s?scope=t1" % key).status == 404
+    again = p.post("/v1/orders", "{}", key=key, headers={"X-Tenant": "t1"})
+    assert again.header("Idempotent-Replayed") is None
+    assert upstream.executions.count(key=key) == 2
+
+
+def test_resolve_an_indeterminate_record(make_proxy, upstream, key):
+    p = token_proxy(make_proxy)
+    assert p.post("/v1/reset-after-read", "{}", key=key).status == 502
+    listed = admin(p, "GET", "/admin/keys?state=indeterminate").json()
+    assert key in [r["key"] for r in listed["records"]]
+    assert admin(p, "POST", "/admin/keys/%s/resolve" % key).json()["state"] == "released"
+    assert admin(p, "POST", "/admin/keys/%s/resolve" % key).status == 404  # nothing left to resolve
+    assert p.post("/v1/reset-after-read", "{}", key=key).status == 502  # executes again
+    assert upstream.executions.count(key=key) == 2
+
+
+def test_keys_with_special_characters_are_addressable(make_proxy, key):
+    p = token_proxy(make_proxy)
+    odd = key + " /?&=%"
+    p.post("/v1/orders", "{}", key=odd)
+    from urllib.parse import quote
+    shown = admin(p, "GET", "/admin/keys/" + quote(odd, safe=""))
+    assert shown.status == 200 and shown.json()["key"] == odd
+
+
+def test_reload_endpoint_applies_a_good_file_and_rejects_a_bad_one(make_proxy):
+    p = token_proxy(make_proxy)
+    assert p.post("/v1/orders", "{}").status == 400
+    text = open(p.config_path).read()
+    p.write_config(text.replace('"key_required": true', '"key_required": false'))
+    assert admin(p, "POST", "/admin/reload").json() == {"reloaded": True}
+    assert p.post("/v1/orders", "{}").status == 201
+    p.write_config(text.replace('"routes"', '"bogus": 1, "routes"', 1))
+    bad = admin(p, "POST", "/admin/reload")
+    assert bad.status == 400 and "unknown key" in bad.json()["error"]
+    assert p.post("/v1/orders", "{}").status == 201  # the previous config stays
+    assert p.metric("idemproxy_config_reloads_total", result="ok") == 1
+    assert p.metric("idemproxy_config_reloads_total", result="rejected") == 1
+
+
+def test_cli_keys_list_uses_the_same_code(proxy, key):
+    proxy.post("/v1/orders", "{}", key=key)
+    out = proxy.cli("keys", "list", "--state", "completed", "--limit", "3")
+    assert out.returncode == 0, out.stderr
+    listed = json.loads(out.stdout)
+    assert listed["records"][0]["key"] == key and listed["count"] <= 3
+    assert proxy.cli("keys", "list", "--limit", "0").returncode == 2
