@@ -129,7 +129,8 @@ const std::set<std::string> kPolicyKeys = {"header",
                                            "store_unavailable",
                                            "max_body",
                                            "store_deny_headers",
-                                           "on_stale"};
+                                           "on_stale",
+                                           "mode"};
 
 void Reader::policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
                     bool is_route) const {
@@ -174,6 +175,11 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
         p.on_concurrent = engine::OnConcurrent::wait;
       else
         fail(v, name + " must be reject or wait, not \"" + s + "\"");
+    } else if (key == "mode") {
+      const auto s = text(v, name);
+      if (s == "enforce") p.mode = engine::Mode::enforce;
+      else if (s == "shadow") p.mode = engine::Mode::shadow;
+      else fail(v, name + " must be enforce or shadow, not \"" + s + "\"");
     } else if (key == "on_stale") {
       const auto s = text(v, name);
       if (s == "fail")

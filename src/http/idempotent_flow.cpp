@@ -17,6 +17,17 @@ using ops::Outcome;
 
 std::string wait_id(const store::RecordId& id) { return id.scope + '\n' + id.key; }
 
+// What enforce mode would have answered, for a request that shadow mode forwards.
+Outcome shadow_outcome(Admission::Kind kind) {
+  switch (kind) {
+    case Admission::Kind::replay: return Outcome::shadow_would_replay;
+    case Admission::Kind::in_flight: return Outcome::shadow_would_conflict;
+    case Admission::Kind::mismatch: return Outcome::shadow_would_mismatch;
+    case Admission::Kind::store_failed: return Outcome::fail_open;
+    default: return Outcome::shadow_would_reject;
+  }
+}
+
 // Sends an upstream answer to the client as a whole message.
 asio::awaitable<bool> respond(RequestContext& ctx, StringResponse& res) {
   res.version(ctx.version);
@@ -24,15 +35,17 @@ asio::awaitable<bool> respond(RequestContext& ctx, StringResponse& res) {
   co_return co_await send_response(ctx, res) && ctx.keep_alive;
 }
 
-// Phase: forward without a claim, when the store is down and the route says fail_open.
-asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& req) {
+// Phase: forward without a claim: the store is down and the route says fail_open, or
+// the route is in shadow mode and enforce would not have forwarded.
+asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& req,
+                                          Outcome outcome) {
   Exchange ex = co_await ctx.rt.upstream.exchange(req);
   if (ex.error) {
     ctx.fail(*ex.error, Outcome::upstream_error);
     co_return co_await send_problem(ctx);
   }
   ctx.upstream_status = ex.response.result_int();
-  ctx.outcome = Outcome::fail_open;
+  ctx.outcome = outcome;
   strip_hop_by_hop(ex.response);
   co_return co_await respond(ctx, ex.response);
 }
@@ -122,6 +135,10 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
   Duration backoff{5};
   for (;;) {
     Admission a = co_await rt.blocking([&rt, &claim] { return rt.engine.admit(claim); });
+    if (route.mode == engine::Mode::shadow && a.kind != Admission::Kind::execute) {
+      if (a.kind == Admission::Kind::store_failed) rt.metrics.count_store_error();
+      co_return co_await forward_unprotected(ctx, req, shadow_outcome(a.kind));
+    }
     switch (a.kind) {
       case Admission::Kind::execute:
         co_return co_await execute(ctx, claim.id, a.token, req);
@@ -142,7 +159,7 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
         if (route.store_unavailable == engine::StoreUnavailable::fail_open) {
           spdlog::warn("route {}: forwarding key {} WITHOUT idempotency protection (fail_open)",
                        route.name, ctx.key_hash);
-          co_return co_await forward_unprotected(ctx, req);
+          co_return co_await forward_unprotected(ctx, req, Outcome::fail_open);
         }
         ctx.fail(ErrorSource::store, ProblemKind::store_unavailable,
                  "the idempotency store is unavailable; the request was not forwarded",
@@ -190,6 +207,11 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
 
   // Phase: key.
   auto parsed = engine::parse_key(key_header);
+  const bool shadow = route.mode == engine::Mode::shadow;
+  if (std::holds_alternative<engine::KeyError>(parsed) && shadow) {
+    ctx.outcome = Outcome::shadow_would_reject;
+    co_return co_await pass_through(ctx);
+  }
   if (const auto* bad = std::get_if<engine::KeyError>(&parsed)) {
     ctx.keep_alive = false;  // the body is left unread
     ctx.fail(ErrorSource::downstream, ProblemKind::bad_key, bad->reason, Outcome::bad_key);
@@ -205,6 +227,10 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   // parser's own limit still bounds chunked bodies as they arrive.
   const auto declared = ctx.head.content_length();
   const bool too_large = declared && *declared > route.max_body;
+  if (too_large && shadow) {
+    ctx.outcome = Outcome::shadow_would_reject;
+    co_return co_await pass_through(ctx);
+  }
   if (!too_large && !co_await continue_if_expected(ctx)) co_return false;
   bhttp::request_parser<bhttp::string_body> parser{std::move(ctx.head)};
   parser.body_limit(route.max_body);

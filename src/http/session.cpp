@@ -61,13 +61,22 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
     co_return co_await pass_through(ctx);
   }
   const auto key_count = req.count(ctx.route->header);
+  const bool shadow = ctx.route->mode == engine::Mode::shadow;
   if (key_count == 0) {
     if (!ctx.route->key_required) co_return co_await pass_through(ctx);
+    if (shadow) {
+      ctx.outcome = ops::Outcome::shadow_would_reject;
+      co_return co_await pass_through(ctx);
+    }
     ctx.keep_alive = false;
     ctx.fail(ErrorSource::downstream, ProblemKind::missing_key,
              "route " + ctx.route->name + " requires an " + ctx.route->header + " header",
              ops::Outcome::missing_key);
     co_return co_await send_problem(ctx);
+  }
+  if (key_count > 1 && shadow) {
+    ctx.outcome = ops::Outcome::shadow_would_reject;
+    co_return co_await pass_through(ctx);
   }
   if (key_count > 1) {
     ctx.keep_alive = false;

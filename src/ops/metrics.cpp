@@ -37,6 +37,14 @@ const char* to_string(Outcome outcome) {
       return "upstream_error";
     case Outcome::bad_request:
       return "bad_request";
+    case Outcome::shadow_would_replay:
+      return "shadow_would_replay";
+    case Outcome::shadow_would_conflict:
+      return "shadow_would_conflict";
+    case Outcome::shadow_would_mismatch:
+      return "shadow_would_mismatch";
+    case Outcome::shadow_would_reject:
+      return "shadow_would_reject";
   }
   return "unknown";
 }

@@ -15,6 +15,9 @@ enum class StoreUnavailable { fail_closed, fail_open };
 /// indeterminate. fail: at most once, the retry is told the outcome is unknown.
 /// retake: execute again under a new fencing token (the upstream dedupes itself).
 enum class OnStale { fail, retake };
+/// enforce: idempotency as documented. shadow: record and fingerprint as usual, but
+/// never block or replay; forward everything and count what enforce would have done.
+enum class Mode { enforce, shadow };
 
 /// An inclusive range of statuses: "2xx" is 200..299, "201" is 201..201.
 struct StatusRange {
@@ -34,6 +37,7 @@ struct RoutePolicy {
   std::string scope_header;
   OnConcurrent on_concurrent = OnConcurrent::reject;
   OnStale on_stale = OnStale::fail;
+  Mode mode = Mode::enforce;
   std::vector<StatusRange> store_status = {{200, 299}, {400, 499}};
   StoreUnavailable store_unavailable = StoreUnavailable::fail_closed;
   std::size_t max_body = 1024 * 1024;

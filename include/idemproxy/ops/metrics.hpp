@@ -26,6 +26,11 @@ enum class Outcome {
   fail_open,          // forwarded without protection
   upstream_error,     // 502
   bad_request,        // malformed HTTP
+  // mode: shadow forwarded the request, but enforce would have answered:
+  shadow_would_replay,
+  shadow_would_conflict,  // 409
+  shadow_would_mismatch,  // 422
+  shadow_would_reject,    // 400, 413 or an unknown outcome
 };
 const char* to_string(Outcome outcome);
 

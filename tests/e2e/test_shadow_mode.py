@@ -1,0 +1,46 @@
+"""mode: shadow records and fingerprints, never blocks or replays, and counts what
+enforce mode would have done."""
+import json
+import threading
+import time
+
+
+def test_shadow_mode_forwards_everything_and_counts_what_it_would_have_done(make_proxy, upstream,
+                                                                           key):
+    p = make_proxy(routes=[{"name": "orders", "path_prefix": "/v1", "key_required": True,
+                            "mode": "shadow"}])
+    first = p.post("/v1/orders", '{"amount": 1}', key=key)
+    assert first.status == 201
+    assert json.loads(p.cli("keys", "show", "--key", key).stdout)["state"] == "completed"
+
+    again = p.post("/v1/orders", '{"amount": 1}', key=key)  # enforce: a replay
+    assert again.status == 201 and again.header("Idempotent-Replayed") is None
+    assert again.body != first.body  # really executed again
+
+    other = p.post("/v1/orders", '{"amount": 2}', key=key)  # enforce: 422
+    assert other.status == 201
+
+    slow_key = key + "-slow"
+    t = threading.Thread(target=p.post, args=("/v1/orders?delay_ms=800", "{}"),
+                         kwargs={"key": slow_key})
+    t.start()
+    deadline = time.time() + 5
+    while upstream.executions.count(key=slow_key) == 0 and time.time() < deadline:
+        time.sleep(0.01)
+    concurrent = p.post("/v1/orders?delay_ms=800", "{}", key=slow_key)  # enforce: 409
+    t.join()
+    assert concurrent.status == 201
+
+    assert p.post("/v1/orders", "{}").status == 201  # enforce: 400, key required
+    assert p.post("/v1/orders", "{}", key="k" * 300).status == 201  # enforce: 400, bad key
+
+    assert upstream.executions.count(key=key) == 3
+    assert upstream.executions.count(key=slow_key) == 2
+    m = lambda outcome: p.metric("idemproxy_requests_total", route="orders", outcome=outcome)
+    assert m("shadow_would_replay") == 1
+    assert m("shadow_would_mismatch") == 1
+    assert m("shadow_would_conflict") == 1
+    assert m("shadow_would_reject") == 2
+    assert m("executed") == 2
+    p.stop()
+    assert "outcome=shadow_would_replay" in p.read_log()
