@@ -9,7 +9,7 @@ PACKAGES=(
   libpqxx-dev libpq-dev libssl-dev nlohmann-json3-dev libspdlog-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev
   postgresql-15 pgbouncer
-  python3 python3-pytest
+  python3 python3-pytest python3-prometheus-client python3-yaml
   curl procps
 )
 

@@ -19,6 +19,7 @@ Admission Engine::admit(const store::ClaimRequest& request) {
     a.kind = Admission::Kind::execute;
     a.token = claimed->token;
     a.locked_until = claimed->locked_until;
+    a.took_over = claimed->took_over;
     return a;
   }
   auto& existing = std::get<store::Record>(result.value());

@@ -135,6 +135,7 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
   Duration backoff{5};
   for (;;) {
     Admission a = co_await rt.blocking([&rt, &claim] { return rt.engine.admit(claim); });
+    if (a.took_over) rt.metrics.count_takeover();
     if (route.mode == engine::Mode::shadow && a.kind != Admission::Kind::execute) {
       if (a.kind == Admission::Kind::store_failed) rt.metrics.count_store_error();
       co_return co_await forward_unprotected(ctx, req, shadow_outcome(a.kind));

@@ -70,6 +70,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   const bool is_head = req.method() == bhttp::verb::head;
   prepare_forward(req, ctx.client.peer_ip, cfg.upstream.base_path);
 
+  const auto upstream_started = std::chrono::steady_clock::now();
   auto [cec, conn] = co_await rt.upstream.acquire(false);
   if (cec) {
     ctx.keep_alive = false;  // the request body was not read
@@ -105,6 +106,11 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
              ops::Outcome::upstream_error);
     co_return co_await send_problem(ctx);
   }
+  // Streamed: the upstream's time is measured to its response head.
+  const double upstream_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - upstream_started).count();
+  rt.metrics.observe_upstream(upstream_seconds);
+  ctx.upstream_ms = upstream_seconds * 1000;
   auto& res = res_parser.get();
   const bool upstream_keep_alive = res.keep_alive();
   strip_hop_by_hop(res);

@@ -59,9 +59,12 @@ class Runtime {
     co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(R)>(
         [this](auto handler, F work) {
           auto io = asio::get_associated_executor(handler);
-          asio::post(db_pool, [handler = std::move(handler), work = std::move(work),
+          asio::post(db_pool, [this, handler = std::move(handler), work = std::move(work),
                                guard = asio::make_work_guard(io)]() mutable {
+            const auto started = std::chrono::steady_clock::now();
             R result = work();
+            metrics.observe_store(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
             auto ex = guard.get_executor();
             asio::post(ex, [handler = std::move(handler), result = std::move(result)]() mutable {
               std::move(handler)(std::move(result));

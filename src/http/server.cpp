@@ -20,6 +20,19 @@ struct ProxyServer::Impl {
         admin_acceptor(io),
         signals(io, SIGINT, SIGTERM, SIGHUP) {
     runtime.reload = [this] { return reload(); };
+    runtime.metrics.set_gauges([this] {
+      const auto pool = runtime.engine.store().pool_stats();
+      return std::vector<ops::GaugeSample>{
+          {"idemproxy_db_pool_connections{state=\"open\"}", "Database pool connections.",
+           static_cast<double>(pool.open)},
+          {"idemproxy_db_pool_connections{state=\"in_use\"}", "Database pool connections.",
+           static_cast<double>(pool.in_use)},
+          {"idemproxy_db_pool_size", "Configured database pool size.",
+           static_cast<double>(pool.size)},
+          {"idemproxy_completions_pending",
+           "Completions waiting for the store to come back, retried in the background.",
+           static_cast<double>(runtime.completions.pending())}};
+    });
   }
 
   void bind(tcp::acceptor& acceptor, const config::Endpoint& at, const char* what);

@@ -73,48 +73,76 @@ void Metrics::count_request(const std::string& route, Outcome outcome) {
   ++requests_[{route, outcome}];
 }
 
-void Metrics::observe_upstream(double seconds) {
+void Histogram::observe(double seconds) {
   std::lock_guard lock(mu_);
-  ++upstream_count_;
-  upstream_sum_ += seconds;
-  for (double b : kBuckets) {
-    if (seconds <= b) ++upstream_buckets_[b];
+  ++count_;
+  sum_ += seconds;
+  for (std::size_t i = 0; i < kBuckets.size(); ++i) {
+    if (seconds <= kBuckets[i]) ++buckets_[i];
   }
+}
+
+void Histogram::render(std::ostream& out, const std::string& name, const std::string& help) const {
+  std::lock_guard lock(mu_);
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+  for (std::size_t i = 0; i < kBuckets.size(); ++i) {
+    out << name << "_bucket{le=\"" << kBuckets[i] << "\"} " << buckets_[i] << "\n";
+  }
+  out << name << "_bucket{le=\"+Inf\"} " << count_ << "\n"
+      << name << "_sum " << sum_ << "\n"
+      << name << "_count " << count_ << "\n";
+}
+
+void Metrics::set_gauges(std::function<std::vector<GaugeSample>()> source) {
+  std::lock_guard lock(mu_);
+  gauges_ = std::move(source);
 }
 
 std::string Metrics::render() const {
   std::ostringstream out;
-  std::lock_guard lock(mu_);
-  out << "# HELP idemproxy_requests_total Requests by route and outcome.\n"
-         "# TYPE idemproxy_requests_total counter\n";
-  for (const auto& [k, n] : requests_) {
-    out << "idemproxy_requests_total{route=\"" << label(k.first) << "\",outcome=\""
-        << to_string(k.second) << "\"} " << n << "\n";
+  std::function<std::vector<GaugeSample>()> gauges;
+  {
+    std::lock_guard lock(mu_);
+    out << "# HELP idemproxy_requests_total Requests by route and outcome.\n"
+           "# TYPE idemproxy_requests_total counter\n";
+    for (const auto& [k, n] : requests_) {
+      out << "idemproxy_requests_total{route=\"" << label(k.first) << "\",outcome=\""
+          << to_string(k.second) << "\"} " << n << "\n";
+    }
+    gauges = gauges_;
   }
+  const auto counter = [&out](const char* name, const char* help, std::uint64_t value) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
+        << name << " " << value << "\n";
+  };
   out << "# HELP idemproxy_claims_in_flight Claims held by this process right now.\n"
          "# TYPE idemproxy_claims_in_flight gauge\n"
       << "idemproxy_claims_in_flight " << in_flight_claims_.load() << "\n";
-  out << "# HELP idemproxy_store_errors_total Store calls that failed.\n"
-         "# TYPE idemproxy_store_errors_total counter\n"
-      << "idemproxy_store_errors_total " << store_errors_.load() << "\n";
-  out << "# HELP idemproxy_gc_deleted_total Expired records deleted by in-process GC.\n"
-         "# TYPE idemproxy_gc_deleted_total counter\n"
-      << "idemproxy_gc_deleted_total " << gc_deleted_.load() << "\n";
+  counter("idemproxy_store_errors_total", "Store calls that failed.", store_errors_.load());
+  counter("idemproxy_lease_takeovers_total",
+          "Claims that took over a record whose holder's lease ran out.", takeovers_.load());
+  counter("idemproxy_gc_deleted_total", "Expired records deleted by in-process GC.",
+          gc_deleted_.load());
   out << "# HELP idemproxy_config_reloads_total Configuration reloads by result.\n"
          "# TYPE idemproxy_config_reloads_total counter\n"
       << "idemproxy_config_reloads_total{result=\"ok\"} " << reloads_ok_.load() << "\n"
       << "idemproxy_config_reloads_total{result=\"rejected\"} " << reloads_rejected_.load()
       << "\n";
-  out << "# HELP idemproxy_upstream_duration_seconds Upstream exchange time.\n"
-         "# TYPE idemproxy_upstream_duration_seconds histogram\n";
-  for (double b : kBuckets) {
-    auto it = upstream_buckets_.find(b);
-    out << "idemproxy_upstream_duration_seconds_bucket{le=\"" << b << "\"} "
-        << (it == upstream_buckets_.end() ? 0 : it->second) << "\n";
+  upstream_.render(out, "idemproxy_upstream_duration_seconds",
+                   "Upstream exchange time (to the response head when streamed).");
+  store_.render(out, "idemproxy_store_duration_seconds",
+                "Time of one store call on the database pool.");
+  if (gauges) {
+    std::string last_family;
+    for (const auto& g : gauges()) {
+      const std::string family = g.name.substr(0, g.name.find('{'));
+      if (family != last_family) {
+        out << "# HELP " << family << " " << g.help << "\n# TYPE " << family << " gauge\n";
+        last_family = family;
+      }
+      out << g.name << " " << g.value << "\n";
+    }
   }
-  out << "idemproxy_upstream_duration_seconds_bucket{le=\"+Inf\"} " << upstream_count_ << "\n"
-      << "idemproxy_upstream_duration_seconds_sum " << upstream_sum_ << "\n"
-      << "idemproxy_upstream_duration_seconds_count " << upstream_count_ << "\n";
   return out.str();
 }
 

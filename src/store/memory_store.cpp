@@ -28,6 +28,9 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
     copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= now;
     return ClaimResult{std::move(copy)};
   }
+  const bool took_over = it != records_.end() && it->second.expires_at > now &&
+                        (it->second.state == RecordState::in_flight ||
+                         it->second.state == RecordState::indeterminate);
   Record r;
   r.id = request.id;
   r.fingerprint = request.fingerprint;
@@ -40,7 +43,7 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
   r.locked_until = now + request.lease;
   r.expires_at = now + request.ttl;
   records_[key] = r;
-  return ClaimResult{Claimed{r.token, r.locked_until}};
+  return ClaimResult{Claimed{r.token, r.locked_until, took_over}};
 }
 
 Record* MemoryStore::holder(const RecordId& id, std::int64_t token) {

@@ -19,10 +19,13 @@ struct Statement {
 // has expired, or (with $9, on_stale: retake) its lease ran out while in flight or
 // indeterminate; otherwise the live row is returned unchanged.
 // Zero rows means a concurrent claim committed after this statement's snapshot:
-// the caller runs it again and then sees that row.
+// the caller runs it again and then sees that row. The last column tells whether the
+// claim took over a vanished holder's live record (a lease takeover).
 inline constexpr Statement kClaim{
     "idemproxy_claim",
-    "WITH claimed AS ("
+    "WITH previous AS (SELECT state IN ('in_flight', 'indeterminate') AND expires_at > now()"
+    "  AS live FROM idempotency_records WHERE scope = $1 AND key = $2),"
+    " claimed AS ("
     " INSERT INTO idempotency_records AS r"
     "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"
     "   expires_at)"
@@ -38,10 +41,10 @@ inline constexpr Statement kClaim{
     "  OR ($9 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
     " RETURNING r.*)"
     " SELECT true, " IDEMPROXY_RECORD_COLUMNS
-    " FROM claimed"
+    ", coalesce((SELECT live FROM previous), false) FROM claimed"
     " UNION ALL"
     " SELECT false, " IDEMPROXY_RECORD_COLUMNS
-    " FROM idempotency_records"
+    ", false FROM idempotency_records"
     "  WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"};
 
 inline constexpr Statement kComplete{

@@ -58,6 +58,11 @@ std::unique_ptr<PgStore::Connection> PgStore::checkout() {
   }
 }
 
+Store::PoolStats PgStore::pool_stats() {
+  std::lock_guard lock(mu_);
+  return {options_.pool_size, open_, open_ - static_cast<int>(idle_.size())};
+}
+
 void PgStore::give_back(std::unique_ptr<Connection> conn) {
   std::lock_guard lock(mu_);
   if (conn) {
@@ -140,7 +145,9 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
                 static_cast<long long>(req.ttl.count()), req.retake_stale);
       if (r.empty()) continue;
       Record record = read_record(r[0], req.id);
-      if (r[0][0].as<bool>()) return ClaimResult{Claimed{record.token, record.locked_until}};
+      if (r[0][0].as<bool>()) {
+        return ClaimResult{Claimed{record.token, record.locked_until, r[0][15].as<bool>()}};
+      }
       return ClaimResult{std::move(record)};
     }
     return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};

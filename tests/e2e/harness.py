@@ -71,6 +71,8 @@ def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, route
         routes = [{"name": "orders", "path_prefix": "/v1", "key_required": True}]
     if store is None:
         store = {"postgres": {"dsn": dsn, "pool_size": 4}}
+    elif "postgres" in store and store["postgres"].get("dsn") is None:
+        store = {"postgres": dict(store["postgres"], dsn=dsn)}
     doc = {
         "listen": "127.0.0.1:%d" % listen_port,
         "admin_listen": "127.0.0.1:%d" % admin_port,

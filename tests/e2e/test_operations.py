@@ -72,7 +72,7 @@ def test_admin_endpoints_and_request_metrics(proxy, key):
     assert proxy.metric("idemproxy_requests_total", route="orders", outcome="mismatch") == 1
     assert proxy.metric("idemproxy_requests_total", route="orders", outcome="missing_key") == 1
     assert proxy.metric("idemproxy_requests_total", route="-", outcome="passthrough") == 1
-    assert proxy.metric("idemproxy_upstream_duration_seconds_count") == 1
+    assert proxy.metric("idemproxy_upstream_duration_seconds_count") == 2  # keyed + pass-through
     assert proxy.admin("/nope").status == 404
 
 

@@ -26,6 +26,7 @@ struct Admission {
   std::optional<store::StoredResponse> replay;  // replay
   TimePoint expires_at;                         // replay
   TimePoint locked_until;                       // execute, in_flight
+  bool took_over = false;                       // execute: from a vanished holder
   std::string detail;                           // store_failed
 };
 

@@ -1,6 +1,9 @@
 #pragma once
 // Process-wide counters, rendered in the Prometheus text exposition format.
 #include <atomic>
+#include <functional>
+#include <ostream>
+#include <vector>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -34,26 +37,51 @@ enum class Outcome {
 };
 const char* to_string(Outcome outcome);
 
+/// A Prometheus histogram with fixed latency buckets (seconds).
+class Histogram {
+ public:
+  void observe(double seconds);
+  void render(std::ostream& out, const std::string& name, const std::string& help) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::uint64_t> buckets_ = std::vector<std::uint64_t>(12, 0);
+  std::uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+/// A gauge read when /metrics is scraped.
+struct GaugeSample {
+  std::string name;  // with labels, e.g. idemproxy_db_pool_connections{state="open"}
+  std::string help;
+  double value = 0;
+};
+
 class Metrics {
  public:
   void count_request(const std::string& route, Outcome outcome);
   void claim_started() { in_flight_claims_.fetch_add(1); }
   void claim_ended() { in_flight_claims_.fetch_sub(1); }
   void count_store_error() { store_errors_.fetch_add(1); }
+  void count_takeover() { takeovers_.fetch_add(1); }
   void count_gc_deleted(std::uint64_t n) { gc_deleted_.fetch_add(n); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_rejected_).fetch_add(1); }
-  void observe_upstream(double seconds);
+  void observe_upstream(double seconds) { upstream_.observe(seconds); }
+  void observe_store(double seconds) { store_.observe(seconds); }
+  /// Gauges owned elsewhere (database pool, pending completions), read at scrape time.
+  void set_gauges(std::function<std::vector<GaugeSample>()> source);
   /// The exposition text for GET /metrics.
   std::string render() const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, Outcome>, std::uint64_t> requests_;
-  std::uint64_t upstream_count_ = 0;
-  double upstream_sum_ = 0;
-  std::map<double, std::uint64_t> upstream_buckets_;
+  Histogram upstream_;
+  Histogram store_;
+  std::function<std::vector<GaugeSample>()> gauges_;
   std::atomic<std::int64_t> in_flight_claims_{0};
   std::atomic<std::uint64_t> store_errors_{0};
+  std::atomic<std::uint64_t> takeovers_{0};
   std::atomic<std::uint64_t> gc_deleted_{0};
   std::atomic<std::uint64_t> reloads_ok_{0};
   std::atomic<std::uint64_t> reloads_rejected_{0};

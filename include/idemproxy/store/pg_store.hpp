@@ -41,6 +41,7 @@ class PgStore final : public Store {
   Result<bool> purge(const RecordId& id) override;
   Result<std::int64_t> delete_expired(int limit) override;
   Result<Done> ping() override;
+  PoolStats pool_stats() override;
 
  private:
   class Connection;

@@ -71,6 +71,7 @@ struct ClaimRequest {
 struct Claimed {
   std::int64_t token = 0;
   TimePoint locked_until;
+  bool took_over = false;  // from a holder whose lease ran out (on_stale: retake)
 };
 
 /// Either the caller won the claim, or a live record already exists.
@@ -133,6 +134,13 @@ class Store {
   /// is deleting, returns 0.
   virtual Result<std::int64_t> delete_expired(int limit) = 0;
   virtual Result<Done> ping() = 0;
+
+  struct PoolStats {
+    int size = 0;    // configured connections
+    int open = 0;    // connections open now
+    int in_use = 0;  // running a statement now
+  };
+  virtual PoolStats pool_stats() { return {}; }
 };
 
 /// Encodes headers as "Name: value\r\n" lines, the form they take on the wire.

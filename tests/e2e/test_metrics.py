@@ -1,0 +1,66 @@
+"""/metrics after a scripted sequence, read by Prometheus' own text-format parser."""
+import threading
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def scrape(proxy):
+    text = proxy.admin("/metrics").body.decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}  # raises on bad syntax
+    samples = {}
+    for family in families.values():
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return families, samples
+
+
+def test_metrics_after_a_scripted_sequence(make_proxy, upstream, key):
+    p = make_proxy(defaults={"lease": "1s", "on_stale": "retake", "max_body": "1KiB"},
+                   store={"postgres": {"dsn": None, "pool_size": 4}})
+    p.post("/v1/orders", "{}", key=key)                       # executed
+    p.post("/v1/orders", "{}", key=key)                       # replayed
+    p.post("/v1/orders", '{"x": 1}', key=key)                 # mismatch
+    p.post("/v1/orders", "{}")                                # missing_key
+    p.post("/v1/orders", "{}", key="")                        # bad_key
+    p.post("/v1/orders", "x" * 2048, key=key + "-big")        # too_large
+    p.post("/v1/orders?status=503", "{}", key=key + "-503")   # released
+    p.request("GET", "/status")                               # passthrough
+    slow = key + "-slow"                                      # conflict, then a takeover
+    t = threading.Thread(target=p.post, args=("/v1/orders?delay_ms=1800", "{}"), kwargs={"key": slow})
+    t.start()
+    while upstream.executions.count(key=slow) == 0:
+        time.sleep(0.01)
+    p.post("/v1/orders?delay_ms=1800", "{}", key=slow)        # conflict (lease still running)
+    time.sleep(1.1)
+    p.post("/v1/orders?delay_ms=10", "{}", key=slow + "-x")   # executed
+    taken = p.post("/v1/orders?delay_ms=1800", "{}", key=slow)  # lease over: retake
+    assert taken.status == 201
+    t.join()
+
+    families, samples = scrape(p)
+    req = lambda outcome, route="orders": samples[
+        ("idemproxy_requests_total", (("outcome", outcome), ("route", route)))]
+    assert families["idemproxy_requests"].type == "counter"
+    assert req("executed") == 4  # key, slow (first), slow-x, slow (retaken)
+    assert req("replayed") == 1
+    assert req("mismatch") == 1
+    assert req("missing_key") == 1
+    assert req("bad_key") == 1
+    assert req("too_large") == 1
+    assert req("released") == 1
+    assert req("conflict") == 1
+    assert req("passthrough", route="-") == 1
+    assert samples[("idemproxy_lease_takeovers_total", ())] == 1
+    assert samples[("idemproxy_claims_in_flight", ())] == 0
+    assert families["idemproxy_upstream_duration_seconds"].type == "histogram"
+    assert samples[("idemproxy_upstream_duration_seconds_count", ())] == 6
+    assert samples[("idemproxy_upstream_duration_seconds_bucket", (("le", "+Inf"),))] == 6
+    assert samples[("idemproxy_store_duration_seconds_count", ())] >= 10
+    assert samples[("idemproxy_db_pool_size", ())] == 4
+    assert 1 <= samples[("idemproxy_db_pool_connections", (("state", "open"),))] <= 4
+    assert samples[("idemproxy_db_pool_connections", (("state", "in_use"),))] <= 4
+    assert samples[("idemproxy_completions_pending", ())] == 0
+    assert samples[("idemproxy_gc_deleted_total", ())] == 0
+    assert samples[("idemproxy_config_reloads_total", (("result", "ok"),))] == 0
+    assert samples[("idemproxy_store_errors_total", ())] == 0
