@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/url/parse.hpp>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -118,24 +119,36 @@ class Reader {
   const EnvLookup& env_;
 };
 
-const std::set<std::string> kPolicyKeys = {"header",
-                                           "methods",
-                                           "key_required",
-                                           "ttl",
-                                           "lease",
-                                           "scope_header",
-                                           "on_concurrent",
-                                           "store_status",
-                                           "store_unavailable",
-                                           "max_body",
-                                           "store_deny_headers",
-                                           "on_stale",
-                                           "mode"};
+// Every key the loader accepts, by section. The loader enforces it (unknown keys
+// are errors) and documented_keys() exposes it, so a test keeps the README honest.
+const std::map<std::string, std::set<std::string>>& schema() {
+  static const std::map<std::string, std::set<std::string>> sections = {
+      {"", {"listen", "admin_listen", "admin_token", "upstream", "store", "defaults", "routes",
+            "server", "log", "gc"}},
+      {"upstream",
+       {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size"}},
+      {"store", {"postgres", "memory"}},
+      {"store.postgres", {"dsn", "pool_size", "statement_timeout", "transaction_pooling"}},
+      {"server",
+       {"threads", "drain_timeout", "idle_timeout", "read_timeout", "max_header_size",
+        "max_stream_body"}},
+      {"gc", {"interval", "batch_size", "max_batches"}},
+      {"log", {"level", "format"}},
+      {"policy",
+       {"header", "methods", "key_required", "ttl", "lease", "scope_header", "on_concurrent",
+        "store_status", "store_unavailable", "max_body", "store_deny_headers", "on_stale",
+        "mode"}},
+      {"route", {"name", "path_prefix", "enabled"}},
+  };
+  return sections;
+}
+
+const std::set<std::string>& section(const std::string& name) { return schema().at(name); }
 
 void Reader::policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
                     bool is_route) const {
-  auto known = kPolicyKeys;
-  if (is_route) known.insert({"name", "path_prefix", "enabled"});
+  auto known = section("policy");
+  if (is_route) known.insert(section("route").begin(), section("route").end());
   expect_map(n, path, known);
   for (const auto& item : n) {
     const auto key = item.first.as<std::string>();
@@ -218,10 +231,7 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   Config c;
   c.path = file;
   if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
-  r.expect_map(
-      root, "the top level",
-      {"listen", "admin_listen", "admin_token", "upstream", "store", "defaults", "routes", "server",
-       "log", "gc"});
+  r.expect_map(root, "the top level", section(""));
   if (root["listen"]) c.listen = r.endpoint(root["listen"], "listen");
   if (root["admin_listen"]) c.admin_listen = r.endpoint(root["admin_listen"], "admin_listen");
   if (root["admin_token"]) {
@@ -234,8 +244,7 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
 
   const YAML::Node up = root["upstream"];
   if (!up) r.fail(root, "upstream is required (upstream: {url: http://127.0.0.1:3000})");
-  r.expect_map(up, "upstream",
-               {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size"});
+  r.expect_map(up, "upstream", section("upstream"));
   if (!up["url"]) r.fail(up, "upstream.url is required");
   c.upstream.url = r.text(up["url"], "upstream.url");
   auto parsed = boost::urls::parse_uri(c.upstream.url);
@@ -269,7 +278,7 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
 
   const YAML::Node st = root["store"];
   if (!st) r.fail(root, "store is required (store: {postgres: {dsn: ...}} or store: {memory: {}})");
-  r.expect_map(st, "store", {"postgres", "memory"});
+  r.expect_map(st, "store", section("store"));
   if (st["postgres"] && st["memory"])
     r.fail(st, "store must name exactly one of postgres or memory");
   if (st["memory"]) {
@@ -278,8 +287,7 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
     if (!m.IsNull()) r.expect_map(m, "store.memory", {});
   } else if (st["postgres"]) {
     const YAML::Node pg = st["postgres"];
-    r.expect_map(pg, "store.postgres",
-                 {"dsn", "pool_size", "statement_timeout", "transaction_pooling"});
+    r.expect_map(pg, "store.postgres", section("store.postgres"));
     if (!pg["dsn"]) r.fail(pg, "store.postgres.dsn is required");
     c.store.dsn = r.text(pg["dsn"], "store.postgres.dsn");
     if (c.store.dsn.empty()) r.fail(pg["dsn"], "store.postgres.dsn is empty");
@@ -296,9 +304,7 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   }
 
   if (const YAML::Node s = root["server"]) {
-    r.expect_map(s, "server",
-                 {"threads", "drain_timeout", "idle_timeout", "read_timeout", "max_header_size",
-                  "max_stream_body"});
+    r.expect_map(s, "server", section("server"));
     if (s["threads"]) c.server.threads = r.integer(s["threads"], "server.threads", 1, 256);
     if (s["drain_timeout"])
       c.server.drain_timeout = r.duration(s["drain_timeout"], "server.drain_timeout");
@@ -312,14 +318,14 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       c.server.max_stream_body = r.size(s["max_stream_body"], "server.max_stream_body");
   }
   if (const YAML::Node g = root["gc"]) {
-    r.expect_map(g, "gc", {"interval", "batch_size", "max_batches"});
+    r.expect_map(g, "gc", section("gc"));
     if (g["interval"]) c.gc.interval = r.duration(g["interval"], "gc.interval");
     if (g["batch_size"]) c.gc.batch_size = r.integer(g["batch_size"], "gc.batch_size", 1, 100000);
     if (g["max_batches"])
       c.gc.max_batches = r.integer(g["max_batches"], "gc.max_batches", 1, 100000);
   }
   if (const YAML::Node l = root["log"]) {
-    r.expect_map(l, "log", {"level", "format"});
+    r.expect_map(l, "log", section("log"));
     if (l["format"]) {
       c.log_format = r.text(l["format"], "log.format");
       if (c.log_format != "text" && c.log_format != "json") {
@@ -353,6 +359,19 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
 }
 
 }  // namespace
+
+std::vector<std::string> documented_keys() {
+  std::vector<std::string> keys;
+  for (const auto& [name, keys_in] : schema()) {
+    for (const auto& key : keys_in) {
+      const std::string path =
+          name.empty() || name == "policy" || name == "route" ? key : name + "." + key;
+      if (!schema().contains(path)) keys.push_back(path);  // sections hold documented keys
+    }
+  }
+  keys.push_back("store.memory");
+  return keys;
+}
 
 Config parse_config(const std::string& text, const std::string& file, const EnvLookup& env) {
   YAML::Node root;

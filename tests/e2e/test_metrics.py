@@ -64,3 +64,17 @@ def test_metrics_after_a_scripted_sequence(make_proxy, upstream, key):
     assert samples[("idemproxy_gc_deleted_total", ())] == 0
     assert samples[("idemproxy_config_reloads_total", (("result", "ok"),))] == 0
     assert samples[("idemproxy_store_errors_total", ())] == 0
+
+
+def test_every_metric_family_is_documented(proxy, key):
+    import os
+    from harness import ROOT
+    proxy.post("/v1/orders", "{}", key=key)
+    families, _ = scrape(proxy)
+    doc = open(os.path.join(ROOT, "docs", "METRICS.md")).read()
+    for family in families.values():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        assert "`%s`" % name in doc, "metric %s is not in docs/METRICS.md" % name
+    outcomes = {s.labels["outcome"] for s in families["idemproxy_requests"].samples}
+    for outcome in outcomes:
+        assert "`%s`" % outcome in doc

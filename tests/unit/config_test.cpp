@@ -207,3 +207,18 @@ TEST(Config, UpstreamBasePathIsKeptWithoutTrailingSlash) {
   EXPECT_NE(error_of("upstream: {url: 'http://a:1/x?y=1'}\nstore: {memory: {}}\n").find("query"),
             std::string::npos);
 }
+
+TEST(ConfigReference, EveryAcceptedKeyIsDocumentedInTheReadme) {
+  std::ifstream in(IDEMPROXY_SOURCE_DIR "/README.md");
+  ASSERT_TRUE(in) << "README.md not found";
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto reference = readme.find("## Configuration reference");
+  ASSERT_NE(reference, std::string::npos);
+  const std::string section = readme.substr(reference, readme.find("\n## ", reference + 1) - reference);
+  const auto keys = documented_keys();
+  EXPECT_GT(keys.size(), 40u);
+  for (const auto& key : keys) {
+    EXPECT_NE(section.find("`" + key + "`"), std::string::npos)
+        << "config key " << key << " is accepted by the loader but not documented in README.md";
+  }
+}

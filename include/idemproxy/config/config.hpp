@@ -94,6 +94,10 @@ Duration parse_duration(const std::string& text);
 /// "512", "64KiB", "1MiB", "1GiB". Throws std::invalid_argument.
 std::size_t parse_size(const std::string& text);
 
+/// Every key the loader accepts: dotted paths for nested keys (`upstream.url`), bare
+/// names for top-level, route-policy and route-only keys. The README documents each.
+std::vector<std::string> documented_keys();
+
 /// Parses configuration text; `file` names it in errors. Throws ConfigError.
 Config parse_config(const std::string& text, const std::string& file, const EnvLookup& env);
 /// Reads and parses a file. Throws ConfigError.
