@@ -99,3 +99,50 @@ def test_cli_keys_list_uses_the_same_code(proxy, key):
     listed = json.loads(out.stdout)
     assert listed["records"][0]["key"] == key and listed["count"] <= 3
     assert proxy.cli("keys", "list", "--limit", "0").returncode == 2
+
+
+def test_reload_under_load_fails_no_request_and_drops_no_connection(make_proxy, upstream, key):
+    import http.client
+    import signal
+    import threading
+    p = token_proxy(make_proxy)
+    text = open(p.config_path).read()
+    stop = threading.Event()
+    results, errors = [], []
+
+    def client(n):
+        conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=10)  # one keep-alive connection
+        i = 0
+        while not stop.is_set():
+            try:
+                conn.request("POST", "/v1/orders", body="{}",
+                             headers={"Idempotency-Key": "%s-%d-%d" % (key, n, i)})
+                r = conn.getresponse()
+                r.read()
+                results.append(r.status)
+            except Exception as e:  # a dropped connection would land here
+                errors.append(repr(e))
+                return
+            i += 1
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for i in range(12):
+        ttl = "%dh" % (i + 1)
+        p.write_config(text.replace('"routes"', '"defaults": {"ttl": "%s"}, "routes"' % ttl, 1)
+                       if '"defaults": {}' not in text else
+                       text.replace('"defaults": {}', '"defaults": {"ttl": "%s"}' % ttl))
+        if i % 2:
+            p.signal(signal.SIGHUP)
+        else:
+            assert admin(p, "POST", "/admin/reload").status == 200
+        time.sleep(0.1)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(results) > 50 and set(results) == {201}
+    assert p.metric("idemproxy_config_reloads_total", result="ok") == 12
+    assert p.proc.poll() is None
