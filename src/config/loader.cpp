@@ -63,6 +63,19 @@ class Reader {
     }
   }
 
+  /// One of a fixed set of words, e.g. reject|wait; anything else is an error naming them.
+  template <class E>
+  E choice(const YAML::Node& n, const std::string& name,
+           std::initializer_list<std::pair<const char*, E>> options) const {
+    const auto v = text(n, name);
+    std::string words;
+    for (const auto& [word, value] : options) {
+      if (v == word) return value;
+      words += (words.empty() ? "" : " or ") + std::string(word);
+    }
+    fail(n, name + " must be " + words + ", not \"" + v + "\"");
+  }
+
   Duration duration(const YAML::Node& n, const std::string& name) const {
     return parsed<Duration>(n, name, parse_duration);
   }
@@ -123,8 +136,9 @@ class Reader {
 // are errors) and documented_keys() exposes it, so a test keeps the README honest.
 const std::map<std::string, std::set<std::string>>& schema() {
   static const std::map<std::string, std::set<std::string>> sections = {
-      {"", {"listen", "admin_listen", "admin_token", "upstream", "store", "defaults", "routes",
-            "server", "log", "gc"}},
+      {"",
+       {"listen", "admin_listen", "admin_token", "upstream", "store", "defaults", "routes",
+        "server", "log", "gc"}},
       {"upstream",
        {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size"}},
       {"store", {"postgres", "memory"}},
@@ -136,8 +150,7 @@ const std::map<std::string, std::set<std::string>>& schema() {
       {"log", {"level", "format"}},
       {"policy",
        {"header", "methods", "key_required", "ttl", "lease", "scope_header", "on_concurrent",
-        "store_status", "store_unavailable", "max_body", "store_deny_headers", "on_stale",
-        "mode"}},
+        "store_status", "store_unavailable", "max_body", "store_deny_headers", "on_stale", "mode"}},
       {"route", {"name", "path_prefix", "enabled"}},
   };
   return sections;
@@ -181,26 +194,15 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
     } else if (key == "scope_header") {
       p.scope_header = text(v, name);
     } else if (key == "on_concurrent") {
-      const auto s = text(v, name);
-      if (s == "reject")
-        p.on_concurrent = engine::OnConcurrent::reject;
-      else if (s == "wait")
-        p.on_concurrent = engine::OnConcurrent::wait;
-      else
-        fail(v, name + " must be reject or wait, not \"" + s + "\"");
+      p.on_concurrent = choice<engine::OnConcurrent>(
+          v, name,
+          {{"reject", engine::OnConcurrent::reject}, {"wait", engine::OnConcurrent::wait}});
     } else if (key == "mode") {
-      const auto s = text(v, name);
-      if (s == "enforce") p.mode = engine::Mode::enforce;
-      else if (s == "shadow") p.mode = engine::Mode::shadow;
-      else fail(v, name + " must be enforce or shadow, not \"" + s + "\"");
+      p.mode = choice<engine::Mode>(
+          v, name, {{"enforce", engine::Mode::enforce}, {"shadow", engine::Mode::shadow}});
     } else if (key == "on_stale") {
-      const auto s = text(v, name);
-      if (s == "fail")
-        p.on_stale = engine::OnStale::fail;
-      else if (s == "retake")
-        p.on_stale = engine::OnStale::retake;
-      else
-        fail(v, name + " must be fail or retake, not \"" + s + "\"");
+      p.on_stale = choice<engine::OnStale>(
+          v, name, {{"fail", engine::OnStale::fail}, {"retake", engine::OnStale::retake}});
     } else if (key == "store_status") {
       if (!v.IsSequence()) fail(v, name + " must be a list, e.g. [2xx, 4xx]");
       p.store_status.clear();
@@ -212,13 +214,10 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
         p.store_status.push_back(range);
       }
     } else if (key == "store_unavailable") {
-      const auto s = text(v, name);
-      if (s == "fail_closed")
-        p.store_unavailable = engine::StoreUnavailable::fail_closed;
-      else if (s == "fail_open")
-        p.store_unavailable = engine::StoreUnavailable::fail_open;
-      else
-        fail(v, name + " must be fail_closed or fail_open, not \"" + s + "\"");
+      p.store_unavailable =
+          choice<engine::StoreUnavailable>(v, name,
+                                           {{"fail_closed", engine::StoreUnavailable::fail_closed},
+                                            {"fail_open", engine::StoreUnavailable::fail_open}});
     } else if (key == "max_body") {
       p.max_body = size(v, name);
     } else if (key == "store_deny_headers") {

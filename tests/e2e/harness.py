@@ -188,3 +188,25 @@ def problem(response):
     assert doc["type"].startswith("https://idemproxy.dev/problems/")
     assert doc["title"] and doc["detail"]
     return doc
+
+
+def post_in_background(proxy, path, key, results):
+    """POSTs on a thread; results[key] gets the response, or the exception."""
+    import threading
+
+    def send():
+        try:
+            results[key] = proxy.post(path, "{}", key=key)
+        except (OSError, http.client.HTTPException) as e:
+            results[key] = e
+    t = threading.Thread(target=send)
+    t.start()
+    return t
+
+
+def wait_for_execution(upstream, key, timeout=5):
+    """Waits until the upstream has started executing the request with this key."""
+    deadline = time.time() + timeout
+    while upstream.executions.count(key=key) == 0 and time.time() < deadline:
+        time.sleep(0.01)
+    assert upstream.executions.count(key=key) == 1

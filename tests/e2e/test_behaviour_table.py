@@ -3,7 +3,7 @@ real PostgreSQL and a fake upstream that counts executions."""
 import json
 import time
 
-from harness import free_port, problem
+from harness import free_port, post_in_background, problem, wait_for_execution
 
 
 def test_route_or_method_not_covered_is_forwarded_unchanged(proxy, upstream, key):
@@ -82,13 +82,8 @@ def test_same_key_other_request_is_422_and_not_forwarded(proxy, upstream, key):
 
 
 def test_same_key_in_flight_is_409_with_retry_after(proxy, upstream, key):
-    import threading
-    slow = threading.Thread(target=proxy.post, args=("/v1/orders?delay_ms=800", "{}"),
-                            kwargs={"key": key})
-    slow.start()
-    deadline = time.time() + 5
-    while upstream.executions.count(key=key) == 0 and time.time() < deadline:
-        time.sleep(0.01)
+    slow = post_in_background(proxy, "/v1/orders?delay_ms=800", key, {})
+    wait_for_execution(upstream, key)
     r = proxy.post("/v1/orders?delay_ms=800", "{}", key=key)
     slow.join()
     assert r.status == 409
@@ -98,19 +93,14 @@ def test_same_key_in_flight_is_409_with_retry_after(proxy, upstream, key):
 
 
 def test_same_key_in_flight_with_wait_gets_the_first_response(make_proxy, upstream, key):
-    import threading
     p = make_proxy(defaults={"on_concurrent": "wait"})
     results = {}
-    first = threading.Thread(target=lambda: results.update(
-        first=p.post("/v1/orders?delay_ms=500", "{}", key=key)))
-    first.start()
-    deadline = time.time() + 5
-    while upstream.executions.count(key=key) == 0 and time.time() < deadline:
-        time.sleep(0.01)
+    first = post_in_background(p, "/v1/orders?delay_ms=500", key, results)
+    wait_for_execution(upstream, key)
     second = p.post("/v1/orders?delay_ms=500", "{}", key=key)
     first.join()
-    assert results["first"].status == second.status == 201
-    assert second.body == results["first"].body
+    assert results[key].status == second.status == 201
+    assert second.body == results[key].body
     assert second.header("Idempotent-Replayed") == "true"
     assert upstream.executions.count(key=key) == 1
 

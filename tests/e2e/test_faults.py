@@ -10,25 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import problem
-
-
-def wait_for_execution(upstream, key, timeout=5):
-    deadline = time.time() + timeout
-    while upstream.executions.count(key=key) == 0 and time.time() < deadline:
-        time.sleep(0.01)
-    assert upstream.executions.count(key=key) == 1
-
-
-def post_in_background(proxy, path, key, results):
-    def send():
-        try:
-            results[key] = proxy.post(path, "{}", key=key)
-        except (OSError, http.client.HTTPException) as e:
-            results[key] = e
-    t = threading.Thread(target=send)
-    t.start()
-    return t
+from harness import post_in_background, problem, wait_for_execution
 
 
 def settle(proxy, key, path="/v1/orders", timeout=15):

@@ -1,7 +1,7 @@
 """/metrics after a scripted sequence, read by Prometheus' own text-format parser."""
-import threading
 import time
 
+from harness import post_in_background, wait_for_execution
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -27,10 +27,8 @@ def test_metrics_after_a_scripted_sequence(make_proxy, upstream, key):
     p.post("/v1/orders?status=503", "{}", key=key + "-503")   # released
     p.request("GET", "/status")                               # passthrough
     slow = key + "-slow"                                      # conflict, then a takeover
-    t = threading.Thread(target=p.post, args=("/v1/orders?delay_ms=1800", "{}"), kwargs={"key": slow})
-    t.start()
-    while upstream.executions.count(key=slow) == 0:
-        time.sleep(0.01)
+    t = post_in_background(p, "/v1/orders?delay_ms=1800", slow, {})
+    wait_for_execution(upstream, slow)
     p.post("/v1/orders?delay_ms=1800", "{}", key=slow)        # conflict (lease still running)
     time.sleep(1.1)
     p.post("/v1/orders?delay_ms=10", "{}", key=slow + "-x")   # executed

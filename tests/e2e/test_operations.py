@@ -2,7 +2,7 @@
 import signal
 import time
 
-from harness import BINARY, free_port, request
+from harness import BINARY, free_port, post_in_background, request, wait_for_execution
 import subprocess
 
 
@@ -77,17 +77,12 @@ def test_admin_endpoints_and_request_metrics(proxy, key):
 
 
 def test_sigterm_finishes_in_flight_requests_and_exits_0(proxy, upstream, key):
-    import threading
     result = {}
-    t = threading.Thread(target=lambda: result.update(
-        r=proxy.post("/v1/orders?delay_ms=700", "{}", key=key)))
-    t.start()
-    deadline = time.time() + 5
-    while upstream.executions.count(key=key) == 0 and time.time() < deadline:
-        time.sleep(0.01)
+    t = post_in_background(proxy, "/v1/orders?delay_ms=700", key, result)
+    wait_for_execution(upstream, key)
     proxy.signal(signal.SIGTERM)
     t.join()
-    assert result["r"].status == 201
+    assert result[key].status == 201
     assert proxy.proc.wait(timeout=10) == 0
     # The in-flight request completed its record before exit.
     import json

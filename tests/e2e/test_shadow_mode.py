@@ -1,8 +1,8 @@
 """mode: shadow records and fingerprints, never blocks or replays, and counts what
 enforce mode would have done."""
 import json
-import threading
-import time
+
+from harness import post_in_background, wait_for_execution
 
 
 def test_shadow_mode_forwards_everything_and_counts_what_it_would_have_done(make_proxy, upstream,
@@ -21,12 +21,8 @@ def test_shadow_mode_forwards_everything_and_counts_what_it_would_have_done(make
     assert other.status == 201
 
     slow_key = key + "-slow"
-    t = threading.Thread(target=p.post, args=("/v1/orders?delay_ms=800", "{}"),
-                         kwargs={"key": slow_key})
-    t.start()
-    deadline = time.time() + 5
-    while upstream.executions.count(key=slow_key) == 0 and time.time() < deadline:
-        time.sleep(0.01)
+    t = post_in_background(p, "/v1/orders?delay_ms=800", slow_key, {})
+    wait_for_execution(upstream, slow_key)
     concurrent = p.post("/v1/orders?delay_ms=800", "{}", key=slow_key)  # enforce: 409
     t.join()
     assert concurrent.status == 201
