@@ -137,8 +137,8 @@ class Reader {
 const std::map<std::string, std::set<std::string>>& schema() {
   static const std::map<std::string, std::set<std::string>> sections = {
       {"",
-       {"listen", "admin_listen", "admin_token", "upstream", "store", "defaults", "routes",
-        "server", "log", "gc"}},
+       {"listen", "admin_listen", "admin_token", "scope_key", "upstream", "store", "defaults",
+        "routes", "server", "log", "gc"}},
       {"upstream",
        {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size"}},
       {"store", {"postgres", "memory"}},
@@ -150,7 +150,9 @@ const std::map<std::string, std::set<std::string>>& schema() {
       {"log", {"level", "format"}},
       {"policy",
        {"header", "methods", "key_required", "ttl", "lease", "scope_header", "on_concurrent",
-        "store_status", "store_unavailable", "max_body", "store_deny_headers", "on_stale", "mode"}},
+        "store_status", "store_unavailable", "max_body", "store_deny_headers", "on_stale", "mode",
+        "scope"}},
+      {"scope", {"from", "header", "hash"}},
       {"route", {"name", "path_prefix", "enabled"}},
   };
   return sections;
@@ -193,6 +195,22 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       if (p.lease.count() <= 0) fail(v, name + " must be positive");
     } else if (key == "scope_header") {
       p.scope_header = text(v, name);
+    } else if (key == "scope") {
+      expect_map(v, name, section("scope"));
+      if (!v["from"]) fail(v, name + ".from is required (header or authorization)");
+      p.scope_from = choice<engine::ScopeFrom>(v["from"], name + ".from",
+                                               {{"header", engine::ScopeFrom::header},
+                                                {"authorization", engine::ScopeFrom::authorization}});
+      if (p.scope_from == engine::ScopeFrom::header) {
+        if (!v["header"]) fail(v, name + ".header is required with from: header");
+        p.scope_header = text(v["header"], name + ".header");
+      } else if (v["header"]) {
+        fail(v["header"], name + ".header applies only to from: header");
+      }
+      if (v["hash"] && !boolean(v["hash"], name + ".hash")) {
+        fail(v["hash"], name + ".hash: the raw Authorization header is never stored; it is "
+                        "always a keyed hash (set hash: true or leave it out)");
+      }
     } else if (key == "on_concurrent") {
       p.on_concurrent = choice<engine::OnConcurrent>(
           v, name,
@@ -233,6 +251,12 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   r.expect_map(root, "the top level", section(""));
   if (root["listen"]) c.listen = r.endpoint(root["listen"], "listen");
   if (root["admin_listen"]) c.admin_listen = r.endpoint(root["admin_listen"], "admin_listen");
+  if (root["scope_key"]) {
+    c.scope_key = r.text(root["scope_key"], "scope_key");
+    if (!c.scope_key.empty() && c.scope_key.size() < 32) {
+      r.fail(root["scope_key"], "scope_key must be at least 32 characters");
+    }
+  }
   if (root["admin_token"]) {
     c.admin_token = r.text(root["admin_token"], "admin_token");
     if (!c.admin_token.empty() && c.admin_token.size() < 16) {
@@ -351,6 +375,11 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       if (p.name.empty()) r.fail(node, "every route needs a name");
       if (!node["path_prefix"]) r.fail(node, "route \"" + p.name + "\" needs a path_prefix");
       if (!names.insert(p.name).second) r.fail(node, "duplicate route name \"" + p.name + "\"");
+      if (p.scope_from == engine::ScopeFrom::authorization && c.scope_key.empty()) {
+        r.fail(node["scope"] ? node["scope"] : root["defaults"]["scope"],
+               "scope: {from: authorization} needs scope_key (an HMAC key of 32+ characters, "
+               "e.g. ${IDEMPROXY_SCOPE_KEY})");
+      }
       c.routes.push_back(std::move(p));
     }
   }

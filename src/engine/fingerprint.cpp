@@ -1,6 +1,7 @@
 #include "idemproxy/engine/fingerprint.hpp"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <array>
 #include <cctype>
@@ -77,6 +78,20 @@ std::string fingerprint(std::string_view method, std::string_view target,
     h.part(body);
   }
   return h.hex();
+}
+
+std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), md.data(), &n);
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out += digits[md[i] >> 4];
+    out += digits[md[i] & 0xf];
+  }
+  return out;
 }
 
 std::string sha256_hex(std::string_view data) {

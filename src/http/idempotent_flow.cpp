@@ -221,7 +221,14 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   const std::string key = std::move(std::get<std::string>(parsed));
   ctx.key_hash = engine::sha256_hex(key).substr(0, 16);
   std::string scope;
-  if (!route.scope_header.empty()) scope = std::string(ctx.head.get()[route.scope_header]);
+  if (route.scope_from == engine::ScopeFrom::authorization) {
+    const std::string_view credentials = ctx.head.get()[bhttp::field::authorization];
+    if (!credentials.empty()) {
+      scope = "hmac:" + engine::hmac_sha256_hex(cfg.scope_key, credentials);
+    }
+  } else if (!route.scope_header.empty()) {
+    scope = std::string(ctx.head.get()[route.scope_header]);
+  }
 
   // Phase: body, bounded by max_body. Beast compares Content-Length with the limit
   // only while parsing the header, before the route was known: check it here; the

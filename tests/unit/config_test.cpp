@@ -222,3 +222,25 @@ TEST(ConfigReference, EveryAcceptedKeyIsDocumentedInTheReadme) {
         << "config key " << key << " is accepted by the loader but not documented in README.md";
   }
 }
+
+TEST(Config, ScopeFromAuthorizationNeedsAKeyAndNeverStoresTheRawHeader) {
+  const std::string key32(32, 'k');
+  const Config c = parse("scope_key: " + key32 +
+                         "\nupstream: {url: 'http://a:1'}\nstore: {memory: {}}\n"
+                         "routes:\n  - {name: a, path_prefix: /a, scope: {from: authorization}}\n"
+                         "  - {name: b, path_prefix: /b, scope: {from: header, header: X-T}}\n");
+  EXPECT_EQ(c.routes[0].scope_from, idemproxy::engine::ScopeFrom::authorization);
+  EXPECT_EQ(c.routes[1].scope_header, "X-T");
+  const std::string base = "upstream: {url: 'http://a:1'}\nstore: {memory: {}}\n";
+  EXPECT_NE(error_of(base + "routes:\n  - {name: a, path_prefix: /a, scope: {from: authorization}}\n")
+                .find("needs scope_key"),
+            std::string::npos);
+  EXPECT_NE(error_of("scope_key: " + key32 + "\n" + base +
+                     "routes:\n  - {name: a, path_prefix: /a, scope: {from: authorization, hash: false}}\n")
+                .find("never stored"),
+            std::string::npos);
+  EXPECT_NE(error_of("scope_key: short\n" + base).find("32"), std::string::npos);
+  EXPECT_NE(error_of(base + "routes:\n  - {name: a, path_prefix: /a, scope: {from: cookie}}\n")
+                .find("header or authorization"),
+            std::string::npos);
+}

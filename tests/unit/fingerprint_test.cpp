@@ -46,3 +46,8 @@ TEST(Fingerprint, PartsCannotBeShiftedIntoEachOther) {
 TEST(Sha256Hex, MatchesKnownVector) {
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
+
+TEST(HmacSha256, MatchesRfc4231TestCase2) {
+  EXPECT_EQ(hmac_sha256_hex("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}

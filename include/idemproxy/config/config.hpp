@@ -71,6 +71,7 @@ struct Config {
   Endpoint listen{"127.0.0.1", 8080};
   Endpoint admin_listen{"127.0.0.1", 9090};
   std::string admin_token;  // bearer token for /admin/*; empty turns the admin API off
+  std::string scope_key;    // HMAC key for scope: {from: authorization}
   UpstreamConfig upstream;
   StoreConfig store;
   ServerConfig server;

@@ -20,4 +20,8 @@ std::string fingerprint(std::string_view method, std::string_view target,
 /// Hex SHA-256 of arbitrary bytes (used to log keys without revealing them).
 std::string sha256_hex(std::string_view data);
 
+/// Hex HMAC-SHA256 of `data` under `key`: a scope derived from a credential that
+/// cannot be turned back into it, nor forged without the key.
+std::string hmac_sha256_hex(std::string_view key, std::string_view data);
+
 }  // namespace idemproxy::engine

@@ -18,6 +18,9 @@ enum class OnStale { fail, retake };
 /// enforce: idempotency as documented. shadow: record and fingerprint as usual, but
 /// never block or replay; forward everything and count what enforce would have done.
 enum class Mode { enforce, shadow };
+/// Where a record's scope comes from: a header the caller sets (scope_header), or
+/// the caller's verified credentials (a keyed HMAC of Authorization, never the raw value).
+enum class ScopeFrom { header, authorization };
 
 /// An inclusive range of statuses: "2xx" is 200..299, "201" is 201..201.
 struct StatusRange {
@@ -35,6 +38,7 @@ struct RoutePolicy {
   Duration ttl = std::chrono::hours{24};
   Duration lease = std::chrono::seconds{30};
   std::string scope_header;
+  ScopeFrom scope_from = ScopeFrom::header;
   OnConcurrent on_concurrent = OnConcurrent::reject;
   OnStale on_stale = OnStale::fail;
   Mode mode = Mode::enforce;
