@@ -144,8 +144,8 @@ const std::map<std::string, std::set<std::string>>& schema() {
       {"store", {"postgres", "memory"}},
       {"store.postgres", {"dsn", "pool_size", "statement_timeout", "transaction_pooling"}},
       {"server",
-       {"threads", "drain_timeout", "idle_timeout", "read_timeout", "max_header_size",
-        "max_stream_body"}},
+       {"threads", "drain_timeout", "idle_timeout", "header_timeout", "read_timeout",
+        "max_header_size", "max_stream_body", "max_connections"}},
       {"gc", {"interval", "batch_size", "max_batches"}},
       {"log", {"level", "format"}},
       {"policy",
@@ -335,6 +335,13 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       c.server.idle_timeout = r.duration(s["idle_timeout"], "server.idle_timeout");
     if (s["read_timeout"])
       c.server.read_timeout = r.duration(s["read_timeout"], "server.read_timeout");
+    if (s["header_timeout"]) {
+      c.server.header_timeout = r.duration(s["header_timeout"], "server.header_timeout");
+    }
+    if (s["max_connections"]) {
+      c.server.max_connections = static_cast<std::size_t>(
+          r.integer(s["max_connections"], "server.max_connections", 1, 1000000));
+    }
     if (s["max_header_size"])
       c.server.max_header_size = r.size(s["max_header_size"], "server.max_header_size");
     if (s["max_stream_body"])

@@ -96,6 +96,13 @@ asio::awaitable<void> ProxyServer::Impl::accept_clients() {
       continue;
     }
     beast::error_code ignored;
+    if (tracker.size() >= runtime.settings()->config.server.max_connections) {
+      // Over the limit: refuse at once rather than queue work we cannot serve.
+      runtime.metrics.count_refused_connection();
+      spdlog::warn("connection refused: server.max_connections reached");
+      socket.close(ignored);
+      continue;
+    }
     socket.set_option(tcp::no_delay(true), ignored);
     auto conn = std::make_shared<ClientConnection>(std::move(socket));
     asio::co_spawn(conn->stream.get_executor(), serve_connection(conn, runtime, tracker),

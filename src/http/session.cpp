@@ -165,10 +165,23 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
     ctx.head.header_limit(static_cast<std::uint32_t>(server.max_header_size));
     conn->idle = true;
     if (rt.draining) break;
-    conn->stream.expires_after(server.idle_timeout);
-    auto [rec, n] =
-        co_await bhttp::async_read_header(conn->stream, conn->buffer, ctx.head, use_nothrow);
+    // Two clocks: idle_timeout for the next request to start, then header_timeout for
+    // its head to arrive whole, so a client trickling bytes (slowloris) cannot hold
+    // the connection for longer than header_timeout.
+    beast::error_code rec;
+    if (conn->buffer.size() == 0) {
+      conn->stream.expires_after(server.idle_timeout);
+      std::size_t got = 0;
+      std::tie(rec, got) =
+          co_await conn->stream.async_read_some(conn->buffer.prepare(4096), use_nothrow);
+      conn->buffer.commit(got);
+    }
     conn->idle = false;
+    if (!rec) {
+      conn->stream.expires_after(server.header_timeout);
+      std::tie(rec, std::ignore) =
+          co_await bhttp::async_read_header(conn->stream, conn->buffer, ctx.head, use_nothrow);
+    }
     if (rec) {
       if (is_disconnect(rec)) break;
       ctx.keep_alive = false;

@@ -121,6 +121,9 @@ std::string Metrics::render() const {
   counter("idemproxy_store_errors_total", "Store calls that failed.", store_errors_.load());
   counter("idemproxy_lease_takeovers_total",
           "Claims that took over a record whose holder's lease ran out.", takeovers_.load());
+  counter("idemproxy_connections_refused_total",
+          "Client connections closed at once because server.max_connections was reached.",
+          refused_connections_.load());
   counter("idemproxy_gc_deleted_total", "Expired records deleted by in-process GC.",
           gc_deleted_.load());
   out << "# HELP idemproxy_config_reloads_total Configuration reloads by result.\n"

@@ -87,3 +87,47 @@ def test_client_disconnect_mid_body_leaves_no_record(proxy, upstream, pg, key):
     assert still_serving(proxy, key)
     assert upstream.executions.count(key=key) == 0
     assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % key) == "0"
+
+
+def test_slowloris_client_is_cut_off_while_others_are_served(make_proxy, key):
+    import socket
+    import time
+    p = make_proxy(server={"header_timeout": "1s"})
+    slow = socket.create_connection(("127.0.0.1", p.port))
+    slow.settimeout(0.1)
+    slow.sendall(b"POST /v1/orders HTTP/1.1\r\n")
+    started = time.time()
+    closed_after = None
+    served = 0
+    while closed_after is None and time.time() - started < 4:
+        # Others are served while one client trickles a header byte every 100 ms.
+        assert p.post("/v1/orders", "{}", key="%s-%d" % (key, served)).status == 201
+        served += 1
+        try:
+            slow.sendall(b"X")
+            if slow.recv(4096) == b"":
+                closed_after = time.time() - started
+        except socket.timeout:
+            pass
+        except OSError:
+            closed_after = time.time() - started
+    slow.close()
+    assert closed_after is not None and closed_after < 2.5, closed_after
+    assert served >= 5
+
+
+def test_connections_over_max_connections_are_refused_and_counted(make_proxy, key):
+    import socket
+    import time
+    p = make_proxy(server={"max_connections": 3})
+    held = [socket.create_connection(("127.0.0.1", p.port)) for _ in range(3)]
+    time.sleep(0.2)
+    extra = socket.create_connection(("127.0.0.1", p.port))
+    extra.settimeout(2)
+    assert extra.recv(1) == b""  # closed at once
+    extra.close()
+    assert p.metric("idemproxy_connections_refused_total") == 1
+    for s in held:
+        s.close()
+    time.sleep(0.2)
+    assert p.post("/v1/orders", "{}", key=key).status == 201

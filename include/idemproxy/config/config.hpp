@@ -52,6 +52,8 @@ struct ServerConfig {
   int threads = 1;
   Duration drain_timeout = std::chrono::seconds{15};
   Duration idle_timeout = std::chrono::seconds{60};
+  Duration header_timeout = std::chrono::seconds{10};  // first byte to complete head
+  std::size_t max_connections = 10000;
   Duration read_timeout = std::chrono::seconds{30};
   std::size_t max_header_size = 16 * 1024;
   std::size_t max_stream_body = std::size_t{1} << 30;  // pass-through bodies
