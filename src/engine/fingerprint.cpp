@@ -16,6 +16,17 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+std::string to_hex(const unsigned char* bytes, unsigned int n) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (unsigned int i = 0; i < n; ++i) {
+    out += digits[bytes[i] >> 4];
+    out += digits[bytes[i] & 0xf];
+  }
+  return out;
+}
+
 class Sha256 {
  public:
   Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
@@ -35,13 +46,7 @@ class Sha256 {
     std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
     unsigned int n = 0;
     EVP_DigestFinal_ex(ctx_, md.data(), &n);
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < n; ++i) {
-      out += digits[md[i] >> 4];
-      out += digits[md[i] & 0xf];
-    }
-    return out;
+    return to_hex(md.data(), n);
   }
 
  private:
@@ -85,13 +90,7 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
   unsigned int n = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(data.data()), data.size(), md.data(), &n);
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; ++i) {
-    out += digits[md[i] >> 4];
-    out += digits[md[i] & 0xf];
-  }
-  return out;
+  return to_hex(md.data(), n);
 }
 
 std::string sha256_hex(std::string_view data) {

@@ -29,8 +29,8 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
     return ClaimResult{std::move(copy)};
   }
   const bool took_over = it != records_.end() && it->second.expires_at > now &&
-                        (it->second.state == RecordState::in_flight ||
-                         it->second.state == RecordState::indeterminate);
+                         (it->second.state == RecordState::in_flight ||
+                          it->second.state == RecordState::indeterminate);
   Record r;
   r.id = request.id;
   r.fingerprint = request.fingerprint;
@@ -66,20 +66,20 @@ Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
   return r->expires_at;
 }
 
-Result<Done> MemoryStore::release(const RecordId& id, std::int64_t token) {
+Result<Done> MemoryStore::leave_flight(const RecordId& id, std::int64_t token, RecordState next) {
   std::lock_guard lock(mu_);
   Record* r = holder(id, token);
   if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
-  r->state = RecordState::released;
+  r->state = next;
   return Done{};
 }
 
+Result<Done> MemoryStore::release(const RecordId& id, std::int64_t token) {
+  return leave_flight(id, token, RecordState::released);
+}
+
 Result<Done> MemoryStore::mark_indeterminate(const RecordId& id, std::int64_t token) {
-  std::lock_guard lock(mu_);
-  Record* r = holder(id, token);
-  if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
-  r->state = RecordState::indeterminate;
-  return Done{};
+  return leave_flight(id, token, RecordState::indeterminate);
 }
 
 Result<bool> MemoryStore::resolve(const RecordId& id) {

@@ -27,6 +27,8 @@ class MemoryStore final : public Store {
  private:
   using Key = std::pair<std::string, std::string>;
   Record* holder(const RecordId& id, std::int64_t token);
+  /// Moves the holder's in-flight record to `next`; fenced if `token` no longer holds it.
+  Result<Done> leave_flight(const RecordId& id, std::int64_t token, RecordState next);
 
   const Clock& clock_;
   std::mutex mu_;
