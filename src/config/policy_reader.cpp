@@ -1,0 +1,118 @@
+// Reading one route policy (in `defaults` or a route).
+#include "config/reader.hpp"
+
+namespace idemproxy::config::detail {
+
+const std::map<std::string, std::set<std::string>>& schema() {
+  static const std::map<std::string, std::set<std::string>> sections = {
+      {"",
+       {"listen", "admin_listen", "admin_token", "scope_key", "upstream", "store", "defaults",
+        "routes", "server", "log", "gc"}},
+      {"upstream",
+       {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size"}},
+      {"store", {"postgres", "memory"}},
+      {"store.postgres", {"dsn", "pool_size", "statement_timeout", "transaction_pooling"}},
+      {"server",
+       {"threads", "drain_timeout", "idle_timeout", "header_timeout", "read_timeout",
+        "max_header_size", "max_stream_body", "max_connections"}},
+      {"gc", {"interval", "batch_size", "max_batches"}},
+      {"log", {"level", "format"}},
+      {"policy",
+       {"header", "methods", "key_required", "ttl", "lease", "scope_header", "on_concurrent",
+        "store_status", "store_unavailable", "max_body", "store_deny_headers", "on_stale", "mode",
+        "scope"}},
+      {"scope", {"from", "header", "hash"}},
+      {"route", {"name", "path_prefix", "enabled"}},
+  };
+  return sections;
+}
+
+const std::set<std::string>& section(const std::string& name) { return schema().at(name); }
+
+void Reader::policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
+                    bool is_route) const {
+  auto known = section("policy");
+  if (is_route) known.insert(section("route").begin(), section("route").end());
+  expect_map(n, path, known);
+  for (const auto& item : n) {
+    const auto key = item.first.as<std::string>();
+    const YAML::Node& v = item.second;
+    const std::string name = path + "." + key;
+    if (key == "name") {
+      p.name = text(v, name);
+    } else if (key == "path_prefix") {
+      p.path_prefix = text(v, name);
+      if (p.path_prefix.empty() || p.path_prefix.front() != '/')
+        fail(v, name + " must start with /");
+    } else if (key == "enabled") {
+      p.enabled = boolean(v, name);
+    } else if (key == "header") {
+      p.header = text(v, name);
+      if (p.header.empty()) fail(v, name + " must not be empty");
+    } else if (key == "methods") {
+      p.methods = list(v, name);
+      for (auto& m : p.methods) {
+        for (auto& c : m) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      }
+    } else if (key == "key_required") {
+      p.key_required = boolean(v, name);
+    } else if (key == "ttl") {
+      p.ttl = duration(v, name);
+      if (p.ttl.count() <= 0) fail(v, name + " must be positive");
+    } else if (key == "lease") {
+      p.lease = duration(v, name);
+      if (p.lease.count() <= 0) fail(v, name + " must be positive");
+    } else if (key == "scope_header") {
+      p.scope_header = text(v, name);
+    } else if (key == "scope") {
+      expect_map(v, name, section("scope"));
+      if (!v["from"]) fail(v, name + ".from is required (header or authorization)");
+      p.scope_from =
+          choice<engine::ScopeFrom>(v["from"], name + ".from",
+                                    {{"header", engine::ScopeFrom::header},
+                                     {"authorization", engine::ScopeFrom::authorization}});
+      if (p.scope_from == engine::ScopeFrom::header) {
+        if (!v["header"]) fail(v, name + ".header is required with from: header");
+        p.scope_header = text(v["header"], name + ".header");
+      } else if (v["header"]) {
+        fail(v["header"], name + ".header applies only to from: header");
+      }
+      if (v["hash"] && !boolean(v["hash"], name + ".hash")) {
+        fail(v["hash"], name +
+                            ".hash: the raw Authorization header is never stored; it is "
+                            "always a keyed hash (set hash: true or leave it out)");
+      }
+    } else if (key == "on_concurrent") {
+      p.on_concurrent = choice<engine::OnConcurrent>(
+          v, name,
+          {{"reject", engine::OnConcurrent::reject}, {"wait", engine::OnConcurrent::wait}});
+    } else if (key == "mode") {
+      p.mode = choice<engine::Mode>(
+          v, name, {{"enforce", engine::Mode::enforce}, {"shadow", engine::Mode::shadow}});
+    } else if (key == "on_stale") {
+      p.on_stale = choice<engine::OnStale>(
+          v, name, {{"fail", engine::OnStale::fail}, {"retake", engine::OnStale::retake}});
+    } else if (key == "store_status") {
+      if (!v.IsSequence()) fail(v, name + " must be a list, e.g. [2xx, 4xx]");
+      p.store_status.clear();
+      for (const auto& s : v) {
+        engine::StatusRange range;
+        if (!engine::parse_status_range(text(s, name), range)) {
+          fail(s, name + " entries must be a status (201) or a class (2xx)");
+        }
+        p.store_status.push_back(range);
+      }
+    } else if (key == "store_unavailable") {
+      p.store_unavailable =
+          choice<engine::StoreUnavailable>(v, name,
+                                           {{"fail_closed", engine::StoreUnavailable::fail_closed},
+                                            {"fail_open", engine::StoreUnavailable::fail_open}});
+    } else if (key == "max_body") {
+      p.max_body = size(v, name);
+    } else if (key == "store_deny_headers") {
+      p.deny_headers = list(v, name);
+    }
+  }
+}
+
+}  // namespace idemproxy::config::detail
