@@ -32,6 +32,7 @@ class Reader {
                   const std::set<std::string>& known) const {
     if (!map.IsMap()) fail(map, path + " must be a mapping");
     for (const auto& item : map) {
+      if (!item.first.IsScalar()) fail(item.first, path + " has a key that is not a plain name");
       const auto key = item.first.as<std::string>();
       if (!known.contains(key)) {
         std::string list;

@@ -177,9 +177,23 @@ TEST(ConfigErrors, YamlSyntaxErrorHasPosition) {
 }
 
 TEST(ConfigErrors, TrailingDocumentsAreNotIgnored) {
-  EXPECT_EQ(where("{upstream: {url: 'http://a:1'}, store: {memory: {}}}\n---\nlisten: x\n"), "3:1");
+  // Reported at the second document's "---" line.
+  EXPECT_EQ(where("{upstream: {url: 'http://a:1'}, store: {memory: {}}}\n---\nlisten: x\n"), "2:1");
   EXPECT_NE(error_of("{upstream: {url: 'http://a:1'}, store: {memory: {}}}\nbogus: 1\n").size(),
             0u);
+}
+
+TEST(ConfigErrors, StrayCommaIsASyntaxErrorNotAHang) {
+  // yaml-cpp 0.7's LoadAll loops forever on these; found by fuzz/fuzz_config.cpp.
+  for (const char* text : {",", ",x: 1\n", ",isten: x\nstore: 1\n"}) {
+    EXPECT_NE(error_of(text).find("not valid YAML"), std::string::npos) << text;
+  }
+}
+
+TEST(ConfigErrors, NonScalarKeysAreConfigErrors) {
+  // Found by fuzz/fuzz_config.cpp: a sequence as a map key escaped as a yaml-cpp throw.
+  EXPECT_EQ(where("upstream: { [2xx, 404], scope: {from: header}}\nstore: {memory: {}}\n"), "1:13");
+  EXPECT_NE(error_of("{[a]: 1}\n").find("not a plain name"), std::string::npos);
 }
 
 TEST(ConfigErrors, EmptyFileIsAnError) { EXPECT_NE(error_of("").find("empty"), std::string::npos); }
