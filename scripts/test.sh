@@ -4,11 +4,13 @@
 #   1. unit and store tests (ctest) on the Release build,
 #   2. end-to-end tests (pytest: the real binary, real PostgreSQL, a fake upstream),
 #   3. the run-local smoke test (the first README command),
-#   4. stages 1 and 2 again on an ASan+UBSan build (skip with SANITIZE=0).
+#   4. stages 1 and 2 again on an ASan+UBSan build (skip with SANITIZE=0),
+#   5. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 SANITIZE=${SANITIZE:-1}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 
 bash scripts/install-deps.sh
 bash scripts/build.sh
@@ -76,6 +78,16 @@ fi
 if [ "$SANITIZE" = 1 ]; then
   run_ctest build-asan
   run_pytest build-asan
+fi
+
+if [ "$FUZZ_SECONDS" != 0 ]; then
+  echo "== fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
+  if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi
+  line=$(grep -E '^fuzz: [0-9]+ passed' "$WORK/fuzz.log" | tail -1)
+  p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+  f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 1)
+  passed=$((passed + p))
+  failed=$((failed + f))
 fi
 
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, ASan+UBSan) and runs each for FUZZ_SECONDS on a
+# scratch copy of its committed seed corpus plus the committed regression inputs.
+# A crash, hang or sanitizer report fails the run; the input is left in
+# $FUZZ_OUT/<target>/ to be kept under fuzz/regressions/ once fixed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FUZZ_OUT=${FUZZ_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-fuzz.XXXXXX")}
+cmake -S fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz -j2 >/dev/null
+
+passed=0
+failed=0
+for target in key fingerprint config; do
+  work="$FUZZ_OUT/$target"
+  mkdir -p "$work/corpus"
+  cp fuzz/corpus/"$target"/* "$work/corpus/"
+  regressions=()
+  if [ -d "fuzz/regressions/$target" ]; then regressions=(fuzz/regressions/"$target"/*); fi
+  # Regression inputs first, each on its own, then the timed run.
+  if { [ ${#regressions[@]} -eq 0 ] ||
+       "build-fuzz/fuzz_$target" -timeout=10 "${regressions[@]}" >"$work/regressions.log" 2>&1; } &&
+     (cd "$work" && "$OLDPWD/build-fuzz/fuzz_$target" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
+        -rss_limit_mb=2048 corpus >"$work/fuzz.log" 2>&1); then
+    echo "fuzz: $target ok ($(grep -oE 'Done [0-9]+ runs' "$work/fuzz.log" | head -1))"
+    passed=$((passed + 1))
+  else
+    echo "fuzz: $target FAILED; see $work"
+    tail -20 "$work"/*.log
+    failed=$((failed + 1))
+  fi
+done
+echo "fuzz: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
