@@ -120,32 +120,46 @@ def test_completion_is_retried_until_the_store_returns(make_proxy, upstream, pg,
     ledger.check(upstream, key, [results[key]], final)
 
 
+class Load:
+    """Clients posting fresh keys in a loop until stopped, or until the proxy refuses
+    connections. delivered[key] is the response, or None when the exchange failed."""
+
+    def __init__(self, proxy, key, path, clients):
+        self.delivered = {}
+        self.stopped = threading.Event()
+
+        def client(n):
+            i = 0
+            while not self.stopped.is_set():
+                k = "%s-%d-%d" % (key, n, i)
+                i += 1
+                try:
+                    self.delivered[k] = proxy.post(path, "{}", key=k)
+                except ConnectionRefusedError:
+                    self.stopped.set()
+                except (OSError, http.client.HTTPException):
+                    self.delivered[k] = None
+
+        self.threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def stop(self):
+        self.stopped.set()
+        for t in self.threads:
+            t.join()
+        return self.delivered
+
+
 def test_postgres_stopped_and_restarted_under_load(make_proxy, upstream, pg, key, ledger):
     p = make_proxy()
-    delivered = {}
-    stop = threading.Event()
-
-    def client(n):
-        i = 0
-        while not stop.is_set():
-            k = "%s-%d-%d" % (key, n, i)
-            i += 1
-            try:
-                delivered[k] = p.post("/v1/orders?delay_ms=50", "{}", key=k)
-            except (OSError, http.client.HTTPException) as e:
-                delivered[k] = None
-
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(6)]
-    for t in threads:
-        t.start()
+    load = Load(p, key, "/v1/orders?delay_ms=50", clients=6)
     time.sleep(1.0)
     pg.stop()
     time.sleep(1.0)
     pg.start()
     time.sleep(1.5)
-    stop.set()
-    for t in threads:
-        t.join()
+    delivered = load.stop()
     statuses = [r.status for r in delivered.values() if r is not None]
     assert 503 in statuses and 201 in statuses  # the outage was real, and so was recovery
     assert set(statuses) <= {201, 503}
@@ -226,30 +240,11 @@ def test_gc_runs_on_one_instance_at_a_time(make_proxy, pg, key):
 
 def test_sigterm_during_load_completes_in_flight_requests(make_proxy, upstream, key, ledger):
     p = make_proxy()
-    delivered = {}
-    refused = threading.Event()
-
-    def client(n):
-        i = 0
-        while not refused.is_set():
-            k = "%s-%d-%d" % (key, n, i)
-            i += 1
-            try:
-                delivered[k] = p.post("/v1/orders?delay_ms=200", "{}", key=k)
-            except ConnectionRefusedError:
-                refused.set()
-            except (OSError, http.client.HTTPException):
-                delivered[k] = None
-
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(12)]
-    for t in threads:
-        t.start()
+    load = Load(p, key, "/v1/orders?delay_ms=200", clients=12)
     time.sleep(1.0)
     p.signal(signal.SIGTERM)
     assert p.proc.wait(timeout=10) == 0
-    refused.set()
-    for t in threads:
-        t.join()
+    delivered = load.stop()
     assert "received SIGTERM" in p.read_log()
     p.start()  # a fresh instance replays what the drained one completed
     for k, r in delivered.items():
