@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "idemproxy/config/config.hpp"
+#include "idemproxy/store/pg_store.hpp"
+
 namespace idemproxy::cli {
 
 inline constexpr int kOk = 0;
@@ -30,6 +33,9 @@ struct Args {
 /// Throws UsageError on anything it does not understand.
 Args parse_args(const std::vector<std::string>& argv);
 std::string usage();
+
+/// The PostgreSQL store options a configuration asks for, with its own pool size.
+store::PgOptions pg_options(const config::Config& c, int pool_size);
 
 int serve(const Args& args);
 int migrate(const Args& args);

@@ -19,10 +19,20 @@ store::PgStore open_pg(const config::Config& c) {
     throw UsageError(
         "this command needs store.postgres; the memory store lives inside one process");
   }
-  return store::PgStore({c.store.dsn, 1, c.store.statement_timeout, c.store.transaction_pooling});
+  return store::PgStore(pg_options(c, 1));
 }
 
 }  // namespace
+
+store::PgOptions pg_options(const config::Config& c, int pool_size) {
+  store::PgOptions o{c.store.dsn, pool_size, c.store.statement_timeout,
+                     c.store.transaction_pooling, nullptr};
+  if (!c.store.encryption_key_file.empty()) {
+    o.sealer = std::make_shared<const store::Sealer>(
+        store::read_key_file(c.store.encryption_key_file));
+  }
+  return o;
+}
 
 int check_config(const Args& args) {
   const auto c = load_or_exit(args);

@@ -25,9 +25,12 @@ int serve(const Args& args) {
         spdlog::info("migration applied: {}", name);
       }
     }
-    store = std::make_unique<store::PgStore>(store::PgOptions{cfg.store.dsn, cfg.store.pool_size,
-                                                              cfg.store.statement_timeout,
-                                                              cfg.store.transaction_pooling});
+    auto options = pg_options(cfg, cfg.store.pool_size);
+    if (options.sealer) {
+      spdlog::info("store.encryption: sealing records with key \"{}\"",
+                   options.sealer->current_id());
+    }
+    store = std::make_unique<store::PgStore>(std::move(options));
   }
   http::ProxyServer server(cfg, *store, metrics);
   server.start();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/reader.hpp"
+#include "idemproxy/store/sealer.hpp"
 
 namespace idemproxy::config {
 
@@ -105,6 +106,19 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
           r.duration(pg["statement_timeout"], "store.postgres.statement_timeout");
   } else {
     r.fail(st, "store must name exactly one of postgres or memory");
+  }
+  if (const YAML::Node enc = st["encryption"]) {
+    r.expect_map(enc, "store.encryption", section("store.encryption"));
+    if (c.store.kind != StoreConfig::Kind::postgres) {
+      r.fail(enc, "store.encryption applies to store.postgres (the memory store keeps nothing)");
+    }
+    if (!enc["key_file"]) r.fail(enc, "store.encryption.key_file is required");
+    c.store.encryption_key_file = r.text(enc["key_file"], "store.encryption.key_file");
+    try {
+      store::read_key_file(c.store.encryption_key_file);  // fail at load, not at first request
+    } catch (const std::invalid_argument& e) {
+      r.fail(enc["key_file"], std::string("store.encryption.key_file: ") + e.what());
+    }
   }
 
   if (const YAML::Node s = root["server"]) {

@@ -11,7 +11,10 @@ Admission Engine::admit(const store::ClaimRequest& request) {
   auto result = store_.claim(request);
   Admission a;
   if (!result.ok()) {
-    a.kind = Admission::Kind::store_failed;
+    // An unreadable record is known to exist: never treat it as an outage that
+    // fail_open would forward through.
+    a.kind = result.error().code == store::StoreErrc::unreadable ? Admission::Kind::unreadable
+                                                                  : Admission::Kind::store_failed;
     a.detail = result.error().detail;
     return a;
   }

@@ -166,6 +166,13 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
                  "the idempotency store is unavailable; the request was not forwarded",
                  Outcome::store_unavailable, 1);
         co_return co_await send_problem(ctx);
+      case Admission::Kind::unreadable:
+        spdlog::error("key {}: {}", ctx.key_hash, a.detail);
+        ctx.fail(ErrorSource::store, ProblemKind::record_unreadable,
+                 "a record for this Idempotency-Key exists but cannot be opened; the request "
+                 "was not forwarded",
+                 Outcome::record_unreadable);
+        co_return co_await send_problem(ctx);
       case Admission::Kind::stale:
         ctx.fail(ErrorSource::downstream, ProblemKind::outcome_unknown,
                  "the request that claimed this Idempotency-Key stopped without an answer "

@@ -50,6 +50,8 @@ ProblemInfo info(ProblemKind kind) {
       return {"upstream-timeout", 504, "Upstream timed out"};
     case ProblemKind::response_too_large:
       return {"response-too-large", 502, "Upstream response too large to store"};
+    case ProblemKind::record_unreadable:
+      return {"record-unreadable", 500, "Idempotency record unreadable"};
   }
   return {"internal", 500, "Internal error"};
 }

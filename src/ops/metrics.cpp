@@ -33,6 +33,8 @@ const char* to_string(Outcome outcome) {
       return "store_unavailable";
     case Outcome::fail_open:
       return "fail_open";
+    case Outcome::record_unreadable:
+      return "record_unreadable";
     case Outcome::upstream_error:
       return "upstream_error";
     case Outcome::bad_request:

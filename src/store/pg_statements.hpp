@@ -13,14 +13,15 @@ struct Statement {
   "(extract(epoch from created_at) * 1000)::bigint, "                         \
   "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint, " \
   "(extract(epoch from expires_at) * 1000)::bigint, expires_at <= now(), "    \
-  "(state = 'in_flight' AND locked_until <= now()), status, headers, body"
+  "(state = 'in_flight' AND locked_until <= now()), status, headers, body, key_id"
 
 // Claims (scope, key) in one statement. The row is taken over when it was released,
 // has expired, or (with $9, on_stale: retake) its lease ran out while in flight or
 // indeterminate; otherwise the live row is returned unchanged.
 // Zero rows means a concurrent claim committed after this statement's snapshot:
 // the caller runs it again and then sees that row. The last column tells whether the
-// claim took over a vanished holder's live record (a lease takeover).
+// claim took over a vanished holder's live record (a lease takeover). $10 is the id
+// of the key that sealed the fingerprint (NULL when stored in the clear).
 inline constexpr Statement kClaim{
     "idemproxy_claim",
     "WITH previous AS (SELECT state IN ('in_flight', 'indeterminate') AND expires_at > now()"
@@ -28,15 +29,15 @@ inline constexpr Statement kClaim{
     " claimed AS ("
     " INSERT INTO idempotency_records AS r"
     "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"
-    "   expires_at)"
+    "   expires_at, key_id)"
     " VALUES ($1, $2, $3, 'in_flight', nextval('idempotency_fencing_token_seq'), $4, $5, $6, now(),"
     "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 "
-    "millisecond')"
+    "millisecond', $10)"
     " ON CONFLICT (scope, key) DO UPDATE SET"
     "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"
     "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"
     "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,"
-    "  completed_at = NULL, status = NULL, headers = NULL, body = NULL"
+    "  completed_at = NULL, status = NULL, headers = NULL, body = NULL, key_id = EXCLUDED.key_id"
     " WHERE r.state = 'released' OR r.expires_at <= now()"
     "  OR ($9 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
     " RETURNING r.*)"
@@ -50,7 +51,7 @@ inline constexpr Statement kClaim{
 inline constexpr Statement kComplete{
     "idemproxy_complete",
     "UPDATE idempotency_records SET state = 'completed', status = $4, headers = $5, body = $6,"
-    " completed_at = now(), locked_until = NULL,"
+    " completed_at = now(), locked_until = NULL, key_id = $8,"
     " expires_at = now() + $7::bigint * interval '1 millisecond'"
     " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
     " RETURNING (extract(epoch from expires_at) * 1000)::bigint"};
@@ -82,7 +83,7 @@ inline constexpr Statement kList{
     " (extract(epoch from created_at) * 1000)::bigint,"
     " (extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint,"
     " (extract(epoch from expires_at) * 1000)::bigint, expires_at <= now(),"
-    " (state = 'in_flight' AND locked_until <= now()), status, NULL::bytea, NULL::bytea, scope, key"
+    " (state = 'in_flight' AND locked_until <= now()), status, NULL::bytea, NULL::bytea, key_id, scope, key"
     " FROM idempotency_records WHERE ($1 = '' OR state = $1) ORDER BY created_at DESC LIMIT $2"};
 
 inline constexpr Statement kPurge{"idemproxy_purge",

@@ -7,6 +7,14 @@
 #include "store/pg_statements.hpp"
 
 namespace idemproxy::store {
+namespace {
+/// A row that exists but cannot be opened: not a database failure, so the
+/// connection stays in the pool.
+class UnreadableRecord : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+}  // namespace
 
 /// One libpq connection. Each statement runs in autocommit mode: prepared once per
 /// connection, or sent unnamed when a transaction-pooling PgBouncer is in the path
@@ -89,6 +97,9 @@ Result<T> PgStore::with_connection(const std::function<Result<T>(Connection&)>& 
       Result<T> result = work(*conn);
       give_back(std::move(conn));
       return result;
+    } catch (const UnreadableRecord& e) {
+      give_back(std::move(conn));  // the connection is fine; the row is not
+      return StoreError{StoreErrc::unreadable, e.what()};
     } catch (const pqxx::broken_connection& e) {
       give_back(nullptr);
       if (attempt == 0) continue;  // a pooled connection the server dropped: retry fresh
@@ -108,11 +119,70 @@ TimePoint from_ms(const pqxx::field& f) {
   return TimePoint{std::chrono::milliseconds{f.as<long long>()}};
 }
 
+// The authenticated context of a sealed field: the record and the field it belongs to.
+std::string seal_context(const RecordId& id, std::string_view field) {
+  std::string c = "idemproxy/v1";
+  c += '\0';
+  c += id.scope;
+  c += '\0';
+  c += id.key;
+  c += '\0';
+  c += field;
+  return c;
+}
+
+std::string to_hex(std::string_view bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+std::string from_hex(std::string_view hex) {
+  auto digit = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  std::string out;
+  out.reserve(hex.size() / 2);
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out += static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1]));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string PgStore::stored(std::string_view value, const RecordId& id,
+                            std::string_view field) const {
+  if (!options_.sealer) return std::string(value);
+  return options_.sealer->seal(value, seal_context(id, field));
+}
+
 // Reads the columns listed in pg_statements.hpp; column 0 is "claimed".
-Record read_record(const pqxx::row& row, const RecordId& id) {
+Record PgStore::read_record(const pqxx::row& row, const RecordId& id) const {
+  // Column 15: the id of the key that sealed the row, NULL when it is in the clear.
+  std::optional<std::string> key_id;
+  if (!row[15].is_null()) key_id = row[15].as<std::string>();
+  auto opened = [&](std::string value, std::string_view field) {
+    if (!key_id) return value;
+    if (!options_.sealer) {
+      throw UnreadableRecord("record is sealed with key \"" + *key_id +
+                             "\" but store.encryption is not configured");
+    }
+    auto plain = options_.sealer->open(*key_id, value, seal_context(id, field));
+    if (!plain) {
+      throw UnreadableRecord("record " + std::string(field) + " does not open with key \"" +
+                             *key_id + "\" (key missing from store.encryption.key_file, or the "
+                             "row was altered)");
+    }
+    return std::move(*plain);
+  };
   Record r;
   r.id = id;
   r.fingerprint = row[1].as<std::string>();
+  if (key_id) r.fingerprint = opened(from_hex(r.fingerprint), "fingerprint");
   r.state = parse_state(row[2].as<std::string>()).value_or(RecordState::in_flight);
   r.token = row[3].as<long long>();
   r.route = row[4].as<std::string>();
@@ -126,27 +196,31 @@ Record read_record(const pqxx::row& row, const RecordId& id) {
   if (r.state == RecordState::completed && !row[12].is_null()) {
     StoredResponse resp;
     resp.status = row[12].as<int>();
-    if (!row[13].is_null()) resp.headers = decode_headers(pqxx::binarystring(row[13]).str());
-    if (!row[14].is_null()) resp.body = pqxx::binarystring(row[14]).str();
+    if (!row[13].is_null()) {
+      resp.headers = decode_headers(opened(pqxx::binarystring(row[13]).str(), "headers"));
+    }
+    if (!row[14].is_null()) resp.body = opened(pqxx::binarystring(row[14]).str(), "body");
     r.response = std::move(resp);
   }
   return r;
 }
 
-}  // namespace
-
 Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
+  const char* key_id = options_.sealer ? options_.sealer->current_id().c_str() : nullptr;
+  const std::string fingerprint = options_.sealer
+                                      ? to_hex(stored(req.fingerprint, req.id, "fingerprint"))
+                                      : req.fingerprint;
   return with_connection<ClaimResult>([&](Connection& c) -> Result<ClaimResult> {
     // Zero rows: a concurrent claim committed after our snapshot; it is visible now.
     for (int attempt = 0; attempt < 3; ++attempt) {
       const pqxx::result r =
-          c.run(pg::kClaim, req.id.scope, req.id.key, req.fingerprint, req.route, req.method,
+          c.run(pg::kClaim, req.id.scope, req.id.key, fingerprint, req.route, req.method,
                 req.target, static_cast<long long>(req.lease.count()),
-                static_cast<long long>(req.ttl.count()), req.retake_stale);
+                static_cast<long long>(req.ttl.count()), req.retake_stale, key_id);
       if (r.empty()) continue;
       Record record = read_record(r[0], req.id);
       if (r[0][0].as<bool>()) {
-        return ClaimResult{Claimed{record.token, record.locked_until, r[0][15].as<bool>()}};
+        return ClaimResult{Claimed{record.token, record.locked_until, r[0][16].as<bool>()}};
       }
       return ClaimResult{std::move(record)};
     }
@@ -156,11 +230,13 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
 
 Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
                                     const StoredResponse& response, Duration ttl) {
+  const char* key_id = options_.sealer ? options_.sealer->current_id().c_str() : nullptr;
+  const pqxx::binarystring headers(stored(encode_headers(response.headers), id, "headers"));
+  const pqxx::binarystring body(stored(response.body, id, "body"));
   return with_connection<TimePoint>([&](Connection& c) -> Result<TimePoint> {
     const pqxx::result r =
         c.run(pg::kComplete, id.scope, id.key, static_cast<long long>(token), response.status,
-              pqxx::binarystring(encode_headers(response.headers)),
-              pqxx::binarystring(response.body), static_cast<long long>(ttl.count()));
+              headers, body, static_cast<long long>(ttl.count()), key_id);
     if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
     return from_ms(r[0][0]);
   });
@@ -203,7 +279,7 @@ Result<std::vector<Record>> PgStore::list(std::optional<RecordState> state, int 
     const std::string filter = state ? std::string(to_string(*state)) : std::string();
     std::vector<Record> out;
     for (const auto& row : c.run(pg::kList, filter, limit)) {
-      out.push_back(read_record(row, {row[15].as<std::string>(), row[16].as<std::string>()}));
+      out.push_back(read_record(row, {row[16].as<std::string>(), row[17].as<std::string>()}));
     }
     return out;
   });

@@ -72,7 +72,7 @@ def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, route
     if store is None:
         store = {"postgres": {"dsn": dsn, "pool_size": 4}}
     elif "postgres" in store and store["postgres"].get("dsn") is None:
-        store = {"postgres": dict(store["postgres"], dsn=dsn)}
+        store = dict(store, postgres=dict(store["postgres"], dsn=dsn))
     doc = {
         "listen": "127.0.0.1:%d" % listen_port,
         "admin_listen": "127.0.0.1:%d" % admin_port,

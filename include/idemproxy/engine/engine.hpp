@@ -20,6 +20,7 @@ struct Admission {
     indeterminate,  // the upstream got it, the outcome is unknown (on_stale: fail)
     mismatch,       // the key was used with a different request
     store_failed,   // the store did not answer
+    unreadable,     // a record exists but cannot be opened (encryption key missing, altered)
   };
   Kind kind = Kind::store_failed;
   std::int64_t token = 0;                       // execute
@@ -27,7 +28,7 @@ struct Admission {
   TimePoint expires_at;                         // replay
   TimePoint locked_until;                       // execute, in_flight
   bool took_over = false;                       // execute: from a vanished holder
-  std::string detail;                           // store_failed
+  std::string detail;                           // store_failed, unreadable
 };
 
 /// What finish() did with the upstream's answer.

@@ -27,6 +27,7 @@ enum class Outcome {
   too_large,
   store_unavailable,  // 503 (fail_closed)
   fail_open,          // forwarded without protection
+  record_unreadable,  // 500: a sealed record does not open (key missing, or altered)
   upstream_error,     // 502
   bad_request,        // malformed HTTP
   // mode: shadow forwarded the request, but enforce would have answered:

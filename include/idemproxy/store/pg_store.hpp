@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "idemproxy/store/sealer.hpp"
 #include "idemproxy/store/store.hpp"
 
 namespace pqxx {
 class connection_base;
-}
+class row;
+}  // namespace pqxx
 
 namespace idemproxy::store {
 
@@ -23,6 +25,9 @@ struct PgOptions {
   /// Through a transaction-pooling PgBouncer: no prepared statements and no session
   /// settings (set statement_timeout on the role instead).
   bool transaction_pooling = false;
+  /// store.encryption: seals fingerprints, stored headers and bodies. Records sealed
+  /// under a key the ring lacks, or altered, read as StoreErrc::unreadable.
+  std::shared_ptr<const Sealer> sealer{};
 };
 
 class PgStore final : public Store {
@@ -49,6 +54,9 @@ class PgStore final : public Store {
   Result<T> with_connection(const std::function<Result<T>(Connection&)>& work);
   std::unique_ptr<Connection> checkout();
   void give_back(std::unique_ptr<Connection> conn);
+  Record read_record(const pqxx::row& row, const RecordId& id) const;
+  /// The stored form of a field: sealed under the current key, or as it is.
+  std::string stored(std::string_view value, const RecordId& id, std::string_view field) const;
 
   PgOptions options_;
   std::mutex mu_;

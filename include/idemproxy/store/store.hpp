@@ -80,6 +80,7 @@ using ClaimResult = std::variant<Claimed, Record>;
 enum class StoreErrc {
   unavailable,  // the store did not answer; nothing is known
   fenced,       // the caller's token is no longer current
+  unreadable,   // the record exists but cannot be opened (unknown key, or altered)
 };
 
 struct StoreError {
