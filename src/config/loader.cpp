@@ -26,6 +26,15 @@ using detail::Reader;
 using detail::schema;
 using detail::section;
 
+// A path that must name a readable file (certificates, keys); checked at load so a
+// typo is reported with its position rather than at the first connection.
+std::string readable_file(const Reader& r, const YAML::Node& node, const std::string& name) {
+  std::string path = r.text(node, name);
+  if (path.empty()) r.fail(node, name + " is empty");
+  if (!std::ifstream(path)) r.fail(node, name + ": cannot read " + path);
+  return path;
+}
+
 Config parse_root(const YAML::Node& root, const Reader& r, const std::string& file) {
   Config c;
   c.path = file;
@@ -54,22 +63,47 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   c.upstream.url = r.text(up["url"], "upstream.url");
   auto parsed = boost::urls::parse_uri(c.upstream.url);
   if (!parsed) r.fail(up["url"], "upstream.url is not a valid URL: \"" + c.upstream.url + "\"");
-  if (parsed->scheme() == "https") {
-    r.fail(up["url"], "upstream.url: https upstreams are not supported yet (use http)");
+  c.upstream.tls.enabled = parsed->scheme() == "https";
+  if (parsed->scheme() != "http" && !c.upstream.tls.enabled) {
+    r.fail(up["url"], "upstream.url must be an http:// or https:// URL");
   }
-  if (parsed->scheme() != "http") r.fail(up["url"], "upstream.url must be an http:// URL");
   if (parsed->host().empty()) r.fail(up["url"], "upstream.url has no host");
   c.upstream.host = std::string(parsed->host());
   if (c.upstream.host.size() > 2 && c.upstream.host.front() == '[') {
     c.upstream.host = c.upstream.host.substr(1, c.upstream.host.size() - 2);
   }
-  c.upstream.port = parsed->has_port() ? std::string(parsed->port()) : "80";
+  c.upstream.port =
+      parsed->has_port() ? std::string(parsed->port()) : (c.upstream.tls.enabled ? "443" : "80");
   if (parsed->has_query() || parsed->has_fragment()) {
     r.fail(up["url"], "upstream.url must not have a query or fragment");
   }
   c.upstream.base_path = std::string(parsed->encoded_path());
   while (!c.upstream.base_path.empty() && c.upstream.base_path.back() == '/') {
     c.upstream.base_path.pop_back();
+  }
+  if (const YAML::Node t = up["tls"]) {
+    r.expect_map(t, "upstream.tls", section("upstream.tls"));
+    if (!c.upstream.tls.enabled) r.fail(t, "upstream.tls applies to an https:// upstream.url");
+    if (t["ca_file"]) c.upstream.tls.ca_file = readable_file(r, t["ca_file"], "upstream.tls.ca_file");
+    if (t["server_name"]) {
+      c.upstream.tls.server_name = r.text(t["server_name"], "upstream.tls.server_name");
+    }
+    if (t["insecure_skip_verify"]) {
+      c.upstream.tls.insecure_skip_verify =
+          r.boolean(t["insecure_skip_verify"], "upstream.tls.insecure_skip_verify");
+    }
+    if (c.upstream.tls.insecure_skip_verify && !c.upstream.tls.ca_file.empty()) {
+      r.fail(t, "upstream.tls: ca_file and insecure_skip_verify contradict each other");
+    }
+  }
+  if (const YAML::Node t = root["tls"]) {
+    r.expect_map(t, "tls", section("tls"));
+    if (!t["cert_file"] || !t["key_file"]) r.fail(t, "tls needs both cert_file and key_file");
+    c.tls.cert_file = readable_file(r, t["cert_file"], "tls.cert_file");
+    c.tls.key_file = readable_file(r, t["key_file"], "tls.key_file");
+    if (t["client_ca_file"]) {
+      c.tls.client_ca_file = readable_file(r, t["client_ca_file"], "tls.client_ca_file");
+    }
   }
   if (up["connect_timeout"])
     c.upstream.connect_timeout = r.duration(up["connect_timeout"], "upstream.connect_timeout");
@@ -177,6 +211,11 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       if (p.name.empty()) r.fail(node, "every route needs a name");
       if (!node["path_prefix"]) r.fail(node, "route \"" + p.name + "\" needs a path_prefix");
       if (!names.insert(p.name).second) r.fail(node, "duplicate route name \"" + p.name + "\"");
+      if (p.scope_from == engine::ScopeFrom::client_cert && c.tls.client_ca_file.empty()) {
+        r.fail(node["scope"] ? node["scope"] : root["defaults"]["scope"],
+               "scope: {from: client_cert} needs tls.client_ca_file (clients must present a "
+               "verified certificate)");
+      }
       if (p.scope_from == engine::ScopeFrom::authorization && c.scope_key.empty()) {
         r.fail(node["scope"] ? node["scope"] : root["defaults"]["scope"],
                "scope: {from: authorization} needs scope_key (an HMAC key of 32+ characters, "

@@ -7,9 +7,12 @@ const std::map<std::string, std::set<std::string>>& schema() {
   static const std::map<std::string, std::set<std::string>> sections = {
       {"",
        {"listen", "admin_listen", "admin_token", "scope_key", "upstream", "store", "defaults",
-        "routes", "server", "log", "gc"}},
+        "routes", "server", "log", "gc", "tls"}},
       {"upstream",
-       {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size"}},
+       {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size",
+        "tls"}},
+      {"upstream.tls", {"ca_file", "server_name", "insecure_skip_verify"}},
+      {"tls", {"cert_file", "key_file", "client_ca_file"}},
       {"store", {"postgres", "memory", "encryption"}},
       {"store.encryption", {"key_file"}},
       {"store.postgres", {"dsn", "pool_size", "statement_timeout", "transaction_pooling"}},
@@ -67,11 +70,14 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       p.scope_header = text(v, name);
     } else if (key == "scope") {
       expect_map(v, name, section("scope"));
-      if (!v["from"]) fail(v, name + ".from is required (header or authorization)");
+      if (!v["from"]) {
+        fail(v, name + ".from is required (header, authorization or client_cert)");
+      }
       p.scope_from =
           choice<engine::ScopeFrom>(v["from"], name + ".from",
                                     {{"header", engine::ScopeFrom::header},
-                                     {"authorization", engine::ScopeFrom::authorization}});
+                                     {"authorization", engine::ScopeFrom::authorization},
+                                     {"client_cert", engine::ScopeFrom::client_cert}});
       if (p.scope_from == engine::ScopeFrom::header) {
         if (!v["header"]) fail(v, name + ".header is required with from: header");
         p.scope_header = text(v["header"], name + ".header");

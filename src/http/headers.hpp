@@ -14,8 +14,9 @@ void strip_hop_by_hop(bhttp::fields& fields);
 
 /// Prepares a client request for the upstream: HTTP/1.1 keep-alive, the upstream's
 /// base path prefixed, hop-by-hop removed, Expect answered here, X-Forwarded-For
-/// appended, X-Forwarded-Proto/-Host set when absent. Host is kept as sent.
-void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip,
+/// appended, X-Forwarded-Proto (https when `tls`) and -Host set when absent. Host is
+/// kept as sent.
+void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip, bool tls,
                      const std::string& base_path);
 
 std::vector<store::Header> to_headers(const bhttp::fields& fields);

@@ -233,6 +233,10 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
     if (!credentials.empty()) {
       scope = "hmac:" + engine::hmac_sha256_hex(cfg.scope_key, credentials);
     }
+  } else if (route.scope_from == engine::ScopeFrom::client_cert) {
+    // The config requires tls.client_ca_file for this, so the handshake already
+    // refused every client without a certificate that CA signed.
+    scope = "cert:" + ctx.client.peer_subject;
   } else if (!route.scope_header.empty()) {
     scope = std::string(ctx.head.get()[route.scope_header]);
   }
@@ -284,7 +288,8 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
       ctx.method,
       ctx.target,
       route.on_stale == engine::OnStale::retake};
-  prepare_forward(req, ctx.client.peer_ip, cfg.upstream.base_path);
+  prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
+                  cfg.upstream.base_path);
   req.prepare_payload();
   co_return co_await claim_and_act(ctx, claim, req);
 }

@@ -116,7 +116,7 @@ void strip_hop_by_hop(bhttp::fields& fields) {
   }
 }
 
-void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip,
+void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip, bool tls,
                      const std::string& base_path) {
   bhttp::fields& fields = req;
   strip_hop_by_hop(fields);
@@ -129,7 +129,9 @@ void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip,
   }
   xff += (xff.empty() ? "" : ", ") + client_ip;
   fields.set("X-Forwarded-For", xff);
-  if (fields.find("X-Forwarded-Proto") == fields.end()) fields.set("X-Forwarded-Proto", "http");
+  if (fields.find("X-Forwarded-Proto") == fields.end()) {
+    fields.set("X-Forwarded-Proto", tls ? "https" : "http");
+  }
   const auto host = fields.find(bhttp::field::host);
   if (host != fields.end() && fields.find("X-Forwarded-Host") == fields.end()) {
     fields.set("X-Forwarded-Host", host->value());

@@ -12,9 +12,8 @@ enum class RelayError { none, read, write };
 
 // Relays one message body from `in` to `out` as it arrives (Beast's relay pattern).
 template <bool isRequest>
-asio::awaitable<RelayError> relay(beast::tcp_stream& in, beast::flat_buffer& in_buffer,
-                                  bhttp::parser<isRequest, bhttp::buffer_body>& p,
-                                  beast::tcp_stream& out, Duration in_timeout, Duration out_timeout,
+asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
+                                  bhttp::parser<isRequest, bhttp::buffer_body>& p, Stream& out, Duration in_timeout, Duration out_timeout,
                                   beast::error_code& error) {
   std::array<char, 16 * 1024> chunk;
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
@@ -68,7 +67,8 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   req_parser.body_limit(cfg.server.max_stream_body);
   auto& req = req_parser.get();
   const bool is_head = req.method() == bhttp::verb::head;
-  prepare_forward(req, ctx.client.peer_ip, cfg.upstream.base_path);
+  prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
+                  cfg.upstream.base_path);
 
   const auto upstream_started = std::chrono::steady_clock::now();
   auto [cec, conn] = co_await rt.upstream.acquire(false);

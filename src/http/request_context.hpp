@@ -7,14 +7,18 @@
 #include "http/beast.hpp"
 #include "http/problem.hpp"
 #include "http/runtime.hpp"
+#include "http/stream.hpp"
 
 namespace idemproxy::http {
 
 struct ClientConnection {
-  explicit ClientConnection(tcp::socket socket) : stream(std::move(socket)) {}
-  beast::tcp_stream stream;
+  /// TLS when `tls` is given (tls.cert_file); the session then starts with the handshake.
+  ClientConnection(tcp::socket socket, ssl::context* tls)
+      : stream(tls ? Stream(std::move(socket), *tls) : Stream(std::move(socket))) {}
+  Stream stream;
   beast::flat_buffer buffer;
   std::string peer_ip;
+  std::string peer_subject;  // the verified client certificate's subject (mTLS)
   std::atomic<bool> idle{true};  // waiting for the next request (drain may close it)
 };
 

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "http/session.hpp"
+#include "http/tls.hpp"
 #include "idemproxy/http/proxy_server.hpp"
 #include "ops/admin.hpp"
 
@@ -20,6 +21,7 @@ struct ProxyServer::Impl {
         admin_acceptor(io),
         signals(io, SIGINT, SIGTERM, SIGHUP) {
     runtime.reload = [this] { return reload(); };
+    if (config.tls.enabled()) tls = make_server_tls(config.tls);
     runtime.metrics.set_gauges([this] {
       const auto pool = runtime.engine.store().pool_stats();
       return std::vector<ops::GaugeSample>{
@@ -50,6 +52,7 @@ struct ProxyServer::Impl {
   tcp::acceptor admin_acceptor;
   asio::signal_set signals;
   SessionTracker tracker;
+  std::unique_ptr<ssl::context> tls;  // downstream termination (tls.cert_file)
 };
 
 namespace {
@@ -104,7 +107,7 @@ asio::awaitable<void> ProxyServer::Impl::accept_clients() {
       continue;
     }
     socket.set_option(tcp::no_delay(true), ignored);
-    auto conn = std::make_shared<ClientConnection>(std::move(socket));
+    auto conn = std::make_shared<ClientConnection>(std::move(socket), tls.get());
     asio::co_spawn(conn->stream.get_executor(), serve_connection(conn, runtime, tracker),
                    log_exception);
   }

@@ -158,6 +158,19 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
   const auto remote = conn->stream.socket().remote_endpoint(ec);
   conn->peer_ip = ec ? "unknown" : remote.address().to_string();
   bool linger = false;
+  if (auto* tls = conn->stream.tls()) {
+    // The handshake counts against header_timeout, like the request head it precedes.
+    conn->stream.expires_after(rt.settings()->config.server.header_timeout);
+    auto [hec] = co_await tls->async_handshake(ssl::stream_base::server, use_nothrow);
+    if (hec) {
+      rt.metrics.count_tls_handshake_failure();
+      spdlog::info("TLS handshake with {} failed: {}", conn->peer_ip, hec.message());
+      conn->stream.socket().close(ec);
+      tracker.remove(conn);
+      co_return;
+    }
+    conn->peer_subject = peer_subject(conn->stream);
+  }
 
   for (;;) {
     RequestContext ctx(*conn, rt, rt.settings());

@@ -1,5 +1,9 @@
 #include "http/upstream_pool.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include "http/tls.hpp"
+
 namespace idemproxy::http {
 namespace {
 
@@ -21,6 +25,17 @@ ProxyError upstream_error(ProblemKind kind, const std::string& detail) {
 
 }  // namespace
 
+UpstreamPool::UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config)
+    : ex_(std::move(ex)), config_(config) {
+  if (!config_.tls.enabled) return;
+  tls_ = make_upstream_tls(config_.tls);
+  if (config_.tls.insecure_skip_verify) {
+    spdlog::warn("upstream.tls.insecure_skip_verify: the certificate of {} is NOT verified; "
+                 "anyone on the path can read and answer requests",
+                 config_.url);
+  }
+}
+
 asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>
 UpstreamPool::acquire(bool fresh) {
   while (!fresh) {
@@ -38,15 +53,20 @@ UpstreamPool::acquire(bool fresh) {
   }
   // Each connection has its own strand: Beast's timeout handler and the socket's
   // completions must not run concurrently when several I/O threads run.
-  auto conn = std::make_unique<UpstreamConnection>(asio::make_strand(ex_));
+  auto conn = std::make_unique<UpstreamConnection>(asio::make_strand(ex_), tls_.get());
+  prepare_upstream_tls(conn->stream, config_);
   tcp::resolver resolver(ex_);
   auto [rec, endpoints] = co_await resolver.async_resolve(config_.host, config_.port, use_nothrow);
   if (rec) co_return std::make_pair(rec, std::unique_ptr<UpstreamConnection>{});
   conn->stream.expires_after(config_.connect_timeout);
-  auto [cec, ep] = co_await conn->stream.async_connect(endpoints, use_nothrow);
+  auto [cec, ep] = co_await conn->stream.transport().async_connect(endpoints, use_nothrow);
   if (cec) co_return std::make_pair(cec, std::unique_ptr<UpstreamConnection>{});
   beast::error_code ignored;
   conn->stream.socket().set_option(tcp::no_delay(true), ignored);
+  if (auto* tls = conn->stream.tls()) {
+    auto [hec] = co_await tls->async_handshake(ssl::stream_base::client, use_nothrow);
+    if (hec) co_return std::make_pair(hec, std::unique_ptr<UpstreamConnection>{});
+  }
   co_return std::make_pair(beast::error_code{}, std::move(conn));
 }
 

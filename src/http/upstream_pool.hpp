@@ -8,13 +8,15 @@
 
 #include "http/beast.hpp"
 #include "http/problem.hpp"
+#include "http/stream.hpp"
 #include "idemproxy/config/config.hpp"
 
 namespace idemproxy::http {
 
 struct UpstreamConnection {
-  explicit UpstreamConnection(asio::any_io_executor ex) : stream(ex) {}
-  beast::tcp_stream stream;
+  UpstreamConnection(asio::any_io_executor ex, ssl::context* tls)
+      : stream(tls ? Stream(std::move(ex), *tls) : Stream(std::move(ex))) {}
+  Stream stream;
   beast::flat_buffer buffer;
   bool reused = false;
 };
@@ -28,8 +30,8 @@ struct Exchange {
 
 class UpstreamPool {
  public:
-  UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config)
-      : ex_(std::move(ex)), config_(config) {}
+  /// Throws std::runtime_error when an https upstream's TLS settings cannot be loaded.
+  UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config);
 
   /// An idle connection that still looks open, or a new one.
   asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> acquire(
@@ -47,6 +49,7 @@ class UpstreamPool {
  private:
   asio::any_io_executor ex_;
   config::UpstreamConfig config_;
+  std::unique_ptr<ssl::context> tls_;  // https upstreams
   std::mutex mu_;
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;
 };

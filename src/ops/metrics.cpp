@@ -126,6 +126,9 @@ std::string Metrics::render() const {
   counter("idemproxy_connections_refused_total",
           "Client connections closed at once because server.max_connections was reached.",
           refused_connections_.load());
+  counter("idemproxy_tls_handshake_failures_total",
+          "Client TLS handshakes that failed (no or untrusted client certificate, bad TLS).",
+          tls_handshake_failures_.load());
   counter("idemproxy_gc_deleted_total", "Expired records deleted by in-process GC.",
           gc_deleted_.load());
   out << "# HELP idemproxy_config_reloads_total Configuration reloads by result.\n"

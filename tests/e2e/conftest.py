@@ -1,5 +1,6 @@
 import json
 import os
+import ssl
 import socket
 import subprocess
 import tempfile
@@ -10,6 +11,7 @@ import pytest
 
 from fake_upstream import FakeUpstream
 from harness import ROOT, Proxy
+from pki import Pki
 
 
 class Postgres:
@@ -53,6 +55,21 @@ def pg():
 @pytest.fixture(scope="session")
 def upstream():
     u = FakeUpstream()
+    yield u
+    u.close()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    return Pki(str(tmp_path_factory.mktemp("pki")))
+
+
+@pytest.fixture(scope="session")
+def tls_upstream(pki):
+    """The fake upstream over HTTPS, with the test CA's server certificate."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*pki.server)
+    u = FakeUpstream(tls=context)
     yield u
     u.close()
 

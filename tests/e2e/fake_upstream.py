@@ -123,11 +123,15 @@ class Server(ThreadingHTTPServer):
 
 
 class FakeUpstream:
-    def __init__(self):
+    """With `tls` (an ssl.SSLContext for the server side) it speaks HTTPS."""
+
+    def __init__(self, tls=None):
         self.server = Server(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.server.executions = Executions()
         self.port = self.server.server_address[1]
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

@@ -37,8 +37,12 @@ class Response:
         return json.loads(self.body)
 
 
-def request(port, method, path, body=None, headers=None, timeout=30):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def request(port, method, path, body=None, headers=None, timeout=30, tls=None):
+    """One request on a new connection; HTTPS when `tls` is an ssl.SSLContext."""
+    if tls is None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    else:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=tls)
     try:
         data = body.encode() if isinstance(body, str) else body
         conn.request(method, path, body=data, headers=headers or {})
@@ -131,8 +135,8 @@ class Proxy:
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
 
-    def request(self, method, path, body=None, headers=None, timeout=30):
-        return request(self.port, method, path, body, headers, timeout)
+    def request(self, method, path, body=None, headers=None, timeout=30, tls=None):
+        return request(self.port, method, path, body, headers, timeout, tls)
 
     def post(self, path, body=None, key=None, headers=None, **kw):
         h = {"Content-Type": "application/json"}

@@ -29,6 +29,22 @@ struct Endpoint {
   unsigned short port = 0;
 };
 
+/// Upstream https: certificate verification is on unless explicitly turned off.
+struct UpstreamTls {
+  bool enabled = false;             // the URL is https://
+  std::string ca_file;              // empty: the system's trust store
+  std::string server_name;          // SNI and the name verified; empty: the URL's host
+  bool insecure_skip_verify = false;
+};
+
+/// Downstream TLS termination; mTLS when client_ca_file is set.
+struct TlsConfig {
+  std::string cert_file;  // PEM chain; empty: plain HTTP
+  std::string key_file;
+  std::string client_ca_file;  // set: every client must present a certificate it signed
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 struct UpstreamConfig {
   std::string url;
   std::string host;
@@ -38,6 +54,7 @@ struct UpstreamConfig {
   Duration timeout = std::chrono::seconds{30};
   std::size_t max_idle_connections = 64;
   std::size_t max_response_size = 16 * 1024 * 1024;  // bodies read for storage
+  UpstreamTls tls;
 };
 
 struct StoreConfig {
@@ -75,6 +92,7 @@ struct Config {
   Endpoint admin_listen{"127.0.0.1", 9090};
   std::string admin_token;  // bearer token for /admin/*; empty turns the admin API off
   std::string scope_key;    // HMAC key for scope: {from: authorization}
+  TlsConfig tls;
   UpstreamConfig upstream;
   StoreConfig store;
   ServerConfig server;

@@ -19,8 +19,9 @@ enum class OnStale { fail, retake };
 /// never block or replay; forward everything and count what enforce would have done.
 enum class Mode { enforce, shadow };
 /// Where a record's scope comes from: a header the caller sets (scope_header), or
-/// the caller's verified credentials (a keyed HMAC of Authorization, never the raw value).
-enum class ScopeFrom { header, authorization };
+/// the caller's verified credentials: a keyed HMAC of Authorization (never the raw
+/// value), or the subject of the client certificate verified by mTLS.
+enum class ScopeFrom { header, authorization, client_cert };
 
 /// An inclusive range of statuses: "2xx" is 200..299, "201" is 201..201.
 struct StatusRange {

@@ -1,0 +1,61 @@
+#pragma once
+// A TCP connection, optionally under TLS. Beast reads and writes either through
+// the same calls, so the session, relay and upstream code is written once.
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "http/beast.hpp"
+#include "idemproxy/engine/clock.hpp"
+
+namespace idemproxy::http {
+
+namespace ssl = asio::ssl;
+
+class Stream {
+ public:
+  using executor_type = beast::tcp_stream::executor_type;
+  using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+  /// Plain TCP, from an accepted socket or on an executor (to connect later).
+  explicit Stream(tcp::socket socket) : plain_(std::in_place, std::move(socket)) {}
+  explicit Stream(asio::any_io_executor ex) : plain_(std::in_place, std::move(ex)) {}
+  /// TLS over TCP; the handshake is the caller's first operation.
+  Stream(tcp::socket socket, ssl::context& tls)
+      : tls_(std::make_unique<TlsStream>(std::move(socket), tls)) {}
+  Stream(asio::any_io_executor ex, ssl::context& tls)
+      : tls_(std::make_unique<TlsStream>(std::move(ex), tls)) {}
+
+  beast::tcp_stream& transport() { return tls_ ? tls_->next_layer() : *plain_; }
+  tcp::socket& socket() { return transport().socket(); }
+  executor_type get_executor() { return transport().get_executor(); }
+  /// Null for plain TCP.
+  TlsStream* tls() { return tls_.get(); }
+
+  void expires_after(Duration d) { transport().expires_after(d); }
+  void expires_never() { transport().expires_never(); }
+  void cancel() { transport().cancel(); }
+
+  template <class MutableBuffers, class Token>
+  auto async_read_some(const MutableBuffers& buffers, Token&& token) {
+    if (tls_) return tls_->async_read_some(buffers, std::forward<Token>(token));
+    return plain_->async_read_some(buffers, std::forward<Token>(token));
+  }
+  template <class ConstBuffers, class Token>
+  auto async_write_some(const ConstBuffers& buffers, Token&& token) {
+    if (tls_) return tls_->async_write_some(buffers, std::forward<Token>(token));
+    return plain_->async_write_some(buffers, std::forward<Token>(token));
+  }
+
+ private:
+  std::optional<beast::tcp_stream> plain_;
+  std::unique_ptr<TlsStream> tls_;
+};
+
+/// The RFC 2253 subject of the peer's verified certificate; empty without one.
+std::string peer_subject(Stream& stream);
+
+}  // namespace idemproxy::http
