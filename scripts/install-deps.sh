@@ -11,7 +11,7 @@ PACKAGES=(
   clang libclang-rt-14-dev
   postgresql-15 pgbouncer
   python3 python3-pytest python3-prometheus-client python3-yaml
-  curl procps
+  curl procps openssl
 )
 
 missing=()

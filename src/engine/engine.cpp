@@ -33,7 +33,7 @@ Admission Engine::admit(const store::ClaimRequest& request) {
     return a;
   }
   if (existing.state == store::RecordState::completed && existing.response) {
-    a.kind = Admission::Kind::replay;
+    a.kind = existing.response->body_stored ? Admission::Kind::replay : Admission::Kind::not_stored;
     a.replay = std::move(existing.response);
     a.expires_at = existing.expires_at;
     return a;
@@ -57,7 +57,7 @@ Finish Engine::finish(const store::RecordId& id, std::int64_t token, const Route
                       const store::StoredResponse& response, TimePoint* expires_at) {
   if (!policy.stores_status(response.status)) return abandon(id, token);
   store::StoredResponse kept{response.status, storable_headers(response.headers, policy),
-                             response.body};
+                             response.body, response.body_stored};
   auto done = store_.complete(id, token, kept, policy.ttl);
   if (!done.ok()) return from_store(done.error());
   if (expires_at) *expires_at = done.value();

@@ -44,8 +44,12 @@ asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& re
     ctx.fail(*ex.error, Outcome::upstream_error);
     co_return co_await send_problem(ctx);
   }
-  ctx.upstream_status = ex.response.result_int();
   ctx.outcome = outcome;
+  if (ex.oversized) {
+    co_return co_await stream_response(ctx, ex.oversized->conn, *ex.oversized->parser,
+                                       ex.oversized->prefix);
+  }
+  ctx.upstream_status = ex.response.result_int();
   strip_hop_by_hop(ex.response);
   co_return co_await respond(ctx, ex.response);
 }
@@ -62,8 +66,6 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rt.metrics.observe_upstream(upstream_seconds);
   ctx.upstream_ms = upstream_seconds * 1000;
-  if (!ex.error) ctx.upstream_status = ex.response.result_int();
-
   if (ex.error) {
     if (!ex.sent) {
       // Nothing reached the upstream: a retry may execute.
@@ -84,9 +86,20 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
     co_return co_await send_problem(ctx);
   }
 
-  strip_hop_by_hop(ex.response);
-  const store::StoredResponse answer{static_cast<int>(ex.response.result_int()),
-                                     to_headers(ex.response), ex.response.body()};
+  // Never truncated: an answer over upstream.max_response_size is streamed to this
+  // client whole, and its record keeps only the status, so retries are told it
+  // executed instead of being handed part of a body.
+  auto* big = ex.oversized ? &*ex.oversized : nullptr;
+  bhttp::response_header<>& head = big ? big->parser->get().base() : ex.response.base();
+  ctx.upstream_status = head.result_int();
+  store::StoredResponse answer;
+  if (big) {
+    answer = {static_cast<int>(head.result_int()), {}, {}, false};
+  } else {
+    strip_hop_by_hop(ex.response);
+    answer = {static_cast<int>(ex.response.result_int()), to_headers(ex.response),
+              ex.response.body()};
+  }
   TimePoint expires_at{};
   const engine::Finish finish = co_await rt.blocking([&rt, &route, &answer, &id, &token, &expires_at] {
     return rt.engine.finish(id, token, route, answer, &expires_at);
@@ -95,8 +108,8 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
   rt.waiters.notify(wait_id(id));
   switch (finish) {
     case engine::Finish::stored:
-      ctx.outcome = Outcome::executed;
-      ex.response.set(kExpiresHeader, http_date(expires_at));
+      ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;
+      head.set(kExpiresHeader, http_date(expires_at));
       break;
     case engine::Finish::released:
       ctx.outcome = Outcome::released;
@@ -120,6 +133,12 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
             ctx.key_hash);
       }
       break;
+  }
+  if (big) {
+    spdlog::warn("key {}: the response exceeds upstream.max_response_size; streamed whole, "
+                 "and retries will not replay it",
+                 ctx.key_hash);
+    co_return co_await stream_response(ctx, big->conn, *big->parser, big->prefix);
   }
   co_return co_await respond(ctx, ex.response);
 }
@@ -165,6 +184,14 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
         ctx.fail(ErrorSource::store, ProblemKind::store_unavailable,
                  "the idempotency store is unavailable; the request was not forwarded",
                  Outcome::store_unavailable, 1);
+        co_return co_await send_problem(ctx);
+      case Admission::Kind::not_stored:
+        ctx.fail(ErrorSource::downstream, ProblemKind::response_not_stored,
+                 "the request with this Idempotency-Key executed (upstream status " +
+                     std::to_string(a.replay->status) +
+                     ") but its response was larger than upstream.max_response_size, so it was "
+                     "not stored and cannot be replayed. Fetch the resource instead of retrying",
+                 Outcome::not_replayable);
         co_return co_await send_problem(ctx);
       case Admission::Kind::unreadable:
         spdlog::error("key {}: {}", ctx.key_hash, a.detail);

@@ -48,8 +48,8 @@ ProblemInfo info(ProblemKind kind) {
       return {"upstream-failed", 502, "Upstream connection failed"};
     case ProblemKind::upstream_timeout:
       return {"upstream-timeout", 504, "Upstream timed out"};
-    case ProblemKind::response_too_large:
-      return {"response-too-large", 502, "Upstream response too large to store"};
+    case ProblemKind::response_not_stored:
+      return {"response-not-stored", 409, "Response too large to replay"};
     case ProblemKind::record_unreadable:
       return {"record-unreadable", 500, "Idempotency record unreadable"};
   }

@@ -1,56 +1,39 @@
 // Requests no route protects stream through without being buffered: the body is
 // relayed in fixed-size chunks in both directions.
-#include <array>
-
 #include "http/headers.hpp"
+#include "http/relay.hpp"
 #include "http/request_context.hpp"
 
 namespace idemproxy::http {
-namespace {
 
-enum class RelayError { none, read, write };
-
-// Relays one message body from `in` to `out` as it arrives (Beast's relay pattern).
-template <bool isRequest>
-asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
-                                  bhttp::parser<isRequest, bhttp::buffer_body>& p, Stream& out, Duration in_timeout, Duration out_timeout,
-                                  beast::error_code& error) {
-  std::array<char, 16 * 1024> chunk;
-  bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
-  do {
-    if (!p.is_done()) {
-      p.get().body().data = chunk.data();
-      p.get().body().size = chunk.size();
-      in.expires_after(in_timeout);
-      auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
-      if (ec == bhttp::error::need_buffer) ec = {};
-      if (ec) {
-        error = ec;
-        co_return RelayError::read;
-      }
-      p.get().body().size = chunk.size() - p.get().body().size;
-      p.get().body().data = chunk.data();
-      p.get().body().more = !p.is_done();
-      // A read may parse only framing (a chunk header). An empty buffer must not
-      // reach a chunked serializer: it would write the zero-size terminating chunk.
-      if (p.get().body().size == 0 && !p.is_done()) continue;
-    } else {
-      p.get().body().data = nullptr;
-      p.get().body().size = 0;
-      p.get().body().more = false;  // defaults to true: the serializer would wait
-    }
-    out.expires_after(out_timeout);
-    auto [ec, n] = co_await bhttp::async_write(out, sr, use_nothrow);
-    if (ec == bhttp::error::need_buffer) ec = {};
-    if (ec) {
-      error = ec;
-      co_return RelayError::write;
-    }
-  } while (!p.is_done() && !sr.is_done());
-  co_return RelayError::none;
+asio::awaitable<bool> stream_response(RequestContext& ctx,
+                                      std::unique_ptr<UpstreamConnection>& conn,
+                                      StreamingParser& parser, std::string_view prefix) {
+  const auto& cfg = ctx.settings->config;
+  auto& res = parser.get();
+  const bool upstream_keep_alive = res.keep_alive();
+  strip_hop_by_hop(res);
+  res.version(ctx.version == 10 ? 10 : 11);
+  if (parser.need_eof()) {
+    // The upstream ends the body by closing; an HTTP/1.1 client gets it chunked.
+    if (ctx.version == 10)
+      ctx.keep_alive = false;
+    else
+      res.chunked(true);
+  }
+  res.keep_alive(ctx.keep_alive);
+  res.set("X-Request-Id", ctx.request_id);
+  ctx.status = res.result_int();
+  ctx.upstream_status = ctx.status;
+  beast::error_code relay_error;
+  const auto relayed =
+      co_await relay<false>(conn->stream, conn->buffer, parser, ctx.client.stream,
+                            cfg.upstream.timeout, cfg.server.read_timeout, relay_error, prefix);
+  if (relayed == RelayError::none && upstream_keep_alive && !parser.need_eof()) {
+    ctx.rt.upstream.give_back(std::move(conn));
+  }
+  co_return relayed == RelayError::none && ctx.keep_alive;
 }
-
-}  // namespace
 
 asio::awaitable<bool> pass_through(RequestContext& ctx) {
   const auto& cfg = ctx.settings->config;
@@ -92,7 +75,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
     co_return co_await send_problem(ctx);
   }
 
-  bhttp::response_parser<bhttp::buffer_body> res_parser;
+  StreamingParser res_parser;
   res_parser.header_limit(64 * 1024);
   res_parser.body_limit(cfg.server.max_stream_body);
   if (is_head) res_parser.skip(true);
@@ -111,28 +94,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - upstream_started).count();
   rt.metrics.observe_upstream(upstream_seconds);
   ctx.upstream_ms = upstream_seconds * 1000;
-  auto& res = res_parser.get();
-  const bool upstream_keep_alive = res.keep_alive();
-  strip_hop_by_hop(res);
-  res.version(ctx.version == 10 ? 10 : 11);
-  if (res_parser.need_eof()) {
-    // The upstream ends the body by closing; an HTTP/1.1 client gets it chunked.
-    if (ctx.version == 10)
-      ctx.keep_alive = false;
-    else
-      res.chunked(true);
-  }
-  res.keep_alive(ctx.keep_alive);
-  res.set("X-Request-Id", ctx.request_id);
-  ctx.status = res.result_int();
-  ctx.upstream_status = ctx.status;
-  const auto relayed =
-      co_await relay<false>(conn->stream, conn->buffer, res_parser, ctx.client.stream,
-                            cfg.upstream.timeout, cfg.server.read_timeout, relay_error);
-  if (relayed == RelayError::none && upstream_keep_alive && !res_parser.need_eof()) {
-    rt.upstream.give_back(std::move(conn));
-  }
-  co_return relayed == RelayError::none&& ctx.keep_alive;
+  co_return co_await stream_response(ctx, conn, res_parser, {});
 }
 
 }  // namespace idemproxy::http

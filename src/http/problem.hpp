@@ -24,7 +24,7 @@ enum class ProblemKind {
   upstream_unreachable,   // 502: nothing was sent
   upstream_failed,        // 502: sent, then the connection failed
   upstream_timeout,       // 504: sent, no answer in time
-  response_too_large,     // 502: too big to store
+  response_not_stored,    // 409: executed, but the answer was too big to store
   record_unreadable,      // 500: a sealed record does not open
 };
 

@@ -72,6 +72,11 @@ asio::awaitable<bool> send_problem(RequestContext& ctx);
 /// Answers `Expect: 100-continue` before the body is read; false if that failed.
 asio::awaitable<bool> continue_if_expected(RequestContext& ctx);
 
+/// Streams an upstream answer to the client: its head (from `parser`), `prefix` (body
+/// bytes already read), then the rest; keeps `conn` for reuse when it can.
+asio::awaitable<bool> stream_response(RequestContext& ctx,
+                                      std::unique_ptr<UpstreamConnection>& conn,
+                                      StreamingParser& parser, std::string_view prefix);
 /// Streams a request no route protects to the upstream and the answer back.
 asio::awaitable<bool> pass_through(RequestContext& ctx);
 /// The idempotent path: key, body, fingerprint, claim, forward, record, respond.

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
+
 #include "http/tls.hpp"
 
 namespace idemproxy::http {
@@ -95,24 +97,41 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request) {
       co_return out;
     }
     out.sent = true;
-    bhttp::response_parser<bhttp::string_body> parser;
-    parser.header_limit(64 * 1024);
-    parser.body_limit(config_.max_response_size);
-    if (request.method() == bhttp::verb::head) parser.skip(true);
-    auto [rec, read] = co_await bhttp::async_read(conn->stream, conn->buffer, parser, use_nothrow);
+    auto parser = std::make_unique<StreamingParser>();
+    parser->header_limit(64 * 1024);
+    parser->body_limit(boost::none);  // bounded below; an oversized body is streamed
+    if (request.method() == bhttp::verb::head) parser->skip(true);
+    auto [rec, read] =
+        co_await bhttp::async_read_header(conn->stream, conn->buffer, *parser, use_nothrow);
+    std::string body;
+    std::array<char, 16 * 1024> chunk;
+    const auto limit = config_.max_response_size;
+    while (!rec && !parser->is_done()) {
+      if (body.size() > limit || parser->content_length().value_or(0) > limit) {
+        out.oversized = Exchange::Oversized{std::move(conn), std::move(parser), std::move(body)};
+        co_return out;
+      }
+      parser->get().body().data = chunk.data();
+      parser->get().body().size = chunk.size();
+      std::tie(rec, read) =
+          co_await bhttp::async_read_some(conn->stream, conn->buffer, *parser, use_nothrow);
+      if (rec == bhttp::error::need_buffer) rec = {};
+      body.append(chunk.data(), chunk.size() - parser->get().body().size);
+    }
     if (rec == beast::error::timeout) {
       out.error =
           upstream_error(ProblemKind::upstream_timeout, "the upstream did not answer in time");
-    } else if (rec == bhttp::error::body_limit) {
-      out.error = upstream_error(ProblemKind::response_too_large,
-                                 "the upstream response exceeds upstream.max_response_size");
     } else if (rec) {
       out.error = upstream_error(
           ProblemKind::upstream_failed,
           "the upstream connection failed after the request was sent: " + rec.message());
     }
     if (out.error) co_return out;
-    out.response = parser.release();
+    if (body.size() > limit) {  // the last read went past the limit and finished the body
+      out.oversized = Exchange::Oversized{std::move(conn), std::move(parser), std::move(body)};
+      co_return out;
+    }
+    out.response = StringResponse(std::move(parser->get().base()), std::move(body));
     if (out.response.keep_alive()) give_back(std::move(conn));
     co_return out;
   }

@@ -21,11 +21,22 @@ struct UpstreamConnection {
   bool reused = false;
 };
 
-/// A buffered upstream answer, or the error that prevented one.
+using StreamingParser = bhttp::response_parser<bhttp::buffer_body>;
+
+/// A buffered upstream answer, or the error that prevented one, or (over
+/// max_response_size) what is needed to stream the answer on.
 struct Exchange {
   std::optional<ProxyError> error;
   bool sent = false;  // whether the request may have reached the upstream
   StringResponse response;
+  /// Set when the body outgrew max_response_size: the parser holds the head, `prefix`
+  /// the body read so far, and `conn` the rest. Never truncated: it is streamed.
+  struct Oversized {
+    std::unique_ptr<UpstreamConnection> conn;
+    std::unique_ptr<StreamingParser> parser;
+    std::string prefix;
+  };
+  std::optional<Oversized> oversized;
 };
 
 class UpstreamPool {
@@ -39,7 +50,8 @@ class UpstreamPool {
   /// Keeps the connection for reuse, if there is room.
   void give_back(std::unique_ptr<UpstreamConnection> conn);
 
-  /// Sends a whole request and reads the whole response (at most max_response_size).
+  /// Sends a whole request and reads the whole response; a body larger than
+  /// max_response_size stops being read and comes back as `oversized`.
   /// A stale pooled connection that fails before the request is written is retried
   /// once on a new one; nothing is retried once the request may have been sent.
   asio::awaitable<Exchange> exchange(StringRequest& request);

@@ -33,6 +33,10 @@ const char* to_string(Outcome outcome) {
       return "store_unavailable";
     case Outcome::fail_open:
       return "fail_open";
+    case Outcome::executed_not_stored:
+      return "executed_not_stored";
+    case Outcome::not_replayable:
+      return "not_replayable";
     case Outcome::record_unreadable:
       return "record_unreadable";
     case Outcome::upstream_error:

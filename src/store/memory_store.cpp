@@ -110,7 +110,9 @@ Result<std::vector<Record>> MemoryStore::list(std::optional<RecordState> state, 
   for (const auto& [k, r] : records_) {
     if (state && r.state != *state) continue;
     Record copy = r;
-    if (copy.response) copy.response = StoredResponse{copy.response->status, {}, {}};
+    if (copy.response) {
+      copy.response = StoredResponse{copy.response->status, {}, {}, copy.response->body_stored};
+    }
     copy.expired = copy.expires_at <= now;
     copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= now;
     out.push_back(std::move(copy));

@@ -200,6 +200,7 @@ Record PgStore::read_record(const pqxx::row& row, const RecordId& id) const {
       resp.headers = decode_headers(opened(pqxx::binarystring(row[13]).str(), "headers"));
     }
     if (!row[14].is_null()) resp.body = opened(pqxx::binarystring(row[14]).str(), "body");
+    resp.body_stored = !row[14].is_null();
     r.response = std::move(resp);
   }
   return r;
@@ -231,12 +232,19 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
 Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
                                     const StoredResponse& response, Duration ttl) {
   const char* key_id = options_.sealer ? options_.sealer->current_id().c_str() : nullptr;
-  const pqxx::binarystring headers(stored(encode_headers(response.headers), id, "headers"));
-  const pqxx::binarystring body(stored(response.body, id, "body"));
+  // A response too large to keep is recorded by its status alone: NULL headers and body.
+  const pqxx::binarystring headers(
+      response.body_stored ? stored(encode_headers(response.headers), id, "headers") : "");
+  const pqxx::binarystring body(response.body_stored ? stored(response.body, id, "body") : "");
+  const char* none = nullptr;
   return with_connection<TimePoint>([&](Connection& c) -> Result<TimePoint> {
+    const long long ttl_ms = ttl.count();
     const pqxx::result r =
-        c.run(pg::kComplete, id.scope, id.key, static_cast<long long>(token), response.status,
-              headers, body, static_cast<long long>(ttl.count()), key_id);
+        response.body_stored
+            ? c.run(pg::kComplete, id.scope, id.key, static_cast<long long>(token),
+                    response.status, headers, body, ttl_ms, key_id)
+            : c.run(pg::kComplete, id.scope, id.key, static_cast<long long>(token),
+                    response.status, none, none, ttl_ms, key_id);
     if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
     return from_ms(r[0][0]);
   });

@@ -3,6 +3,7 @@ executed, and its behaviour is chosen per request through the path and query.
 
   /v1/...?status=N&delay_ms=M   JSON answer with status N after M ms (default 201)
   /big?bytes=N                  N pseudo-random bytes, different on every execution
+                                (&chunked=1: sent chunked, in 8 KiB chunks)
   /reset-after-read             reads the request, then drops the connection
   /echo                         echoes the body and the headers it received
 """
@@ -91,7 +92,17 @@ class Handler(BaseHTTPRequestHandler):
             return
         if url.path.endswith("/big"):
             rng = random.Random("%s-%s-%d" % (key, url.path, n))
-            payload = bytes(rng.getrandbits(8) for _ in range(int(query.get("bytes", "1024"))))
+            payload = rng.randbytes(int(query.get("bytes", "1024")))
+            if query.get("chunked") == "1":
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i in range(0, len(payload), 8192):
+                    piece = payload[i:i + 8192]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.write(b"0\r\n\r\n")
+                return
             self.answer(200, payload, "application/octet-stream")
             return
         if url.path.endswith("/echo"):

@@ -21,10 +21,11 @@ struct Admission {
     mismatch,       // the key was used with a different request
     store_failed,   // the store did not answer
     unreadable,     // a record exists but cannot be opened (encryption key missing, altered)
+    not_stored,     // it executed, but its answer was too large to store: no replay
   };
   Kind kind = Kind::store_failed;
   std::int64_t token = 0;                       // execute
-  std::optional<store::StoredResponse> replay;  // replay
+  std::optional<store::StoredResponse> replay;  // replay; not_stored: the status only
   TimePoint expires_at;                         // replay
   TimePoint locked_until;                       // execute, in_flight
   bool took_over = false;                       // execute: from a vanished holder

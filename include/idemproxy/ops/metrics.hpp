@@ -16,9 +16,11 @@ namespace idemproxy::ops {
 enum class Outcome {
   passthrough,  // not covered, or covered without a key
   executed,     // forwarded under a claim; response stored
+  executed_not_stored,  // forwarded under a claim; response too large: streamed, status kept
   released,     // forwarded under a claim; status not storable, claim released
   replayed,
   conflict,         // 409: same key in flight
+  not_replayable,   // 409: the key's response was too large to store
   outcome_unknown,  // 409: the key's holder vanished (on_stale: fail)
   indeterminate,    // 409: the key's earlier request has an unknown outcome
   mismatch,         // 422

@@ -36,6 +36,9 @@ struct StoredResponse {
   int status = 0;
   std::vector<Header> headers;
   std::string body;
+  /// False when the answer was larger than upstream.max_response_size: the record
+  /// keeps only the status, and is never replayed (a replay would be truncated).
+  bool body_stored = true;
 };
 
 struct Record {

@@ -1,0 +1,62 @@
+#pragma once
+// Relays one message body from one stream to another as it arrives, in fixed-size
+// chunks (Beast's relay pattern): pass-through uses it both ways, and the idempotent
+// path for responses too large to store.
+#include <array>
+#include <string_view>
+
+#include "http/stream.hpp"
+
+namespace idemproxy::http {
+
+enum class RelayError { none, read, write };
+
+/// Writes p's header, then `prefix` (body bytes already read from `in`), then the
+/// rest of the body as `in` delivers it.
+template <bool isRequest>
+asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
+                                  bhttp::parser<isRequest, bhttp::buffer_body>& p, Stream& out,
+                                  Duration in_timeout, Duration out_timeout,
+                                  beast::error_code& error, std::string_view prefix = {}) {
+  std::array<char, 16 * 1024> chunk;
+  bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
+  bool prefix_sent = prefix.empty();
+  do {
+    if (!prefix_sent) {
+      prefix_sent = true;
+      p.get().body().data = const_cast<char*>(prefix.data());  // only read by the serializer
+      p.get().body().size = prefix.size();
+      p.get().body().more = !p.is_done();
+    } else if (!p.is_done()) {
+      p.get().body().data = chunk.data();
+      p.get().body().size = chunk.size();
+      in.expires_after(in_timeout);
+      auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+      if (ec == bhttp::error::need_buffer) ec = {};
+      if (ec) {
+        error = ec;
+        co_return RelayError::read;
+      }
+      p.get().body().size = chunk.size() - p.get().body().size;
+      p.get().body().data = chunk.data();
+      p.get().body().more = !p.is_done();
+      // A read may parse only framing (a chunk header). An empty buffer must not
+      // reach a chunked serializer: it would write the zero-size terminating chunk.
+      if (p.get().body().size == 0 && !p.is_done()) continue;
+    } else {
+      p.get().body().data = nullptr;
+      p.get().body().size = 0;
+      p.get().body().more = false;  // defaults to true: the serializer would wait
+    }
+    out.expires_after(out_timeout);
+    auto [ec, n] = co_await bhttp::async_write(out, sr, use_nothrow);
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) {
+      error = ec;
+      co_return RelayError::write;
+    }
+  } while (!p.is_done() && !sr.is_done());
+  co_return RelayError::none;
+}
+
+}  // namespace idemproxy::http
