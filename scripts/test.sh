@@ -5,7 +5,9 @@
 #   2. end-to-end tests (pytest: the real binary, real PostgreSQL, a fake upstream),
 #   3. the run-local smoke test (the first README command),
 #   4. stages 1 and 2 again on an ASan+UBSan build (skip with SANITIZE=0),
-#   5. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them).
+#   5. the store tests and the concurrency end-to-end tests on a TSan build, with
+#      4 I/O threads per proxy (skip with SANITIZE=0),
+#   6. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -16,6 +18,9 @@ bash scripts/install-deps.sh
 bash scripts/build.sh
 if [ "$SANITIZE" = 1 ]; then
   BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIDEMPROXY_SANITIZE=ON
+  echo "build: build-tsan (RelWithDebInfo, ThreadSanitizer; idemproxy and store_tests)"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEMPROXY_TSAN=ON >/dev/null
+  cmake --build build-tsan -j2 --target idemproxy store_tests
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-test.XXXXXX")
@@ -47,11 +52,12 @@ run_ctest() {  # BUILD_DIR
   failed=$((failed + bad))
 }
 
-run_pytest() {  # BUILD_DIR
-  local log="$WORK/pytest-$1.log" line p n
-  echo "== end-to-end tests (pytest, $1/idemproxy)"
-  if IDEMPROXY_BIN="$ROOT/$1/idemproxy" /usr/bin/python3 -m pytest tests/e2e -q -p no:cacheprovider \
-      2>&1 | tee "$log"; then :; else status=1; fi
+run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
+  local build=$1 log="$WORK/pytest-$1.log" line p n
+  shift
+  echo "== end-to-end tests (pytest, $build/idemproxy${*:+, $*})"
+  if IDEMPROXY_BIN="$ROOT/$build/idemproxy" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+      "${@:-tests/e2e}" 2>&1 | tee "$log"; then :; else status=1; fi
   line=$(grep -E '(passed|failed|error)' "$log" | tail -1)
   p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
   passed=$((passed + p))
@@ -78,6 +84,20 @@ fi
 if [ "$SANITIZE" = 1 ]; then
   run_ctest build-asan
   run_pytest build-asan
+fi
+
+if [ "$SANITIZE" = 1 ]; then
+  echo "== store tests (ThreadSanitizer)"
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  if build-tsan/tests/store_tests 2>&1 | tee "$WORK/tsan-store.log"; then :; else status=1; fi
+  p=$(grep -oE 'PASSED  \] [0-9]+' "$WORK/tsan-store.log" | grep -oE '[0-9]+$' || echo 0)
+  n=$(grep -oE 'FAILED  \] [0-9]+ test' "$WORK/tsan-store.log" | grep -oE '[0-9]+' || echo 0)
+  if [ "$p" = 0 ] && [ "$n" = 0 ]; then n=1; fi  # it did not run: count a failure
+  passed=$((passed + p))
+  failed=$((failed + n))
+  IDEMPROXY_TEST_THREADS=4 run_pytest build-tsan tests/e2e/test_concurrency.py \
+    tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py
+  unset TSAN_OPTIONS
 fi
 
 if [ "$FUZZ_SECONDS" != 0 ]; then

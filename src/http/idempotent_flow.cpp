@@ -60,6 +60,7 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
   auto& rt = ctx.rt;
   const auto& route = *ctx.route;
   rt.metrics.claim_started();
+  rt.waiters.hold(wait_id(id));
   const auto t0 = std::chrono::steady_clock::now();
   Exchange ex = co_await rt.upstream.exchange(req);
   const double upstream_seconds =
@@ -81,7 +82,7 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
                                                   : "left to its lease (store unreachable)");
     }
     rt.metrics.claim_ended();
-    rt.waiters.notify(wait_id(id));
+    rt.waiters.release(wait_id(id));
     ctx.fail(*ex.error, Outcome::upstream_error);
     co_return co_await send_problem(ctx);
   }
@@ -105,7 +106,7 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
     return rt.engine.finish(id, token, route, answer, &expires_at);
   });
   rt.metrics.claim_ended();
-  rt.waiters.notify(wait_id(id));
+  rt.waiters.release(wait_id(id));
   switch (finish) {
     case engine::Finish::stored:
       ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;
@@ -228,9 +229,13 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
     }
     auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor);
     timer->expires_after(std::min<std::chrono::steady_clock::duration>(backoff, deadline - now));
-    rt.waiters.add(wait_id(claim.id), timer);
+    if (rt.waiters.add(wait_id(claim.id), timer)) {
+      // Held by this process: sleep until it releases the key; no database polling.
+      timer->expires_at(deadline);
+    } else {
+      backoff = std::min(backoff * 2, Duration{250});  // held elsewhere: re-check later
+    }
     co_await timer->async_wait(use_nothrow);
-    backoff = std::min(backoff * 2, Duration{250});
   }
 }
 

@@ -2,12 +2,26 @@
 
 namespace idemproxy::http {
 
-void WaitList::add(const std::string& id, const std::shared_ptr<asio::steady_timer>& timer) {
+void WaitList::hold(const std::string& id) {
+  std::lock_guard lock(mu_);
+  ++held_[id];
+}
+
+bool WaitList::add(const std::string& id, const std::shared_ptr<asio::steady_timer>& timer) {
   std::lock_guard lock(mu_);
   auto& list = waiting_[id];
   // Drop timers whose requests already moved on, so the list stays short.
   std::erase_if(list, [](const auto& w) { return w.expired(); });
   list.push_back(timer);
+  return held_.contains(id);
+}
+
+void WaitList::release(const std::string& id) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto h = held_.find(id); h != held_.end() && --h->second <= 0) held_.erase(h);
+  }
+  notify(id);
 }
 
 void WaitList::notify(const std::string& id) {

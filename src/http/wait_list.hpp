@@ -10,15 +10,24 @@
 
 namespace idemproxy::http {
 
-/// Requests waiting (on_concurrent: wait) for a key held by this process are woken
-/// when it finishes; keys held by other instances are re-checked on a backoff.
+/// Requests waiting (on_concurrent: wait) for a key held by this process sleep
+/// until it finishes, without touching the database; keys held by other instances
+/// are re-checked on a backoff.
 class WaitList {
  public:
-  void add(const std::string& id, const std::shared_ptr<asio::steady_timer>& timer);
+  /// This process now executes `id`.
+  void hold(const std::string& id);
+  /// It finished (or gave up): wakes every request waiting for `id`.
+  void release(const std::string& id);
+  /// Wakes every request waiting for `id` (a background completion landed).
   void notify(const std::string& id);
+  /// Registers a waiter; true when this process holds `id`, so the waiter can sleep
+  /// until release() instead of polling. (One lock: a release cannot slip between.)
+  bool add(const std::string& id, const std::shared_ptr<asio::steady_timer>& timer);
 
  private:
   std::mutex mu_;
+  std::unordered_map<std::string, int> held_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<asio::steady_timer>>> waiting_;
 };
 

@@ -86,6 +86,13 @@ def make_proxy(pg, upstream):
     yield make
     for p in started:
         p.kill()
+    # A sanitizer build reports races and memory errors in the proxy's log; any
+    # report fails the test that produced it.
+    for p in started:
+        log = p.read_log() if os.path.exists(p.log_path) else ""
+        for marker in ("WARNING: ThreadSanitizer", "ERROR: AddressSanitizer",
+                       "runtime error:", "ERROR: LeakSanitizer"):
+            assert marker not in log, "sanitizer report in %s:\n%s" % (p.log_path, log[-4000:])
 
 
 @pytest.fixture

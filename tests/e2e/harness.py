@@ -68,6 +68,15 @@ def raw_exchange(port, payload, timeout=5):
         return b"".join(chunks)
 
 
+def default_server():
+    """IDEMPROXY_TEST_THREADS runs every proxy with that many I/O threads (the TSan
+    stage uses 4, so races between I/O threads can show)."""
+    server = {"drain_timeout": "5s"}
+    if os.environ.get("IDEMPROXY_TEST_THREADS"):
+        server["threads"] = int(os.environ["IDEMPROXY_TEST_THREADS"])
+    return server
+
+
 def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, routes=None,
                 store=None, server=None, gc=None, extra_top=None):
     defaults = defaults or {}
@@ -84,7 +93,7 @@ def config_text(upstream_url, dsn, listen_port, admin_port, defaults=None, route
         "store": store,
         "defaults": defaults,
         "routes": routes,
-        "server": dict({"drain_timeout": "5s"}, **(server or {})),
+        "server": dict(default_server(), **(server or {})),
     }
     if gc is not None:
         doc["gc"] = gc

@@ -1,5 +1,6 @@
 """Many requests with one key at once: the upstream must execute exactly once."""
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 
@@ -36,6 +37,23 @@ def test_64_concurrent_requests_with_one_key_execute_once_wait(make_proxy, upstr
     assert [r.status for r in responses] == [201] * 64
     assert len({r.body for r in responses}) == 1
     assert sum(1 for r in responses if r.header("Idempotent-Replayed") == "true") == 63
+
+
+def test_waiters_on_a_local_holder_sleep_instead_of_polling_the_database(make_proxy, pg, upstream,
+                                                                       key):
+    # 64 waiters on a holder that takes 800 ms. Polling with backoff (5 ms doubling to
+    # 250 ms) would cost each waiter about 8 claims; sleeping until the holder
+    # releases costs each one claim before and one after.
+    p = make_proxy(defaults={"on_concurrent": "wait"}, gc={"interval": "0s"})
+    commits = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+    time.sleep(1.2)  # statistics reach pg_stat_database within a second
+    before = int(pg.sql(commits))
+    responses = storm(p, key, path="/v1/orders?delay_ms=800")
+    time.sleep(1.2)
+    spent = int(pg.sql(commits)) - before
+    assert upstream.executions.count(key=key) == 1
+    assert [r.status for r in responses] == [201] * 64
+    assert spent <= 2 * 64 + 8, spent  # a claim before and after each wait, one complete
 
 
 def test_distinct_keys_in_parallel_each_execute_once(proxy, upstream, key):
