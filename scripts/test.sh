@@ -96,7 +96,8 @@ if [ "$SANITIZE" = 1 ]; then
   passed=$((passed + p))
   failed=$((failed + n))
   IDEMPROXY_TEST_THREADS=4 run_pytest build-tsan tests/e2e/test_concurrency.py \
-    tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py
+    tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py \
+    tests/e2e/test_operations.py tests/e2e/test_oversized.py
   unset TSAN_OPTIONS
 fi
 

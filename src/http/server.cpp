@@ -51,6 +51,7 @@ struct ProxyServer::Impl {
   tcp::acceptor proxy_acceptor;
   tcp::acceptor admin_acceptor;
   asio::signal_set signals;
+  asio::strand<asio::io_context::executor_type> control{asio::make_strand(io)};
   SessionTracker tracker;
   std::unique_ptr<ssl::context> tls;  // downstream termination (tls.cert_file)
 };
@@ -233,10 +234,12 @@ void ProxyServer::start() {
 
 int ProxyServer::run() {
   auto& s = *impl_;
-  asio::co_spawn(s.io, s.accept_clients(), log_exception);
-  asio::co_spawn(s.io, s.accept_admin(), log_exception);
-  asio::co_spawn(s.io, s.handle_signals(), log_exception);
-  asio::co_spawn(s.io, s.collect_garbage(), log_exception);
+  // The acceptors are not thread-safe, and drain closes them: everything that
+  // touches them runs on one strand (TSan found the race with server.threads > 1).
+  asio::co_spawn(s.control, s.accept_clients(), log_exception);
+  asio::co_spawn(s.control, s.accept_admin(), log_exception);
+  asio::co_spawn(s.control, s.handle_signals(), log_exception);
+  asio::co_spawn(s.control, s.collect_garbage(), log_exception);
   std::vector<std::thread> extra;
   for (int i = 1; i < s.threads; ++i) extra.emplace_back([&s] { s.io.run(); });
   s.io.run();
