@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, whatever idemproxy needs that is missing.
 # Idempotent: does nothing (and needs no network) when everything is present.
+#   scripts/install-deps.sh          what building, running and testing need
+#   scripts/install-deps.sh bench    that, plus what bench/run.sh needs
 set -euo pipefail
 
 PACKAGES=(
@@ -13,6 +15,9 @@ PACKAGES=(
   python3 python3-pytest python3-prometheus-client python3-yaml
   curl procps openssl
 )
+if [ "${1:-}" = "bench" ]; then
+  PACKAGES+=(nginx-light wrk util-linux)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

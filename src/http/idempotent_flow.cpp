@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "http/headers.hpp"
+#include "http/relay.hpp"
 #include "http/request_context.hpp"
 #include "idemproxy/engine/fingerprint.hpp"
 #include "idemproxy/engine/key.hpp"
@@ -288,8 +289,11 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   ctx.client.stream.expires_after(cfg.server.read_timeout);
   beast::error_code ec = bhttp::error::body_limit;
   if (!too_large) {
+    const bool wide = parser.content_length().value_or(kBodyReadSize) > 4096;
+    if (wide) ctx.client.buffer.reserve(kBodyReadSize);
     std::tie(ec, std::ignore) =
         co_await bhttp::async_read(ctx.client.stream, ctx.client.buffer, parser, use_nothrow);
+    if (wide) ctx.client.buffer.shrink_to_fit();
   }
   if (ec == bhttp::error::body_limit) {
     ctx.keep_alive = false;

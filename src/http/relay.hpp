@@ -11,6 +11,11 @@ namespace idemproxy::http {
 
 enum class RelayError { none, read, write };
 
+/// Beast reads at most capacity() - size() bytes of a flat_buffer per call (and at
+/// least 512): a buffer that only ever held a header reads a body 512 bytes at a
+/// time, a syscall and a write each. Bodies are read through this much room.
+inline constexpr std::size_t kBodyReadSize = 64 * 1024;
+
 /// Writes p's header, then `prefix` (body bytes already read from `in`), then the
 /// rest of the body as `in` delivers it.
 template <bool isRequest>
@@ -20,6 +25,15 @@ asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
                                   beast::error_code& error, std::string_view prefix = {}) {
   std::array<char, 16 * 1024> chunk;
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
+  in_buffer.reserve(kBodyReadSize);
+  // A client's buffer gives the room back afterwards (idle keep-alive connections
+  // stay small); an upstream connection's keeps it for the next response.
+  struct Narrow {
+    beast::flat_buffer& buffer;
+    ~Narrow() {
+      if (isRequest) buffer.shrink_to_fit();
+    }
+  } narrow{in_buffer};
   bool prefix_sent = prefix.empty();
   do {
     if (!prefix_sent) {

@@ -4,6 +4,7 @@
 
 #include <array>
 
+#include "http/relay.hpp"
 #include "http/tls.hpp"
 
 namespace idemproxy::http {
@@ -97,6 +98,7 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request) {
       co_return out;
     }
     out.sent = true;
+    conn->buffer.reserve(kBodyReadSize);
     auto parser = std::make_unique<StreamingParser>();
     parser->header_limit(64 * 1024);
     parser->body_limit(boost::none);  // bounded below; an oversized body is streamed

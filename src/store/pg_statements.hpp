@@ -10,14 +10,16 @@ struct Statement {
 
 #define IDEMPROXY_RECORD_COLUMNS                                              \
   "fingerprint, state, token, route, method, target, "                        \
-  "(extract(epoch from created_at) * 1000)::bigint, "                         \
-  "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint, " \
-  "(extract(epoch from expires_at) * 1000)::bigint, expires_at <= now(), "    \
-  "(state = 'in_flight' AND locked_until <= now()), status, headers, body, key_id"
+  "(extract(epoch from created_at) * 1000)::bigint AS created_ms, "                   \
+  "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint AS locked_ms, " \
+  "(extract(epoch from expires_at) * 1000)::bigint AS expires_ms, "                    \
+  "expires_at <= now() AS expired, "                                                     \
+  "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, key_id"
 
 // Claims (scope, key) in one statement. The row is taken over when it was released,
 // has expired, or (with $9, on_stale: retake) its lease ran out while in flight or
 // indeterminate; otherwise the live row is returned unchanged.
+// Every column is named, so bench/ can run this exact text under pgbench (\gset).
 // Zero rows means a concurrent claim committed after this statement's snapshot:
 // the caller runs it again and then sees that row. The last column tells whether the
 // claim took over a vanished holder's live record (a lease takeover). $10 is the id
@@ -41,8 +43,8 @@ inline constexpr Statement kClaim{
     " WHERE r.state = 'released' OR r.expires_at <= now()"
     "  OR ($9 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
     " RETURNING r.*)"
-    " SELECT true, " IDEMPROXY_RECORD_COLUMNS
-    ", coalesce((SELECT live FROM previous), false) FROM claimed"
+    " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
+    ", coalesce((SELECT live FROM previous), false) AS took_over FROM claimed"
     " UNION ALL"
     " SELECT false, " IDEMPROXY_RECORD_COLUMNS
     ", false FROM idempotency_records"

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark: idemproxy against nginx (a plain reverse proxy) and
+# against pgbench running idemproxy's own claim and complete statements, on this
+# machine, in one run. Prints a table of absolute figures and ratios; the ratios are
+# what count on a shared, noisy machine.
+#   bench/run.sh            10 s per measurement (BENCH_SECONDS to change)
+#   bench/run.sh --smoke    2 s per measurement: checks the harness works
+# Installs what it needs (nginx-light, wrk), builds into build-bench/, and starts a
+# private PostgreSQL 15 (fsync and synchronous_commit on, the defaults).
+# CPU pinning: the system under test (idemproxy or nginx) runs on CPU 1; wrk, the
+# upstream and PostgreSQL on CPU 0. Results also go to bench/results/latest.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SECONDS_=${BENCH_SECONDS:-10}
+if [ "${1:-}" = "--smoke" ]; then SECONDS_=2; fi
+
+bash scripts/install-deps.sh bench >/dev/null
+BUILD_DIR=build-bench bash scripts/build.sh -DIDEMPROXY_BENCH=ON -DIDEMPROXY_TESTS=OFF >/dev/null
+
+if [ "$(nproc)" -ge 2 ]; then SUT_CPU=1; LOAD_CPU=0; else SUT_CPU=0; LOAD_CPU=0; fi
+WORK=$(mktemp -d /tmp/idemproxy-bench.XXXXXX)
+chmod 755 "$WORK"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  bash scripts/pg.sh stop "$WORK/pg" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+
+# --- the components -------------------------------------------------------------
+DSN=$(taskset -c "$LOAD_CPU" bash scripts/pg.sh start "$WORK/pg")
+PSQL=(psql "$DSN" -qAt -v ON_ERROR_STOP=1)
+
+UP_PORT=$(free_port)
+taskset -c "$LOAD_CPU" build-bench/bench_upstream "$UP_PORT" & PIDS+=($!)
+wait_port "$UP_PORT"
+
+NGINX_PORT=$(free_port)
+mkdir -p "$WORK/nginx"
+cat >"$WORK/nginx/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  fastcgi_temp_path $WORK/nginx/fastcgi;
+  uwsgi_temp_path $WORK/nginx/uwsgi;
+  scgi_temp_path $WORK/nginx/scgi;
+  upstream bench { server 127.0.0.1:$UP_PORT; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    client_max_body_size 2m;
+    location / {
+      proxy_pass http://bench;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+taskset -c "$SUT_CPU" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" 2>/dev/null & PIDS+=($!)
+wait_port "$NGINX_PORT"
+NGINX_PID=$(pgrep -P "${PIDS[-1]}" | head -1)  # the one worker
+
+PROXY_PORT=$(free_port)
+ADMIN_PORT=$(free_port)
+cat >"$WORK/idemproxy.yaml" <<EOF
+listen: 127.0.0.1:$PROXY_PORT
+admin_listen: 127.0.0.1:$ADMIN_PORT
+upstream: {url: "http://127.0.0.1:$UP_PORT", max_idle_connections: 256}
+store: {postgres: {dsn: "$DSN", pool_size: 8}}
+server: {threads: 1, max_connections: 100000}
+log: {level: warn}
+routes:
+  - {name: orders, path_prefix: /v1, on_concurrent: wait}
+EOF
+taskset -c "$SUT_CPU" build-bench/idemproxy serve --config "$WORK/idemproxy.yaml" \
+  >"$WORK/idemproxy.log" 2>&1 & PIDS+=($!)
+PROXY_PID=${PIDS[-1]}
+wait_port "$PROXY_PORT"
+
+# --- measuring --------------------------------------------------------------------
+HZ=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+reset_peak_rss() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null || true; }
+peak_rss_mib() { awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+commits() { "${PSQL[@]}" -c "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"; }
+to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /[0-9]s$/ && v !~ /ms$/) n *= 1000; printf "%.2f", n }'; }
+upstream_count() { curl -s "http://127.0.0.1:$UP_PORT/count"; }
+
+# run NAME PID PORT PATH CONNECTIONS LUA [ENV...]: one wrk measurement. Sets R[NAME.*].
+declare -A R
+run() {
+  local name=$1 pid=$2 port=$3 path=$4 conns=$5 lua=$6
+  shift 6
+  reset_peak_rss "$pid"
+  local c0 k0 out
+  c0=$(cpu_ticks "$pid")
+  k0=$(commits)
+  out=$(env "$@" taskset -c "$LOAD_CPU" wrk -t1 -c"$conns" -d"${SECONDS_}s" --latency \
+          -s "bench/lua/$lua" "http://127.0.0.1:$port$path")
+  local c1
+  c1=$(cpu_ticks "$pid")
+  sleep 1.2  # PostgreSQL publishes transaction counts within a second
+  local k1 requests errors
+  k1=$(commits)
+  requests=$(echo "$out" | awk '/requests in/ {print $1}')
+  errors=$(echo "$out" | awk '/Non-2xx/ {e += $NF} /Socket errors/ {gsub(",", ""); e += $4 + $6 + $8 + $10} END {print e + 0}')
+  R[$name.rps]=$(echo "$out" | awk '/^Requests\/sec/ {printf "%.0f", $2}')
+  R[$name.p50]=$(to_ms "$(echo "$out" | awk '$1 == "50%" {print $2}')")
+  R[$name.p99]=$(to_ms "$(echo "$out" | awk '$1 == "99%" {print $2}')")
+  R[$name.cpu_us]=$(awk -v t=$((c1 - c0)) -v hz="$HZ" -v n="$requests" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+  R[$name.rss]=$(peak_rss_mib "$pid")
+  R[$name.commits]=$(awk -v k=$((k1 - k0)) -v n="$requests" 'BEGIN {printf "%.2f", k / n}')
+  R[$name.errors]=${errors:-0}
+  echo "bench: $name: ${R[$name.rps]} req/s, p99 ${R[$name.p99]} ms, errors ${R[$name.errors]}" >&2
+}
+
+N=$NGINX_PID
+P=$PROXY_PID
+echo "bench: ${SECONDS_}s per measurement; SUT on CPU $SUT_CPU, load on CPU $LOAD_CPU" >&2
+taskset -c "$LOAD_CPU" wrk -t1 -c16 -d1s -s bench/lua/post.lua "http://127.0.0.1:$PROXY_PORT/warm" >/dev/null
+run nginx.pass      "$N" "$NGINX_PORT" /pass     64 post.lua
+run idem.pass       "$P" "$PROXY_PORT" /pass     64 post.lua
+run idem.fresh      "$P" "$PROXY_PORT" /v1/orders 64 keys.lua KEY_PREFIX="fresh-$$"
+# 64 keys: the first request of each executes, every later one replays.
+run idem.replay     "$P" "$PROXY_PORT" /v1/orders 64 keys.lua KEY_PREFIX="replay-$$" KEY_SPACE=64
+run nginx.pass64k   "$N" "$NGINX_PORT" /pass/64k 64 post.lua
+run idem.pass64k    "$P" "$PROXY_PORT" /pass/64k 64 post.lua
+run idem.fresh64k   "$P" "$PROXY_PORT" /v1/64k   64 keys.lua KEY_PREFIX="fresh64k-$$"
+run nginx.pass1m    "$N" "$NGINX_PORT" /pass/1m  256 post.lua
+run idem.pass1m     "$P" "$PROXY_PORT" /pass/1m  256 post.lua
+
+# The pgbench ceiling: idemproxy's exact claim and complete statements, one
+# transaction each, at the proxy's pool size (8 connections).
+build-bench/bench_pgbench_script >"$WORK/claim_complete.sql"
+K0=$(commits)
+PGB=$(taskset -c "$SUT_CPU" pgbench -n -M prepared -c 8 -j 1 -T "$SECONDS_" -f "$WORK/claim_complete.sql" \
+  -D scope=bench -D fp="$(printf 'f%.0s' $(seq 64))" -D route=orders -D method=POST \
+  -D target=/v1/orders -D lease_ms=30000 -D ttl_ms=86400000 -D retake=false -D resp_status=201 \
+  -D resp_headers=Content-Type:application/json -D resp_body='{"id":"ord_1","status":"created"}' "$DSN" 2>&1)
+PGB_TPS=$(echo "$PGB" | awk '/^tps/ {printf "%.0f", $3}')
+echo "bench: pgbench claim+complete: $PGB_TPS keyed requests/s" >&2
+
+# The same-key storm: 64 concurrent requests, one key, a 200 ms upstream.
+U0=$(upstream_count)
+K0=$(commits)
+STORM_KEY="storm-$$"
+statuses=$(seq 64 | xargs -P 64 -I{} curl -s -o /dev/null -w '%{http_code}\n' -X POST \
+  -H "Idempotency-Key: $STORM_KEY" -H 'Content-Type: application/json' -d '{"amount":1}' \
+  "http://127.0.0.1:$PROXY_PORT/v1/orders/slow")
+sleep 1.2
+STORM_CALLS=$(( $(upstream_count) - U0 ))
+STORM_OK=$(echo "$statuses" | grep -c '^201$' || true)
+STORM_COMMITS=$(( $(commits) - K0 ))
+
+# Latency at 50% of nginx's maximum rate, open loop: the added p99 over the upstream alone.
+RATE=$(( R[nginx.pass.rps] / 2 ))
+openloop() { taskset -c "$LOAD_CPU" build-bench/bench_openloop "$1" /pass "$RATE" "$SECONDS_" 32 || true; }
+ol_p99() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])["p99_ms"])' "$1"; }
+OL_DIRECT=$(openloop "$UP_PORT")
+OL_NGINX=$(openloop "$NGINX_PORT")
+OL_IDEM=$(openloop "$PROXY_PORT")
+P99_DIRECT=$(ol_p99 "$OL_DIRECT")
+P99_NGINX=$(ol_p99 "$OL_NGINX")
+P99_IDEM=$(ol_p99 "$OL_IDEM")
+
+# --- the table --------------------------------------------------------------------
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
+row() {  # label name
+  echo "| $1 | ${R[$2.rps]} | ${R[$2.p50]} | ${R[$2.p99]} | ${R[$2.cpu_us]} | ${R[$2.rss]} | ${R[$2.commits]} | ${R[$2.errors]} |"
+}
+ADDED_NGINX=$(awk -v a="$P99_NGINX" -v b="$P99_DIRECT" 'BEGIN {printf "%.3f", a - b}')
+ADDED_IDEM=$(awk -v a="$P99_IDEM" -v b="$P99_DIRECT" 'BEGIN {printf "%.3f", a - b}')
+{
+  echo "## Results ($(date -u +%Y-%m-%d), ${SECONDS_} s per measurement, $(nproc) CPUs)"
+  echo
+  echo "wrk -t1, closed loop at the stated connections; latency in ms; CPU time of the"
+  echo "system under test per request; peak RSS during the measurement."
+  echo
+  echo "| scenario | req/s | p50 | p99 | CPU µs/req | peak RSS MiB | commits/req | errors |"
+  echo "|---|---|---|---|---|---|---|---|"
+  row "nginx, pass-through (64 conns)" nginx.pass
+  row "idemproxy, pass-through (64 conns)" idem.pass
+  row "idemproxy, fresh keys (64 conns)" idem.fresh
+  row "idemproxy, replay of completed keys (64 conns)" idem.replay
+  row "nginx, pass-through, 64 KiB answers" nginx.pass64k
+  row "idemproxy, pass-through, 64 KiB answers" idem.pass64k
+  row "idemproxy, fresh keys, 64 KiB answers stored" idem.fresh64k
+  row "nginx, pass-through, 1 MiB answers (256 conns)" nginx.pass1m
+  row "idemproxy, pass-through, 1 MiB answers (256 conns)" idem.pass1m
+  echo
+  echo "| reference | value |"
+  echo "|---|---|"
+  echo "| pgbench, claim + complete, 8 connections, one transaction each (keyed requests/s) | $PGB_TPS |"
+  echo "| same-key storm: 64 concurrent requests, 201 answers | $STORM_OK |"
+  echo "| same-key storm: upstream calls | $STORM_CALLS |"
+  echo "| same-key storm: database commits | $STORM_COMMITS |"
+  echo "| open loop at $RATE req/s (50% of nginx's max), p99 ms: upstream alone / nginx / idemproxy | $P99_DIRECT / $P99_NGINX / $P99_IDEM |"
+  echo "| added p99 ms: nginx / idemproxy | $ADDED_NGINX / $ADDED_IDEM |"
+  echo
+  echo "| goal | measured | target |"
+  echo "|---|---|---|"
+  echo "| pass-through req/s ÷ nginx | $(ratio "${R[idem.pass.rps]}" "${R[nginx.pass.rps]}") | ≥ 0.90 |"
+  echo "| replay req/s ÷ nginx pass-through | $(ratio "${R[idem.replay.rps]}" "${R[nginx.pass.rps]}") | ≥ 1.00 |"
+  echo "| fresh keys req/s ÷ pgbench ceiling | $(ratio "${R[idem.fresh.rps]}" "$PGB_TPS") | ≥ 1.50 |"
+  echo "| same-key storm upstream calls | $STORM_CALLS | 1 |"
+  echo "| added p99 ÷ nginx's added p99 | $(ratio "$ADDED_IDEM" "$ADDED_NGINX") | ≤ 1.20 |"
+  echo "| peak RSS, 256 conns streaming 1 MiB (MiB) | ${R[idem.pass1m.rss]} | ≤ 64 |"
+} | tee "$WORK/table.md"
+mkdir -p bench/results
+cp "$WORK/table.md" bench/results/latest.md
