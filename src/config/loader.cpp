@@ -176,6 +176,10 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
     if (s["max_stream_body"])
       c.server.max_stream_body = r.size(s["max_stream_body"], "server.max_stream_body");
   }
+  if (const YAML::Node rc = root["replay_cache"]) {
+    r.expect_map(rc, "replay_cache", section("replay_cache"));
+    if (rc["max_bytes"]) c.replay_cache_bytes = r.size(rc["max_bytes"], "replay_cache.max_bytes");
+  }
   if (const YAML::Node g = root["gc"]) {
     r.expect_map(g, "gc", section("gc"));
     if (g["interval"]) c.gc.interval = r.duration(g["interval"], "gc.interval");

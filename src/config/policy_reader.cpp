@@ -7,7 +7,8 @@ const std::map<std::string, std::set<std::string>>& schema() {
   static const std::map<std::string, std::set<std::string>> sections = {
       {"",
        {"listen", "admin_listen", "admin_token", "scope_key", "upstream", "store", "defaults",
-        "routes", "server", "log", "gc", "tls"}},
+        "routes", "server", "log", "gc", "tls", "replay_cache"}},
+      {"replay_cache", {"max_bytes"}},
       {"upstream",
        {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size",
         "tls"}},

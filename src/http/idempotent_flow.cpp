@@ -56,9 +56,10 @@ asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& re
 }
 
 // Phases forward -> record -> respond, while holding the claim under `token`.
-asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, std::int64_t token,
-                              StringRequest& req) {
+asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& claim,
+                              std::int64_t token, StringRequest& req) {
   auto& rt = ctx.rt;
+  const store::RecordId& id = claim.id;
   const auto& route = *ctx.route;
   rt.metrics.claim_started();
   rt.waiters.hold(wait_id(id));
@@ -112,6 +113,12 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::RecordId& id, st
     case engine::Finish::stored:
       ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;
       head.set(kExpiresHeader, http_date(expires_at));
+      if (!big) {
+        rt.cache.put(id, {claim.fingerprint,
+                          {answer.status, engine::storable_headers(answer.headers, route),
+                           answer.body},
+                          expires_at});
+      }
       break;
     case engine::Finish::released:
       ctx.outcome = Outcome::released;
@@ -163,9 +170,10 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
     }
     switch (a.kind) {
       case Admission::Kind::execute:
-        co_return co_await execute(ctx, claim.id, a.token, req);
+        co_return co_await execute(ctx, claim, a.token, req);
       case Admission::Kind::replay: {
         ctx.outcome = Outcome::replayed;
+        rt.cache.put(claim.id, {claim.fingerprint, *a.replay, a.expires_at});
         auto res = replay_response(*a.replay, a.expires_at, ctx.version, ctx.keep_alive);
         co_return co_await send_response(ctx, res) && ctx.keep_alive;
       }
@@ -327,6 +335,17 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
                   cfg.upstream.base_path);
   req.prepare_payload();
+  // A completed record this process has seen replays from memory: no database round
+  // trip, no commit. Anything else (a miss, another fingerprint) asks the store.
+  if (route.mode == engine::Mode::enforce) {
+    const auto hit = ctx.rt.cache.get(claim.id, std::chrono::system_clock::now());
+    if (hit && hit->fingerprint == claim.fingerprint) {
+      ctx.outcome = Outcome::replayed;
+      ctx.rt.metrics.count_cache_hit();
+      auto res = replay_response(hit->response, hit->expires_at, ctx.version, ctx.keep_alive);
+      co_return co_await send_response(ctx, res) && ctx.keep_alive;
+    }
+  }
   co_return co_await claim_and_act(ctx, claim, req);
 }
 

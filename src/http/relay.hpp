@@ -25,15 +25,18 @@ asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
                                   beast::error_code& error, std::string_view prefix = {}) {
   std::array<char, 16 * 1024> chunk;
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
-  in_buffer.reserve(kBodyReadSize);
-  // A client's buffer gives the room back afterwards (idle keep-alive connections
-  // stay small); an upstream connection's keeps it for the next response.
+  // Small bodies arrive with their head; only a large or chunked one needs the room.
+  // A client's buffer gives it back afterwards (idle keep-alive connections stay
+  // small); an upstream connection's keeps it for the next response.
+  const bool wide = !p.is_done() && (p.chunked() || p.content_length().value_or(0) > 4096);
+  if (wide) in_buffer.reserve(kBodyReadSize);
   struct Narrow {
     beast::flat_buffer& buffer;
+    bool active;
     ~Narrow() {
-      if (isRequest) buffer.shrink_to_fit();
+      if (active) buffer.shrink_to_fit();
     }
-  } narrow{in_buffer};
+  } narrow{in_buffer, wide && isRequest};
   bool prefix_sent = prefix.empty();
   do {
     if (!prefix_sent) {

@@ -17,6 +17,7 @@
 #include "http/wait_list.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/engine/engine.hpp"
+#include "idemproxy/engine/replay_cache.hpp"
 #include "idemproxy/ops/metrics.hpp"
 
 namespace idemproxy::http {
@@ -35,8 +36,9 @@ class Runtime {
       : engine(store),
         metrics(metrics),
         db_pool(static_cast<std::size_t>(db_threads)),
-        upstream(io.get_executor(), settings->config.upstream),
+        upstream(io.get_executor(), settings->config.upstream, settings->config.server.threads > 1),
         completions(engine, db_pool, waiters, 64 * 1024 * 1024),
+        cache(settings->config.replay_cache_bytes),
         settings_(std::move(settings)) {}
 
   std::shared_ptr<const Settings> settings() const {
@@ -80,6 +82,7 @@ class Runtime {
   UpstreamPool upstream;
   WaitList waiters;
   CompletionRetrier completions;
+  engine::ReplayCache cache;
   std::atomic<bool> draining{false};
   /// Reloads the config file (SIGHUP and POST /admin/reload); returns the error, if any.
   std::function<std::optional<std::string>()> reload;

@@ -21,6 +21,7 @@ struct ProxyServer::Impl {
         admin_acceptor(io),
         signals(io, SIGINT, SIGTERM, SIGHUP) {
     runtime.reload = [this] { return reload(); };
+    runtime.engine.store().watch_purges([this](const store::RecordId& id) { runtime.cache.erase(id); });
     if (config.tls.enabled()) tls = make_server_tls(config.tls);
     runtime.metrics.set_gauges([this] {
       const auto pool = runtime.engine.store().pool_stats();
@@ -31,6 +32,10 @@ struct ProxyServer::Impl {
            static_cast<double>(pool.in_use)},
           {"idemproxy_db_pool_size", "Configured database pool size.",
            static_cast<double>(pool.size)},
+          {"idemproxy_replay_cache_bytes", "Bytes held by the replay cache.",
+           static_cast<double>(runtime.cache.bytes())},
+          {"idemproxy_replay_cache_entries", "Completed records held by the replay cache.",
+           static_cast<double>(runtime.cache.size())},
           {"idemproxy_completions_pending",
            "Completions waiting for the store to come back, retried in the background.",
            static_cast<double>(runtime.completions.pending())}};
@@ -90,8 +95,10 @@ void ProxyServer::Impl::bind(tcp::acceptor& acceptor, const config::Endpoint& at
 asio::awaitable<void> ProxyServer::Impl::accept_clients() {
   for (;;) {
     // Named, not a temporary: GCC 12 destroys temporaries in co_await expressions twice.
-    const auto strand = asio::make_strand(io);
-    auto [ec, socket] = co_await proxy_acceptor.async_accept(strand, use_nothrow);
+    // A strand per connection with several I/O threads; with one, it is pure cost.
+    const asio::any_io_executor ex = threads > 1 ? asio::any_io_executor(asio::make_strand(io))
+                                                 : asio::any_io_executor(io.get_executor());
+    auto [ec, socket] = co_await proxy_acceptor.async_accept(ex, use_nothrow);
     if (ec) {
       if (!proxy_acceptor.is_open()) co_return;
       spdlog::warn("accept failed: {}", ec.message());
@@ -135,14 +142,20 @@ std::optional<std::string> ProxyServer::Impl::reload() {
     if (next.listen.host != old.listen.host || next.listen.port != old.listen.port ||
         next.admin_listen.port != old.admin_listen.port || next.upstream.url != old.upstream.url ||
         next.store.dsn != old.store.dsn || next.store.kind != old.store.kind ||
+        next.store.encryption_key_file != old.store.encryption_key_file ||
+        next.upstream.tls.ca_file != old.upstream.tls.ca_file ||
+        next.tls.cert_file != old.tls.cert_file || next.tls.client_ca_file != old.tls.client_ca_file ||
+        next.replay_cache_bytes != old.replay_cache_bytes ||
         next.server.threads != old.server.threads) {
       spdlog::warn(
-          "reload: listen, admin_listen, upstream.url, store and server.threads "
+          "reload: listen, admin_listen, upstream, store, tls, replay_cache and server.threads "
           "changes take effect only after a restart; keeping the running values");
       next.listen = old.listen;
       next.admin_listen = old.admin_listen;
       next.upstream = old.upstream;
       next.store = old.store;
+      next.tls = old.tls;
+      next.replay_cache_bytes = old.replay_cache_bytes;
       next.server.threads = old.server.threads;
     }
     runtime.replace_settings(std::make_shared<Settings>(std::move(next)));
@@ -248,6 +261,7 @@ int ProxyServer::run() {
     spdlog::error("{} completion(s) could not be written before exit; their records stay in flight",
                   pending);
   }
+  s.runtime.engine.store().watch_purges({});  // its callback uses the cache, about to go
   s.runtime.db_pool.stop();  // abandons completion retries still waiting for the store
   s.runtime.db_pool.join();
   spdlog::info("stopped");

@@ -1,6 +1,9 @@
 #include "http/upstream_pool.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 
 #include <array>
 
@@ -13,13 +16,9 @@ namespace {
 // A pooled connection the upstream has closed reads as EOF; one still open would
 // block. Checking before reuse avoids sending a request into a dead socket.
 bool still_open(tcp::socket& socket) {
-  beast::error_code ec;
-  socket.non_blocking(true, ec);
-  char byte = 0;
-  socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
-  beast::error_code ignored;
-  socket.non_blocking(false, ignored);
-  return ec == asio::error::would_block;
+  char byte = 0;  // one syscall: no toggling of the socket's blocking mode
+  const auto n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 ProxyError upstream_error(ProblemKind kind, const std::string& detail) {
@@ -28,8 +27,9 @@ ProxyError upstream_error(ProblemKind kind, const std::string& detail) {
 
 }  // namespace
 
-UpstreamPool::UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config)
-    : ex_(std::move(ex)), config_(config) {
+UpstreamPool::UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config,
+                           bool strands)
+    : ex_(std::move(ex)), config_(config), strands_(strands) {
   if (!config_.tls.enabled) return;
   tls_ = make_upstream_tls(config_.tls);
   if (config_.tls.insecure_skip_verify) {
@@ -56,7 +56,8 @@ UpstreamPool::acquire(bool fresh) {
   }
   // Each connection has its own strand: Beast's timeout handler and the socket's
   // completions must not run concurrently when several I/O threads run.
-  auto conn = std::make_unique<UpstreamConnection>(asio::make_strand(ex_), tls_.get());
+  const asio::any_io_executor ex = strands_ ? asio::any_io_executor(asio::make_strand(ex_)) : ex_;
+  auto conn = std::make_unique<UpstreamConnection>(ex, tls_.get());
   prepare_upstream_tls(conn->stream, config_);
   tcp::resolver resolver(ex_);
   auto [rec, endpoints] = co_await resolver.async_resolve(config_.host, config_.port, use_nothrow);

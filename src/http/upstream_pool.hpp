@@ -41,8 +41,10 @@ struct Exchange {
 
 class UpstreamPool {
  public:
-  /// Throws std::runtime_error when an https upstream's TLS settings cannot be loaded.
-  UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config);
+  /// `strands`: give each connection its own strand (needed with several I/O
+  /// threads; with one, the strand's locking is pure cost). Throws
+  /// std::runtime_error when an https upstream's TLS settings cannot be loaded.
+  UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config, bool strands);
 
   /// An idle connection that still looks open, or a new one.
   asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> acquire(
@@ -62,6 +64,7 @@ class UpstreamPool {
   asio::any_io_executor ex_;
   config::UpstreamConfig config_;
   std::unique_ptr<ssl::context> tls_;  // https upstreams
+  bool strands_;
   std::mutex mu_;
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;
 };

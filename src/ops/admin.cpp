@@ -88,6 +88,7 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
     action = co_await rt.blocking([&store, &id] { return show_record(store, id); });
   } else if (segments.size() == 3 && verb == bhttp::verb::delete_) {
     action = co_await rt.blocking([&store, &id] { return purge_record(store, id); });
+    rt.cache.erase(id);
   } else if (segments.size() == 4 && segments[3] == "resolve" && verb == bhttp::verb::post) {
     action = co_await rt.blocking([&store, &id] { return resolve_record(store, id); });
   } else {

@@ -130,6 +130,9 @@ std::string Metrics::render() const {
   counter("idemproxy_connections_refused_total",
           "Client connections closed at once because server.max_connections was reached.",
           refused_connections_.load());
+  counter("idemproxy_replay_cache_hits_total",
+          "Replays served from the in-process cache, without a database round trip.",
+          cache_hits_.load());
   counter("idemproxy_tls_handshake_failures_total",
           "Client TLS handshakes that failed (no or untrusted client certificate, bad TLS).",
           tls_handshake_failures_.load());

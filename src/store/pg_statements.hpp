@@ -88,8 +88,13 @@ inline constexpr Statement kList{
     " (state = 'in_flight' AND locked_until <= now()), status, NULL::bytea, NULL::bytea, key_id, scope, key"
     " FROM idempotency_records WHERE ($1 = '' OR state = $1) ORDER BY created_at DESC LIMIT $2"};
 
-inline constexpr Statement kPurge{"idemproxy_purge",
-                                  "DELETE FROM idempotency_records WHERE scope = $1 AND key = $2"};
+// Deletes one record and tells every listening instance (channel idemproxy_purge,
+// payload scope '\n' key) once the deletion commits, so replay caches drop it.
+inline constexpr Statement kPurge{
+    "idemproxy_purge",
+    "WITH purged AS (DELETE FROM idempotency_records WHERE scope = $1 AND key = $2"
+    " RETURNING scope, key)"
+    " SELECT pg_notify('idemproxy_purge', scope || E'\\n' || key) FROM purged"};
 
 // Deletes a bounded batch; rows under a live lease are left to their holder. The
 // transaction-scoped advisory lock lets one instance at a time delete (the others

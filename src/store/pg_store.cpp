@@ -43,7 +43,47 @@ class PgStore::Connection {
 };
 
 PgStore::PgStore(PgOptions options) : options_(std::move(options)) {}
-PgStore::~PgStore() = default;
+
+PgStore::~PgStore() {
+  stopping_ = true;
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void PgStore::watch_purges(std::function<void(const RecordId&)> fn) {
+  stopping_ = true;  // one watcher at a time; an empty fn just stops it
+  if (watcher_.joinable()) watcher_.join();
+  stopping_ = false;
+  if (!fn) return;
+  if (options_.transaction_pooling) {
+    spdlog::warn("store.postgres.transaction_pooling: LISTEN does not survive a transaction "
+                 "pooler, so purges by other instances do not reach this one's replay cache "
+                 "(set replay_cache.max_bytes: 0 if purges must act at once everywhere)");
+    return;
+  }
+  watcher_ = std::thread([this, fn = std::move(fn)] {
+    struct Receiver final : pqxx::notification_receiver {
+      Receiver(pqxx::connection_base& c, std::function<void(const RecordId&)> f)
+          : pqxx::notification_receiver(c, "idemproxy_purge"), fn(std::move(f)) {}
+      void operator()(const std::string& payload, int) override {
+        const auto nl = payload.find('\n');
+        if (nl != std::string::npos) fn({payload.substr(0, nl), payload.substr(nl + 1)});
+      }
+      std::function<void(const RecordId&)> fn;
+    };
+    while (!stopping_) {
+      try {
+        pqxx::connection conn(options_.dsn);
+        Receiver receiver(conn, fn);
+        while (!stopping_) conn.await_notification(0, 200'000);
+      } catch (const std::exception& e) {
+        spdlog::warn("purge listener: {}; reconnecting", e.what());
+        for (int i = 0; i < 10 && !stopping_; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds{100});
+        }
+      }
+    }
+  });
+}
 
 std::unique_ptr<PgStore::Connection> PgStore::checkout() {
   {
@@ -295,7 +335,7 @@ Result<std::vector<Record>> PgStore::list(std::optional<RecordState> state, int 
 
 Result<bool> PgStore::purge(const RecordId& id) {
   return with_connection<bool>([&](Connection& c) -> Result<bool> {
-    return c.run(pg::kPurge, id.scope, id.key).affected_rows() > 0;
+    return !c.run(pg::kPurge, id.scope, id.key).empty();
   });
 }
 

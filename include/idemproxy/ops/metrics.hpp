@@ -69,6 +69,7 @@ class Metrics {
   void count_takeover() { takeovers_.fetch_add(1); }
   void count_refused_connection() { refused_connections_.fetch_add(1); }
   void count_tls_handshake_failure() { tls_handshake_failures_.fetch_add(1); }
+  void count_cache_hit() { cache_hits_.fetch_add(1); }
   void count_gc_deleted(std::uint64_t n) { gc_deleted_.fetch_add(n); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_rejected_).fetch_add(1); }
   void observe_upstream(double seconds) { upstream_.observe(seconds); }
@@ -89,6 +90,7 @@ class Metrics {
   std::atomic<std::uint64_t> takeovers_{0};
   std::atomic<std::uint64_t> refused_connections_{0};
   std::atomic<std::uint64_t> tls_handshake_failures_{0};
+  std::atomic<std::uint64_t> cache_hits_{0};
   std::atomic<std::uint64_t> gc_deleted_{0};
   std::atomic<std::uint64_t> reloads_ok_{0};
   std::atomic<std::uint64_t> reloads_rejected_{0};

@@ -1,11 +1,13 @@
 #pragma once
 // PostgreSQL store: one connection per database-pool thread, statements prepared
 // once per connection, reconnection after the server restarts.
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "idemproxy/store/sealer.hpp"
@@ -47,6 +49,9 @@ class PgStore final : public Store {
   Result<std::int64_t> delete_expired(int limit) override;
   Result<Done> ping() override;
   PoolStats pool_stats() override;
+  /// LISTENs on its own connection (not through a transaction-pooling PgBouncer,
+  /// where sessions do not last: then purges elsewhere are not seen).
+  void watch_purges(std::function<void(const RecordId&)> fn) override;
 
  private:
   class Connection;
@@ -63,6 +68,8 @@ class PgStore final : public Store {
   std::condition_variable available_;
   std::vector<std::unique_ptr<Connection>> idle_;
   int open_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread watcher_;
 };
 
 }  // namespace idemproxy::store

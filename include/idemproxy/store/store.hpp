@@ -1,6 +1,7 @@
 #pragma once
 // The narrow interface between the idempotency engine and where records live.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -138,6 +139,11 @@ class Store {
   /// is deleting, returns 0.
   virtual Result<std::int64_t> delete_expired(int limit) = 0;
   virtual Result<Done> ping() = 0;
+
+  /// Calls `fn` (from a background thread) whenever a record is purged, by any
+  /// instance or the CLI, so caches can drop it; an empty `fn` stops watching.
+  /// Stores that cannot watch ignore it.
+  virtual void watch_purges(std::function<void(const RecordId&)> fn) {}
 
   struct PoolStats {
     int size = 0;    // configured connections

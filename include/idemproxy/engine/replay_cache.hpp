@@ -1,0 +1,55 @@
+#pragma once
+// Completed records kept in memory, so a replay needs neither the database nor the
+// upstream. Bounded by bytes (least recently used goes first), each entry dropped at
+// its record's expiry, and on purge. PostgreSQL stays the source of truth: a miss,
+// or a fingerprint that differs, asks the store.
+#include <cstddef>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "idemproxy/engine/clock.hpp"
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::engine {
+
+class ReplayCache {
+ public:
+  struct Entry {
+    std::string fingerprint;
+    store::StoredResponse response;  // as stored: replayable headers only
+    TimePoint expires_at;
+  };
+
+  /// max_bytes 0 turns the cache off.
+  explicit ReplayCache(std::size_t max_bytes) : max_bytes_(max_bytes) {}
+
+  /// The entry for `id`, unless there is none or it expired by `now`.
+  std::shared_ptr<const Entry> get(const store::RecordId& id, TimePoint now);
+  /// Keeps a completed, replayable record (one larger than the whole budget is not kept).
+  void put(const store::RecordId& id, Entry entry);
+  void erase(const store::RecordId& id);
+
+  std::size_t bytes() const;
+  std::size_t size() const;
+
+ private:
+  using Key = std::string;  // scope '\n' key
+  struct Slot {
+    std::shared_ptr<const Entry> entry;
+    std::size_t bytes;
+    std::list<Key>::iterator lru;
+  };
+  static Key key_of(const store::RecordId& id) { return id.scope + '\n' + id.key; }
+  void drop(std::unordered_map<Key, Slot>::iterator it);
+
+  const std::size_t max_bytes_;
+  mutable std::mutex mu_;
+  std::unordered_map<Key, Slot> slots_;
+  std::list<Key> lru_;  // front: most recently used
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace idemproxy::engine

@@ -1,0 +1,72 @@
+// The replay cache: hits, expiry, the byte budget (LRU), purge, and what it refuses.
+#include "idemproxy/engine/replay_cache.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace idemproxy;
+using namespace idemproxy::engine;
+using namespace std::chrono_literals;
+
+namespace {
+
+const TimePoint t0{std::chrono::hours{1000}};
+
+ReplayCache::Entry entry(const std::string& body, TimePoint expires = t0 + 1h) {
+  return {"fp", store::StoredResponse{201, {{"Content-Type", "application/json"}}, body}, expires};
+}
+
+}  // namespace
+
+TEST(ReplayCache, ServesWhatWasPutUntilItExpires) {
+  ReplayCache cache(1 << 20);
+  cache.put({"s", "k"}, entry("body"));
+  auto hit = cache.get({"s", "k"}, t0);
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->response.body, "body");
+  EXPECT_EQ(hit->fingerprint, "fp");
+  EXPECT_FALSE(cache.get({"s", "other"}, t0));
+  EXPECT_FALSE(cache.get({"other", "k"}, t0));  // scopes never share entries
+  EXPECT_FALSE(cache.get({"s", "k"}, t0 + 1h));  // expired: dropped
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.bytes(), 0u);
+}
+
+TEST(ReplayCache, StaysWithinItsByteBudgetDroppingTheLeastRecentlyUsed) {
+  ReplayCache cache(10 * 1024);
+  cache.put({"s", "a"}, entry(std::string(3000, 'a')));
+  cache.put({"s", "b"}, entry(std::string(3000, 'b')));
+  cache.put({"s", "c"}, entry(std::string(3000, 'c')));
+  ASSERT_TRUE(cache.get({"s", "a"}, t0));  // a is now the most recently used
+  cache.put({"s", "d"}, entry(std::string(3000, 'd')));
+  EXPECT_TRUE(cache.get({"s", "a"}, t0));
+  EXPECT_FALSE(cache.get({"s", "b"}, t0));  // the least recently used went
+  EXPECT_TRUE(cache.get({"s", "d"}, t0));
+  EXPECT_LE(cache.bytes(), 10u * 1024);
+}
+
+TEST(ReplayCache, PurgeAndReplaceAndRefusals) {
+  ReplayCache cache(4096);
+  cache.put({"s", "k"}, entry("one"));
+  cache.put({"s", "k"}, entry("two"));
+  EXPECT_EQ(cache.get({"s", "k"}, t0)->response.body, "two");
+  EXPECT_EQ(cache.size(), 1u);
+  cache.erase({"s", "k"});
+  EXPECT_FALSE(cache.get({"s", "k"}, t0));
+  cache.put({"s", "big"}, entry(std::string(8192, 'x')));  // larger than the budget
+  EXPECT_FALSE(cache.get({"s", "big"}, t0));
+  auto unstored = entry("");
+  unstored.response.body_stored = false;  // too large to replay: never cached
+  cache.put({"s", "u"}, unstored);
+  EXPECT_FALSE(cache.get({"s", "u"}, t0));
+  ReplayCache off(0);
+  off.put({"s", "k"}, entry("x"));
+  EXPECT_FALSE(off.get({"s", "k"}, t0));
+}
+
+TEST(ReplayCache, AnEntryHandedOutSurvivesItsEviction) {
+  ReplayCache cache(4096);
+  cache.put({"s", "k"}, entry("kept"));
+  auto hit = cache.get({"s", "k"}, t0);
+  cache.erase({"s", "k"});
+  EXPECT_EQ(hit->response.body, "kept");  // a replay in progress is not cut short
+}
