@@ -106,7 +106,7 @@ run() {
   local c0 k0 out
   c0=$(cpu_ticks "$pid")
   k0=$(commits)
-  out=$(env "$@" taskset -c "$LOAD_CPU" wrk -t1 -c"$conns" -d"${SECONDS_}s" --latency \
+  out=$(env "$@" taskset -c "$LOAD_CPU" wrk -t1 -c"$conns" -d"${SECONDS_}s" --timeout 10s --latency \
           -s "bench/lua/$lua" "http://127.0.0.1:$port$path")
   local c1
   c1=$(cpu_ticks "$pid")
@@ -129,6 +129,9 @@ N=$NGINX_PID
 P=$PROXY_PID
 echo "bench: ${SECONDS_}s per measurement; SUT on CPU $SUT_CPU, load on CPU $LOAD_CPU" >&2
 taskset -c "$LOAD_CPU" wrk -t1 -c16 -d1s -s bench/lua/post.lua "http://127.0.0.1:$PROXY_PORT/warm" >/dev/null
+# Streaming first, while the replay cache is empty: peak RSS is the streaming cost.
+run nginx.pass1m    "$N" "$NGINX_PORT" /pass/1m  256 post.lua
+run idem.pass1m     "$P" "$PROXY_PORT" /pass/1m  256 post.lua
 run nginx.pass      "$N" "$NGINX_PORT" /pass     64 post.lua
 run idem.pass       "$P" "$PROXY_PORT" /pass     64 post.lua
 run idem.fresh      "$P" "$PROXY_PORT" /v1/orders 64 keys.lua KEY_PREFIX="fresh-$$"
@@ -137,8 +140,6 @@ run idem.replay     "$P" "$PROXY_PORT" /v1/orders 64 keys.lua KEY_PREFIX="replay
 run nginx.pass64k   "$N" "$NGINX_PORT" /pass/64k 64 post.lua
 run idem.pass64k    "$P" "$PROXY_PORT" /pass/64k 64 post.lua
 run idem.fresh64k   "$P" "$PROXY_PORT" /v1/64k   64 keys.lua KEY_PREFIX="fresh64k-$$"
-run nginx.pass1m    "$N" "$NGINX_PORT" /pass/1m  256 post.lua
-run idem.pass1m     "$P" "$PROXY_PORT" /pass/1m  256 post.lua
 
 # The pgbench ceiling: idemproxy's exact claim and complete statements, one
 # transaction each, at the proxy's pool size (8 connections).

@@ -92,7 +92,7 @@ struct Config {
   Endpoint admin_listen{"127.0.0.1", 9090};
   std::string admin_token;  // bearer token for /admin/*; empty turns the admin API off
   std::string scope_key;    // HMAC key for scope: {from: authorization}
-  std::size_t replay_cache_bytes = 64 * 1024 * 1024;  // replay_cache.max_bytes; 0: off
+  std::size_t replay_cache_bytes = 16 * 1024 * 1024;  // replay_cache.max_bytes; 0: off
   TlsConfig tls;
   UpstreamConfig upstream;
   StoreConfig store;
