@@ -7,6 +7,8 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "idemproxy/engine/hex.hpp"
+
 namespace idemproxy::engine {
 namespace {
 
@@ -16,16 +18,6 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-std::string to_hex(const unsigned char* bytes, unsigned int n) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (unsigned int i = 0; i < n; ++i) {
-    out += digits[bytes[i] >> 4];
-    out += digits[bytes[i] & 0xf];
-  }
-  return out;
-}
 
 class Sha256 {
  public:
@@ -46,7 +38,7 @@ class Sha256 {
     std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
     unsigned int n = 0;
     EVP_DigestFinal_ex(ctx_, md.data(), &n);
-    return to_hex(md.data(), n);
+    return to_hex({reinterpret_cast<const char*>(md.data()), n});
   }
 
  private:
@@ -90,7 +82,7 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
   unsigned int n = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(data.data()), data.size(), md.data(), &n);
-  return to_hex(md.data(), n);
+  return to_hex({reinterpret_cast<const char*>(md.data()), n});
 }
 
 std::string sha256_hex(std::string_view data) {

@@ -4,6 +4,7 @@
 
 #include <pqxx/pqxx>
 
+#include "idemproxy/engine/hex.hpp"
 #include "store/pg_statements.hpp"
 
 namespace idemproxy::store {
@@ -171,27 +172,6 @@ std::string seal_context(const RecordId& id, std::string_view field) {
   return c;
 }
 
-std::string to_hex(std::string_view bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-std::string from_hex(std::string_view hex) {
-  auto digit = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  std::string out;
-  out.reserve(hex.size() / 2);
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out += static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1]));
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string PgStore::stored(std::string_view value, const RecordId& id,
@@ -222,7 +202,7 @@ Record PgStore::read_record(const pqxx::row& row, const RecordId& id) const {
   Record r;
   r.id = id;
   r.fingerprint = row[1].as<std::string>();
-  if (key_id) r.fingerprint = opened(from_hex(r.fingerprint), "fingerprint");
+  if (key_id) r.fingerprint = opened(engine::from_hex(r.fingerprint).value_or(""), "fingerprint");
   r.state = parse_state(row[2].as<std::string>()).value_or(RecordState::in_flight);
   r.token = row[3].as<long long>();
   r.route = row[4].as<std::string>();
@@ -249,7 +229,7 @@ Record PgStore::read_record(const pqxx::row& row, const RecordId& id) const {
 Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
   const char* key_id = options_.sealer ? options_.sealer->current_id().c_str() : nullptr;
   const std::string fingerprint = options_.sealer
-                                      ? to_hex(stored(req.fingerprint, req.id, "fingerprint"))
+                                      ? engine::to_hex(stored(req.fingerprint, req.id, "fingerprint"))
                                       : req.fingerprint;
   return with_connection<ClaimResult>([&](Connection& c) -> Result<ClaimResult> {
     // Zero rows: a concurrent claim committed after our snapshot; it is visible now.

@@ -9,6 +9,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "idemproxy/engine/hex.hpp"
+
 namespace idemproxy::store {
 namespace {
 
@@ -31,13 +33,6 @@ bool valid_id(std::string_view id) {
     if (!ok) return false;
   }
   return true;
-}
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 std::string trim(const std::string& s) {
@@ -71,12 +66,9 @@ std::vector<SealingKey> read_key_file(const std::string& path) {
       throw std::invalid_argument(where + "the key must be 64 hex digits (32 bytes), e.g. from "
                                           "`openssl rand -hex 32`");
     }
-    for (std::size_t i = 0; i < 32; ++i) {
-      const int hi = hex_digit(hex[2 * i]);
-      const int lo = hex_digit(hex[2 * i + 1]);
-      if (hi < 0 || lo < 0) throw std::invalid_argument(where + "the key is not hexadecimal");
-      key.bytes[i] = static_cast<unsigned char>(hi * 16 + lo);
-    }
+    const auto bytes = engine::from_hex(hex);
+    if (!bytes) throw std::invalid_argument(where + "the key is not hexadecimal");
+    std::copy(bytes->begin(), bytes->end(), key.bytes.begin());
     keys.push_back(std::move(key));
   }
   if (keys.empty()) throw std::invalid_argument("key file " + path + " holds no key");

@@ -138,19 +138,17 @@ def test_insecure_skip_verify_must_be_asked_for_and_is_logged(make_proxy, tls_up
 
 
 @pytest.mark.parametrize("top, message", [
-    ({"tls": {"cert_file": "/nonexistent.pem", "key_file": "/nonexistent.key"}},
+    (lambda pki: {"tls": {"cert_file": "/nonexistent.pem", "key_file": "/nonexistent.key"}},
      "tls.cert_file: cannot read /nonexistent.pem"),
-    ({"tls": {"cert_file": "CERT"}}, "tls needs both cert_file and key_file"),
-    ({"upstream": {"url": "http://127.0.0.1:1", "tls": {"ca_file": "CA"}}},
+    (lambda pki: {"tls": {"cert_file": pki.server[0]}}, "tls needs both cert_file and key_file"),
+    (lambda pki: {"upstream": {"url": "http://127.0.0.1:1", "tls": {"ca_file": pki.ca}}},
      "upstream.tls applies to an https:// upstream.url"),
-    ({"upstream": {"url": "https://127.0.0.1:1", "tls": {"ca_file": "CA",
-                                                          "insecure_skip_verify": True}}},
+    (lambda pki: {"upstream": {"url": "https://127.0.0.1:1",
+                               "tls": {"ca_file": pki.ca, "insecure_skip_verify": True}}},
      "contradict"),
 ])
 def test_tls_config_errors_name_their_position(make_proxy, pki, top, message):
-    text = str(top).replace("CERT", pki.server[0]).replace("'CA'", "'%s'" % pki.ca)
-    top = eval(text)  # the dicts above, with real paths substituted
-    p = make_proxy(start=False, extra_top=top)
+    p = make_proxy(start=False, extra_top=top(pki))
     run = p.cli("check-config")
     assert run.returncode == 2, run.stderr
     assert run.stderr.startswith(p.config_path + ":") and message in run.stderr, run.stderr
