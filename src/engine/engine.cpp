@@ -54,13 +54,15 @@ Finish from_store(const store::StoreError& e) {
 }  // namespace
 
 Finish Engine::finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
-                      const store::StoredResponse& response, TimePoint* expires_at) {
+                      const store::StoredResponse& response, TimePoint* expires_at,
+                      store::StoredResponse* stored) {
   if (!policy.stores_status(response.status)) return abandon(id, token);
   store::StoredResponse kept{response.status, storable_headers(response.headers, policy),
                              response.body, response.body_stored};
   auto done = store_.complete(id, token, kept, policy.ttl);
   if (!done.ok()) return from_store(done.error());
   if (expires_at) *expires_at = done.value();
+  if (stored) *stored = std::move(kept);
   return Finish::stored;
 }
 

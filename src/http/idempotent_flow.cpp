@@ -104,21 +104,20 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
               ex.response.body()};
   }
   TimePoint expires_at{};
-  const engine::Finish finish = co_await rt.blocking([&rt, &route, &answer, &id, &token, &expires_at] {
-    return rt.engine.finish(id, token, route, answer, &expires_at);
-  });
+  store::StoredResponse stored;  // as kept in the record: what replays send
+  const engine::Finish finish =
+      co_await rt.blocking([&rt, &route, &answer, &id, &token, &expires_at, &stored] {
+        return rt.engine.finish(id, token, route, answer, &expires_at, &stored);
+      });
   rt.metrics.claim_ended();
   rt.waiters.release(wait_id(id));
   switch (finish) {
     case engine::Finish::stored:
       ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;
       head.set(kExpiresHeader, http_date(expires_at));
-      if (!big) {
-        rt.cache.put(id, {claim.fingerprint,
-                          {answer.status, engine::storable_headers(answer.headers, route),
-                           answer.body},
-                          expires_at});
-      }
+      // The stored form: a replay from memory sends what one from the record would.
+      // (An answer too large to store is not kept: its body_stored is false.)
+      rt.cache.put(id, {claim.fingerprint, std::move(stored), expires_at});
       break;
     case engine::Finish::released:
       ctx.outcome = Outcome::released;

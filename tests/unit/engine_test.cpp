@@ -53,6 +53,19 @@ TEST_F(EngineTest, FirstRequestExecutesAndRetriesReplayTheStoredResponse) {
   EXPECT_EQ(retry.replay->body, R"({"id":"ord_1"})");
 }
 
+TEST_F(EngineTest, FinishHandsBackTheStoredFormThatReplaysSend) {
+  const auto first = engine.admit(request("k"));
+  store::StoredResponse stored;
+  TimePoint expires_at{};
+  ASSERT_EQ(engine.finish({"", "k"}, first.token, policy, created(), &expires_at, &stored),
+            Finish::stored);
+  const auto retry = engine.admit(request("k"));
+  ASSERT_EQ(retry.kind, Kind::replay);
+  EXPECT_EQ(stored.headers, retry.replay->headers);  // what the replay cache keeps
+  EXPECT_EQ(stored.body, retry.replay->body);
+  EXPECT_EQ(expires_at, retry.expires_at);
+}
+
 TEST_F(EngineTest, StoredHeadersDropHopByHopAndDeniedOnes) {
   const auto first = engine.admit(request("k"));
   engine.finish({"", "k"}, first.token, policy, created());

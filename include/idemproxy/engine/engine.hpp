@@ -50,9 +50,11 @@ class Engine {
 
   /// Records the upstream's answer under `token`: stored when its status is
   /// storable (without hop-by-hop and denied headers), released otherwise.
-  /// `expires_at`, when given, receives the record's expiry once stored.
+  /// `expires_at`, when given, receives the record's expiry once stored, and
+  /// `stored`, the response as it was stored (what a replay sends).
   Finish finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
-                const store::StoredResponse& response, TimePoint* expires_at = nullptr);
+                const store::StoredResponse& response, TimePoint* expires_at = nullptr,
+                store::StoredResponse* stored = nullptr);
 
   /// Gives up a claim whose request never reached the upstream.
   Finish abandon(const store::RecordId& id, std::int64_t token);
