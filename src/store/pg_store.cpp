@@ -181,7 +181,7 @@ std::string PgStore::stored(std::string_view value, const RecordId& id,
 }
 
 // Reads the columns listed in pg_statements.hpp; column 0 is "claimed".
-Record PgStore::read_record(const pqxx::row& row, const RecordId& id) const {
+Record PgStore::read_record(const pqxx::row& row, const RecordId& id, bool listing) const {
   // Column 15: the id of the key that sealed the row, NULL when it is in the clear.
   std::optional<std::string> key_id;
   if (!row[15].is_null()) key_id = row[15].as<std::string>();
@@ -202,7 +202,14 @@ Record PgStore::read_record(const pqxx::row& row, const RecordId& id) const {
   Record r;
   r.id = id;
   r.fingerprint = row[1].as<std::string>();
-  if (key_id) r.fingerprint = opened(engine::from_hex(r.fingerprint).value_or(""), "fingerprint");
+  if (key_id) {
+    try {
+      r.fingerprint = opened(engine::from_hex(r.fingerprint).value_or(""), "fingerprint");
+    } catch (const UnreadableRecord&) {
+      if (!listing) throw;
+      r.fingerprint = "(sealed with key " + *key_id + ")";
+    }
+  }
   r.state = parse_state(row[2].as<std::string>()).value_or(RecordState::in_flight);
   r.token = row[3].as<long long>();
   r.route = row[4].as<std::string>();
@@ -307,7 +314,8 @@ Result<std::vector<Record>> PgStore::list(std::optional<RecordState> state, int 
     const std::string filter = state ? std::string(to_string(*state)) : std::string();
     std::vector<Record> out;
     for (const auto& row : c.run(pg::kList, filter, limit)) {
-      out.push_back(read_record(row, {row[16].as<std::string>(), row[17].as<std::string>()}));
+      out.push_back(
+          read_record(row, {row[16].as<std::string>(), row[17].as<std::string>()}, true));
     }
     return out;
   });

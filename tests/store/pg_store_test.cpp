@@ -379,4 +379,15 @@ TEST_F(PgStoreTest, PlainRecordsStayReadableAfterEncryptionIsTurnedOn) {
   auto plain_read = store->find(sreq.id);
   ASSERT_FALSE(plain_read.ok());
   EXPECT_EQ(plain_read.error().code, StoreErrc::unreadable);
+  // Listing (admin API, keys list) still works, and shows which key sealed the row.
+  auto listed = store->list(RecordState::completed, 1000);
+  ASSERT_TRUE(listed.ok()) << listed.error().detail;
+  bool seen = false;
+  for (const auto& r : listed.value()) {
+    if (r.id.key == sreq.id.key && r.id.scope == sreq.id.scope) {
+      seen = true;
+      EXPECT_EQ(r.fingerprint, "(sealed with key k1)");
+    }
+  }
+  EXPECT_TRUE(seen);
 }

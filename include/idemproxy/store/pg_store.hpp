@@ -59,7 +59,9 @@ class PgStore final : public Store {
   Result<T> with_connection(const std::function<Result<T>(Connection&)>& work);
   std::unique_ptr<Connection> checkout();
   void give_back(std::unique_ptr<Connection> conn);
-  Record read_record(const pqxx::row& row, const RecordId& id) const;
+  /// `listing`: a sealed fingerprint that does not open is shown by its key id
+  /// instead of failing the whole list (listings never include bodies).
+  Record read_record(const pqxx::row& row, const RecordId& id, bool listing = false) const;
   /// The stored form of a field: sealed under the current key, or as it is.
   std::string stored(std::string_view value, const RecordId& id, std::string_view field) const;
 
