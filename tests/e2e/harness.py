@@ -193,6 +193,16 @@ class Proxy:
             self.proc.wait()
 
 
+def wait_for(predicate, timeout=5):
+    """True once predicate() holds, polling every 20 ms; False after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def problem(response):
     """Asserts an RFC 9457 problem response and returns its JSON."""
     assert response.header("Content-Type") == "application/problem+json", response.headers

@@ -3,7 +3,7 @@ trip; a purge anywhere (another instance, the CLI) reaches every instance's cach
 the store still judges everything the cache cannot answer."""
 import time
 
-from harness import problem
+from harness import problem, wait_for
 
 COMMITS = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
 
@@ -11,15 +11,6 @@ COMMITS = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_data
 def commits(pg):
     time.sleep(1.2)  # PostgreSQL publishes transaction counts within a second
     return int(pg.sql(COMMITS))
-
-
-def wait_for(predicate, timeout=5):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_replays_come_from_memory_without_touching_the_database(make_proxy, upstream, pg, key):

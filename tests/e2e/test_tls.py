@@ -4,12 +4,11 @@ certificate subject, and https upstreams verified by default."""
 import socket
 import ssl
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import problem, request
+from harness import problem, request, wait_for
 
 
 def client_tls(pki, cert=None):
@@ -19,15 +18,6 @@ def client_tls(pki, cert=None):
     if cert is not None:
         context.load_cert_chain(*cert)
     return context
-
-
-def wait_for(predicate, timeout=5):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def tls_proxy(make_proxy, pki, mtls=False, **config):
