@@ -107,8 +107,14 @@ bool looks_like_http(const std::string& out) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static World world;
   auto& io = world.io;
-  tcp::acceptor listener(io, {asio::ip::make_address("127.0.0.1"), 0});
-  tcp::socket client(io);
+  // The client half-closes first, so each input leaves a TIME_WAIT entry behind for
+  // a minute. At thousands of inputs a second those used up the ephemeral ports and
+  // connect() failed (seen in CI). Each input connects from its own loopback source
+  // address instead (127.1.0.0/16), so no two recent connections share a port space.
+  static tcp::acceptor listener(io, {asio::ip::make_address("127.0.0.1"), 0});
+  static std::uint32_t inputs = 0;
+  const asio::ip::address_v4 source{0x7f010000u + (inputs++ & 0xffffu)};
+  tcp::socket client(io, tcp::endpoint{source, 0});
   client.connect(listener.local_endpoint());
   tcp::socket server = listener.accept();
   asio::write(client, asio::buffer(data, size));  // small: fits the socket buffer
