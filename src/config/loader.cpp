@@ -132,6 +132,8 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
     if (c.store.dsn.empty()) r.fail(pg["dsn"], "store.postgres.dsn is empty");
     if (pg["pool_size"])
       c.store.pool_size = r.integer(pg["pool_size"], "store.postgres.pool_size", 1, 256);
+    if (pg["batch_max"])
+      c.store.batch_max = r.integer(pg["batch_max"], "store.postgres.batch_max", 1, 1024);
     if (pg["transaction_pooling"])
       c.store.transaction_pooling =
           r.boolean(pg["transaction_pooling"], "store.postgres.transaction_pooling");

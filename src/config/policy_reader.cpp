@@ -16,7 +16,7 @@ const std::map<std::string, std::set<std::string>>& schema() {
       {"tls", {"cert_file", "key_file", "client_ca_file"}},
       {"store", {"postgres", "memory", "encryption"}},
       {"store.encryption", {"key_file"}},
-      {"store.postgres", {"dsn", "pool_size", "statement_timeout", "transaction_pooling"}},
+      {"store.postgres", {"dsn", "pool_size", "batch_max", "statement_timeout", "transaction_pooling"}},
       {"server",
        {"threads", "drain_timeout", "idle_timeout", "header_timeout", "read_timeout",
         "max_header_size", "max_stream_body", "max_connections"}},

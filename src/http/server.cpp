@@ -10,13 +10,25 @@
 
 namespace idemproxy::http {
 
+namespace {
+
+// Database-pool threads. With PostgreSQL: one per connection, plus room for a full
+// batch of claims and completions to queue for the next free connection (a waiting
+// caller holds its thread; see PgStore's group commit).
+int db_threads(const config::StoreConfig& store) {
+  if (store.kind != config::StoreConfig::Kind::postgres) return 1;
+  return store.pool_size + (store.batch_max > 1 ? store.batch_max : 0);
+}
+
+}  // namespace
+
 struct ProxyServer::Impl {
   Impl(config::Config config, store::Store& store, ops::Metrics& metrics)
       : threads(config.server.threads),
         io(threads),
         runtime(
             io, std::make_shared<Settings>(config), store, metrics,
-            config.store.kind == config::StoreConfig::Kind::postgres ? config.store.pool_size : 1),
+            db_threads(config.store)),
         proxy_acceptor(io),
         admin_acceptor(io),
         signals(io, SIGINT, SIGTERM, SIGHUP) {

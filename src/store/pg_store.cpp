@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <pqxx/pqxx>
+#include <tuple>
 
 #include "idemproxy/engine/hex.hpp"
 #include "store/pg_statements.hpp"
@@ -31,12 +33,21 @@ class PgStore::Connection {
     for (const auto& s : pg::kAll) conn_.prepare(s.name, s.sql);
   }
 
+  /// Runs `statement` inside `tx`, a transaction on this connection.
   template <class... Args>
-  pqxx::result run(const pg::Statement& statement, Args&&... args) {
-    pqxx::nontransaction tx(conn_);
+  pqxx::result exec(pqxx::transaction_base& tx, const pg::Statement& statement, Args&&... args) {
     return prepared_ ? tx.exec_prepared(statement.name, std::forward<Args>(args)...)
                      : tx.exec_params(statement.sql, std::forward<Args>(args)...);
   }
+
+  /// Runs `statement` on its own, committed when it returns.
+  template <class... Args>
+  pqxx::result run(const pg::Statement& statement, Args&&... args) {
+    pqxx::nontransaction tx(conn_);
+    return exec(tx, statement, std::forward<Args>(args)...);
+  }
+
+  pqxx::connection& raw() { return conn_; }
 
  private:
   pqxx::connection conn_;
@@ -154,6 +165,112 @@ Result<T> PgStore::with_connection(const std::function<Result<T>(Connection&)>& 
   }
 }
 
+// Group commit. A claim or completion joins the queue. If fewer batches are running
+// than the pool has connections, its caller leads at once: it takes everything
+// queued (up to batch_max), runs it in one transaction with one commit, and then
+// wakes each member. Otherwise it waits, and the next free connection carries it
+// together with whatever queued behind it. With no load, a batch holds one
+// statement, run in autocommit as before; under load one commit (one WAL flush)
+// serves many requests. Every member's answer is handed over only after the commit,
+// so a claim is durable before its request goes upstream.
+//
+// Members run in (scope, key) order, so two batches touching the same keys take
+// their row locks in the same order and cannot deadlock each other. Two claims of
+// one key in one batch see each other, as in separate transactions: the later one
+// finds the earlier one's row. If a batch fails (an SQL error, a lock timeout, a
+// deadlock with a non-batched statement), it was rolled back whole, and each member
+// runs again on its own, so one bad statement cannot fail its neighbours.
+struct PgStore::Pending {
+  const RecordId* id;
+  const std::function<pqxx::result(pqxx::transaction_base&, Connection&)>* statement;
+  Result<pqxx::result> rows{StoreError{StoreErrc::unavailable, "not run"}};
+  bool done = false;
+  std::condition_variable wake;
+};
+
+template <class T>
+Result<T> PgStore::batched(
+    const RecordId& id,
+    const std::function<pqxx::result(pqxx::transaction_base&, Connection&)>& statement,
+    const std::function<Result<T>(const pqxx::result&)>& decode) {
+  Pending self{&id, &statement, {StoreError{}}, false, {}};
+  {
+    std::unique_lock lock(batch_mu_);
+    queue_.push_back(&self);
+    while (!self.done) {
+      if (batches_running_ < options_.pool_size && !queue_.empty()) {
+        const auto n = std::min<std::size_t>(queue_.size(), static_cast<std::size_t>(
+                                                                std::max(options_.batch_max, 1)));
+        std::vector<Pending*> batch(queue_.begin(), queue_.begin() + static_cast<long>(n));
+        queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(n));
+        ++batches_running_;
+        // More queued and another connection free: let the next in line lead too.
+        if (!queue_.empty() && batches_running_ < options_.pool_size) queue_.front()->wake.notify_one();
+        lock.unlock();
+        run_batch(batch);
+        lock.lock();
+        --batches_running_;
+        ++batch_stats_.batches;
+        batch_stats_.operations += static_cast<std::int64_t>(batch.size());
+        for (Pending* p : batch) {
+          p->done = true;
+          if (p != &self) p->wake.notify_one();
+        }
+        if (!queue_.empty()) queue_.front()->wake.notify_one();
+        continue;
+      }
+      self.wake.wait(lock);
+    }
+  }
+  if (!self.rows.ok()) return self.rows.error();
+  try {
+    return decode(self.rows.value());
+  } catch (const UnreadableRecord& e) {
+    return StoreError{StoreErrc::unreadable, e.what()};
+  } catch (const std::exception& e) {
+    return StoreError{StoreErrc::unavailable, std::string("database error: ") + e.what()};
+  }
+}
+
+void PgStore::run_batch(const std::vector<Pending*>& batch) {
+  auto alone = [this](Pending& p) {
+    p.rows = with_connection<pqxx::result>([&p](Connection& c) -> Result<pqxx::result> {
+      pqxx::nontransaction tx(c.raw());
+      return (*p.statement)(tx, c);
+    });
+  };
+  if (batch.size() == 1) return alone(*batch.front());
+  std::vector<Pending*> ordered(batch);
+  std::stable_sort(ordered.begin(), ordered.end(), [](const Pending* a, const Pending* b) {
+    return std::tie(a->id->scope, a->id->key) < std::tie(b->id->scope, b->id->key);
+  });
+  std::vector<pqxx::result> rows(ordered.size());
+  const Result<Done> together = with_connection<Done>([&](Connection& c) -> Result<Done> {
+    pqxx::work tx(c.raw());
+    for (std::size_t i = 0; i < ordered.size(); ++i) rows[i] = (*ordered[i]->statement)(tx, c);
+    tx.commit();
+    return Done{};
+  });
+  if (together.ok()) {
+    for (std::size_t i = 0; i < ordered.size(); ++i) ordered[i]->rows = std::move(rows[i]);
+    return;
+  }
+  spdlog::warn("store: a batch of {} failed ({}); running each on its own", ordered.size(),
+               together.error().detail);
+  {
+    std::lock_guard lock(batch_mu_);
+    ++batch_stats_.fallbacks;
+  }
+  for (Pending* p : ordered) alone(*p);
+}
+
+PgStore::BatchStats PgStore::batch_stats() {
+  std::lock_guard lock(batch_mu_);
+  BatchStats s = batch_stats_;
+  s.queued = static_cast<int>(queue_.size());
+  return s;
+}
+
 namespace {
 
 TimePoint from_ms(const pqxx::field& f) {
@@ -238,22 +355,27 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
   const std::string fingerprint = options_.sealer
                                       ? engine::to_hex(stored(req.fingerprint, req.id, "fingerprint"))
                                       : req.fingerprint;
-  return with_connection<ClaimResult>([&](Connection& c) -> Result<ClaimResult> {
-    // Zero rows: a concurrent claim committed after our snapshot; it is visible now.
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      const pqxx::result r =
-          c.run(pg::kClaim, req.id.scope, req.id.key, fingerprint, req.route, req.method,
-                req.target, static_cast<long long>(req.lease.count()),
-                static_cast<long long>(req.ttl.count()), req.retake_stale, key_id);
-      if (r.empty()) continue;
-      Record record = read_record(r[0], req.id);
-      if (r[0][0].as<bool>()) {
-        return ClaimResult{Claimed{record.token, record.locked_until, r[0][16].as<bool>()}};
-      }
-      return ClaimResult{std::move(record)};
+  const std::function<pqxx::result(pqxx::transaction_base&, Connection&)> statement =
+      [&](pqxx::transaction_base& tx, Connection& c) {
+        // Zero rows: a concurrent claim committed after our snapshot; it is visible now.
+        pqxx::result r;
+        for (int attempt = 0; attempt < 3 && r.empty(); ++attempt) {
+          r = c.exec(tx, pg::kClaim, req.id.scope, req.id.key, fingerprint, req.route, req.method,
+                     req.target, static_cast<long long>(req.lease.count()),
+                     static_cast<long long>(req.ttl.count()), req.retake_stale, key_id);
+        }
+        return r;
+      };
+  const std::function<Result<ClaimResult>(const pqxx::result&)> decode =
+      [&](const pqxx::result& r) -> Result<ClaimResult> {
+    if (r.empty()) return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
+    Record record = read_record(r[0], req.id);
+    if (r[0][0].as<bool>()) {
+      return ClaimResult{Claimed{record.token, record.locked_until, r[0][16].as<bool>()}};
     }
-    return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
-  });
+    return ClaimResult{std::move(record)};
+  };
+  return batched(req.id, statement, decode);
 }
 
 Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
@@ -264,17 +386,21 @@ Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
       response.body_stored ? stored(encode_headers(response.headers), id, "headers") : "");
   const pqxx::binarystring body(response.body_stored ? stored(response.body, id, "body") : "");
   const char* none = nullptr;
-  return with_connection<TimePoint>([&](Connection& c) -> Result<TimePoint> {
-    const long long ttl_ms = ttl.count();
-    const pqxx::result r =
-        response.body_stored
-            ? c.run(pg::kComplete, id.scope, id.key, static_cast<long long>(token),
-                    response.status, headers, body, ttl_ms, key_id)
-            : c.run(pg::kComplete, id.scope, id.key, static_cast<long long>(token),
-                    response.status, none, none, ttl_ms, key_id);
+  const std::function<pqxx::result(pqxx::transaction_base&, Connection&)> statement =
+      [&](pqxx::transaction_base& tx, Connection& c) {
+        const long long ttl_ms = ttl.count();
+        return response.body_stored
+                   ? c.exec(tx, pg::kComplete, id.scope, id.key, static_cast<long long>(token),
+                            response.status, headers, body, ttl_ms, key_id)
+                   : c.exec(tx, pg::kComplete, id.scope, id.key, static_cast<long long>(token),
+                            response.status, none, none, ttl_ms, key_id);
+      };
+  const std::function<Result<TimePoint>(const pqxx::result&)> decode =
+      [](const pqxx::result& r) -> Result<TimePoint> {
     if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
     return from_ms(r[0][0]);
-  });
+  };
+  return batched(id, statement, decode);
 }
 
 Result<Done> PgStore::release(const RecordId& id, std::int64_t token) {

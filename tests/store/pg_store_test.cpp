@@ -7,8 +7,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <pqxx/pqxx>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "idemproxy/store/migrations.hpp"
 
@@ -390,4 +393,144 @@ TEST_F(PgStoreTest, PlainRecordsStayReadableAfterEncryptionIsTurnedOn) {
     }
   }
   EXPECT_TRUE(seen);
+}
+
+// Group commit. A store with one connection is held busy by a completion that waits
+// on a row lock the test holds from outside; everything submitted meanwhile queues,
+// and runs as one batch once the lock is let go.
+namespace {
+
+class HeldConnection {
+ public:
+  // Claims `gate` on `store`, locks its row from another session, and starts a
+  // completion of it, which then waits on that lock with the store's only connection.
+  HeldConnection(PgStore& store, const ClaimRequest& gate)
+      : store_(store), gate_(gate), outside_(dsn()), lock_(outside_) {
+    const auto token = std::get<Claimed>(store.claim(gate).value()).token;
+    lock_.exec_params("SELECT 1 FROM idempotency_records WHERE scope = $1 AND key = $2 FOR UPDATE",
+                      gate.id.scope, gate.id.key);
+    completion_ = std::thread([this, token] {
+      completed_ = store_.complete(gate_.id, token, {201, {}, "gate"}, 1h).ok();
+    });
+    pqxx::connection watch(dsn());
+    for (int i = 0; i < 500; ++i) {
+      pqxx::nontransaction q(watch);
+      if (q.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                 " AND datname = current_database()")[0][0]
+              .as<int>() > 0) {
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "the gate completion never waited on the lock";
+  }
+
+  // Lets the held completion finish; true when it succeeded.
+  bool release() {
+    lock_.commit();
+    completion_.join();
+    return completed_;
+  }
+
+ private:
+  PgStore& store_;
+  ClaimRequest gate_;
+  pqxx::connection outside_;
+  pqxx::work lock_;
+  std::thread completion_;
+  bool completed_ = false;
+};
+
+void wait_until_queued(PgStore& store, int n) {
+  for (int i = 0; i < 500 && store.batch_stats().queued < n; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(store.batch_stats().queued, n);
+}
+
+}  // namespace
+
+TEST_F(PgStoreTest, ClaimsQueuedBehindABusyConnectionCommitTogether) {
+  PgStore one({dsn(), 1, 5s});
+  HeldConnection held(one, request("gate"));
+  constexpr int kClaims = 24;
+  std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClaims; ++i) {
+    threads.emplace_back([&, i] { results[i] = one.claim(request("k" + std::to_string(i))); });
+  }
+  wait_until_queued(one, kClaims);
+  const auto before = one.batch_stats();
+  ASSERT_TRUE(held.release());
+  for (auto& t : threads) t.join();
+  const auto after = one.batch_stats();
+  // The held completion was one batch; the 24 claims were one more, not 24.
+  EXPECT_EQ(after.batches - before.batches, 2);
+  EXPECT_EQ(after.operations - before.operations, kClaims + 1);
+  EXPECT_EQ(after.fallbacks, 0);
+  std::set<std::int64_t> tokens;
+  for (int i = 0; i < kClaims; ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].error().detail;
+    ASSERT_TRUE(std::holds_alternative<Claimed>(results[i].value())) << i;
+    tokens.insert(std::get<Claimed>(results[i].value()).token);
+    // Committed: another session sees every claim.
+    auto found = store->find(request("k" + std::to_string(i)).id);
+    ASSERT_TRUE(found.ok() && found.value());
+    EXPECT_EQ(found.value()->state, RecordState::in_flight);
+  }
+  EXPECT_EQ(tokens.size(), static_cast<std::size_t>(kClaims));
+}
+
+TEST_F(PgStoreTest, OneKeyClaimedManyTimesInOneBatchHasExactlyOneWinner) {
+  PgStore one({dsn(), 1, 5s});
+  HeldConnection held(one, request("gate"));
+  constexpr int kClaims = 16;
+  std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClaims; ++i) {
+    threads.emplace_back([&, i] { results[i] = one.claim(request("storm")); });
+  }
+  wait_until_queued(one, kClaims);
+  ASSERT_TRUE(held.release());
+  for (auto& t : threads) t.join();
+  int winners = 0;
+  std::int64_t token = 0;
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.error().detail;
+    if (std::holds_alternative<Claimed>(r.value())) {
+      ++winners;
+      token = std::get<Claimed>(r.value()).token;
+    }
+  }
+  ASSERT_EQ(winners, 1);
+  for (const auto& r : results) {
+    if (const auto* rec = std::get_if<Record>(&r.value())) {
+      EXPECT_EQ(rec->state, RecordState::in_flight);
+      EXPECT_EQ(rec->token, token);
+    }
+  }
+}
+
+TEST_F(PgStoreTest, AFailingStatementDoesNotFailTheRestOfItsBatch) {
+  PgStore one({dsn(), 1, 5s});
+  HeldConnection held(one, request("gate"));
+  // A claim and a completion that will share the batch with one bad statement.
+  const auto done_req = request("to-complete");
+  const auto done_token = claim_token(done_req);
+  std::optional<Result<ClaimResult>> good, bad;
+  std::optional<Result<TimePoint>> completed;
+  std::thread a([&] { good = one.claim(request("good")); });
+  std::thread b([&] { completed = one.complete(done_req.id, done_token, {200, {}, "ok"}, 1h); });
+  std::thread c([&] { bad = one.claim(request("not-utf8-\xff\xfe")); });  // the server refuses it
+  wait_until_queued(one, 3);
+  ASSERT_TRUE(held.release());
+  a.join();
+  b.join();
+  c.join();
+  EXPECT_EQ(one.batch_stats().fallbacks, 1);
+  ASSERT_TRUE(good->ok()) << good->error().detail;
+  EXPECT_TRUE(std::holds_alternative<Claimed>(good->value()));
+  ASSERT_TRUE(completed->ok()) << completed->error().detail;
+  EXPECT_EQ(store->find(done_req.id).value()->response->body, "ok");
+  ASSERT_FALSE(bad->ok());
+  EXPECT_EQ(bad->error().code, StoreErrc::unavailable);
+  EXPECT_NE(bad->error().detail.find("UTF8"), std::string::npos) << bad->error().detail;
 }

@@ -63,6 +63,7 @@ struct StoreConfig {
   int pool_size = 8;
   Duration statement_timeout = std::chrono::seconds{5};
   bool transaction_pooling = false;  // a transaction-pooling PgBouncer is in the path
+  int batch_max = 64;                // claims and completions per group commit; 1: off
   std::string encryption_key_file;   // store.encryption.key_file; empty: stored in the clear
 };
 

@@ -1,8 +1,10 @@
 #pragma once
-// PostgreSQL store: one connection per database-pool thread, statements prepared
-// once per connection, reconnection after the server restarts.
+// PostgreSQL store: a pool of connections, statements prepared once per connection,
+// reconnection after the server restarts, and group commit for claims and
+// completions (see PgStore::Pending in pg_store.cpp).
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -15,7 +17,9 @@
 
 namespace pqxx {
 class connection_base;
+class result;
 class row;
+class transaction_base;
 }  // namespace pqxx
 
 namespace idemproxy::store {
@@ -30,6 +34,10 @@ struct PgOptions {
   /// store.encryption: seals fingerprints, stored headers and bodies. Records sealed
   /// under a key the ring lacks, or altered, read as StoreErrc::unreadable.
   std::shared_ptr<const Sealer> sealer{};
+  /// Group commit: claims and completions that arrive while every connection is
+  /// busy run together, up to this many in one transaction and one commit. Each
+  /// caller gets its answer only after that commit. 1 commits each on its own.
+  int batch_max = 64;
 };
 
 class PgStore final : public Store {
@@ -49,12 +57,28 @@ class PgStore final : public Store {
   Result<std::int64_t> delete_expired(int limit) override;
   Result<Done> ping() override;
   PoolStats pool_stats() override;
+  /// Group-commit counters since start.
+  struct BatchStats {
+    std::int64_t batches = 0;     // transactions run for claims and completions
+    std::int64_t operations = 0;  // claims and completions they carried
+    std::int64_t fallbacks = 0;   // batches that failed and ran again one statement each
+    int queued = 0;               // waiting for a connection now
+  };
+  BatchStats batch_stats();
   /// LISTENs on its own connection (not through a transaction-pooling PgBouncer,
   /// where sessions do not last: then purges elsewhere are not seen).
   void watch_purges(std::function<void(const RecordId&)> fn) override;
 
  private:
   class Connection;
+  struct Pending;
+  /// Runs `statement` in the next batch and hands its rows to `decode` once they
+  /// are committed.
+  template <class T>
+  Result<T> batched(const RecordId& id,
+                    const std::function<pqxx::result(pqxx::transaction_base&, Connection&)>& statement,
+                    const std::function<Result<T>(const pqxx::result&)>& decode);
+  void run_batch(const std::vector<Pending*>& batch);
   template <class T>
   Result<T> with_connection(const std::function<Result<T>(Connection&)>& work);
   std::unique_ptr<Connection> checkout();
@@ -72,6 +96,12 @@ class PgStore final : public Store {
   int open_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread watcher_;
+
+  // Group commit (guarded by batch_mu_).
+  std::mutex batch_mu_;
+  std::deque<Pending*> queue_;
+  int batches_running_ = 0;
+  BatchStats batch_stats_;
 };
 
 }  // namespace idemproxy::store
