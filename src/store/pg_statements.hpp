@@ -58,6 +58,65 @@ inline constexpr Statement kComplete{
     " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
     " RETURNING (extract(epoch from expires_at) * 1000)::bigint"};
 
+// The multi-row forms, for group commit (PgStore::run_batch). Each parameter is an
+// array with one element per record; $10 (retake) is shared by the batch. Rows come
+// back in any order and carry in_n, the 1-based position of their record in the
+// arrays. A record missing from the answer saw a concurrent claim commit after the
+// statement's snapshot; the caller runs kClaim for it. Keys must be distinct
+// (ON CONFLICT DO UPDATE cannot touch a row twice). Rows are inserted, and so
+// locked, in (scope, key) order, as kCompleteMany locks them, so concurrent batches
+// take their locks in one order.
+inline constexpr Statement kClaimMany{
+    "idemproxy_claim_many",
+    "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],"
+    "  $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[]) WITH ORDINALITY"
+    "  AS i(in_scope, in_key, in_fingerprint, in_route, in_method, in_target, in_lease_ms,"
+    "  in_ttl_ms, in_key_id, in_n)),"
+    " previous AS (SELECT scope AS p_scope, key AS p_key,"
+    "  state IN ('in_flight', 'indeterminate') AND expires_at > now() AS live"
+    "  FROM idempotency_records JOIN input ON scope = in_scope AND key = in_key),"
+    " claimed AS ("
+    " INSERT INTO idempotency_records AS r"
+    "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"
+    "   expires_at, key_id)"
+    " SELECT in_scope, in_key, in_fingerprint, 'in_flight', nextval('idempotency_fencing_token_seq'),"
+    "  in_route, in_method, in_target, now(), now() + in_lease_ms * interval '1 millisecond',"
+    "  now() + in_ttl_ms * interval '1 millisecond', in_key_id FROM input ORDER BY in_scope, in_key"
+    " ON CONFLICT (scope, key) DO UPDATE SET"
+    "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"
+    "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"
+    "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,"
+    "  completed_at = NULL, status = NULL, headers = NULL, body = NULL, key_id = EXCLUDED.key_id"
+    " WHERE r.state = 'released' OR r.expires_at <= now()"
+    "  OR ($10 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
+    " RETURNING r.*)"
+    " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
+    ", coalesce(live, false) AS took_over, in_n FROM claimed"
+    "  JOIN input ON scope = in_scope AND key = in_key"
+    "  LEFT JOIN previous ON p_scope = scope AND p_key = key"
+    " UNION ALL"
+    " SELECT false, " IDEMPROXY_RECORD_COLUMNS
+    ", false, in_n FROM idempotency_records JOIN input ON scope = in_scope AND key = in_key"
+    "  WHERE NOT EXISTS (SELECT 1 FROM claimed c"
+    "   WHERE c.scope = idempotency_records.scope AND c.key = idempotency_records.key)"};
+
+// $5 and $6 (headers, body) are NULL for an answer too large to keep.
+inline constexpr Statement kCompleteMany{
+    "idemproxy_complete_many",
+    "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[],"
+    "  $5::bytea[], $6::bytea[], $7::bigint[], $8::text[]) WITH ORDINALITY"
+    "  AS i(in_scope, in_key, in_token, in_status, in_headers, in_body, in_ttl_ms, in_key_id, in_n)),"
+    " locked AS (SELECT scope AS l_scope, key AS l_key FROM idempotency_records"
+    "  JOIN input ON scope = in_scope AND key = in_key"
+    "  WHERE token = in_token AND state = 'in_flight'"
+    "  ORDER BY scope, key FOR UPDATE OF idempotency_records)"
+    " UPDATE idempotency_records SET state = 'completed', status = in_status,"
+    "  headers = in_headers, body = in_body, completed_at = now(), locked_until = NULL,"
+    "  key_id = in_key_id, expires_at = now() + in_ttl_ms * interval '1 millisecond'"
+    " FROM locked JOIN input ON l_scope = in_scope AND l_key = in_key"
+    " WHERE scope = l_scope AND key = l_key AND token = in_token AND state = 'in_flight'"
+    " RETURNING (extract(epoch from expires_at) * 1000)::bigint, in_n"};
+
 inline constexpr Statement kRelease{
     "idemproxy_release",
     "UPDATE idempotency_records SET state = 'released', locked_until = NULL"
@@ -110,8 +169,9 @@ inline constexpr Statement kDeleteExpired{
 
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
-inline constexpr Statement kAll[] = {kClaim, kComplete, kRelease, kMarkIndeterminate, kResolve,
-                                     kFind,  kList,     kPurge,   kDeleteExpired,     kPing};
+inline constexpr Statement kAll[] = {kClaim,  kComplete,      kClaimMany,     kCompleteMany,
+                                     kRelease, kMarkIndeterminate, kResolve,    kFind,
+                                     kList,    kPurge,         kDeleteExpired, kPing};
 
 #undef IDEMPROXY_RECORD_COLUMNS
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <pqxx/pqxx>
+#include <set>
 #include <tuple>
 
 #include "idemproxy/engine/hex.hpp"
@@ -167,33 +168,56 @@ Result<T> PgStore::with_connection(const std::function<Result<T>(Connection&)>& 
 
 // Group commit. A claim or completion joins the queue. If fewer batches are running
 // than the pool has connections, its caller leads at once: it takes everything
-// queued (up to batch_max), runs it in one transaction with one commit, and then
-// wakes each member. Otherwise it waits, and the next free connection carries it
-// together with whatever queued behind it. With no load, a batch holds one
-// statement, run in autocommit as before; under load one commit (one WAL flush)
-// serves many requests. Every member's answer is handed over only after the commit,
-// so a claim is durable before its request goes upstream.
+// queued (up to batch_max) and runs it, then wakes each member. Otherwise it waits,
+// and the next free connection carries it together with whatever queued behind it.
+// With no load a batch holds one request and runs the single-row statements; under
+// load the claims of a batch go as one multi-row statement (kClaimMany) and its
+// completions as another (kCompleteMany): one parse, one plan, one round trip and
+// one commit (one WAL flush) for many requests. Every member's answer is handed
+// over only after its statement has committed, so a claim is durable before its
+// request goes upstream.
 //
-// Members run in (scope, key) order, so two batches touching the same keys take
-// their row locks in the same order and cannot deadlock each other. Two claims of
-// one key in one batch see each other, as in separate transactions: the later one
-// finds the earlier one's row. If a batch fails (an SQL error, a lock timeout, a
-// deadlock with a non-batched statement), it was rolled back whole, and each member
-// runs again on its own, so one bad statement cannot fail its neighbours.
+// Two claims of one key in one batch: the first goes into the statement, and the
+// later one gets the record as the first left it, as if it had run just after. If a
+// multi-row statement fails (an SQL error, a timeout, a deadlock), it changed
+// nothing, and each of its members runs again on its own, so one bad request cannot
+// fail its neighbours.
+struct PgStore::ClaimParams {
+  const ClaimRequest& req;
+  std::string fingerprint;  // as stored: sealed and hex-encoded under encryption
+  const char* key_id;       // NULL in the clear
+};
+
+struct PgStore::CompleteParams {
+  const RecordId& id;
+  long long token;
+  int status;
+  std::optional<std::string> headers, body;  // as stored; none when not kept
+  long long ttl_ms;
+  const char* key_id;
+};
+
+// A member's rows: `row` indexes `rows` (-1: none came back); `repeat` says an
+// earlier claim of the same key in the batch went first.
+struct PgStore::Answer {
+  pqxx::result rows;
+  int row = -1;
+  bool repeat = false;
+};
+
 struct PgStore::Pending {
-  const RecordId* id;
-  const std::function<pqxx::result(pqxx::transaction_base&, Connection&)>* statement;
-  Result<pqxx::result> rows{StoreError{StoreErrc::unavailable, "not run"}};
+  Pending(const RecordId& i, const ClaimParams* cl, const CompleteParams* co)
+      : id(i), claim(cl), complete(co) {}
+  const RecordId& id;
+  const ClaimParams* claim;
+  const CompleteParams* complete;
+  Result<Answer> answer{StoreError{StoreErrc::unavailable, "not run"}};
   bool done = false;
   std::condition_variable wake;
 };
 
 template <class T>
-Result<T> PgStore::batched(
-    const RecordId& id,
-    const std::function<pqxx::result(pqxx::transaction_base&, Connection&)>& statement,
-    const std::function<Result<T>(const pqxx::result&)>& decode) {
-  Pending self{&id, &statement, {StoreError{}}, false, {}};
+Result<T> PgStore::batched(Pending& self, const std::function<Result<T>(const Answer&)>& decode) {
   {
     std::unique_lock lock(batch_mu_);
     queue_.push_back(&self);
@@ -222,9 +246,9 @@ Result<T> PgStore::batched(
       self.wake.wait(lock);
     }
   }
-  if (!self.rows.ok()) return self.rows.error();
+  if (!self.answer.ok()) return self.answer.error();
   try {
-    return decode(self.rows.value());
+    return decode(self.answer.value());
   } catch (const UnreadableRecord& e) {
     return StoreError{StoreErrc::unreadable, e.what()};
   } catch (const std::exception& e) {
@@ -232,36 +256,173 @@ Result<T> PgStore::batched(
   }
 }
 
-void PgStore::run_batch(const std::vector<Pending*>& batch) {
-  auto alone = [this](Pending& p) {
-    p.rows = with_connection<pqxx::result>([&p](Connection& c) -> Result<pqxx::result> {
-      pqxx::nontransaction tx(c.raw());
-      return (*p.statement)(tx, c);
-    });
-  };
-  if (batch.size() == 1) return alone(*batch.front());
-  std::vector<Pending*> ordered(batch);
-  std::stable_sort(ordered.begin(), ordered.end(), [](const Pending* a, const Pending* b) {
-    return std::tie(a->id->scope, a->id->key) < std::tie(b->id->scope, b->id->key);
-  });
-  std::vector<pqxx::result> rows(ordered.size());
-  const Result<Done> together = with_connection<Done>([&](Connection& c) -> Result<Done> {
-    pqxx::work tx(c.raw());
-    for (std::size_t i = 0; i < ordered.size(); ++i) rows[i] = (*ordered[i]->statement)(tx, c);
-    tx.commit();
-    return Done{};
-  });
-  if (together.ok()) {
-    for (std::size_t i = 0; i < ordered.size(); ++i) ordered[i]->rows = std::move(rows[i]);
-    return;
+namespace {
+
+// PostgreSQL's text form of an array; std::nullopt elements are NULL.
+class ArrayText {
+ public:
+  void add(std::string_view text) {
+    next();
+    out_ += '"';
+    for (char ch : text) {
+      if (ch == '"' || ch == '\\') out_ += '\\';
+      out_ += ch;
+    }
+    out_ += '"';
   }
-  spdlog::warn("store: a batch of {} failed ({}); running each on its own", ordered.size(),
-               together.error().detail);
-  {
+  void add(long long n) {
+    next();
+    out_ += std::to_string(n);
+  }
+  void add(const char* text) { text ? add(std::string_view(text)) : add_null(); }
+  void add(const std::optional<std::string>& bytes, bool bytea) {
+    if (!bytes) return add_null();
+    bytea ? add("\\x" + engine::to_hex(*bytes)) : add(*bytes);
+  }
+  void add_null() {
+    next();
+    out_ += "NULL";
+  }
+  std::string done() && { return std::move(out_) + '}'; }
+
+ private:
+  void next() {
+    if (out_.size() > 1) out_ += ',';
+  }
+  std::string out_ = "{";
+};
+
+}  // namespace
+
+// One member on its own: the single-row statement, in autocommit.
+void PgStore::run_alone(Pending& p) {
+  p.answer = with_connection<Answer>([&p](Connection& c) -> Result<Answer> {
+    pqxx::nontransaction tx(c.raw());
+    pqxx::result r;
+    if (const ClaimParams* cl = p.claim) {
+      // Zero rows: a concurrent claim committed after our snapshot; it is visible now.
+      for (int attempt = 0; attempt < 3 && r.empty(); ++attempt) {
+        r = c.exec(tx, pg::kClaim, cl->req.id.scope, cl->req.id.key, cl->fingerprint,
+                   cl->req.route, cl->req.method, cl->req.target,
+                   static_cast<long long>(cl->req.lease.count()),
+                   static_cast<long long>(cl->req.ttl.count()), cl->req.retake_stale, cl->key_id);
+      }
+    } else {
+      const CompleteParams& co = *p.complete;
+      if (co.body) {
+        const pqxx::binarystring headers(co.headers.value_or(""));
+        const pqxx::binarystring body(*co.body);
+        r = c.exec(tx, pg::kComplete, co.id.scope, co.id.key, co.token, co.status, headers, body,
+                   co.ttl_ms, co.key_id);
+      } else {
+        const char* none = nullptr;
+        r = c.exec(tx, pg::kComplete, co.id.scope, co.id.key, co.token, co.status, none, none,
+                   co.ttl_ms, co.key_id);
+      }
+    }
+    return Answer{r, r.empty() ? -1 : 0, false};
+  });
+}
+
+// Runs `members` as one multi-row statement; false when it failed (nothing changed).
+// Claims must have distinct keys and one retake setting.
+bool PgStore::run_many(const std::vector<Pending*>& members) {
+  const bool claims = members.front()->claim != nullptr;
+  std::vector<ArrayText> columns(claims ? 9 : 8);
+  for (const Pending* p : members) {
+    if (claims) {
+      const ClaimParams& cl = *p->claim;
+      const ClaimRequest& r = cl.req;
+      columns[0].add(r.id.scope);
+      columns[1].add(r.id.key);
+      columns[2].add(cl.fingerprint);
+      columns[3].add(r.route);
+      columns[4].add(r.method);
+      columns[5].add(r.target);
+      columns[6].add(static_cast<long long>(r.lease.count()));
+      columns[7].add(static_cast<long long>(r.ttl.count()));
+      columns[8].add(cl.key_id);
+    } else {
+      const CompleteParams& co = *p->complete;
+      columns[0].add(co.id.scope);
+      columns[1].add(co.id.key);
+      columns[2].add(co.token);
+      columns[3].add(static_cast<long long>(co.status));
+      columns[4].add(co.body ? co.headers : std::nullopt, true);
+      columns[5].add(co.body, true);
+      columns[6].add(co.ttl_ms);
+      columns[7].add(co.key_id);
+    }
+  }
+  std::vector<std::string> a;
+  for (auto& col : columns) a.push_back(std::move(col).done());
+  const Result<pqxx::result> rows =
+      with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
+        pqxx::nontransaction tx(c.raw());
+        if (claims) {
+          return c.exec(tx, pg::kClaimMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
+                        members.front()->claim->req.retake_stale);
+        }
+        return c.exec(tx, pg::kCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+      });
+  if (!rows.ok()) {
+    // Not the error text: PostgreSQL may quote the arrays, and keys stay out of logs.
+    spdlog::warn("store: a batch of {} {} failed; running each on its own", members.size(),
+                 claims ? "claims" : "completions");
     std::lock_guard lock(batch_mu_);
     ++batch_stats_.fallbacks;
+    return false;
   }
-  for (Pending* p : ordered) alone(*p);
+  for (Pending* p : members) p->answer = Answer{rows.value(), -1, false};
+  const int n_col = claims ? 17 : 1;
+  for (int i = 0; i < static_cast<int>(rows.value().size()); ++i) {
+    const auto n = rows.value()[i][n_col].as<std::size_t>();
+    if (n >= 1 && n <= members.size()) members[n - 1]->answer.value().row = i;
+  }
+  return true;
+}
+
+void PgStore::run_batch(const std::vector<Pending*>& batch) {
+  if (batch.size() == 1) return run_alone(*batch.front());
+  // Claims by retake setting, each key once; completions; later claims of a key.
+  std::vector<Pending*> claims[2], completions, repeats;
+  std::set<std::pair<std::string_view, std::string_view>> keys;
+  for (Pending* p : batch) {
+    if (!p->claim) {
+      completions.push_back(p);
+    } else if (keys.emplace(p->id.scope, p->id.key).second) {
+      claims[p->claim->req.retake_stale ? 1 : 0].push_back(p);
+    } else {
+      repeats.push_back(p);
+    }
+  }
+  for (auto* group : {&claims[0], &claims[1], &completions}) {
+    if (group->size() == 1 || (!group->empty() && !run_many(*group))) {
+      for (Pending* p : *group) run_alone(*p);
+    }
+  }
+  // A claim that saw no row (a concurrent claim committed after the statement's
+  // snapshot) runs on its own, and then sees that claim.
+  for (auto* group : {&claims[0], &claims[1]}) {
+    for (Pending* p : *group) {
+      if (p->answer.ok() && p->answer.value().row < 0) run_alone(*p);
+    }
+  }
+  // A later claim of a key gets what the first left: never a second claim.
+  for (Pending* p : repeats) {
+    const Pending* first = nullptr;
+    for (auto* group : {&claims[0], &claims[1]}) {
+      for (const Pending* q : *group) {
+        if (q->id.scope == p->id.scope && q->id.key == p->id.key) first = q;
+      }
+    }
+    if (first && first->answer.ok() && first->answer.value().row >= 0) {
+      p->answer = first->answer;
+      p->answer.value().repeat = true;
+    } else {
+      run_alone(*p);
+    }
+  }
 }
 
 PgStore::BatchStats PgStore::batch_stats() {
@@ -351,56 +512,49 @@ Record PgStore::read_record(const pqxx::row& row, const RecordId& id, bool listi
 }
 
 Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
-  const char* key_id = options_.sealer ? options_.sealer->current_id().c_str() : nullptr;
-  const std::string fingerprint = options_.sealer
-                                      ? engine::to_hex(stored(req.fingerprint, req.id, "fingerprint"))
-                                      : req.fingerprint;
-  const std::function<pqxx::result(pqxx::transaction_base&, Connection&)> statement =
-      [&](pqxx::transaction_base& tx, Connection& c) {
-        // Zero rows: a concurrent claim committed after our snapshot; it is visible now.
-        pqxx::result r;
-        for (int attempt = 0; attempt < 3 && r.empty(); ++attempt) {
-          r = c.exec(tx, pg::kClaim, req.id.scope, req.id.key, fingerprint, req.route, req.method,
-                     req.target, static_cast<long long>(req.lease.count()),
-                     static_cast<long long>(req.ttl.count()), req.retake_stale, key_id);
-        }
-        return r;
-      };
-  const std::function<Result<ClaimResult>(const pqxx::result&)> decode =
-      [&](const pqxx::result& r) -> Result<ClaimResult> {
-    if (r.empty()) return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
-    Record record = read_record(r[0], req.id);
-    if (r[0][0].as<bool>()) {
-      return ClaimResult{Claimed{record.token, record.locked_until, r[0][16].as<bool>()}};
+  const ClaimParams params{
+      req,
+      options_.sealer ? engine::to_hex(stored(req.fingerprint, req.id, "fingerprint"))
+                      : req.fingerprint,
+      options_.sealer ? options_.sealer->current_id().c_str() : nullptr};
+  Pending self{req.id, &params, nullptr};
+  return batched<ClaimResult>(self, [&](const Answer& a) -> Result<ClaimResult> {
+    if (a.row < 0) return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
+    const pqxx::row row = a.rows[a.row];
+    Record record = read_record(row, req.id);
+    if (row[0].as<bool>() && !a.repeat) {
+      return ClaimResult{Claimed{record.token, record.locked_until, row[16].as<bool>()}};
     }
     return ClaimResult{std::move(record)};
-  };
-  return batched(req.id, statement, decode);
+  });
 }
 
 Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
                                     const StoredResponse& response, Duration ttl) {
-  const char* key_id = options_.sealer ? options_.sealer->current_id().c_str() : nullptr;
   // A response too large to keep is recorded by its status alone: NULL headers and body.
-  const pqxx::binarystring headers(
-      response.body_stored ? stored(encode_headers(response.headers), id, "headers") : "");
-  const pqxx::binarystring body(response.body_stored ? stored(response.body, id, "body") : "");
-  const char* none = nullptr;
-  const std::function<pqxx::result(pqxx::transaction_base&, Connection&)> statement =
-      [&](pqxx::transaction_base& tx, Connection& c) {
-        const long long ttl_ms = ttl.count();
-        return response.body_stored
-                   ? c.exec(tx, pg::kComplete, id.scope, id.key, static_cast<long long>(token),
-                            response.status, headers, body, ttl_ms, key_id)
-                   : c.exec(tx, pg::kComplete, id.scope, id.key, static_cast<long long>(token),
-                            response.status, none, none, ttl_ms, key_id);
-      };
-  const std::function<Result<TimePoint>(const pqxx::result&)> decode =
-      [](const pqxx::result& r) -> Result<TimePoint> {
-    if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
-    return from_ms(r[0][0]);
+  CompleteParams params{id,
+                        static_cast<long long>(token),
+                        response.status,
+                        std::nullopt,
+                        std::nullopt,
+                        static_cast<long long>(ttl.count()),
+                        options_.sealer ? options_.sealer->current_id().c_str() : nullptr};
+  if (response.body_stored) {
+    params.headers = stored(encode_headers(response.headers), id, "headers");
+    params.body = stored(response.body, id, "body");
+  }
+  Pending self{id, nullptr, &params};
+  auto decode = [](const Answer& a) -> Result<TimePoint> {
+    if (a.row < 0) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+    return from_ms(a.rows[a.row][0]);
   };
-  return batched(id, statement, decode);
+  // Large bodies skip batching: in an array they would travel as hex text.
+  if (params.body && params.body->size() + params.headers->size() > kBatchedBodyMax) {
+    run_alone(self);
+    if (!self.answer.ok()) return self.answer.error();
+    return decode(self.answer.value());
+  }
+  return batched<TimePoint>(self, decode);
 }
 
 Result<Done> PgStore::release(const RecordId& id, std::int64_t token) {

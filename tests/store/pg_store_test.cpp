@@ -534,3 +534,75 @@ TEST_F(PgStoreTest, AFailingStatementDoesNotFailTheRestOfItsBatch) {
   EXPECT_EQ(bad->error().code, StoreErrc::unavailable);
   EXPECT_NE(bad->error().detail.find("UTF8"), std::string::npos) << bad->error().detail;
 }
+
+// Keys, headers and bodies that need quoting in an array literal, bytes that are not
+// text, an empty body and a status-only record: all survive one multi-row claim and
+// one multi-row completion byte for byte, in the clear and sealed.
+TEST_F(PgStoreTest, BatchedClaimsAndCompletionsRoundTripAwkwardBytes) {
+  std::string binary;
+  for (int i = 0; i < 3000; ++i) binary += static_cast<char>(i % 256);
+  const std::vector<std::string> keys = {"plain", "with \"quotes\"", "back\\slash", "{braces},comma",
+                                         "NULL", "ünïcødé", " spaced "};
+  const std::vector<StoredResponse> answers = {
+      {201, {{"Content-Type", "application/json"}}, "{\"id\":1}"},
+      {200, {{"X-Quote", "say \"hi\""}, {"X-Back", "a\\b"}}, binary},
+      {204, {}, ""},
+      {200, {{"X-Multi", "a"}, {"X-Multi", "b"}}, "\\x00 not hex"},
+      {202, {}, "NULL"},
+      {200, {}, std::string("nul\0inside", 10)},
+      {500, {}, "too big to keep", false}};
+  for (const bool sealed : {false, true}) {
+    PgStore one({dsn(), 1, 5s, false, sealed ? ring({{"k1", 7}}) : nullptr});
+    const std::string prefix = sealed ? "sealed/" : "clear/";
+    std::vector<std::int64_t> tokens(keys.size());
+    {
+      HeldConnection held(one, request(prefix + "gate-claims"));
+      std::vector<std::thread> threads;
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        threads.emplace_back([&, i] {
+          auto r = one.claim(request(prefix + keys[i]));
+          tokens[i] = r.ok() && std::holds_alternative<Claimed>(r.value())
+                          ? std::get<Claimed>(r.value()).token
+                          : -1;
+        });
+      }
+      wait_until_queued(one, static_cast<int>(keys.size()));
+      ASSERT_TRUE(held.release());
+      for (auto& t : threads) t.join();
+    }
+    for (const auto t : tokens) ASSERT_GT(t, 0);
+    const auto before = one.batch_stats();
+    {
+      HeldConnection held(one, request(prefix + "gate-completions"));
+      std::vector<std::thread> threads;
+      std::vector<bool> ok(keys.size());
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        threads.emplace_back([&, i] {
+          ok[i] = one.complete(request(prefix + keys[i]).id, tokens[i], answers[i], 1h).ok();
+        });
+      }
+      wait_until_queued(one, static_cast<int>(keys.size()));
+      ASSERT_TRUE(held.release());
+      for (auto& t : threads) t.join();
+      for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(ok[i]) << keys[i];
+    }
+    // The gate's claim, the gate's completion, and one for all seven completions.
+    EXPECT_EQ(one.batch_stats().batches - before.batches, 3);
+    EXPECT_EQ(one.batch_stats().fallbacks, 0);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      auto found = one.find(request(prefix + keys[i]).id);
+      ASSERT_TRUE(found.ok() && found.value()) << keys[i];
+      const Record& r = *found.value();
+      EXPECT_EQ(r.state, RecordState::completed) << keys[i];
+      EXPECT_EQ(r.token, tokens[i]);
+      EXPECT_EQ(r.fingerprint, "fp-1");
+      ASSERT_TRUE(r.response) << keys[i];
+      EXPECT_EQ(r.response->status, answers[i].status);
+      EXPECT_EQ(r.response->body_stored, answers[i].body_stored) << keys[i];
+      if (answers[i].body_stored) {
+        EXPECT_EQ(r.response->body, answers[i].body) << keys[i];
+        EXPECT_EQ(r.response->headers, answers[i].headers) << keys[i];
+      }
+    }
+  }
+}

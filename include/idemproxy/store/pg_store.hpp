@@ -71,14 +71,18 @@ class PgStore final : public Store {
 
  private:
   class Connection;
+  struct ClaimParams;
+  struct CompleteParams;
+  struct Answer;
   struct Pending;
-  /// Runs `statement` in the next batch and hands its rows to `decode` once they
-  /// are committed.
+  /// Completions with more stored bytes than this are not batched.
+  static constexpr std::size_t kBatchedBodyMax = 64 * 1024;
+  /// Queues `self` for the next batch and decodes its answer once committed.
   template <class T>
-  Result<T> batched(const RecordId& id,
-                    const std::function<pqxx::result(pqxx::transaction_base&, Connection&)>& statement,
-                    const std::function<Result<T>(const pqxx::result&)>& decode);
+  Result<T> batched(Pending& self, const std::function<Result<T>(const Answer&)>& decode);
   void run_batch(const std::vector<Pending*>& batch);
+  bool run_many(const std::vector<Pending*>& members);
+  void run_alone(Pending& p);
   template <class T>
   Result<T> with_connection(const std::function<Result<T>(Connection&)>& work);
   std::unique_ptr<Connection> checkout();
