@@ -2,6 +2,7 @@
 // PostgreSQL store: a pool of connections, statements prepared once per connection,
 // reconnection after the server restarts, and group commit for claims and
 // completions (see PgStore::Pending in pg_store.cpp).
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -83,6 +84,7 @@ class PgStore final : public Store {
   void run_batch(const std::vector<Pending*>& batch);
   bool run_many(const std::vector<Pending*>& members);
   void run_alone(Pending& p);
+  int batch_slots() const { return std::max(1, options_.pool_size / 4); }
   template <class T>
   Result<T> with_connection(const std::function<Result<T>(Connection&)>& work);
   std::unique_ptr<Connection> checkout();
