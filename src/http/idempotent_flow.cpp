@@ -55,14 +55,14 @@ asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& re
   co_return co_await respond(ctx, ex.response);
 }
 
-// Phases forward -> record -> respond, while holding the claim under `token`.
+// Phases forward -> record -> respond, while holding the claim under `token`. The
+// caller has marked the key held in rt.waiters; this releases it.
 asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& claim,
                               std::int64_t token, StringRequest& req) {
   auto& rt = ctx.rt;
   const store::RecordId& id = claim.id;
   const auto& route = *ctx.route;
   rt.metrics.claim_started();
-  rt.waiters.hold(wait_id(id));
   const auto t0 = std::chrono::steady_clock::now();
   Exchange ex = co_await rt.upstream.exchange(req);
   const double upstream_seconds =
@@ -161,7 +161,14 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
   const auto deadline = std::chrono::steady_clock::now() + route.lease;
   Duration backoff{5};
   for (;;) {
-    Admission a = co_await rt.blocking([&rt, &claim] { return rt.engine.admit(claim); });
+    Admission a = co_await rt.blocking([&rt, &claim] {
+      Admission verdict = rt.engine.admit(claim);
+      // Marked held here, on the database thread, before this request resumes: the
+      // losers of one group-commit batch are answered at the same moment as its
+      // winner, and must find the key held by this process, not poll for it.
+      if (verdict.kind == Admission::Kind::execute) rt.waiters.hold(wait_id(claim.id));
+      return verdict;
+    });
     if (a.took_over) rt.metrics.count_takeover();
     if (route.mode == engine::Mode::shadow && a.kind != Admission::Kind::execute) {
       if (a.kind == Admission::Kind::store_failed) rt.metrics.count_store_error();
