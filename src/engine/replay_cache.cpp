@@ -4,7 +4,8 @@ namespace idemproxy::engine {
 namespace {
 
 std::size_t footprint(const std::string& key, const ReplayCache::Entry& e) {
-  std::size_t n = key.size() * 2 + e.fingerprint.size() + e.response.body.size() + 128;
+  std::size_t n =
+      key.size() * 2 + e.fingerprint.size() + e.response.body.size() + e.head.size() + 128;
   for (const auto& h : e.response.headers) n += h.name.size() + h.value.size() + 64;
   return n;
 }

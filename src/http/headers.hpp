@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "http/beast.hpp"
+#include "idemproxy/engine/replay_cache.hpp"
 #include "idemproxy/store/store.hpp"
 
 namespace idemproxy::http {
@@ -30,5 +31,11 @@ inline constexpr const char* kExpiresHeader = "Idempotency-Key-Expires";
 /// A stored response, as sent to a retry, marked Idempotent-Replayed: true.
 StringResponse replay_response(const store::StoredResponse& stored, TimePoint expires_at,
                                unsigned version, bool keep_alive);
+
+/// A replay cache entry, with the head replay_response would send to an HTTP/1.1
+/// client serialized once (not for 1xx, 204 and 304 answers, which have no
+/// Content-Length: those replays are built per request).
+engine::ReplayCache::Entry cache_entry(std::string fingerprint, store::StoredResponse stored,
+                                       TimePoint expires_at);
 
 }  // namespace idemproxy::http

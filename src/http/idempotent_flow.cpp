@@ -117,7 +117,7 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
       head.set(kExpiresHeader, http_date(expires_at));
       // The stored form: a replay from memory sends what one from the record would.
       // (An answer too large to store is not kept: its body_stored is false.)
-      rt.cache.put(id, {claim.fingerprint, std::move(stored), expires_at});
+      rt.cache.put(id, cache_entry(claim.fingerprint, std::move(stored), expires_at));
       break;
     case engine::Finish::released:
       ctx.outcome = Outcome::released;
@@ -179,7 +179,7 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
         co_return co_await execute(ctx, claim, a.token, req);
       case Admission::Kind::replay: {
         ctx.outcome = Outcome::replayed;
-        rt.cache.put(claim.id, {claim.fingerprint, *a.replay, a.expires_at});
+        rt.cache.put(claim.id, cache_entry(claim.fingerprint, *a.replay, a.expires_at));
         auto res = replay_response(*a.replay, a.expires_at, ctx.version, ctx.keep_alive);
         co_return co_await send_response(ctx, res) && ctx.keep_alive;
       }
@@ -338,9 +338,6 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
       ctx.method,
       ctx.target,
       route.on_stale == engine::OnStale::retake};
-  prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
-                  cfg.upstream.base_path);
-  req.prepare_payload();
   // A completed record this process has seen replays from memory: no database round
   // trip, no commit. Anything else (a miss, another fingerprint) asks the store.
   if (route.mode == engine::Mode::enforce) {
@@ -348,10 +345,16 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
     if (hit && hit->fingerprint == claim.fingerprint) {
       ctx.outcome = Outcome::replayed;
       ctx.rt.metrics.count_cache_hit();
+      if (!hit->head.empty() && ctx.version == 11 && ctx.method != "HEAD") {
+        co_return co_await send_cached(ctx, *hit) && ctx.keep_alive;
+      }
       auto res = replay_response(hit->response, hit->expires_at, ctx.version, ctx.keep_alive);
       co_return co_await send_response(ctx, res) && ctx.keep_alive;
     }
   }
+  prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
+                  cfg.upstream.base_path);
+  req.prepare_payload();
   co_return co_await claim_and_act(ctx, claim, req);
 }
 

@@ -66,6 +66,9 @@ struct RequestContext {
 
 /// Writes a response to the client under the read timeout; false if it failed.
 asio::awaitable<bool> send_response(RequestContext& ctx, StringResponse& response);
+/// Writes a cached replay whose head is serialized (entry.head not empty) to an
+/// HTTP/1.1 client in one gathered write; false if it failed.
+asio::awaitable<bool> send_cached(RequestContext& ctx, const engine::ReplayCache::Entry& entry);
 /// Sends ctx.error as a problem response; false when the connection must close.
 asio::awaitable<bool> send_problem(RequestContext& ctx);
 

@@ -35,10 +35,13 @@ std::string request_id_for(const bhttp::request<bhttp::empty_body>& req) {
     return std::string(given);
   }
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(rng()));
-  return buf;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (int half = 0; half < 2; ++half) {
+    std::uint64_t bits = rng();
+    for (int i = 15; i >= 0; --i, bits >>= 4) id[half * 16 + i] = kHex[bits & 0xf];
+  }
+  return id;
 }
 
 // Phase: route. Decides whether the request is protected, and how.

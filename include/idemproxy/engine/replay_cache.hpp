@@ -21,6 +21,10 @@ class ReplayCache {
     std::string fingerprint;
     store::StoredResponse response;  // as stored: replayable headers only
     TimePoint expires_at;
+    /// The replay's HTTP/1.1 head, serialized once when it is cached (see
+    /// http::cache_entry): every line but Connection, X-Request-Id and the blank
+    /// line. Empty: replays are built per request.
+    std::string head{};
   };
 
   /// max_bytes 0 turns the cache off.
