@@ -151,6 +151,17 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
   co_return co_await respond(ctx, ex.response);
 }
 
+// Answers from the replay cache: no database round trip, no commit.
+asio::awaitable<bool> replay_cached(RequestContext& ctx, const engine::ReplayCache::Entry& hit) {
+  ctx.outcome = Outcome::replayed;
+  ctx.rt.metrics.count_cache_hit();
+  if (!hit.head.empty() && ctx.version == 11 && ctx.method != "HEAD") {
+    co_return co_await send_cached(ctx, hit) && ctx.keep_alive;
+  }
+  auto res = replay_response(hit.response, hit.expires_at, ctx.version, ctx.keep_alive);
+  co_return co_await send_response(ctx, res) && ctx.keep_alive;
+}
+
 // Phase: claim, then act on the engine's verdict. With on_concurrent: wait, a
 // request that finds the key in flight sleeps until the holder in this process
 // finishes (or a backoff re-check for holders elsewhere), up to the lease.
@@ -160,7 +171,12 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
   const auto& route = *ctx.route;
   const auto deadline = std::chrono::steady_clock::now() + route.lease;
   Duration backoff{5};
-  for (;;) {
+  for (bool waited = false;; waited = true) {
+    if (waited && route.mode == engine::Mode::enforce) {
+      // The holder in this process has probably just finished and cached its answer.
+      const auto hit = rt.cache.get(claim.id, std::chrono::system_clock::now());
+      if (hit && hit->fingerprint == claim.fingerprint) co_return co_await replay_cached(ctx, *hit);
+    }
     Admission a = co_await rt.blocking([&rt, &claim] {
       Admission verdict = rt.engine.admit(claim);
       // Marked held here, on the database thread, before this request resumes: the
@@ -342,15 +358,7 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   // trip, no commit. Anything else (a miss, another fingerprint) asks the store.
   if (route.mode == engine::Mode::enforce) {
     const auto hit = ctx.rt.cache.get(claim.id, std::chrono::system_clock::now());
-    if (hit && hit->fingerprint == claim.fingerprint) {
-      ctx.outcome = Outcome::replayed;
-      ctx.rt.metrics.count_cache_hit();
-      if (!hit->head.empty() && ctx.version == 11 && ctx.method != "HEAD") {
-        co_return co_await send_cached(ctx, *hit) && ctx.keep_alive;
-      }
-      auto res = replay_response(hit->response, hit->expires_at, ctx.version, ctx.keep_alive);
-      co_return co_await send_response(ctx, res) && ctx.keep_alive;
-    }
+    if (hit && hit->fingerprint == claim.fingerprint) co_return co_await replay_cached(ctx, *hit);
   }
   prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
                   cfg.upstream.base_path);

@@ -40,10 +40,12 @@ def test_64_concurrent_requests_with_one_key_execute_once_wait(make_proxy, upstr
 
 def test_waiters_on_a_local_holder_sleep_instead_of_polling_the_database(make_proxy, upstream, key):
     # 64 waiters on a holder that takes 800 ms. Polling with backoff (5 ms doubling to
-    # 250 ms) would cost each waiter about 8 claims; sleeping until the holder
-    # releases costs each one claim before and one after. Counted as store calls
-    # (each is timed): group commit packs many claims into one transaction, so
-    # commits would hide the polling.
+    # 250 ms) would cost each waiter about 8 claims. Sleeping until the holder
+    # releases, then replaying its answer from the cache, costs each one claim: 64
+    # claims and one completion. A waiter answered in the same group-commit batch as
+    # the holder may miss the hold by a hair and re-check once; hence a little slack.
+    # Counted as store calls (each is timed): group commit packs many claims into
+    # one transaction, so commits would hide the polling.
     p = make_proxy(defaults={"on_concurrent": "wait"}, gc={"interval": "0s"})
     calls = "idemproxy_store_duration_seconds_count"
     before = p.metric(calls)
@@ -51,7 +53,7 @@ def test_waiters_on_a_local_holder_sleep_instead_of_polling_the_database(make_pr
     store_calls = p.metric(calls) - before
     assert upstream.executions.count(key=key) == 1
     assert [r.status for r in responses] == [201] * 64
-    assert store_calls <= 2 * 64 + 8, store_calls  # a claim before and after each wait
+    assert store_calls <= 64 + 1 + 16, store_calls
 
 
 def test_distinct_keys_in_parallel_each_execute_once(proxy, upstream, key):
