@@ -319,11 +319,9 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   ctx.client.stream.expires_after(cfg.server.read_timeout);
   beast::error_code ec = bhttp::error::body_limit;
   if (!too_large) {
-    const bool wide = parser.content_length().value_or(kBodyReadSize) > 4096;
-    if (wide) ctx.client.buffer.reserve(kBodyReadSize);
+    const WideBodyRead room(ctx.client.buffer, parser, true);
     std::tie(ec, std::ignore) =
         co_await bhttp::async_read(ctx.client.stream, ctx.client.buffer, parser, use_nothrow);
-    if (wide) ctx.client.buffer.shrink_to_fit();
   }
   if (ec == bhttp::error::body_limit) {
     ctx.keep_alive = false;

@@ -16,6 +16,29 @@ enum class RelayError { none, read, write };
 /// time, a syscall and a write each. Bodies are read through this much room.
 inline constexpr std::size_t kBodyReadSize = 64 * 1024;
 
+/// Gives `buffer` kBodyReadSize of room while the body `p` is about to read is large
+/// or of unknown length (small bodies arrive with their head). With `narrow_after`
+/// (a client's buffer, so idle keep-alive connections stay small) the room is given
+/// back when this goes out of scope; an upstream connection's buffer keeps it.
+class WideBodyRead {
+ public:
+  template <class Parser>
+  WideBodyRead(beast::flat_buffer& buffer, const Parser& p, bool narrow_after) : buffer_(buffer) {
+    const bool wide = !p.is_done() && (p.chunked() || p.content_length().value_or(0) > 4096);
+    if (wide) buffer_.reserve(kBodyReadSize);
+    narrow_ = wide && narrow_after;
+  }
+  ~WideBodyRead() {
+    if (narrow_) buffer_.shrink_to_fit();
+  }
+  WideBodyRead(const WideBodyRead&) = delete;
+  WideBodyRead& operator=(const WideBodyRead&) = delete;
+
+ private:
+  beast::flat_buffer& buffer_;
+  bool narrow_ = false;
+};
+
 /// Writes p's header, then `prefix` (body bytes already read from `in`), then the
 /// rest of the body as `in` delivers it.
 template <bool isRequest>
@@ -25,18 +48,7 @@ asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
                                   beast::error_code& error, std::string_view prefix = {}) {
   std::array<char, 16 * 1024> chunk;
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
-  // Small bodies arrive with their head; only a large or chunked one needs the room.
-  // A client's buffer gives it back afterwards (idle keep-alive connections stay
-  // small); an upstream connection's keeps it for the next response.
-  const bool wide = !p.is_done() && (p.chunked() || p.content_length().value_or(0) > 4096);
-  if (wide) in_buffer.reserve(kBodyReadSize);
-  struct Narrow {
-    beast::flat_buffer& buffer;
-    bool active;
-    ~Narrow() {
-      if (active) buffer.shrink_to_fit();
-    }
-  } narrow{in_buffer, wide && isRequest};
+  const WideBodyRead room(in_buffer, p, isRequest);  // requests come from clients
   bool prefix_sent = prefix.empty();
   do {
     if (!prefix_sent) {
