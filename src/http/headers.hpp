@@ -36,6 +36,6 @@ StringResponse replay_response(const store::StoredResponse& stored, TimePoint ex
 /// client serialized once (not for 1xx, 204 and 304 answers, which have no
 /// Content-Length: those replays are built per request).
 engine::ReplayCache::Entry cache_entry(std::string fingerprint, store::StoredResponse stored,
-                                       TimePoint expires_at);
+                                       TimePoint expires_at, engine::ReplayCache::Request request);
 
 }  // namespace idemproxy::http

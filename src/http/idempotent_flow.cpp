@@ -18,6 +18,11 @@ using ops::Outcome;
 
 std::string wait_id(const store::RecordId& id) { return id.scope + '\n' + id.key; }
 
+// What the fingerprint was computed from (see ReplayCache::Request).
+engine::ReplayCache::Request request_form(const RequestContext& ctx, const StringRequest& req) {
+  return {ctx.method, ctx.target, std::string(req[bhttp::field::content_type]), req.body()};
+}
+
 // What enforce mode would have answered, for a request that shadow mode forwards.
 Outcome shadow_outcome(Admission::Kind kind) {
   switch (kind) {
@@ -117,7 +122,8 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
       head.set(kExpiresHeader, http_date(expires_at));
       // The stored form: a replay from memory sends what one from the record would.
       // (An answer too large to store is not kept: its body_stored is false.)
-      rt.cache.put(id, cache_entry(claim.fingerprint, std::move(stored), expires_at));
+      rt.cache.put(id, cache_entry(claim.fingerprint, std::move(stored), expires_at,
+                                   request_form(ctx, req)));
       break;
     case engine::Finish::released:
       ctx.outcome = Outcome::released;
@@ -195,7 +201,8 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
         co_return co_await execute(ctx, claim, a.token, req);
       case Admission::Kind::replay: {
         ctx.outcome = Outcome::replayed;
-        rt.cache.put(claim.id, cache_entry(claim.fingerprint, *a.replay, a.expires_at));
+        rt.cache.put(claim.id, cache_entry(claim.fingerprint, *a.replay, a.expires_at,
+                                           request_form(ctx, req)));
         auto res = replay_response(*a.replay, a.expires_at, ctx.version, ctx.keep_alive);
         co_return co_await send_response(ctx, res) && ctx.keep_alive;
       }
@@ -342,22 +349,31 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   }
   StringRequest req = parser.release();
 
+  // A completed record this process has seen replays from memory: no database round
+  // trip, no commit. The very same request bytes replay without a fingerprint.
+  store::RecordId id{std::move(scope), key};
+  const std::string_view content_type = req[bhttp::field::content_type];
+  std::shared_ptr<const engine::ReplayCache::Entry> hit;
+  if (route.mode == engine::Mode::enforce) {
+    hit = ctx.rt.cache.get(id, std::chrono::system_clock::now());
+    if (hit && hit->request.same(ctx.method, ctx.target, content_type, req.body())) {
+      co_return co_await replay_cached(ctx, *hit);
+    }
+  }
+
   // Phase: fingerprint, then claim.
   const store::ClaimRequest claim{
-      {std::move(scope), key},
-      engine::fingerprint(ctx.method, ctx.target, req[bhttp::field::content_type], req.body()),
+      std::move(id),
+      engine::fingerprint(ctx.method, ctx.target, content_type, req.body()),
       route.lease,
       route.ttl,
       route.name,
       ctx.method,
       ctx.target,
       route.on_stale == engine::OnStale::retake};
-  // A completed record this process has seen replays from memory: no database round
-  // trip, no commit. Anything else (a miss, another fingerprint) asks the store.
-  if (route.mode == engine::Mode::enforce) {
-    const auto hit = ctx.rt.cache.get(claim.id, std::chrono::system_clock::now());
-    if (hit && hit->fingerprint == claim.fingerprint) co_return co_await replay_cached(ctx, *hit);
-  }
+  // The same request in other bytes (JSON members reordered, say) still replays from
+  // memory; anything else (a miss, another fingerprint) asks the store.
+  if (hit && hit->fingerprint == claim.fingerprint) co_return co_await replay_cached(ctx, *hit);
   prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
                   cfg.upstream.base_path);
   req.prepare_payload();

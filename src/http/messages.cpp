@@ -176,8 +176,9 @@ StringResponse replay_response(const store::StoredResponse& stored, TimePoint ex
 }
 
 engine::ReplayCache::Entry cache_entry(std::string fingerprint, store::StoredResponse stored,
-                                       TimePoint expires_at) {
-  engine::ReplayCache::Entry e{std::move(fingerprint), std::move(stored), expires_at};
+                                       TimePoint expires_at, engine::ReplayCache::Request request) {
+  engine::ReplayCache::Entry e{std::move(fingerprint), std::move(stored), expires_at, {},
+                               std::move(request)};
   const int status = e.response.status;
   if (status / 100 == 1 || status == 204 || status == 304) return e;
   // Beast's serializer writes this head for replay_response(stored, expires_at, 11,

@@ -37,6 +37,22 @@ def test_another_body_with_a_cached_key_is_still_judged_by_the_store(make_proxy,
     assert r.status == 422 and problem(r)["type"].endswith("/key-mismatch")
 
 
+def test_the_same_json_in_other_bytes_replays_from_memory_too(make_proxy, upstream, key):
+    # The exact bytes replay without fingerprinting; reordered members and other
+    # spacing take the fingerprint path, and still need no store call.
+    p = make_proxy(gc={"interval": "0s"})
+    first = p.post("/v1/orders", '{"a": 1, "b": [1, 2]}', key=key)
+    calls = p.metric("idemproxy_store_duration_seconds_count")
+    for body in ('{"a": 1, "b": [1, 2]}', '{"b":[1,2],"a":1}', '{ "b" : [1, 2] , "a" : 1 }'):
+        r = p.post("/v1/orders", body, key=key)
+        assert r.header("Idempotent-Replayed") == "true" and r.body == first.body
+    assert p.metric("idemproxy_replay_cache_hits_total") == 3
+    assert p.metric("idemproxy_store_duration_seconds_count") == calls
+    # Another target with the same key and body is not the same request.
+    assert p.post("/v1/orders/other", '{"a": 1, "b": [1, 2]}', key=key).status == 422
+    assert upstream.executions.count(key=key) == 1
+
+
 def test_the_cache_can_be_turned_off(make_proxy, upstream, key):
     p = make_proxy(extra_top={"replay_cache": {"max_bytes": 0}})
     p.post("/v1/orders", "{}", key=key)

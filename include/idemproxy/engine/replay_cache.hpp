@@ -17,6 +17,17 @@ namespace idemproxy::engine {
 
 class ReplayCache {
  public:
+  /// The request a cached answer was given to, as fingerprinted. A retry with the
+  /// very same bytes has the same fingerprint, so it replays without computing it
+  /// again (canonical JSON and SHA-256 are most of a replay's own work).
+  struct Request {
+    std::string method, target, content_type, body;
+    bool same(std::string_view m, std::string_view t, std::string_view ct,
+              std::string_view b) const {
+      return body == b && target == t && method == m && content_type == ct;
+    }
+  };
+
   struct Entry {
     std::string fingerprint;
     store::StoredResponse response;  // as stored: replayable headers only
@@ -25,6 +36,7 @@ class ReplayCache {
     /// http::cache_entry): every line but Connection, X-Request-Id and the blank
     /// line. Empty: replays are built per request.
     std::string head{};
+    Request request{};
   };
 
   /// max_bytes 0 turns the cache off.
