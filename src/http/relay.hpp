@@ -39,8 +39,48 @@ class WideBodyRead {
   bool narrow_ = false;
 };
 
+/// A message head as Beast's serializer writes it: start line, fields in order, and
+/// the blank line.
+template <bool isRequest>
+std::string serialize_head(const bhttp::header<isRequest>& h) {
+  std::string out;
+  out.reserve(512);
+  const auto version = [&] {
+    out += "HTTP/";
+    out += static_cast<char>('0' + h.version() / 10);
+    out += '.';
+    out += static_cast<char>('0' + h.version() % 10);
+  };
+  if constexpr (isRequest) {
+    out += h.method_string();
+    out += ' ';
+    out += h.target();
+    out += ' ';
+    version();
+  } else {
+    version();
+    out += ' ';
+    out += std::to_string(h.result_int());
+    out += ' ';
+    const auto reason = h.reason();
+    out += reason.empty() ? bhttp::obsolete_reason(h.result()) : reason;
+  }
+  out += "\r\n";
+  for (const auto& f : h) {
+    out += f.name_string();
+    out += ": ";
+    out += f.value();
+    out += "\r\n";
+  }
+  out += "\r\n";
+  return out;
+}
+
 /// Writes p's header, then `prefix` (body bytes already read from `in`), then the
-/// rest of the body as `in` delivers it.
+/// rest of the body as `in` delivers it. A message whose whole body has a length
+/// that fits one chunk (most API calls) goes out in one gathered write of a head
+/// serialized here: Beast's serializer machinery cost more than the rest of a
+/// pass-through request's user-space work (docs/PERFORMANCE.md).
 template <bool isRequest>
 asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
                                   bhttp::parser<isRequest, bhttp::buffer_body>& p, Stream& out,
@@ -49,6 +89,29 @@ asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
   std::array<char, 16 * 1024> chunk;
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   const WideBodyRead room(in_buffer, p, isRequest);  // requests come from clients
+  if (prefix.empty() && !p.chunked() &&
+      (p.is_done() || p.content_length().value_or(chunk.size() + 1) <= chunk.size())) {
+    p.get().body().data = chunk.data();
+    p.get().body().size = chunk.size();
+    while (!p.is_done()) {
+      in.expires_after(in_timeout);
+      auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+      if (ec) {
+        error = ec;
+        co_return RelayError::read;
+      }
+    }
+    const std::string head = serialize_head<isRequest>(p.get());
+    const std::array<asio::const_buffer, 2> message{
+        asio::buffer(head), asio::buffer(chunk.data(), chunk.size() - p.get().body().size)};
+    out.expires_after(out_timeout);
+    auto [ec, n] = co_await asio::async_write(out, message, use_nothrow);
+    if (ec) {
+      error = ec;
+      co_return RelayError::write;
+    }
+    co_return RelayError::none;
+  }
   bool prefix_sent = prefix.empty();
   do {
     if (!prefix_sent) {
