@@ -152,7 +152,8 @@ std::string Metrics::render() const {
     for (const auto& g : gauges()) {
       const std::string family = g.name.substr(0, g.name.find('{'));
       if (family != last_family) {
-        out << "# HELP " << family << " " << g.help << "\n# TYPE " << family << " gauge\n";
+        out << "# HELP " << family << " " << g.help << "\n# TYPE " << family << " " << g.type
+            << "\n";
         last_family = family;
       }
       out << g.name << " " << g.value << "\n";

@@ -125,8 +125,10 @@ std::unique_ptr<PgStore::Connection> PgStore::checkout() {
 }
 
 Store::PoolStats PgStore::pool_stats() {
+  const BatchStats b = batch_stats();
   std::lock_guard lock(mu_);
-  return {options_.pool_size, open_, open_ - static_cast<int>(idle_.size())};
+  return {options_.pool_size, open_, open_ - static_cast<int>(idle_.size()),
+          b.batches,          b.operations, b.fallbacks};
 }
 
 void PgStore::give_back(std::unique_ptr<Connection> conn) {

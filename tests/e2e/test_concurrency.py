@@ -58,6 +58,8 @@ def test_waiters_on_a_local_holder_sleep_instead_of_polling_the_database(make_pr
 
 def test_distinct_keys_in_parallel_each_execute_once(proxy, upstream, key):
     keys = ["%s-%d" % (key, i) for i in range(48)]
+    batches, batched = (proxy.metric("idemproxy_db_batches_total"),
+                        proxy.metric("idemproxy_db_batched_operations_total"))
     with ThreadPoolExecutor(max_workers=48) as pool:
         first = list(pool.map(lambda k: proxy.post("/v1/orders", '{"n": 1}', key=k), keys))
         second = list(pool.map(lambda k: proxy.post("/v1/orders", '{"n": 1}', key=k), keys))
@@ -67,6 +69,11 @@ def test_distinct_keys_in_parallel_each_execute_once(proxy, upstream, key):
         assert upstream.executions.count(key=k) == 1
         assert a.body == b.body  # never another key's response
         assert b.header("Idempotent-Replayed") == "true"
+    # 48 claims and 48 completions went through group commit (the replays came from
+    # the cache), and 48 concurrent requests on two batch slots shared transactions.
+    assert proxy.metric("idemproxy_db_batched_operations_total") - batched == 96
+    assert proxy.metric("idemproxy_db_batches_total") - batches < 96
+    assert proxy.metric("idemproxy_db_batch_fallbacks_total") == 0
 
 
 def test_storm_with_several_io_threads_executes_once(make_proxy, upstream, key):

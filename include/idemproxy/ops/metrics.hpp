@@ -58,6 +58,7 @@ struct GaugeSample {
   std::string name;  // with labels, e.g. idemproxy_db_pool_connections{state="open"}
   std::string help;
   double value = 0;
+  const char* type = "gauge";  // or "counter", for totals the source keeps
 };
 
 class Metrics {

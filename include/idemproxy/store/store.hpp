@@ -149,6 +149,10 @@ class Store {
     int size = 0;    // configured connections
     int open = 0;    // connections open now
     int in_use = 0;  // running a statement now
+    // Group commit (PostgreSQL), since start:
+    std::int64_t batches = 0;          // transactions that carried claims and completions
+    std::int64_t batched = 0;          // claims and completions they carried
+    std::int64_t batch_fallbacks = 0;  // multi-row statements that failed, rerun one by one
   };
   virtual PoolStats pool_stats() { return {}; }
 };
