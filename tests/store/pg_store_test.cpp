@@ -575,7 +575,7 @@ TEST_F(PgStoreTest, BatchedClaimsAndCompletionsRoundTripAwkwardBytes) {
     {
       HeldConnection held(one, request(prefix + "gate-completions"));
       std::vector<std::thread> threads;
-      std::vector<bool> ok(keys.size());
+      std::vector<char> ok(keys.size());  // not vector<bool>: its bits share words
       for (std::size_t i = 0; i < keys.size(); ++i) {
         threads.emplace_back([&, i] {
           ok[i] = one.complete(request(prefix + keys[i]).id, tokens[i], answers[i], 1h).ok();
