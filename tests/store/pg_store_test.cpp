@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <pqxx/pqxx>
 #include <optional>
 #include <random>
@@ -400,6 +401,11 @@ TEST_F(PgStoreTest, PlainRecordsStayReadableAfterEncryptionIsTurnedOn) {
 // and runs as one batch once the lock is let go.
 namespace {
 
+void wait_until_queued(PgStore& store, int n) {
+  for (int i = 0; i < 500 && store.batch_stats().queued < n; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(store.batch_stats().queued, n);
+}
+
 class HeldConnection {
  public:
   // Claims `gate` on `store`, locks its row from another session, and starts a
@@ -432,6 +438,16 @@ class HeldConnection {
     return completed_;
   }
 
+  // Runs work(0) .. work(n - 1), each on its own thread; once all n are queued behind
+  // the held connection, lets it go, and returns when all have finished.
+  void queue_and_release(int n, const std::function<void(int)>& work) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) threads.emplace_back(work, i);
+    wait_until_queued(store_, n);
+    EXPECT_TRUE(release());
+    for (auto& t : threads) t.join();
+  }
+
  private:
   PgStore& store_;
   ClaimRequest gate_;
@@ -441,11 +457,6 @@ class HeldConnection {
   bool completed_ = false;
 };
 
-void wait_until_queued(PgStore& store, int n) {
-  for (int i = 0; i < 500 && store.batch_stats().queued < n; ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_EQ(store.batch_stats().queued, n);
-}
-
 }  // namespace
 
 TEST_F(PgStoreTest, ClaimsQueuedBehindABusyConnectionCommitTogether) {
@@ -453,14 +464,9 @@ TEST_F(PgStoreTest, ClaimsQueuedBehindABusyConnectionCommitTogether) {
   HeldConnection held(one, request("gate"));
   constexpr int kClaims = 24;
   std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kClaims; ++i) {
-    threads.emplace_back([&, i] { results[i] = one.claim(request("k" + std::to_string(i))); });
-  }
-  wait_until_queued(one, kClaims);
   const auto before = one.batch_stats();
-  ASSERT_TRUE(held.release());
-  for (auto& t : threads) t.join();
+  held.queue_and_release(kClaims,
+                         [&](int i) { results[i] = one.claim(request("k" + std::to_string(i))); });
   const auto after = one.batch_stats();
   // The held completion was one batch; the 24 claims were one more, not 24.
   EXPECT_EQ(after.batches - before.batches, 2);
@@ -484,13 +490,7 @@ TEST_F(PgStoreTest, OneKeyClaimedManyTimesInOneBatchHasExactlyOneWinner) {
   HeldConnection held(one, request("gate"));
   constexpr int kClaims = 16;
   std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kClaims; ++i) {
-    threads.emplace_back([&, i] { results[i] = one.claim(request("storm")); });
-  }
-  wait_until_queued(one, kClaims);
-  ASSERT_TRUE(held.release());
-  for (auto& t : threads) t.join();
+  held.queue_and_release(kClaims, [&](int i) { results[i] = one.claim(request("storm")); });
   int winners = 0;
   std::int64_t token = 0;
   for (const auto& r : results) {
@@ -517,14 +517,11 @@ TEST_F(PgStoreTest, AFailingStatementDoesNotFailTheRestOfItsBatch) {
   const auto done_token = claim_token(done_req);
   std::optional<Result<ClaimResult>> good, bad;
   std::optional<Result<TimePoint>> completed;
-  std::thread a([&] { good = one.claim(request("good")); });
-  std::thread b([&] { completed = one.complete(done_req.id, done_token, {200, {}, "ok"}, 1h); });
-  std::thread c([&] { bad = one.claim(request("not-utf8-\xff\xfe")); });  // the server refuses it
-  wait_until_queued(one, 3);
-  ASSERT_TRUE(held.release());
-  a.join();
-  b.join();
-  c.join();
+  held.queue_and_release(3, [&](int i) {
+    if (i == 0) good = one.claim(request("good"));
+    if (i == 1) completed = one.complete(done_req.id, done_token, {200, {}, "ok"}, 1h);
+    if (i == 2) bad = one.claim(request("not-utf8-\xff\xfe"));  // the server refuses it
+  });
   EXPECT_EQ(one.batch_stats().fallbacks, 1);
   ASSERT_TRUE(good->ok()) << good->error().detail;
   EXPECT_TRUE(std::holds_alternative<Claimed>(good->value()));
@@ -557,33 +554,20 @@ TEST_F(PgStoreTest, BatchedClaimsAndCompletionsRoundTripAwkwardBytes) {
     std::vector<std::int64_t> tokens(keys.size());
     {
       HeldConnection held(one, request(prefix + "gate-claims"));
-      std::vector<std::thread> threads;
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        threads.emplace_back([&, i] {
-          auto r = one.claim(request(prefix + keys[i]));
-          tokens[i] = r.ok() && std::holds_alternative<Claimed>(r.value())
-                          ? std::get<Claimed>(r.value()).token
-                          : -1;
-        });
-      }
-      wait_until_queued(one, static_cast<int>(keys.size()));
-      ASSERT_TRUE(held.release());
-      for (auto& t : threads) t.join();
+      held.queue_and_release(static_cast<int>(keys.size()), [&](int i) {
+        auto r = one.claim(request(prefix + keys[i]));
+        tokens[i] =
+            r.ok() && std::holds_alternative<Claimed>(r.value()) ? std::get<Claimed>(r.value()).token : -1;
+      });
     }
     for (const auto t : tokens) ASSERT_GT(t, 0);
     const auto before = one.batch_stats();
     {
       HeldConnection held(one, request(prefix + "gate-completions"));
-      std::vector<std::thread> threads;
       std::vector<char> ok(keys.size());  // not vector<bool>: its bits share words
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        threads.emplace_back([&, i] {
-          ok[i] = one.complete(request(prefix + keys[i]).id, tokens[i], answers[i], 1h).ok();
-        });
-      }
-      wait_until_queued(one, static_cast<int>(keys.size()));
-      ASSERT_TRUE(held.release());
-      for (auto& t : threads) t.join();
+      held.queue_and_release(static_cast<int>(keys.size()), [&](int i) {
+        ok[i] = one.complete(request(prefix + keys[i]).id, tokens[i], answers[i], 1h).ok();
+      });
       for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(ok[i]) << keys[i];
     }
     // The gate's claim, the gate's completion, and one for all seven completions.
