@@ -16,6 +16,17 @@ struct Statement {
   "expires_at <= now() AS expired, "                                                     \
   "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, key_id"
 
+// How a claim takes over an existing row: when it was released or has expired, or
+// (with the retake parameter that follows) its lease ran out. Shared by kClaim and
+// kClaimMany, so single and batched claims decide alike.
+#define IDEMPROXY_CLAIM_TAKEOVER                                                                \
+  " ON CONFLICT (scope, key) DO UPDATE SET"                                                     \
+  "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"         \
+  "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"              \
+  "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at," \
+  "  completed_at = NULL, status = NULL, headers = NULL, body = NULL, key_id = EXCLUDED.key_id"   \
+  " WHERE r.state = 'released' OR r.expires_at <= now()"
+
 // Claims (scope, key) in one statement. The row is taken over when it was released,
 // has expired, or (with $9, on_stale: retake) its lease ran out while in flight or
 // indeterminate; otherwise the live row is returned unchanged.
@@ -35,12 +46,7 @@ inline constexpr Statement kClaim{
     " VALUES ($1, $2, $3, 'in_flight', nextval('idempotency_fencing_token_seq'), $4, $5, $6, now(),"
     "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 "
     "millisecond', $10)"
-    " ON CONFLICT (scope, key) DO UPDATE SET"
-    "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"
-    "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"
-    "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,"
-    "  completed_at = NULL, status = NULL, headers = NULL, body = NULL, key_id = EXCLUDED.key_id"
-    " WHERE r.state = 'released' OR r.expires_at <= now()"
+    IDEMPROXY_CLAIM_TAKEOVER
     "  OR ($9 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
     " RETURNING r.*)"
     " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
@@ -82,12 +88,7 @@ inline constexpr Statement kClaimMany{
     " SELECT in_scope, in_key, in_fingerprint, 'in_flight', nextval('idempotency_fencing_token_seq'),"
     "  in_route, in_method, in_target, now(), now() + in_lease_ms * interval '1 millisecond',"
     "  now() + in_ttl_ms * interval '1 millisecond', in_key_id FROM input ORDER BY in_scope, in_key"
-    " ON CONFLICT (scope, key) DO UPDATE SET"
-    "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"
-    "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"
-    "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,"
-    "  completed_at = NULL, status = NULL, headers = NULL, body = NULL, key_id = EXCLUDED.key_id"
-    " WHERE r.state = 'released' OR r.expires_at <= now()"
+    IDEMPROXY_CLAIM_TAKEOVER
     "  OR ($10 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
     " RETURNING r.*)"
     " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
@@ -174,5 +175,6 @@ inline constexpr Statement kAll[] = {kClaim,  kComplete,      kClaimMany,     kC
                                      kList,    kPurge,         kDeleteExpired, kPing};
 
 #undef IDEMPROXY_RECORD_COLUMNS
+#undef IDEMPROXY_CLAIM_TAKEOVER
 
 }  // namespace idemproxy::store::pg
