@@ -115,7 +115,6 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
         return rt.engine.finish(id, token, route, answer, &expires_at, &stored);
       });
   rt.metrics.claim_ended();
-  rt.waiters.release(wait_id(id));
   switch (finish) {
     case engine::Finish::stored:
       ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;
@@ -148,6 +147,8 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
       }
       break;
   }
+  // After the answer is in the cache: the waiters this wakes replay it from there.
+  rt.waiters.release(wait_id(id));
   if (big) {
     spdlog::warn("key {}: the response exceeds upstream.max_response_size; streamed whole, "
                  "and retries will not replay it",
@@ -267,12 +268,16 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
     }
     auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor);
     timer->expires_after(std::min<std::chrono::steady_clock::duration>(backoff, deadline - now));
-    if (rt.waiters.add(wait_id(claim.id), timer)) {
-      // Held by this process: sleep until it releases the key; no database polling.
-      timer->expires_at(deadline);
-    } else {
+    if (!rt.waiters.add(wait_id(claim.id), timer)) {
       backoff = std::min(backoff * 2, Duration{250});  // held elsewhere: re-check later
+      co_await timer->async_wait(use_nothrow);
+      // Answered in the same group-commit batch as a holder in this process, this
+      // request may have looked before that holder marked the key. Look once more
+      // before asking the store again.
+      if (!rt.waiters.add(wait_id(claim.id), timer)) continue;
     }
+    // Held by this process: sleep until it releases the key; no database polling.
+    timer->expires_at(deadline);
     co_await timer->async_wait(use_nothrow);
   }
 }
