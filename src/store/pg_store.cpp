@@ -3,9 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <pqxx/pqxx>
-#include <set>
-#include <tuple>
 
 #include "idemproxy/engine/hex.hpp"
 #include "store/pg_statements.hpp"
@@ -397,16 +396,18 @@ bool PgStore::run_many(const std::vector<Pending*>& members) {
 
 void PgStore::run_batch(const std::vector<Pending*>& batch) {
   if (batch.size() == 1) return run_alone(*batch.front());
-  // Claims by retake setting, each key once; completions; later claims of a key.
-  std::vector<Pending*> claims[2], completions, repeats;
-  std::set<std::pair<std::string_view, std::string_view>> keys;
+  // Claims by retake setting, each key once; completions; later claims of a key,
+  // each with the first claim of its key.
+  std::vector<Pending*> claims[2], completions;
+  std::vector<std::pair<Pending*, const Pending*>> repeats;
+  std::map<std::pair<std::string_view, std::string_view>, const Pending*> first_claims;
   for (Pending* p : batch) {
     if (!p->claim) {
       completions.push_back(p);
-    } else if (keys.emplace(p->id.scope, p->id.key).second) {
+    } else if (auto [at, fresh] = first_claims.try_emplace({p->id.scope, p->id.key}, p); fresh) {
       claims[p->claim->req.retake_stale ? 1 : 0].push_back(p);
     } else {
-      repeats.push_back(p);
+      repeats.emplace_back(p, at->second);
     }
   }
   for (auto* group : {&claims[0], &claims[1], &completions}) {
@@ -422,14 +423,8 @@ void PgStore::run_batch(const std::vector<Pending*>& batch) {
     }
   }
   // A later claim of a key gets what the first left: never a second claim.
-  for (Pending* p : repeats) {
-    const Pending* first = nullptr;
-    for (auto* group : {&claims[0], &claims[1]}) {
-      for (const Pending* q : *group) {
-        if (q->id.scope == p->id.scope && q->id.key == p->id.key) first = q;
-      }
-    }
-    if (first && first->answer.ok() && first->answer.value().row >= 0) {
+  for (auto [p, first] : repeats) {
+    if (first->answer.ok() && first->answer.value().row >= 0) {
       p->answer = first->answer;
       p->answer.value().repeat = true;
     } else {
