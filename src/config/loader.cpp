@@ -177,6 +177,19 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       c.server.max_header_size = r.size(s["max_header_size"], "server.max_header_size");
     if (s["max_stream_body"])
       c.server.max_stream_body = r.size(s["max_stream_body"], "server.max_stream_body");
+    if (s["max_header_fields"]) {
+      c.server.max_header_fields = static_cast<std::size_t>(
+          r.integer(s["max_header_fields"], "server.max_header_fields", 1, 10000));
+    }
+    if (s["body_timeout"])
+      c.server.body_timeout = r.duration(s["body_timeout"], "server.body_timeout");
+    if (s["merge_slashes"])
+      c.server.merge_slashes = r.boolean(s["merge_slashes"], "server.merge_slashes");
+    if (const YAML::Node e = s["escaped_slashes"]) {
+      const std::string v = r.text(e, "server.escaped_slashes");
+      if (v != "reject" && v != "keep") r.fail(e, "server.escaped_slashes must be reject or keep");
+      c.server.reject_escaped_slashes = v == "reject";
+    }
   }
   if (const YAML::Node rc = root["replay_cache"]) {
     r.expect_map(rc, "replay_cache", section("replay_cache"));

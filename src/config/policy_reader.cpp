@@ -19,7 +19,8 @@ const std::map<std::string, std::set<std::string>>& schema() {
       {"store.postgres", {"dsn", "pool_size", "batch_max", "statement_timeout", "transaction_pooling"}},
       {"server",
        {"threads", "drain_timeout", "idle_timeout", "header_timeout", "read_timeout",
-        "max_header_size", "max_stream_body", "max_connections"}},
+        "max_header_size", "max_stream_body", "max_connections", "max_header_fields",
+        "body_timeout", "merge_slashes", "escaped_slashes"}},
       {"gc", {"interval", "batch_size", "max_batches"}},
       {"log", {"level", "format"}},
       {"policy",
@@ -27,7 +28,7 @@ const std::map<std::string, std::set<std::string>>& schema() {
         "store_status", "store_unavailable", "max_body", "store_deny_headers", "on_stale", "mode",
         "scope"}},
       {"scope", {"from", "header", "hash"}},
-      {"route", {"name", "path_prefix", "enabled"}},
+      {"route", {"name", "path_prefix", "enabled", "case_sensitive"}},
   };
   return sections;
 }
@@ -49,6 +50,8 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       p.path_prefix = text(v, name);
       if (p.path_prefix.empty() || p.path_prefix.front() != '/')
         fail(v, name + " must start with /");
+    } else if (key == "case_sensitive") {
+      p.case_sensitive = boolean(v, name);
     } else if (key == "enabled") {
       p.enabled = boolean(v, name);
     } else if (key == "header") {

@@ -27,7 +27,11 @@ const RoutePolicy* RouteTable::match(std::string_view target) const {
   const std::string_view path = target.substr(0, target.find('?'));
   for (const auto& route : routes_) {
     const std::string_view prefix = route.path_prefix;
-    if (!path.starts_with(prefix)) continue;
+    if (path.size() < prefix.size()) continue;
+    if (route.case_sensitive ? !path.starts_with(prefix)
+                             : strncasecmp(path.data(), prefix.data(), prefix.size()) != 0) {
+      continue;
+    }
     // Match whole segments: /v1/orders covers /v1/orders/7 but not /v1/ordersx.
     if (path.size() == prefix.size() || prefix.back() == '/' || path[prefix.size()] == '/') {
       return &route;

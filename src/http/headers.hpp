@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "http/beast.hpp"
+#include "idemproxy/config/config.hpp"
 #include "idemproxy/engine/replay_cache.hpp"
 #include "idemproxy/store/store.hpp"
 
@@ -16,9 +17,9 @@ void strip_hop_by_hop(bhttp::fields& fields);
 /// Prepares a client request for the upstream: HTTP/1.1 keep-alive, the upstream's
 /// base path prefixed, hop-by-hop removed, Expect answered here, X-Forwarded-For
 /// appended, X-Forwarded-Proto (https when `tls`) and -Host set when absent. Host is
-/// kept as sent.
+/// kept as sent, or set to the upstream's authority when the client sent none.
 void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip, bool tls,
-                     const std::string& base_path);
+                     const config::UpstreamConfig& upstream);
 
 std::vector<store::Header> to_headers(const bhttp::fields& fields);
 

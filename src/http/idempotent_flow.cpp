@@ -34,6 +34,12 @@ Outcome shadow_outcome(Admission::Kind kind) {
   }
 }
 
+// Interim answers (103 Early Hints, 102) go to the client as they arrive; the final
+// one is what is stored.
+InterimSink interim_sink(RequestContext& ctx) {
+  return {&ctx.client.stream, ctx.version, ctx.settings->config.server.read_timeout};
+}
+
 // Sends an upstream answer to the client as a whole message.
 asio::awaitable<bool> respond(RequestContext& ctx, StringResponse& res) {
   res.version(ctx.version);
@@ -45,7 +51,7 @@ asio::awaitable<bool> respond(RequestContext& ctx, StringResponse& res) {
 // the route is in shadow mode and enforce would not have forwarded.
 asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& req,
                                           Outcome outcome) {
-  Exchange ex = co_await ctx.rt.upstream.exchange(req);
+  Exchange ex = co_await ctx.rt.upstream.exchange(req, interim_sink(ctx));
   if (ex.error) {
     ctx.fail(*ex.error, Outcome::upstream_error);
     co_return co_await send_problem(ctx);
@@ -69,7 +75,7 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
   const auto& route = *ctx.route;
   rt.metrics.claim_started();
   const auto t0 = std::chrono::steady_clock::now();
-  Exchange ex = co_await rt.upstream.exchange(req);
+  Exchange ex = co_await rt.upstream.exchange(req, interim_sink(ctx));
   const double upstream_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rt.metrics.observe_upstream(upstream_seconds);
@@ -326,6 +332,11 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
     co_return co_await pass_through(ctx);
   }
   if (!too_large && !co_await continue_if_expected(ctx)) co_return false;
+  // Trailer fields of a chunked body are never merged into the head that is
+  // forwarded and fingerprinted (RFC 9110 6.5). Beast's parser inserts them beside
+  // fields of the same name, so the head is kept as it was before the body.
+  std::optional<bhttp::request_header<>> head_before_trailers;
+  if (ctx.head.get().chunked()) head_before_trailers = ctx.head.get().base();
   bhttp::request_parser<bhttp::string_body> parser{std::move(ctx.head)};
   parser.body_limit(route.max_body);
   ctx.client.stream.expires_after(cfg.server.read_timeout);
@@ -353,6 +364,7 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
     co_return co_await send_problem(ctx);
   }
   StringRequest req = parser.release();
+  if (head_before_trailers) req.base() = std::move(*head_before_trailers);
 
   // A completed record this process has seen replays from memory: no database round
   // trip, no commit. The very same request bytes replay without a fingerprint.
@@ -380,7 +392,7 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   // memory; anything else (a miss, another fingerprint) asks the store.
   if (hit && hit->fingerprint == claim.fingerprint) co_return co_await replay_cached(ctx, *hit);
   prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
-                  cfg.upstream.base_path);
+                  cfg.upstream);
   req.prepare_payload();
   co_return co_await claim_and_act(ctx, claim, req);
 }

@@ -119,7 +119,7 @@ void strip_hop_by_hop(bhttp::fields& fields) {
 }
 
 void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip, bool tls,
-                     const std::string& base_path) {
+                     const config::UpstreamConfig& upstream) {
   bhttp::fields& fields = req;
   strip_hop_by_hop(fields);
   fields.erase(bhttp::field::expect);  // 100-continue is answered by the proxy itself
@@ -138,7 +138,10 @@ void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip,
   if (host != fields.end() && fields.find("X-Forwarded-Host") == fields.end()) {
     fields.set("X-Forwarded-Host", host->value());
   }
-  if (!base_path.empty()) req.target(base_path + std::string(req.target()));
+  // RFC 9112 3.2: every HTTP/1.1 request carries Host; an HTTP/1.0 client's may lack
+  // it, and the upstream then gets its own authority.
+  if (host == fields.end()) fields.set(bhttp::field::host, upstream.host + ":" + upstream.port);
+  if (!upstream.base_path.empty()) req.target(upstream.base_path + std::string(req.target()));
   req.version(11);  // keep-alive by default: Connection was removed above
 }
 

@@ -14,13 +14,9 @@ asio::awaitable<bool> stream_response(RequestContext& ctx,
   const bool upstream_keep_alive = res.keep_alive();
   strip_hop_by_hop(res);
   res.version(ctx.version == 10 ? 10 : 11);
-  if (parser.need_eof()) {
-    // The upstream ends the body by closing; an HTTP/1.1 client gets it chunked.
-    if (ctx.version == 10)
-      ctx.keep_alive = false;
-    else
-      res.chunked(true);
-  }
+  set_relay_framing(res, parser, ctx.version != 10);
+  // An HTTP/1.0 client gets a body of unknown length delimited by closing.
+  if (ctx.version == 10 && !parser.is_done() && !parser.content_length()) ctx.keep_alive = false;
   res.keep_alive(ctx.keep_alive);
   res.set("X-Request-Id", ctx.request_id);
   ctx.status = res.result_int();
@@ -51,7 +47,8 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   auto& req = req_parser.get();
   const bool is_head = req.method() == bhttp::verb::head;
   prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
-                  cfg.upstream.base_path);
+                  cfg.upstream);
+  set_relay_framing(req, req_parser, true);
 
   const auto upstream_started = std::chrono::steady_clock::now();
   auto [cec, conn] = co_await rt.upstream.acquire(false);
@@ -75,16 +72,15 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
     co_return co_await send_problem(ctx);
   }
 
-  StreamingParser res_parser;
-  res_parser.header_limit(64 * 1024);
-  res_parser.body_limit(cfg.server.max_stream_body);
-  if (is_head) res_parser.skip(true);
+  std::unique_ptr<StreamingParser> res_parser;
   conn->stream.expires_after(cfg.upstream.timeout);
-  auto [hec, hn] =
-      co_await bhttp::async_read_header(conn->stream, conn->buffer, res_parser, use_nothrow);
+  const auto hec = co_await read_final_head(
+      *conn, res_parser, is_head, cfg.server.max_stream_body,
+      InterimSink{&ctx.client.stream, ctx.version, cfg.server.read_timeout});
   if (hec) {
     const auto kind =
         hec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;
+    ctx.keep_alive = false;
     ctx.fail(ErrorSource::upstream, kind, "no response from the upstream: " + hec.message(),
              ops::Outcome::upstream_error);
     co_return co_await send_problem(ctx);
@@ -94,7 +90,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - upstream_started).count();
   rt.metrics.observe_upstream(upstream_seconds);
   ctx.upstream_ms = upstream_seconds * 1000;
-  co_return co_await stream_response(ctx, conn, res_parser, {});
+  co_return co_await stream_response(ctx, conn, *res_parser, {});
 }
 
 }  // namespace idemproxy::http

@@ -3,7 +3,10 @@
 // chunks (Beast's relay pattern): pass-through uses it both ways, and the idempotent
 // path for responses too large to store.
 #include <array>
+#include <cstdio>
+#include <span>
 #include <string_view>
+#include <utility>
 
 #include "http/stream.hpp"
 
@@ -76,34 +79,87 @@ std::string serialize_head(const bhttp::header<isRequest>& h) {
   return out;
 }
 
-/// Writes p's header, then `prefix` (body bytes already read from `in`), then the
-/// rest of the body as `in` delivers it. A message whose whole body has a length
-/// that fits one chunk (most API calls) goes out in one gathered write of a head
-/// serialized here: Beast's serializer machinery cost more than the rest of a
-/// pass-through request's user-space work (docs/PERFORMANCE.md).
+/// Sets the framing fields of a message the proxy relays, from what its parser
+/// decided, never from the sender's text (RFC 9112 6.3: a message's framing is the
+/// receiver's reading of it; a proxy that copied it would pass on "Content-Length:
+/// 2, 2" or a second terminating chunk). A known length goes out as one
+/// Content-Length (RFC 9110 8.6 lets a list of equal values become one); a chunked
+/// body, or one the upstream ends by closing, goes out chunked to an HTTP/1.1 peer
+/// (RFC 9112 7.1), with transfer codings before chunked kept. A message with no body
+/// to relay (a HEAD answer, 204, 304) keeps its fields: they describe the resource.
+template <bool isRequest, class Parser>
+void set_relay_framing(bhttp::header<isRequest>& h, const Parser& p, bool chunk_allowed) {
+  if (p.is_done() && !p.chunked() && !p.content_length()) return;
+  if constexpr (!isRequest) {
+    if (p.get().result() == bhttp::status::not_modified || p.get().result_int() == 204) return;
+  }
+  if (const auto length = p.content_length()) {
+    h.erase(bhttp::field::transfer_encoding);
+    h.set(bhttp::field::content_length, std::to_string(*length));
+    return;
+  }
+  h.erase(bhttp::field::content_length);
+  std::string codings;  // transfer codings other than chunked, in order
+  for (const auto& f : h) {
+    if (f.name() != bhttp::field::transfer_encoding) continue;
+    for (const auto& coding : bhttp::token_list{f.value()}) {
+      if (beast::iequals(coding, "chunked")) continue;
+      if (!codings.empty()) codings += ", ";
+      codings += coding;
+    }
+  }
+  h.erase(bhttp::field::transfer_encoding);
+  if (!chunk_allowed) {
+    if (!codings.empty()) h.set(bhttp::field::transfer_encoding, codings);
+    return;  // an HTTP/1.0 peer: the body ends when the connection closes
+  }
+  h.set(bhttp::field::transfer_encoding, codings.empty() ? "chunked" : codings + ", chunked");
+}
+
+/// Writes p's header (framed by set_relay_framing), then `prefix` (body bytes already
+/// read from `in`), then the rest of the body as `in` delivers it. The proxy writes
+/// the chunk framing itself: chunk extensions and trailer fields are never relayed
+/// (RFC 9110 6.5.1: a recipient may discard trailers; merging them into the head,
+/// as a buffered parser does, is what RFC 9110 6.5 forbids). A message whose whole
+/// body has a length that fits one chunk (most API calls) goes out in one gathered
+/// write: Beast's serializer machinery cost more than the rest of a pass-through
+/// request's user-space work (docs/PERFORMANCE.md).
 template <bool isRequest>
 asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
                                   bhttp::parser<isRequest, bhttp::buffer_body>& p, Stream& out,
                                   Duration in_timeout, Duration out_timeout,
                                   beast::error_code& error, std::string_view prefix = {}) {
   std::array<char, 16 * 1024> chunk;
-  bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   const WideBodyRead room(in_buffer, p, isRequest);  // requests come from clients
-  if (prefix.empty() && !p.chunked() &&
-      (p.is_done() || p.content_length().value_or(chunk.size() + 1) <= chunk.size())) {
+  const bool chunked_out = p.get().chunked();
+  const bool has_body = !p.is_done() || !prefix.empty();
+  const auto read_some = [&]() -> asio::awaitable<beast::error_code> {
     p.get().body().data = chunk.data();
     p.get().body().size = chunk.size();
+    in.expires_after(in_timeout);
+    auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+    if (ec == bhttp::error::need_buffer) ec = {};
+    co_return ec;
+  };
+  const auto read_bytes = [&] { return chunk.size() - p.get().body().size; };
+  std::string head = serialize_head<isRequest>(p.get());
+  if (prefix.empty() && !chunked_out &&
+      (p.is_done() || p.content_length().value_or(chunk.size() + 1) <= chunk.size())) {
+    std::size_t filled = 0;
     while (!p.is_done()) {
+      p.get().body().data = chunk.data() + filled;
+      p.get().body().size = chunk.size() - filled;
       in.expires_after(in_timeout);
       auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+      if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) {
         error = ec;
         co_return RelayError::read;
       }
+      filled = chunk.size() - p.get().body().size;
     }
-    const std::string head = serialize_head<isRequest>(p.get());
-    const std::array<asio::const_buffer, 2> message{
-        asio::buffer(head), asio::buffer(chunk.data(), chunk.size() - p.get().body().size)};
+    const std::array<asio::const_buffer, 2> message{asio::buffer(head),
+                                                    asio::buffer(chunk.data(), filled)};
     out.expires_after(out_timeout);
     auto [ec, n] = co_await asio::async_write(out, message, use_nothrow);
     if (ec) {
@@ -112,43 +168,44 @@ asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
     }
     co_return RelayError::none;
   }
-  bool prefix_sent = prefix.empty();
-  do {
-    if (!prefix_sent) {
-      prefix_sent = true;
-      p.get().body().data = const_cast<char*>(prefix.data());  // only read by the serializer
-      p.get().body().size = prefix.size();
-      p.get().body().more = !p.is_done();
+  std::string_view pending = prefix;
+  char size_line[24];
+  static constexpr std::string_view kCrlf = "\r\n";
+  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+  for (;;) {
+    std::string_view data;
+    if (!pending.empty()) {
+      data = std::exchange(pending, {});
     } else if (!p.is_done()) {
-      p.get().body().data = chunk.data();
-      p.get().body().size = chunk.size();
-      in.expires_after(in_timeout);
-      auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
-      if (ec == bhttp::error::need_buffer) ec = {};
-      if (ec) {
+      if (const auto ec = co_await read_some()) {
         error = ec;
         co_return RelayError::read;
       }
-      p.get().body().size = chunk.size() - p.get().body().size;
-      p.get().body().data = chunk.data();
-      p.get().body().more = !p.is_done();
-      // A read may parse only framing (a chunk header). An empty buffer must not
-      // reach a chunked serializer: it would write the zero-size terminating chunk.
-      if (p.get().body().size == 0 && !p.is_done()) continue;
-    } else {
-      p.get().body().data = nullptr;
-      p.get().body().size = 0;
-      p.get().body().more = false;  // defaults to true: the serializer would wait
+      data = {chunk.data(), read_bytes()};
+      // A read may parse only framing (a chunk header): nothing to write yet.
+      if (data.empty() && !p.is_done()) continue;
     }
+    const bool last = p.is_done();
+    std::array<asio::const_buffer, 5> buffers;
+    std::size_t count = 0;
+    if (!head.empty()) buffers[count++] = asio::buffer(head);
+    if (!data.empty() && chunked_out) {
+      const int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+      buffers[count++] = asio::buffer(size_line, static_cast<std::size_t>(n));
+    }
+    if (!data.empty()) buffers[count++] = asio::buffer(data);
+    if (!data.empty() && chunked_out) buffers[count++] = asio::buffer(kCrlf);
+    if (last && chunked_out && has_body) buffers[count++] = asio::buffer(kLastChunk);
     out.expires_after(out_timeout);
-    auto [ec, n] = co_await bhttp::async_write(out, sr, use_nothrow);
-    if (ec == bhttp::error::need_buffer) ec = {};
+    auto [ec, n] = co_await asio::async_write(
+        out, std::span<const asio::const_buffer>(buffers.data(), count), use_nothrow);
     if (ec) {
       error = ec;
       co_return RelayError::write;
     }
-  } while (!p.is_done() && !sr.is_done());
-  co_return RelayError::none;
+    head.clear();
+    if (last) co_return RelayError::none;
+  }
 }
 
 }  // namespace idemproxy::http

@@ -6,6 +6,7 @@
 #include <array>
 #include <random>
 
+#include "http/request_target.hpp"
 #include "idemproxy/ops/logging.hpp"
 
 namespace idemproxy::http {
@@ -17,14 +18,65 @@ bool is_disconnect(const beast::error_code& ec) {
          ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
 }
 
-// Framing checks that close request-smuggling doors (RFC 9112 6.1, 6.3).
+// Framing checks that close request-smuggling doors (RFC 9112 6.1, 6.3), and the
+// Host rules of RFC 9112 3.2: an HTTP/1.1 request without Host, or with two, is 400.
 std::optional<std::string> framing_error(const bhttp::request<bhttp::empty_body>& req) {
   const auto lengths = req.count(bhttp::field::content_length);
   const auto encodings = req.count(bhttp::field::transfer_encoding);
   if (lengths > 0 && encodings > 0) return "both Content-Length and Transfer-Encoding are present";
   if (lengths > 1) return "more than one Content-Length header";
   if (encodings > 0 && !req.chunked()) return "Transfer-Encoding must end with chunked";
+  const auto hosts = req.count(bhttp::field::host);
+  if (hosts > 1) return "more than one Host header";
+  if (hosts == 0 && req.version() >= 11) return "an HTTP/1.1 request needs a Host header";
+  const auto host = req[bhttp::field::host];
+  if (!host.empty() && !valid_authority(host)) return "the Host header is not a valid host";
   return std::nullopt;
+}
+
+// Checks a request head's raw bytes for what Beast's parser accepts silently:
+// obsolete line folding (RFC 9112 5.2: a server may reject it with 400; folding the
+// line as Beast does lets two parsers read different values) and more header fields
+// than `max_fields`. Returns the reason to reject, if any.
+std::optional<std::pair<ProblemKind, std::string>> head_error(std::string_view head,
+                                                              std::size_t max_fields) {
+  std::size_t lines = 0;
+  for (std::size_t at = head.find('\n'); at != std::string_view::npos;
+       at = head.find('\n', at + 1)) {
+    ++lines;
+    if (at + 1 < head.size() && (head[at + 1] == ' ' || head[at + 1] == '\t')) {
+      return std::pair{ProblemKind::malformed_request,
+                       std::string("obsolete line folding in a header field")};
+    }
+  }
+  // The request line and the blank line end in LF too.
+  if (lines > max_fields + 2) {
+    return std::pair{ProblemKind::header_too_large,
+                     "more than " + std::to_string(max_fields) +
+                         " header fields (server.max_header_fields)"};
+  }
+  return std::nullopt;
+}
+
+// Reads until conn.buffer holds a whole request head, or `limit` bytes without one
+// (the parser then reports header_limit). `head_size` gets the head's length.
+asio::awaitable<beast::error_code> read_head_bytes(ClientConnection& conn, std::size_t limit,
+                                                   std::size_t& head_size) {
+  for (;;) {
+    const auto* data = static_cast<const char*>(conn.buffer.data().data());
+    const std::string_view seen(data, conn.buffer.size());
+    if (const auto end = seen.find("\r\n\r\n"); end != std::string_view::npos) {
+      head_size = end + 4;
+      co_return beast::error_code{};
+    }
+    if (seen.size() > limit) {
+      head_size = 0;
+      co_return beast::error_code{};
+    }
+    auto [ec, n] = co_await conn.stream.async_read_some(conn.buffer.prepare(4096), use_nothrow);
+    if (ec) co_return ec;
+    conn.buffer.commit(n);
+  }
 }
 
 // Honours a sane X-Request-Id; otherwise makes a random one (128 bits, hex).
@@ -59,7 +111,23 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
              ops::Outcome::bad_request);
     co_return co_await send_problem(ctx);
   }
-  ctx.route = ctx.settings->routes.match(ctx.target);
+  // Routes match, the fingerprint covers, and the upstream receives one spelling
+  // of the target: the one an upstream's router would resolve it to.
+  const auto& server = ctx.settings->config.server;
+  auto normal =
+      normalize_target(req.target(), {server.merge_slashes, server.reject_escaped_slashes});
+  if (const auto* bad = std::get_if<std::string>(&normal)) {
+    ctx.keep_alive = false;
+    ctx.fail(ErrorSource::downstream, ProblemKind::malformed_request, *bad,
+             ops::Outcome::bad_request);
+    co_return co_await send_problem(ctx);
+  }
+  auto& target = std::get<RequestTarget>(normal);
+  // RFC 9112 3.2.2: with an absolute-form target, its authority is the Host.
+  if (!target.authority.empty()) ctx.head.get().set(bhttp::field::host, target.authority);
+  if (target.forward != req.target()) ctx.head.get().target(target.forward);
+  ctx.target = std::move(target.forward);
+  ctx.route = ctx.settings->routes.match(target.route_path);
   if (ctx.route == nullptr || !ctx.route->enabled || !ctx.route->covers_method(ctx.method)) {
     co_return co_await pass_through(ctx);
   }
@@ -179,6 +247,9 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
     RequestContext ctx(*conn, rt, rt.settings());
     const auto& server = ctx.settings->config.server;
     ctx.head.header_limit(static_cast<std::uint32_t>(server.max_header_size));
+    // Body limits depend on the route, known only after the head: pass_through and
+    // run_idempotent check Content-Length (Beast's default of 1 MiB would answer 400).
+    ctx.head.body_limit(boost::none);
     conn->idle = true;
     if (rt.draining) break;
     // Two clocks: idle_timeout for the next request to start, then header_timeout for
@@ -193,10 +264,30 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
       conn->buffer.commit(got);
     }
     conn->idle = false;
+    std::optional<std::pair<ProblemKind, std::string>> bad_head;
     if (!rec) {
       conn->stream.expires_after(server.header_timeout);
+      std::size_t head_size = 0;
+      rec = co_await read_head_bytes(*conn, server.max_header_size, head_size);
+      if (!rec && head_size > 0) {
+        bad_head = head_error(
+            {static_cast<const char*>(conn->buffer.data().data()), head_size},
+            server.max_header_fields);
+      }
+    }
+    if (!rec && !bad_head) {
       std::tie(rec, std::ignore) =
           co_await bhttp::async_read_header(conn->stream, conn->buffer, ctx.head, use_nothrow);
+    }
+    if (bad_head) {
+      ctx.keep_alive = false;
+      ctx.fail(ErrorSource::downstream, bad_head->first,
+               "the request could not be parsed: " + bad_head->second, ops::Outcome::bad_request);
+      co_await send_problem(ctx);
+      rt.metrics.count_request("-", ops::Outcome::bad_request);
+      spdlog::info("malformed request from {}: {}", conn->peer_ip, bad_head->second);
+      linger = true;
+      break;
     }
     if (rec) {
       if (is_disconnect(rec)) break;

@@ -7,6 +7,7 @@
 
 #include <array>
 
+#include "http/headers.hpp"
 #include "http/relay.hpp"
 #include "http/tls.hpp"
 
@@ -25,7 +26,41 @@ ProxyError upstream_error(ProblemKind kind, const std::string& detail) {
   return ProxyError{ErrorSource::upstream, kind, detail, std::nullopt};
 }
 
+std::unique_ptr<StreamingParser> new_parser(bool head_request,
+                                            boost::optional<std::uint64_t> body_limit) {
+  auto parser = std::make_unique<StreamingParser>();
+  parser->header_limit(64 * 1024);
+  parser->body_limit(body_limit);
+  if (head_request) parser->skip(true);
+  return parser;
+}
+
+// A server sends few interim answers; an endless stream of them is an attack.
+constexpr int kMaxInterim = 16;
+
 }  // namespace
+
+asio::awaitable<beast::error_code> read_final_head(UpstreamConnection& conn,
+                                                   std::unique_ptr<StreamingParser>& parser,
+                                                   bool head_request,
+                                                   boost::optional<std::uint64_t> body_limit,
+                                                   const InterimSink& sink) {
+  for (int interim = 0;; ++interim) {
+    parser = new_parser(head_request, body_limit);
+    auto [ec, n] = co_await bhttp::async_read_header(conn.stream, conn.buffer, *parser, use_nothrow);
+    if (ec) co_return ec;
+    const unsigned status = parser->get().result_int();
+    if (status / 100 != 1) co_return ec;
+    if (status == 101 || interim == kMaxInterim) co_return bhttp::error::bad_status;
+    if (status == 100 || sink.client == nullptr || sink.version < 11) continue;
+    auto& head = parser->get().base();
+    strip_hop_by_hop(head);
+    const std::string bytes = serialize_head(head);
+    sink.client->expires_after(sink.timeout);
+    std::tie(ec, n) = co_await asio::async_write(*sink.client, asio::buffer(bytes), use_nothrow);
+    // A client that cannot take the 1xx will fail the final answer's write too.
+  }
+}
 
 UpstreamPool::UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config,
                            bool strands)
@@ -81,7 +116,8 @@ void UpstreamPool::give_back(std::unique_ptr<UpstreamConnection> conn) {
   if (idle_.size() < config_.max_idle_connections) idle_.push_back(std::move(conn));
 }
 
-asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request) {
+asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
+                                                 const InterimSink& interim) {
   Exchange out;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto [ec, conn] = co_await acquire(attempt > 0);
@@ -100,12 +136,11 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request) {
     }
     out.sent = true;
     conn->buffer.reserve(kBodyReadSize);
-    auto parser = std::make_unique<StreamingParser>();
-    parser->header_limit(64 * 1024);
-    parser->body_limit(boost::none);  // bounded below; an oversized body is streamed
-    if (request.method() == bhttp::verb::head) parser->skip(true);
-    auto [rec, read] =
-        co_await bhttp::async_read_header(conn->stream, conn->buffer, *parser, use_nothrow);
+    std::unique_ptr<StreamingParser> parser;
+    // The body is bounded below; an oversized one is streamed.
+    auto rec = co_await read_final_head(*conn, parser, request.method() == bhttp::verb::head,
+                                        boost::none, interim);
+    std::size_t read = 0;
     std::string body;
     std::array<char, 16 * 1024> chunk;
     const auto limit = config_.max_response_size;

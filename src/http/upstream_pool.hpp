@@ -23,6 +23,27 @@ struct UpstreamConnection {
 
 using StreamingParser = bhttp::response_parser<bhttp::buffer_body>;
 
+/// Where interim (1xx) answers go while the final one is awaited: the client, when
+/// it speaks HTTP/1.1 (RFC 9110 15.2: never to an HTTP/1.0 client). Null: dropped.
+struct InterimSink {
+  Stream* client = nullptr;
+  unsigned version = 11;
+  Duration timeout{};
+};
+
+/// Reads the upstream's response head into `parser`, past any interim responses:
+/// each 1xx but 101 is forwarded to `sink` (except 100 Continue, which answers an
+/// expectation the proxy handled itself and never forwards) and a fresh parser
+/// reads on (RFC 9110 15.2: a 1xx is never the answer; taking it for one hands the
+/// real answer to the next request on the connection). A 101 is an error: the proxy
+/// never forwards Upgrade, and a server must not switch unasked (RFC 9110 7.8).
+/// `head_request`: the answer to HEAD has no body (RFC 9110 9.3.2).
+asio::awaitable<beast::error_code> read_final_head(UpstreamConnection& conn,
+                                                   std::unique_ptr<StreamingParser>& parser,
+                                                   bool head_request,
+                                                   boost::optional<std::uint64_t> body_limit,
+                                                   const InterimSink& sink);
+
 /// A buffered upstream answer, or the error that prevented one, or (over
 /// max_response_size) what is needed to stream the answer on.
 struct Exchange {
@@ -56,7 +77,7 @@ class UpstreamPool {
   /// max_response_size stops being read and comes back as `oversized`.
   /// A stale pooled connection that fails before the request is written is retried
   /// once on a new one; nothing is retried once the request may have been sent.
-  asio::awaitable<Exchange> exchange(StringRequest& request);
+  asio::awaitable<Exchange> exchange(StringRequest& request, const InterimSink& interim);
 
   const config::UpstreamConfig& config() const { return config_; }
 

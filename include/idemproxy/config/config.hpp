@@ -76,6 +76,10 @@ struct ServerConfig {
   Duration read_timeout = std::chrono::seconds{30};
   std::size_t max_header_size = 16 * 1024;
   std::size_t max_stream_body = std::size_t{1} << 30;  // pass-through bodies
+  std::size_t max_header_fields = 100;  // as Apache httpd's LimitRequestFields
+  Duration body_timeout = std::chrono::seconds{60};  // a whole pass-through request body
+  bool merge_slashes = true;    // "//v1//orders" is routed and forwarded as "/v1/orders"
+  bool reject_escaped_slashes = true;  // %2F, %5C and %00 in a path get 400
 };
 
 /// In-process garbage collection of expired records.

@@ -32,6 +32,7 @@ struct StatusRange {
 struct RoutePolicy {
   std::string name = "default";
   std::string path_prefix = "/";
+  bool case_sensitive = true;  // false: /V1/Orders matches path_prefix /v1/orders
   bool enabled = true;
   std::string header = "Idempotency-Key";
   std::vector<std::string> methods = {"POST", "PATCH"};
@@ -61,6 +62,7 @@ class RouteTable {
  public:
   explicit RouteTable(std::vector<RoutePolicy> routes) : routes_(std::move(routes)) {}
   /// The route for a request target (query ignored), or nullptr for pass-through.
+  /// The HTTP layer passes the normalised path (http/request_target.hpp).
   const RoutePolicy* match(std::string_view target) const;
   const std::vector<RoutePolicy>& routes() const { return routes_; }
 
