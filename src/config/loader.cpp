@@ -183,6 +183,10 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
     }
     if (s["body_timeout"])
       c.server.body_timeout = r.duration(s["body_timeout"], "server.body_timeout");
+    if (s["max_json_depth"]) {
+      c.server.max_json_depth = static_cast<std::size_t>(
+          r.integer(s["max_json_depth"], "server.max_json_depth", 1, 100000));
+    }
     if (s["merge_slashes"])
       c.server.merge_slashes = r.boolean(s["merge_slashes"], "server.merge_slashes");
     if (const YAML::Node e = s["escaped_slashes"]) {

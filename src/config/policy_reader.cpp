@@ -20,7 +20,7 @@ const std::map<std::string, std::set<std::string>>& schema() {
       {"server",
        {"threads", "drain_timeout", "idle_timeout", "header_timeout", "read_timeout",
         "max_header_size", "max_stream_body", "max_connections", "max_header_fields",
-        "body_timeout", "merge_slashes", "escaped_slashes"}},
+        "body_timeout", "merge_slashes", "escaped_slashes", "max_json_depth"}},
       {"gc", {"interval", "batch_size", "max_batches"}},
       {"log", {"level", "format"}},
       {"policy",

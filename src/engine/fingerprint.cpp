@@ -5,7 +5,6 @@
 
 #include <array>
 #include <cctype>
-#include <nlohmann/json.hpp>
 
 #include "idemproxy/engine/hex.hpp"
 
@@ -48,10 +47,8 @@ class Sha256 {
 }  // namespace
 
 std::string canonical_json(std::string_view body) {
-  // nlohmann::json keeps object members in a std::map, so dump() sorts keys.
-  auto parsed = nlohmann::json::parse(body.begin(), body.end(), nullptr, false);
-  if (parsed.is_discarded()) return std::string(body);
-  return parsed.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+  auto canonical = canonicalize_json(body, kMaxJsonDepth);
+  return canonical ? std::move(*canonical) : std::string(body);
 }
 
 bool is_json_content_type(std::string_view content_type) {
@@ -63,13 +60,15 @@ bool is_json_content_type(std::string_view content_type) {
 }
 
 std::string fingerprint(std::string_view method, std::string_view target,
-                        std::string_view content_type, std::string_view body) {
+                        std::string_view content_type, std::string_view body,
+                        std::size_t max_json_depth) {
   Sha256 h;
   h.part(method);
   h.part(target);
   if (is_json_content_type(content_type)) {
     h.part("json");
-    h.part(canonical_json(body));
+    const auto canonical = canonicalize_json(body, max_json_depth);
+    h.part(canonical ? std::string_view(*canonical) : body);
   } else {
     h.part("raw");
     h.part(body);

@@ -381,7 +381,8 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   // Phase: fingerprint, then claim.
   const store::ClaimRequest claim{
       std::move(id),
-      engine::fingerprint(ctx.method, ctx.target, content_type, req.body()),
+      engine::fingerprint(ctx.method, ctx.target, content_type, req.body(),
+                          cfg.server.max_json_depth),
       route.lease,
       route.ttl,
       route.name,

@@ -242,3 +242,38 @@ def test_case_insensitive_route(make_proxy, node):
     strict = make_proxy(upstream_url=node.url, routes=ORDERS)
     r = strict.request("POST", "/V1/Orders", "{}", {"Content-Type": "application/json"})
     assert r.status == 201
+
+
+# Defect 4: a JSON body nested 75,000 deep (146 KiB) killed the process
+# (canonicalisation recursed on the I/O thread). Past server.max_json_depth the body
+# is fingerprinted by its bytes: the same bytes replay, other bytes get 422.
+def test_deeply_nested_json_is_fingerprinted_by_its_bytes(make_proxy, node):
+    proxy = make_proxy(upstream_url=node.url, routes=ORDERS)
+    deep = "[" * 75000 + "]" * 75000
+    key = "deep-%s" % uuid.uuid4().hex
+    first = keyed_post(proxy, "/v1/orders", key, "d1", body=deep)
+    assert first.status == 201 and first.json()["bytes"] == len(deep)
+    again = keyed_post(proxy, "/v1/orders", key, "d2", body=deep)
+    assert again.status == 201 and again.header("Idempotent-Replayed") == "true"
+    spaced = keyed_post(proxy, "/v1/orders", key, "d3", body=deep[:10] + " " + deep[10:])
+    assert spaced.status == 422
+    assert node.executions(key) == 1
+    assert proxy.admin("/healthz").status == 200
+
+
+# Defect 7: numbers are compared by their text's exact value, and duplicate members
+# by all their values: a different request gets 422, never another's replay.
+@pytest.mark.parametrize("first,second", [
+    ('{"amount": 100.1}', '{"amount": 100.10000000000000001}'),
+    ('{"n": 18446744073709551616}', '{"n": 18446744073709551617}'),
+    ('{"amount": 1000}', '{"amount": 1, "amount": 1000}'),
+])
+def test_bodies_that_differ_in_meaning_get_422(make_proxy, node, first, second):
+    proxy = make_proxy(upstream_url=node.url, routes=ORDERS)
+    key = "exact-%s" % uuid.uuid4().hex
+    assert keyed_post(proxy, "/v1/orders", key, "e1", body=first).status == 201
+    r = keyed_post(proxy, "/v1/orders", key, "e2", body=second)
+    assert r.status == 422 and r.json()["type"].endswith("/key-mismatch")
+    same = keyed_post(proxy, "/v1/orders", key, "e3", body=" %s " % first.replace(": ", ":"))
+    assert same.status == 201 and same.header("Idempotent-Replayed") == "true"
+    assert node.executions(key) == 1

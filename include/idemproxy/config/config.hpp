@@ -80,6 +80,7 @@ struct ServerConfig {
   Duration body_timeout = std::chrono::seconds{60};  // a whole pass-through request body
   bool merge_slashes = true;    // "//v1//orders" is routed and forwarded as "/v1/orders"
   bool reject_escaped_slashes = true;  // %2F, %5C and %00 in a path get 400
+  std::size_t max_json_depth = 128;    // deeper JSON bodies are fingerprinted by their bytes
 };
 
 /// In-process garbage collection of expired records.
