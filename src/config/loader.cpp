@@ -244,6 +244,17 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
                "scope: {from: authorization} needs scope_key (an HMAC key of 32+ characters, "
                "e.g. ${IDEMPROXY_SCOPE_KEY})");
       }
+      // A renewal that may take as long as the lease cannot keep it: the lease of a
+      // live holder would run out, and a retry would be told outcome-unknown (or,
+      // with on_stale: retake, execute a second time).
+      if (c.store.kind == StoreConfig::Kind::postgres && p.lease <= c.store.statement_timeout) {
+        YAML::Node at = node["lease"];
+        if (!at && root["defaults"] && root["defaults"]["lease"]) at = root["defaults"]["lease"];
+        r.fail(at ? at : YAML::Node(node), "route \"" + p.name + "\": lease (" +
+                                   std::to_string(p.lease.count()) +
+                                   " ms) must be longer than store.postgres.statement_timeout, "
+                                   "which bounds each lease renewal");
+      }
       c.routes.push_back(std::move(p));
     }
   }

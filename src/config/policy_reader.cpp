@@ -69,7 +69,9 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       if (p.ttl.count() <= 0) fail(v, name + " must be positive");
     } else if (key == "lease") {
       p.lease = duration(v, name);
-      if (p.lease.count() <= 0) fail(v, name + " must be positive");
+      // The holder renews its lease every lease / 3 while the upstream works; shorter
+      // than a second, one slow renewal would free the key of a live holder.
+      if (p.lease < std::chrono::seconds{1}) fail(v, name + " must be at least 1s");
     } else if (key == "scope_header") {
       p.scope_header = text(v, name);
     } else if (key == "scope") {

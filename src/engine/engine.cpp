@@ -66,6 +66,10 @@ Finish Engine::finish(const store::RecordId& id, std::int64_t token, const Route
   return Finish::stored;
 }
 
+bool Engine::renew(const store::RecordId& id, std::int64_t token, Duration lease) {
+  return store_.renew(id, token, lease).ok();
+}
+
 Finish Engine::abandon(const store::RecordId& id, std::int64_t token) {
   auto done = store_.release(id, token);
   return done.ok() ? Finish::released : from_store(done.error());

@@ -127,6 +127,9 @@ std::string Metrics::render() const {
   counter("idemproxy_store_errors_total", "Store calls that failed.", store_errors_.load());
   counter("idemproxy_lease_takeovers_total",
           "Claims that took over a record whose holder's lease ran out.", takeovers_.load());
+  counter("idemproxy_lease_renewals_total",
+          "Lease renewals by holders waiting on the upstream (the heartbeat).",
+          lease_renewals_.load());
   counter("idemproxy_connections_refused_total",
           "Client connections closed at once because server.max_connections was reached.",
           refused_connections_.load());

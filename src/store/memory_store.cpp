@@ -10,8 +10,11 @@ bool lease_over(const Record& r, TimePoint now) {
          r.locked_until <= now;
 }
 
+// As kClaim's takeover clause: an in-flight record's TTL never frees it while its
+// holder's lease runs.
 bool reclaimable(const Record& r, TimePoint now, bool retake_stale) {
-  return r.state == RecordState::released || r.expires_at <= now ||
+  const bool held = r.state == RecordState::in_flight || r.state == RecordState::indeterminate;
+  return r.state == RecordState::released || (r.expires_at <= now && (!held || lease_over(r, now))) ||
          (retake_stale && lease_over(r, now));
 }
 
@@ -28,7 +31,7 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
     copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= now;
     return ClaimResult{std::move(copy)};
   }
-  const bool took_over = it != records_.end() && it->second.expires_at > now &&
+  const bool took_over = it != records_.end() &&
                          (it->second.state == RecordState::in_flight ||
                           it->second.state == RecordState::indeterminate);
   Record r;
@@ -72,6 +75,14 @@ Result<Done> MemoryStore::leave_flight(const RecordId& id, std::int64_t token, R
   if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
   r->state = next;
   return Done{};
+}
+
+Result<TimePoint> MemoryStore::renew(const RecordId& id, std::int64_t token, Duration lease) {
+  std::lock_guard lock(mu_);
+  Record* r = holder(id, token);
+  if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+  r->locked_until = clock_.now() + lease;
+  return r->locked_until;
 }
 
 Result<Done> MemoryStore::release(const RecordId& id, std::int64_t token) {

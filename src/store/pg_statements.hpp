@@ -16,16 +16,19 @@ struct Statement {
   "expires_at <= now() AS expired, "                                                     \
   "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, key_id"
 
-// How a claim takes over an existing row: when it was released or has expired, or
-// (with the retake parameter that follows) its lease ran out. Shared by kClaim and
-// kClaimMany, so single and batched claims decide alike.
+// How a claim takes over an existing row: when it was released; when it has expired
+// and no live holder has it (an in-flight row's TTL says nothing about its holder,
+// which renews its lease while it waits on the upstream: only a lease that ran out
+// frees it); or (with the retake parameter that follows) its lease ran out. Shared
+// by kClaim and kClaimMany, so single and batched claims decide alike.
 #define IDEMPROXY_CLAIM_TAKEOVER                                                                \
   " ON CONFLICT (scope, key) DO UPDATE SET"                                                     \
   "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"         \
   "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"              \
   "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at," \
   "  completed_at = NULL, status = NULL, headers = NULL, body = NULL, key_id = EXCLUDED.key_id"   \
-  " WHERE r.state = 'released' OR r.expires_at <= now()"
+  " WHERE r.state = 'released' OR (r.expires_at <= now() AND"                                 \
+  "  (r.state NOT IN ('in_flight', 'indeterminate') OR r.locked_until <= now()))"
 
 // Claims (scope, key) in one statement. The row is taken over when it was released,
 // has expired, or (with $9, on_stale: retake) its lease ran out while in flight or
@@ -37,7 +40,7 @@ struct Statement {
 // of the key that sealed the fingerprint (NULL when stored in the clear).
 inline constexpr Statement kClaim{
     "idemproxy_claim",
-    "WITH previous AS (SELECT state IN ('in_flight', 'indeterminate') AND expires_at > now()"
+    "WITH previous AS (SELECT state IN ('in_flight', 'indeterminate')"
     "  AS live FROM idempotency_records WHERE scope = $1 AND key = $2),"
     " claimed AS ("
     " INSERT INTO idempotency_records AS r"
@@ -79,7 +82,7 @@ inline constexpr Statement kClaimMany{
     "  AS i(in_scope, in_key, in_fingerprint, in_route, in_method, in_target, in_lease_ms,"
     "  in_ttl_ms, in_key_id, in_n)),"
     " previous AS (SELECT scope AS p_scope, key AS p_key,"
-    "  state IN ('in_flight', 'indeterminate') AND expires_at > now() AS live"
+    "  state IN ('in_flight', 'indeterminate') AS live"
     "  FROM idempotency_records JOIN input ON scope = in_scope AND key = in_key),"
     " claimed AS ("
     " INSERT INTO idempotency_records AS r"
@@ -122,6 +125,13 @@ inline constexpr Statement kRelease{
     "idemproxy_release",
     "UPDATE idempotency_records SET state = 'released', locked_until = NULL"
     " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"};
+
+// The holder's heartbeat: extends its lease while it waits on the upstream.
+inline constexpr Statement kRenew{
+    "idemproxy_renew",
+    "UPDATE idempotency_records SET locked_until = now() + $4::bigint * interval '1 millisecond'"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
+    " RETURNING (extract(epoch from locked_until) * 1000)::bigint"};
 
 inline constexpr Statement kMarkIndeterminate{
     "idemproxy_mark_indeterminate",
@@ -171,7 +181,7 @@ inline constexpr Statement kDeleteExpired{
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
 inline constexpr Statement kAll[] = {kClaim,  kComplete,      kClaimMany,     kCompleteMany,
-                                     kRelease, kMarkIndeterminate, kResolve,    kFind,
+                                     kRelease, kRenew, kMarkIndeterminate, kResolve, kFind,
                                      kList,    kPurge,         kDeleteExpired, kPing};
 
 #undef IDEMPROXY_RECORD_COLUMNS

@@ -573,6 +573,17 @@ Result<Done> PgStore::release(const RecordId& id, std::int64_t token) {
   });
 }
 
+Result<TimePoint> PgStore::renew(const RecordId& id, std::int64_t token, Duration lease) {
+  return with_connection<TimePoint>([&](Connection& c) -> Result<TimePoint> {
+    const pqxx::result r =
+        c.run(pg::kRenew, id.scope, id.key, static_cast<long long>(token),
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(lease).count()));
+    if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+    return TimePoint{std::chrono::milliseconds{r[0][0].as<long long>()}};
+  });
+}
+
 Result<Done> PgStore::mark_indeterminate(const RecordId& id, std::int64_t token) {
   return with_connection<Done>([&](Connection& c) -> Result<Done> {
     const pqxx::result r =

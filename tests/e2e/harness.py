@@ -68,6 +68,11 @@ def raw_exchange(port, payload, timeout=5):
         return b"".join(chunks)
 
 
+# Leases must be longer than store.postgres.statement_timeout (each renewal is one
+# statement); tests with 1 s leases use this store.
+SHORT_STATEMENTS = {"postgres": {"dsn": None, "pool_size": 4, "statement_timeout": "500ms"}}
+
+
 def default_server():
     """IDEMPROXY_TEST_THREADS runs every proxy with that many I/O threads (the TSan
     stage uses 4, so races between I/O threads can show)."""

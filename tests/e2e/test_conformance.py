@@ -2,12 +2,12 @@
 and Python's http.server upstreams, curl, Node's fetch and urllib clients. Each case
 names the RFC section that decides it."""
 import json
-import socket
+import time
 import uuid
 
 import pytest
 
-from harness import raw_exchange
+from harness import SHORT_STATEMENTS, post_in_background, raw_exchange
 from peers import NginxUpstream, NodeUpstream, PythonUpstream, curl, node_fetch, urllib_post
 
 ORDERS = [{"name": "orders", "path_prefix": "/v1/orders", "key_required": True}]
@@ -277,3 +277,31 @@ def test_bodies_that_differ_in_meaning_get_422(make_proxy, node, first, second):
     same = keyed_post(proxy, "/v1/orders", key, "e3", body=" %s " % first.replace(": ", ":"))
     assert same.status == 201 and same.header("Idempotent-Replayed") == "true"
     assert node.executions(key) == 1
+
+
+# Defect 5: a live claim is never taken over. ttl 2s with a 4 s upstream: a retry at
+# 2.8 s was executed a second time; a lease shorter than the upstream's time told a
+# retry outcome-unknown while the holder was alive (retake: executed twice). The
+# holder now renews its lease every lease/3 while the upstream works.
+@pytest.mark.parametrize("defaults", [
+    {"ttl": "2s"},
+    {"lease": "1s"},
+    {"lease": "1s", "on_stale": "retake"},
+])
+def test_a_live_claim_is_never_taken_over(make_proxy, node, defaults):
+    proxy = make_proxy(upstream_url=node.url, routes=ORDERS, defaults=defaults,
+                       store=SHORT_STATEMENTS)
+    key = "live-%s" % uuid.uuid4().hex
+    headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
+    results = {}
+    first = post_in_background(proxy, "/v1/orders?delay_ms=3500", key, results)
+    time.sleep(2.8)
+    retry = proxy.request("POST", "/v1/orders?delay_ms=3500", "{}", headers)
+    assert retry.status == 409 and retry.json()["type"].endswith("/request-in-flight"), retry.body
+    first.join(timeout=30)
+    assert results[key].status == 201
+    replay = proxy.request("POST", "/v1/orders?delay_ms=3500", "{}", headers)
+    assert replay.status == 201 and replay.header("Idempotent-Replayed") == "true"
+    assert node.executions(key) == 1
+    if "lease" in defaults:
+        assert proxy.metric("idemproxy_lease_renewals_total") >= 2

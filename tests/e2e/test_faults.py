@@ -10,7 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import post_in_background, problem, wait_for_execution
+from harness import post_in_background, problem, wait_for_execution, SHORT_STATEMENTS
 
 
 def settle(proxy, key, path="/v1/orders", timeout=15):
@@ -26,7 +26,7 @@ def settle(proxy, key, path="/v1/orders", timeout=15):
 
 def test_kill_9_mid_request_then_retry_is_told_the_outcome_is_unknown(make_proxy, upstream, key,
                                                                       ledger):
-    p = make_proxy(defaults={"lease": "1s"})
+    p = make_proxy(defaults={"lease": "1s"}, store=SHORT_STATEMENTS)
     results = {}
     t = post_in_background(p, "/v1/orders?delay_ms=1500", key, results)
     wait_for_execution(upstream, key)
@@ -48,7 +48,7 @@ def test_kill_9_mid_request_then_retry_is_told_the_outcome_is_unknown(make_proxy
 
 
 def test_kill_9_with_retake_executes_again_under_a_new_token(make_proxy, upstream, key):
-    p = make_proxy(defaults={"lease": "1s", "on_stale": "retake"})
+    p = make_proxy(defaults={"lease": "1s", "on_stale": "retake"}, store=SHORT_STATEMENTS)
     results = {}
     t = post_in_background(p, "/v1/orders?delay_ms=1500", key, results)
     wait_for_execution(upstream, key)
@@ -67,14 +67,19 @@ def test_kill_9_with_retake_executes_again_under_a_new_token(make_proxy, upstrea
 
 def test_late_completion_from_the_old_holder_never_overwrites_the_new_one(make_proxy, upstream,
                                                                          key, pg):
-    config = {"defaults": {"lease": "1s", "on_stale": "retake"}}
+    config = {"defaults": {"lease": "1s", "on_stale": "retake"}, "store": SHORT_STATEMENTS}
     slow, fast = make_proxy(**config), make_proxy(**config)
     results = {}
     t = post_in_background(slow, "/v1/orders?delay_ms=2500", key, results)
     wait_for_execution(upstream, key)
-    time.sleep(1.2)  # the slow holder's lease has run out; it is still waiting upstream
+    # A live holder renews its lease while it waits; one that is frozen (a long GC
+    # pause, a stopped VM) cannot, and its lease runs out while it still holds a
+    # request in flight.
+    slow.signal(signal.SIGSTOP)
+    time.sleep(1.2)
     taken_over = fast.post("/v1/orders?delay_ms=2500", "{}", key=key)
     assert taken_over.status == 201
+    slow.signal(signal.SIGCONT)
     t.join()
     assert results[key].status == 201  # the old holder's client still gets its answer...
     replay = fast.post("/v1/orders?delay_ms=2500", "{}", key=key)
@@ -257,7 +262,8 @@ def test_sigterm_during_load_completes_in_flight_requests(make_proxy, upstream, 
 
 def test_requests_still_running_at_the_drain_timeout_are_left_to_their_lease(make_proxy, upstream,
                                                                              key, ledger):
-    p = make_proxy(server={"drain_timeout": "1s"}, defaults={"lease": "2s"})
+    p = make_proxy(server={"drain_timeout": "1s"}, defaults={"lease": "2s"},
+                   store=SHORT_STATEMENTS)
     results = {}
     t = post_in_background(p, "/v1/orders?delay_ms=4000", key, results)
     wait_for_execution(upstream, key)

@@ -160,6 +160,36 @@ TEST_F(PgStoreTest, ExpiredRecordIsClaimedAgainNotReturned) {
   EXPECT_NE(fresh, token);
 }
 
+// Issue 10, defect 5: a TTL shorter than the upstream's work never frees the key of
+// a holder whose lease runs; renewing the lease keeps it; only a lapsed lease does.
+TEST_F(PgStoreTest, AnInFlightRecordPastItsTtlIsNotTakenOverWhileItsLeaseRuns) {
+  const auto token = claim_token(request("k", 400ms, 50ms));
+  std::this_thread::sleep_for(120ms);  // past the TTL, within the lease
+  for (bool retake : {false, true}) {
+    auto again = store->claim(request("k", 30s, 1h, "fp-1", retake));
+    ASSERT_TRUE(again.ok());
+    ASSERT_TRUE(std::holds_alternative<Record>(again.value()));
+    EXPECT_EQ(std::get<Record>(again.value()).token, token);
+    EXPECT_FALSE(std::get<Record>(again.value()).stale);
+  }
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(store->renew({scope, "k"}, token, 400ms).ok());  // the heartbeat
+  std::this_thread::sleep_for(250ms);  // past the first lease, within the renewed one
+  auto held = store->claim(request("k", 30s, 1h, "fp-1", true));
+  ASSERT_TRUE(std::holds_alternative<Record>(held.value()));
+  EXPECT_EQ(store->delete_expired(100).value(), 0);  // GC leaves a live holder alone
+  ASSERT_TRUE(store->complete({scope, "k"}, token, {201, {}, "done"}, 1h).ok());
+}
+
+TEST_F(PgStoreTest, ALapsedLeasePastItsTtlIsTakenOverAndRenewalIsFenced) {
+  const auto token = claim_token(request("k", 50ms, 50ms));
+  std::this_thread::sleep_for(120ms);
+  const auto fresh = claim_token(request("k"));  // expired and no live holder
+  EXPECT_NE(fresh, token);
+  EXPECT_EQ(store->renew({scope, "k"}, token, 30s).error().code, StoreErrc::fenced);
+  EXPECT_TRUE(store->renew({scope, "k"}, fresh, 30s).ok());
+}
+
 TEST_F(PgStoreTest, ConcurrentClaimsHaveExactlyOneWinner) {
   PgStore wide({dsn(), 16, 5s});
   std::atomic<int> winners{0}, losers{0}, errors{0};

@@ -258,3 +258,19 @@ TEST(Config, ScopeFromAuthorizationNeedsAKeyAndNeverStoresTheRawHeader) {
                 .find("header or authorization"),
             std::string::npos);
 }
+
+// Issue 10, defect 5: combinations under which a live holder's lease cannot hold.
+TEST(ConfigLease, CombinationsThatCannotHoldAreRejectedWithTheirPlace) {
+  const std::string base =
+      "upstream: {url: http://127.0.0.1:3000}\n"
+      "store:\n  postgres: {dsn: postgresql://x/y, statement_timeout: 5s}\n";
+  EXPECT_EQ(error_of(base + "defaults: {lease: 500ms}\n"),
+            "4:19: defaults.lease must be at least 1s");
+  EXPECT_EQ(error_of(base + "routes:\n  - name: o\n    path_prefix: /o\n    lease: 5s\n"),
+            "7:12: route \"o\": lease (5000 ms) must be longer than "
+            "store.postgres.statement_timeout, which bounds each lease renewal");
+  EXPECT_EQ(parse(base + "routes:\n  - name: o\n    path_prefix: /o\n    lease: 6s\n")
+                .routes.at(0)
+                .lease,
+            6s);
+}

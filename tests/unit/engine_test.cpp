@@ -241,3 +241,23 @@ TEST(MemoryStore, DeleteExpiredSkipsLiveRecordsAndHonoursTheLimit) {
   EXPECT_EQ(s.delete_expired(100).value(), 0);
   EXPECT_TRUE(s.find({"", "fresh"}).value().has_value());
 }
+
+// Issue 10, defect 5, on the memory store: the TTL of an in-flight record never frees
+// it while the holder's lease runs; a renewed lease keeps it; a lapsed one frees it.
+TEST_F(EngineTest, AnInFlightRecordPastItsTtlIsHeldUntilItsLeaseLapses) {
+  policy.ttl = 2s;
+  policy.lease = 3s;
+  const auto first = engine.admit(request("k"));
+  ASSERT_EQ(first.kind, Kind::execute);
+  clock.advance(2800ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::in_flight);
+  EXPECT_TRUE(engine.renew({"", "k"}, first.token, 3s));
+  clock.advance(2s);  // 4.8 s: past the first lease, within the renewed one
+  policy.on_stale = OnStale::retake;
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::in_flight);
+  clock.advance(2s);  // the renewed lease lapsed: the holder is gone
+  const auto retaken = engine.admit(request("k"));
+  ASSERT_EQ(retaken.kind, Kind::execute);
+  EXPECT_FALSE(engine.renew({"", "k"}, first.token, 3s));  // fenced
+  EXPECT_EQ(engine.finish({"", "k"}, first.token, policy, created()), Finish::fenced);
+}

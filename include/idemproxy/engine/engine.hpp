@@ -56,6 +56,12 @@ class Engine {
                 const store::StoredResponse& response, TimePoint* expires_at = nullptr,
                 store::StoredResponse* stored = nullptr);
 
+  /// The holder's heartbeat: keeps the claim's lease running while the upstream
+  /// works, so a short lease recovers fast from a crash and never frees the key of
+  /// a holder that is alive. False when the claim is no longer held (or the store
+  /// did not answer: the next beat tries again).
+  bool renew(const store::RecordId& id, std::int64_t token, Duration lease);
+
   /// Gives up a claim whose request never reached the upstream.
   Finish abandon(const store::RecordId& id, std::int64_t token);
 

@@ -68,6 +68,7 @@ class Metrics {
   void claim_ended() { in_flight_claims_.fetch_sub(1); }
   void count_store_error() { store_errors_.fetch_add(1); }
   void count_takeover() { takeovers_.fetch_add(1); }
+  void count_lease_renewal() { lease_renewals_.fetch_add(1); }
   void count_refused_connection() { refused_connections_.fetch_add(1); }
   void count_tls_handshake_failure() { tls_handshake_failures_.fetch_add(1); }
   void count_cache_hit() { cache_hits_.fetch_add(1); }
@@ -89,6 +90,7 @@ class Metrics {
   std::atomic<std::int64_t> in_flight_claims_{0};
   std::atomic<std::uint64_t> store_errors_{0};
   std::atomic<std::uint64_t> takeovers_{0};
+  std::atomic<std::uint64_t> lease_renewals_{0};
   std::atomic<std::uint64_t> refused_connections_{0};
   std::atomic<std::uint64_t> tls_handshake_failures_{0};
   std::atomic<std::uint64_t> cache_hits_{0};

@@ -116,11 +116,16 @@ class Store {
   virtual ~Store() = default;
 
   /// Atomically claims `id` unless a live record holds it. A released record, an
-  /// expired one, or one whose lease ran out is claimed anew under a new token.
+  /// expired one that no live holder has (an in-flight record is live until its
+  /// lease runs out, whatever its TTL), or, with retake_stale, one whose lease ran
+  /// out is claimed anew under a new token.
   virtual Result<ClaimResult> claim(const ClaimRequest& request) = 0;
   /// Stores the response and starts the TTL; only the holder of `token` may.
   virtual Result<TimePoint> complete(const RecordId& id, std::int64_t token,
                                      const StoredResponse& response, Duration ttl) = 0;
+  /// Extends the holder's lease to now + `lease` (its heartbeat while the upstream
+  /// works); returns the new end. Fenced when `token` no longer holds the record.
+  virtual Result<TimePoint> renew(const RecordId& id, std::int64_t token, Duration lease) = 0;
   /// Gives the claim up so a retry executes again; only the holder of `token` may.
   virtual Result<Done> release(const RecordId& id, std::int64_t token) = 0;
   /// Records that the upstream got the request but the outcome is unknown; only the
