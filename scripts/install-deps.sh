@@ -14,9 +14,12 @@ PACKAGES=(
   postgresql-15 pgbouncer
   python3 python3-pytest python3-prometheus-client python3-yaml
   curl procps openssl
+  # Real peers for the outside-in tests: nginx and Node's http as upstreams, Node's
+  # fetch and curl as clients; faketime for a proxy whose clock is off; prlimit.
+  nginx-light nodejs faketime util-linux
 )
 if [ "${1:-}" = "bench" ]; then
-  PACKAGES+=(nginx-light wrk util-linux)
+  PACKAGES+=(wrk)
 fi
 
 missing=()

@@ -36,6 +36,7 @@ Admission Engine::admit(const store::ClaimRequest& request) {
     a.kind = existing.response->body_stored ? Admission::Kind::replay : Admission::Kind::not_stored;
     a.replay = std::move(existing.response);
     a.expires_at = existing.expires_at;
+    a.store_now = existing.store_now;
     return a;
   }
   if (existing.state == store::RecordState::indeterminate) {

@@ -48,4 +48,11 @@ std::variant<std::string, KeyError> parse_key(std::string_view value) {
   return parsed;
 }
 
+std::string header_scope(std::string_view value) {
+  for (const std::string_view reserved : {"cert:", "hmac:", "header:"}) {
+    if (value.starts_with(reserved)) return "header:" + std::string(value);
+  }
+  return std::string(value);
+}
+
 }  // namespace idemproxy::engine

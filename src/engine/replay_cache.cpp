@@ -15,12 +15,12 @@ std::size_t footprint(const std::string& key, const ReplayCache::Entry& e) {
 }  // namespace
 
 std::shared_ptr<const ReplayCache::Entry> ReplayCache::get(const store::RecordId& id,
-                                                           TimePoint now) {
+                                                           Deadline now) {
   if (max_bytes_ == 0) return nullptr;
   std::lock_guard lock(mu_);
   auto it = slots_.find(key_of(id));
   if (it == slots_.end()) return nullptr;
-  if (it->second.entry->expires_at <= now) {
+  if (it->second.entry->valid_until <= now) {
     drop(it);
     return nullptr;
   }

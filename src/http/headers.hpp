@@ -36,7 +36,10 @@ StringResponse replay_response(const store::StoredResponse& stored, TimePoint ex
 /// A replay cache entry, with the head replay_response would send to an HTTP/1.1
 /// client serialized once (not for 1xx, 204 and 304 answers, which have no
 /// Content-Length: those replays are built per request).
+/// `valid_until`: until when this process may replay it (ReplayCache::Entry).
 engine::ReplayCache::Entry cache_entry(std::string fingerprint, store::StoredResponse stored,
-                                       TimePoint expires_at, engine::ReplayCache::Request request);
+                                       TimePoint expires_at,
+                                       engine::ReplayCache::Deadline valid_until,
+                                       engine::ReplayCache::Request request);
 
 }  // namespace idemproxy::http

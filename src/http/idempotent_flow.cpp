@@ -159,6 +159,9 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
   }
   TimePoint expires_at{};
   store::StoredResponse stored;  // as kept in the record: what replays send
+  // The store starts the TTL when it commits, after this: a replay from memory
+  // never outlives the record.
+  const auto finish_started = std::chrono::steady_clock::now();
   const engine::Finish finish =
       co_await rt.blocking([&rt, &route, &answer, &id, &token, &expires_at, &stored] {
         return rt.engine.finish(id, token, route, answer, &expires_at, &stored);
@@ -171,7 +174,7 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
       // The stored form: a replay from memory sends what one from the record would.
       // (An answer too large to store is not kept: its body_stored is false.)
       rt.cache.put(id, cache_entry(claim.fingerprint, std::move(stored), expires_at,
-                                   request_form(ctx, req)));
+                                   finish_started + route.ttl, request_form(ctx, req)));
       break;
     case engine::Finish::released:
       ctx.outcome = Outcome::released;
@@ -230,7 +233,7 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
   for (bool waited = false;; waited = true) {
     if (waited && route.mode == engine::Mode::enforce) {
       // The holder in this process has probably just finished and cached its answer.
-      const auto hit = rt.cache.get(claim.id, std::chrono::system_clock::now());
+      const auto hit = rt.cache.get(claim.id, std::chrono::steady_clock::now());
       if (hit && hit->fingerprint == claim.fingerprint) co_return co_await replay_cached(ctx, *hit);
     }
     Admission a = co_await rt.blocking([&rt, &claim] {
@@ -251,8 +254,11 @@ asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimReque
         co_return co_await execute(ctx, claim, a.token, req);
       case Admission::Kind::replay: {
         ctx.outcome = Outcome::replayed;
-        rt.cache.put(claim.id, cache_entry(claim.fingerprint, *a.replay, a.expires_at,
-                                           request_form(ctx, req)));
+        // Valid here for what the store said was left of its lifetime.
+        rt.cache.put(claim.id,
+                     cache_entry(claim.fingerprint, *a.replay, a.expires_at,
+                                 std::chrono::steady_clock::now() + (a.expires_at - a.store_now),
+                                 request_form(ctx, req)));
         auto res = replay_response(*a.replay, a.expires_at, ctx.version, ctx.keep_alive);
         co_return co_await send_response(ctx, res) && ctx.keep_alive;
       }
@@ -362,7 +368,7 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
     // refused every client without a certificate that CA signed.
     scope = "cert:" + ctx.client.peer_subject;
   } else if (!route.scope_header.empty()) {
-    scope = std::string(ctx.head.get()[route.scope_header]);
+    scope = engine::header_scope(ctx.head.get()[route.scope_header]);
   }
 
   // Phase: body, bounded by max_body. Beast compares Content-Length with the limit
@@ -415,7 +421,7 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   const std::string_view content_type = req[bhttp::field::content_type];
   std::shared_ptr<const engine::ReplayCache::Entry> hit;
   if (route.mode == engine::Mode::enforce) {
-    hit = ctx.rt.cache.get(id, std::chrono::system_clock::now());
+    hit = ctx.rt.cache.get(id, std::chrono::steady_clock::now());
     if (hit && hit->request.same(ctx.method, ctx.target, content_type, req.body())) {
       co_return co_await replay_cached(ctx, *hit);
     }

@@ -179,9 +179,11 @@ StringResponse replay_response(const store::StoredResponse& stored, TimePoint ex
 }
 
 engine::ReplayCache::Entry cache_entry(std::string fingerprint, store::StoredResponse stored,
-                                       TimePoint expires_at, engine::ReplayCache::Request request) {
-  engine::ReplayCache::Entry e{std::move(fingerprint), std::move(stored), expires_at, {},
-                               std::move(request)};
+                                       TimePoint expires_at,
+                                       engine::ReplayCache::Deadline valid_until,
+                                       engine::ReplayCache::Request request) {
+  engine::ReplayCache::Entry e{std::move(fingerprint), std::move(stored), expires_at, valid_until,
+                               {}, std::move(request)};
   const int status = e.response.status;
   if (status / 100 == 1 || status == 204 || status == 304) return e;
   // The head replay_response(stored, expires_at, 11, true) has; test_replay_cache

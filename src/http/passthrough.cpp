@@ -1,5 +1,7 @@
 // Requests no route protects stream through without being buffered: the body is
 // relayed in fixed-size chunks in both directions.
+#include <spdlog/spdlog.h>
+
 #include "http/headers.hpp"
 #include "http/relay.hpp"
 #include "http/request_context.hpp"
@@ -60,10 +62,19 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   }
 
   beast::error_code relay_error;
-  const auto sent =
-      co_await relay<true>(ctx.client.stream, ctx.client.buffer, req_parser, conn->stream,
-                           cfg.server.read_timeout, cfg.upstream.timeout, relay_error);
-  if (sent == RelayError::read) co_return false;  // the client went away mid-body
+  const auto sent = co_await relay<true>(
+      ctx.client.stream, ctx.client.buffer, req_parser, conn->stream, cfg.server.read_timeout,
+      cfg.upstream.timeout, relay_error, {},
+      std::chrono::steady_clock::now() + cfg.server.body_timeout);
+  if (sent == RelayError::read) {
+    // The client went away mid-body, or sent it too slowly: the upstream connection
+    // holds part of a request and is closed with this one.
+    if (relay_error == beast::error::timeout) {
+      spdlog::info("request body from {} not received within server.body_timeout",
+                   ctx.client.peer_ip);
+    }
+    co_return false;
+  }
   if (sent == RelayError::write) {
     ctx.keep_alive = false;
     ctx.fail(ErrorSource::upstream, ProblemKind::upstream_failed,

@@ -2,7 +2,10 @@
 // Relays one message body from one stream to another as it arrives, in fixed-size
 // chunks (Beast's relay pattern): pass-through uses it both ways, and the idempotent
 // path for responses too large to store.
+#include <algorithm>
 #include <array>
+#include <chrono>
+#include <optional>
 #include <cstdio>
 #include <span>
 #include <string_view>
@@ -124,19 +127,26 @@ void set_relay_framing(bhttp::header<isRequest>& h, const Parser& p, bool chunk_
 /// body has a length that fits one chunk (most API calls) goes out in one gathered
 /// write: Beast's serializer machinery cost more than the rest of a pass-through
 /// request's user-space work (docs/PERFORMANCE.md).
+/// Each read from `in` gets `in_timeout`, and none ends after `in_deadline` when one
+/// is given: a body trickled a byte at a time cannot hold both connections forever.
 template <bool isRequest>
-asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
-                                  bhttp::parser<isRequest, bhttp::buffer_body>& p, Stream& out,
-                                  Duration in_timeout, Duration out_timeout,
-                                  beast::error_code& error, std::string_view prefix = {}) {
+asio::awaitable<RelayError> relay(
+    Stream& in, beast::flat_buffer& in_buffer, bhttp::parser<isRequest, bhttp::buffer_body>& p,
+    Stream& out, Duration in_timeout, Duration out_timeout, beast::error_code& error,
+    std::string_view prefix = {},
+    std::optional<std::chrono::steady_clock::time_point> in_deadline = std::nullopt) {
   std::array<char, 16 * 1024> chunk;
   const WideBodyRead room(in_buffer, p, isRequest);  // requests come from clients
   const bool chunked_out = p.get().chunked();
   const bool has_body = !p.is_done() || !prefix.empty();
+  const auto arm_read = [&] {
+    const auto by = std::chrono::steady_clock::now() + in_timeout;
+    in.expires_at(in_deadline ? std::min(by, *in_deadline) : by);
+  };
   const auto read_some = [&]() -> asio::awaitable<beast::error_code> {
     p.get().body().data = chunk.data();
     p.get().body().size = chunk.size();
-    in.expires_after(in_timeout);
+    arm_read();
     auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
     if (ec == bhttp::error::need_buffer) ec = {};
     co_return ec;
@@ -149,7 +159,7 @@ asio::awaitable<RelayError> relay(Stream& in, beast::flat_buffer& in_buffer,
     while (!p.is_done()) {
       p.get().body().data = chunk.data() + filled;
       p.get().body().size = chunk.size() - filled;
-      in.expires_after(in_timeout);
+      arm_read();
       auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
       if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) {

@@ -20,6 +20,7 @@ struct ClientConnection {
   std::string peer_ip;
   std::string peer_subject;  // the verified client certificate's subject (mTLS)
   std::atomic<bool> idle{true};  // waiting for the next request (drain may close it)
+  std::atomic<bool> reclaimed{false};  // chosen to close for a new client at the limit
 };
 
 struct RequestContext {

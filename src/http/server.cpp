@@ -3,6 +3,7 @@
 #include <csignal>
 #include <thread>
 
+#include "http/fd_limit.hpp"
 #include "http/session.hpp"
 #include "http/tls.hpp"
 #include "idemproxy/http/proxy_server.hpp"
@@ -33,6 +34,14 @@ struct ProxyServer::Impl {
         admin_acceptor(io),
         signals(io, SIGINT, SIGTERM, SIGHUP) {
     runtime.reload = [this] { return reload(); };
+    connection_cap = connection_capacity(config);
+    if (connection_cap < config.server.max_connections) {
+      spdlog::warn(
+          "server.max_connections is {}, but the open-files limit carries {} client "
+          "connections (each may need an upstream connection, and a reserve stays free): "
+          "serving at most {}; raise `ulimit -n` to serve more",
+          config.server.max_connections, connection_cap, connection_cap);
+    }
     runtime.engine.store().watch_purges([this](const store::RecordId& id) { runtime.cache.erase(id); });
     if (config.tls.enabled()) tls = make_server_tls(config.tls);
     runtime.metrics.set_gauges([this] {
@@ -57,6 +66,9 @@ struct ProxyServer::Impl {
            static_cast<double>(runtime.cache.bytes())},
           {"idemproxy_replay_cache_entries", "Completed records held by the replay cache.",
            static_cast<double>(runtime.cache.size())},
+          {"idemproxy_waiting_keys",
+           "Keys held by this process that have requests waiting on them (on_concurrent: wait).",
+           static_cast<double>(runtime.waiters.waiting_keys())},
           {"idemproxy_completions_pending",
            "Completions waiting for the store to come back, retried in the background.",
            static_cast<double>(runtime.completions.pending())}};
@@ -80,6 +92,10 @@ struct ProxyServer::Impl {
   asio::strand<asio::io_context::executor_type> control{asio::make_strand(io)};
   SessionTracker tracker;
   std::unique_ptr<ssl::context> tls;  // downstream termination (tls.cert_file)
+  std::size_t connection_cap = 0;     // what the open-files limit carries
+  LogLimiter refused_log;
+  LogLimiter reclaim_log;
+  LogLimiter accept_error_log;
 };
 
 namespace {
@@ -122,16 +138,38 @@ asio::awaitable<void> ProxyServer::Impl::accept_clients() {
     auto [ec, socket] = co_await proxy_acceptor.async_accept(ex, use_nothrow);
     if (ec) {
       if (!proxy_acceptor.is_open()) co_return;
-      spdlog::warn("accept failed: {}", ec.message());
+      if (const auto n = accept_error_log.admit()) {
+        spdlog::warn("accept failed: {} ({} since the last such line)", ec.message(), n);
+      }
       asio::steady_timer pause(io, std::chrono::milliseconds{50});  // e.g. out of descriptors
       co_await pause.async_wait(use_nothrow);
       continue;
     }
     beast::error_code ignored;
-    if (tracker.size() >= runtime.settings()->config.server.max_connections) {
-      // Over the limit: refuse at once rather than queue work we cannot serve.
+    const std::size_t limit =
+        std::min(runtime.settings()->config.server.max_connections, connection_cap);
+    // At the limit, an idle connection (waiting for its next request) makes room for
+    // a new client, as nginx reuses idle keep-alive connections; its close takes a
+    // moment, and the reserve in connection_capacity covers the overlap.
+    bool refuse = false;
+    if (tracker.size() >= limit) {
+      if (tracker.reclaim_idle(1) == 0) {
+        refuse = true;
+      } else if (const auto n = reclaim_log.admit()) {
+        spdlog::warn("{} client connections open (server.max_connections or the open-files "
+                     "limit): closing idle ones for new clients ({} since the last such line)",
+                     limit, n);
+      }
+    }
+    if (refuse) {
+      // At the limit with nothing idle: refuse at once rather than queue work we
+      // cannot serve.
       runtime.metrics.count_refused_connection();
-      spdlog::warn("connection refused: server.max_connections reached");
+      if (const auto n = refused_log.admit()) {
+        spdlog::warn("connection refused: {} client connections open (server.max_connections "
+                     "or the open-files limit); {} refused since the last such line",
+                     limit, n);
+      }
       socket.close(ignored);
       continue;
     }

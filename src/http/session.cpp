@@ -212,6 +212,22 @@ std::size_t SessionTracker::size() const {
   return live_.size();
 }
 
+std::size_t SessionTracker::reclaim_idle(std::size_t most) {
+  std::lock_guard lock(mu_);
+  std::size_t closed = 0;
+  for (const auto& c : live_) {
+    if (closed == most) break;
+    // Each connection is chosen once: its close takes a moment, and choosing it
+    // again would let a flood past the limit.
+    if (!c->idle || c->reclaimed.exchange(true)) continue;
+    ++closed;
+    asio::post(c->stream.get_executor(), [c] {
+      if (c->idle) c->stream.cancel();
+    });
+  }
+  return closed;
+}
+
 void SessionTracker::close_idle() {
   std::lock_guard lock(mu_);
   for (const auto& c : live_) {

@@ -17,6 +17,10 @@ class SessionTracker {
   std::size_t size() const;
   /// Cancels the read of every connection that is waiting for its next request.
   void close_idle();
+  /// Closes up to `most` connections that wait for their next request, to make room
+  /// for new clients at the connection limit (as nginx reuses idle keep-alive
+  /// connections); returns how many it closes.
+  std::size_t reclaim_idle(std::size_t most);
 
  private:
   mutable std::mutex mu_;

@@ -36,6 +36,7 @@ class Stream {
   TlsStream* tls() { return tls_.get(); }
 
   void expires_after(Duration d) { transport().expires_after(d); }
+  void expires_at(std::chrono::steady_clock::time_point t) { transport().expires_at(t); }
   void expires_never() { transport().expires_never(); }
   void cancel() { transport().cancel(); }
 

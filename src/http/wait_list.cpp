@@ -9,11 +9,19 @@ void WaitList::hold(const std::string& id) {
 
 bool WaitList::add(const std::string& id, const std::shared_ptr<asio::steady_timer>& timer) {
   std::lock_guard lock(mu_);
+  // A key held elsewhere is re-checked on a backoff: nothing here would wake its
+  // waiter, and an entry for it would never be erased.
+  if (!held_.contains(id)) return false;
   auto& list = waiting_[id];
   // Drop timers whose requests already moved on, so the list stays short.
   std::erase_if(list, [](const auto& w) { return w.expired(); });
   list.push_back(timer);
-  return held_.contains(id);
+  return true;
+}
+
+std::size_t WaitList::waiting_keys() const {
+  std::lock_guard lock(mu_);
+  return waiting_.size();
 }
 
 void WaitList::release(const std::string& id) {

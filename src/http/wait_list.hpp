@@ -21,12 +21,15 @@ class WaitList {
   void release(const std::string& id);
   /// Wakes every request waiting for `id` (a background completion landed).
   void notify(const std::string& id);
-  /// Registers a waiter; true when this process holds `id`, so the waiter can sleep
-  /// until release() instead of polling. (One lock: a release cannot slip between.)
+  /// Registers a waiter when this process holds `id` and returns true: the waiter
+  /// sleeps until release() instead of polling. (One lock: a release cannot slip
+  /// between.) False, and nothing kept, for a key held elsewhere.
   bool add(const std::string& id, const std::shared_ptr<asio::steady_timer>& timer);
+  /// Keys with registered waiters (for tests: entries must not outlive their holder).
+  std::size_t waiting_keys() const;
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_map<std::string, int> held_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<asio::steady_timer>>> waiting_;
 };

@@ -28,6 +28,7 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
   if (it != records_.end() && !reclaimable(it->second, now, request.retake_stale)) {
     Record copy = it->second;
     copy.expired = false;
+    copy.store_now = now;
     copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= now;
     return ClaimResult{std::move(copy)};
   }

@@ -14,7 +14,8 @@ struct Statement {
   "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint AS locked_ms, " \
   "(extract(epoch from expires_at) * 1000)::bigint AS expires_ms, "                    \
   "expires_at <= now() AS expired, "                                                     \
-  "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, key_id"
+  "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, key_id, " \
+  "(extract(epoch from now()) * 1000)::bigint AS store_now_ms"
 
 // How a claim takes over an existing row: when it was released; when it has expired
 // and no live holder has it (an in-flight row's TTL says nothing about its holder,
@@ -155,7 +156,8 @@ inline constexpr Statement kList{
     " (extract(epoch from created_at) * 1000)::bigint,"
     " (extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint,"
     " (extract(epoch from expires_at) * 1000)::bigint, expires_at <= now(),"
-    " (state = 'in_flight' AND locked_until <= now()), status, NULL::bytea, NULL::bytea, key_id, scope, key"
+    " (state = 'in_flight' AND locked_until <= now()), status, NULL::bytea, NULL::bytea, key_id,"
+    " (extract(epoch from now()) * 1000)::bigint AS store_now_ms, scope, key"
     " FROM idempotency_records WHERE ($1 = '' OR state = $1) ORDER BY created_at DESC LIMIT $2"};
 
 // Deletes one record and tells every listening instance (channel idemproxy_purge,

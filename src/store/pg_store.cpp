@@ -386,9 +386,8 @@ bool PgStore::run_many(const std::vector<Pending*>& members) {
     return false;
   }
   for (Pending* p : members) p->answer = Answer{rows.value(), -1, false};
-  const int n_col = claims ? 17 : 1;
   for (int i = 0; i < static_cast<int>(rows.value().size()); ++i) {
-    const auto n = rows.value()[i][n_col].as<std::size_t>();
+    const auto n = rows.value()[i]["in_n"].as<std::size_t>();
     if (n >= 1 && n <= members.size()) members[n - 1]->answer.value().row = i;
   }
   return true;
@@ -505,6 +504,7 @@ Record PgStore::read_record(const pqxx::row& row, const RecordId& id, bool listi
   r.locked_until = from_ms(row[8]);
   r.expires_at = from_ms(row[9]);
   r.expired = row[10].as<bool>();
+  r.store_now = from_ms(row["store_now_ms"]);
   r.stale = row[11].as<bool>();
   if (r.state == RecordState::completed && !row[12].is_null()) {
     StoredResponse resp;
@@ -531,7 +531,7 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
     const pqxx::row row = a.rows[a.row];
     Record record = read_record(row, req.id);
     if (row[0].as<bool>() && !a.repeat) {
-      return ClaimResult{Claimed{record.token, record.locked_until, row[16].as<bool>()}};
+      return ClaimResult{Claimed{record.token, record.locked_until, row["took_over"].as<bool>()}};
     }
     return ClaimResult{std::move(record)};
   });
@@ -614,7 +614,7 @@ Result<std::vector<Record>> PgStore::list(std::optional<RecordState> state, int 
     std::vector<Record> out;
     for (const auto& row : c.run(pg::kList, filter, limit)) {
       out.push_back(
-          read_record(row, {row[16].as<std::string>(), row[17].as<std::string>()}, true));
+          read_record(row, {row["scope"].as<std::string>(), row["key"].as<std::string>()}, true));
     }
     return out;
   });

@@ -123,10 +123,11 @@ class Proxy:
         with open(self.config_path, "w") as f:
             f.write(text)
 
-    def start(self, *args, wait=True):
+    def start(self, *args, wait=True, env=None):
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([BINARY, "serve", "--config", self.config_path, *args],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, **env) if env else None)
         if wait:
             self.wait_healthy()
         return self

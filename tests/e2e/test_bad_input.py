@@ -121,6 +121,8 @@ def test_connections_over_max_connections_are_refused_and_counted(make_proxy, ke
     import time
     p = make_proxy(server={"max_connections": 3})
     held = [socket.create_connection(("127.0.0.1", p.port)) for _ in range(3)]
+    for s in held:  # busy: each has begun a request (idle ones make room instead)
+        s.sendall(b"POST /v1/orders HTTP/1.1\r\n")
     time.sleep(0.2)
     extra = socket.create_connection(("127.0.0.1", p.port))
     extra.settimeout(2)
@@ -131,3 +133,22 @@ def test_connections_over_max_connections_are_refused_and_counted(make_proxy, ke
         s.close()
     time.sleep(0.2)
     assert p.post("/v1/orders", "{}", key=key).status == 201
+
+
+def test_at_max_connections_idle_connections_make_room_for_a_new_client(make_proxy, key):
+    import socket
+    import time
+    p = make_proxy(server={"max_connections": 3})
+    idle = [socket.create_connection(("127.0.0.1", p.port)) for _ in range(3)]
+    time.sleep(0.2)
+    assert p.post("/v1/orders", "{}", key=key).status == 201
+    assert p.metric("idemproxy_connections_refused_total") == 0
+    closed = 0
+    for s in idle:
+        s.settimeout(2)
+        try:
+            closed += s.recv(1) == b""
+        except (socket.timeout, ConnectionResetError):
+            pass
+        s.close()
+    assert closed >= 1

@@ -160,3 +160,25 @@ def test_client_cert_scope_needs_mtls(make_proxy):
                                          "scope": {"from": "client_cert"}}])
     run = p.cli("check-config")
     assert run.returncode == 2 and "needs tls.client_ca_file" in run.stderr
+
+
+# Issue 10, 9: scopes from different sources never share a namespace. Bob, on a
+# header-scoped route, names Alice's certificate scope in the header; Alice's own
+# first request with that key must still execute (it got 422 and never ran).
+def test_a_header_scope_cannot_reach_a_certificate_scope(make_proxy, upstream, pki, pg, key):
+    routes = [{"name": "mine", "path_prefix": "/v1/mine", "key_required": True,
+               "scope": {"from": "client_cert"}},
+              {"name": "tenants", "path_prefix": "/v1/tenants", "key_required": True,
+               "scope_header": "X-Tenant-Id"}]
+    p = tls_proxy(make_proxy, pki, mtls=True, routes=routes)
+    bob = client_tls(pki, pki.bob)
+    alice = client_tls(pki, pki.alice)
+    planted = p.post("/v1/tenants", '{"n": 1}', key=key, tls=bob,
+                     headers={"X-Tenant-Id": "cert:CN=alice,O=Acme"})
+    assert planted.status == 201
+    mine = p.post("/v1/mine", '{"n": 2}', key=key, tls=alice)
+    assert mine.status == 201 and mine.header("Idempotent-Replayed") is None
+    assert upstream.executions.count(key=key) == 2
+    scopes = pg.sql("SELECT scope FROM idempotency_records WHERE key = '%s' ORDER BY scope"
+                    % key).splitlines()
+    assert scopes == ["cert:CN=alice,O=Acme", "header:cert:CN=alice,O=Acme"]

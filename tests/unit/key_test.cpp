@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+#include <vector>
+
 using idemproxy::engine::KeyError;
 using idemproxy::engine::parse_key;
 
@@ -54,4 +58,21 @@ TEST(ParseKey, NonPrintableAsciiIsRejected) {
   EXPECT_TRUE(rejected("caf\xc3\xa9"));
   EXPECT_TRUE(rejected("\"caf\xc3\xa9\""));
   EXPECT_EQ(ok("a b"), "a b");  // space is printable
+}
+
+// Issue 10, 9: a header-scoped route must not reach a certificate or HMAC scope.
+TEST(HeaderScope, NoHeaderValueNamesAVerifiedScopeAndNoTwoValuesCollide) {
+  using idemproxy::engine::header_scope;
+  EXPECT_EQ(header_scope("tenant-7"), "tenant-7");  // unchanged: stored records still match
+  EXPECT_EQ(header_scope(""), "");
+  for (const char* v : {"cert:O=Acme,CN=alice", "hmac:00ff", "header:x", "header:cert:x"}) {
+    const std::string s = header_scope(v);
+    EXPECT_FALSE(s.starts_with("cert:") || s.starts_with("hmac:")) << v;
+    EXPECT_EQ(s, std::string("header:") + v);
+  }
+  const std::vector<std::string> values = {"a", "header:a", "header:header:a", "cert:a",
+                                           "header:cert:a", "hmac:a", "header:hmac:a", ""};
+  std::set<std::string> scopes;
+  for (const auto& v : values) scopes.insert(header_scope(v));
+  EXPECT_EQ(scopes.size(), values.size());
 }

@@ -9,10 +9,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const TimePoint t0{std::chrono::hours{1000}};
+const ReplayCache::Deadline t0{std::chrono::hours{1000}};
 
-ReplayCache::Entry entry(const std::string& body, TimePoint expires = t0 + 1h) {
-  return {"fp", store::StoredResponse{201, {{"Content-Type", "application/json"}}, body}, expires};
+ReplayCache::Entry entry(const std::string& body, ReplayCache::Deadline valid_until = t0 + 1h) {
+  return {"fp", store::StoredResponse{201, {{"Content-Type", "application/json"}}, body},
+          TimePoint{std::chrono::hours{5}}, valid_until};
 }
 
 }  // namespace

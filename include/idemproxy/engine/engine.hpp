@@ -27,6 +27,7 @@ struct Admission {
   std::int64_t token = 0;                       // execute
   std::optional<store::StoredResponse> replay;  // replay; not_stored: the status only
   TimePoint expires_at;                         // replay
+  TimePoint store_now;                          // replay: the store's clock at the time
   TimePoint locked_until;                       // execute, in_flight
   bool took_over = false;                       // execute: from a vanished holder
   std::string detail;                           // store_failed, unreadable

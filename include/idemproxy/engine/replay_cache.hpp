@@ -17,6 +17,8 @@ namespace idemproxy::engine {
 
 class ReplayCache {
  public:
+  using Deadline = std::chrono::steady_clock::time_point;
+
   /// The request a cached answer was given to, as fingerprinted. A retry with the
   /// very same bytes has the same fingerprint, so it replays without computing it
   /// again (canonical JSON and SHA-256 are most of a replay's own work).
@@ -31,7 +33,11 @@ class ReplayCache {
   struct Entry {
     std::string fingerprint;
     store::StoredResponse response;  // as stored: replayable headers only
-    TimePoint expires_at;
+    TimePoint expires_at;  // the store's clock: what Idempotency-Key-Expires says
+    /// Until when this process may replay it, on its own monotonic clock: the store's
+    /// remaining lifetime of the record, measured from when the store reported it.
+    /// Only the store's clock decides expiry; the host's wall clock never does.
+    Deadline valid_until{};
     /// The replay's HTTP/1.1 head, serialized once when it is cached (see
     /// http::cache_entry): every line but Connection, X-Request-Id and the blank
     /// line. Empty: replays are built per request.
@@ -42,8 +48,8 @@ class ReplayCache {
   /// max_bytes 0 turns the cache off.
   explicit ReplayCache(std::size_t max_bytes) : max_bytes_(max_bytes) {}
 
-  /// The entry for `id`, unless there is none or it expired by `now`.
-  std::shared_ptr<const Entry> get(const store::RecordId& id, TimePoint now);
+  /// The entry for `id`, unless there is none or it is no longer valid at `now`.
+  std::shared_ptr<const Entry> get(const store::RecordId& id, Deadline now);
   /// Keeps a completed, replayable record (one larger than the whole budget is not kept).
   void put(const store::RecordId& id, Entry entry);
   void erase(const store::RecordId& id);

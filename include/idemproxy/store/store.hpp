@@ -54,6 +54,7 @@ struct Record {
   TimePoint locked_until;  // meaningful while in flight
   TimePoint expires_at;
   bool expired = false;                    // judged by the store's clock when the record was read
+  TimePoint store_now;                     // the store's clock when the record was read
   bool stale = false;                      // in flight with its lease run out: the holder vanished
   std::optional<StoredResponse> response;  // set when completed
 };
