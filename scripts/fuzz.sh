@@ -12,7 +12,7 @@ cmake --build build-fuzz -j2 >/dev/null
 
 passed=0
 failed=0
-for target in key fingerprint config session; do
+for target in key fingerprint config session forward; do
   work="$FUZZ_OUT/$target"
   mkdir -p "$work/corpus"
   cp fuzz/corpus/"$target"/* "$work/corpus/"

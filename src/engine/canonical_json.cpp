@@ -7,8 +7,9 @@
 //   and 100.1 differ, and integers beyond 64 bits stay exact;
 // - duplicate member names are all kept, in their order, so {"a":1,"a":2} never
 //   matches {"a":2} (parsers disagree on which one wins);
-// - nesting deeper than `max_depth` is not canonicalised (the caller fingerprints
-//   the bytes), and nothing here recurses, so depth cannot exhaust the stack.
+// - nesting deeper than `max_depth`, or an exponent of more than 15 digits, is not
+//   canonicalised (the caller fingerprints the bytes), and nothing here recurses,
+//   so depth cannot exhaust the stack.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -305,8 +306,12 @@ class Canonicalizer {
     std::string d(whole);
     d += fraction;
     std::int64_t scale = -static_cast<std::int64_t>(fraction.size());
+    // An exponent of more than 15 digits cannot be held exactly (clamping it would
+    // make two different numbers equal): such a document is compared by its bytes.
+    exponent.remove_prefix(std::min(exponent.find_first_not_of('0'), exponent.size()));
+    if (exponent.size() > 15) return false;
     std::int64_t e = 0;
-    for (const char c : exponent) e = std::min<std::int64_t>(e * 10 + (c - '0'), 1'000'000'000'000);
+    for (const char c : exponent) e = e * 10 + (c - '0');
     scale += exponent_negative ? -e : e;
     const auto first = d.find_first_not_of('0');
     if (negative) out_ += '-';
