@@ -2,8 +2,8 @@
 // says to a client that did not come verbatim from the upstream.
 #include <spdlog/spdlog.h>
 
-#include <nlohmann/json.hpp>
 #include <array>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "http/headers.hpp"
@@ -182,8 +182,8 @@ engine::ReplayCache::Entry cache_entry(std::string fingerprint, store::StoredRes
                                        TimePoint expires_at,
                                        engine::ReplayCache::Deadline valid_until,
                                        engine::ReplayCache::Request request) {
-  engine::ReplayCache::Entry e{std::move(fingerprint), std::move(stored), expires_at, valid_until,
-                               {}, std::move(request)};
+  engine::ReplayCache::Entry e{
+      std::move(fingerprint), std::move(stored), expires_at, valid_until, {}, std::move(request)};
   const int status = e.response.status;
   if (status / 100 == 1 || status == 204 || status == 304) return e;
   // The head replay_response(stored, expires_at, 11, true) has; test_replay_cache
@@ -198,8 +198,8 @@ asio::awaitable<bool> send_cached(RequestContext& ctx, const engine::ReplayCache
   if (!ctx.keep_alive) lines += "Connection: close\r\n";
   if (!ctx.request_id.empty()) lines += "X-Request-Id: " + ctx.request_id + "\r\n";
   lines += "\r\n";
-  const std::array<asio::const_buffer, 3> buffers{
-      asio::buffer(entry.head), asio::buffer(lines), asio::buffer(entry.response.body)};
+  const std::array<asio::const_buffer, 3> buffers{asio::buffer(entry.head), asio::buffer(lines),
+                                                  asio::buffer(entry.response.body)};
   ctx.status = entry.response.status;
   ctx.client.stream.expires_after(ctx.settings->config.server.read_timeout);
   auto [ec, n] = co_await asio::async_write(ctx.client.stream, buffers, use_nothrow);
@@ -216,6 +216,9 @@ asio::awaitable<bool> send_response(RequestContext& ctx, StringResponse& respons
 }
 
 asio::awaitable<bool> continue_if_expected(RequestContext& ctx) {
+  // RFC 9110 10.1.1: an HTTP/1.0 request's expectation is ignored (and 15.2: no 1xx
+  // is ever sent to an HTTP/1.0 client).
+  if (ctx.version < 11) co_return true;
   if (!beast::iequals(ctx.head.get()[bhttp::field::expect], "100-continue")) co_return true;
   bhttp::response<bhttp::empty_body> res{bhttp::status::continue_, ctx.version};
   ctx.client.stream.expires_after(ctx.settings->config.server.read_timeout);
