@@ -6,7 +6,7 @@
 #include <array>
 #include <cctype>
 
-#include "idemproxy/engine/hex.hpp"
+#include "idemproxy/common/hex.hpp"
 
 namespace idemproxy::engine {
 namespace {
@@ -16,7 +16,6 @@ std::string lower(std::string_view s) {
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
-
 
 class Sha256 {
  public:

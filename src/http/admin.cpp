@@ -1,6 +1,6 @@
 // The admin listener. /healthz, /readyz and /metrics are open (probes and scrapers);
 // everything under /admin/ needs `Authorization: Bearer <admin_token>`.
-#include "ops/admin.hpp"
+#include "http/admin.hpp"
 
 #include <openssl/crypto.h>
 
@@ -8,11 +8,16 @@
 
 #include "idemproxy/ops/records.hpp"
 
-namespace idemproxy::ops {
+namespace idemproxy::http {
 
 using http::asio::awaitable;
 using http::bhttp::status;
 namespace bhttp = http::bhttp;
+using ops::list_records;
+using ops::purge_record;
+using ops::RecordAction;
+using ops::resolve_record;
+using ops::show_record;
 
 namespace {
 
@@ -33,9 +38,12 @@ bool authorized(const http::StringRequest& req, const std::string& token) {
 
 status status_of(const RecordAction& a) {
   switch (a.status) {
-    case RecordAction::Status::ok: return status::ok;
-    case RecordAction::Status::not_found: return status::not_found;
-    case RecordAction::Status::store_error: return status::service_unavailable;
+    case RecordAction::Status::ok:
+      return status::ok;
+    case RecordAction::Status::not_found:
+      return status::not_found;
+    case RecordAction::Status::store_error:
+      return status::service_unavailable;
   }
   return status::internal_server_error;
 }
@@ -61,8 +69,10 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
   RecordAction action;
   if (segments.size() == 2 && segments[1] == "reload" && verb == bhttp::verb::post) {
     const auto error = rt.reload();
-    if (error) set_json(res, status::bad_request, {{"reloaded", false}, {"error", *error}});
-    else set_json(res, status::ok, {{"reloaded", true}});
+    if (error)
+      set_json(res, status::bad_request, {{"reloaded", false}, {"error", *error}});
+    else
+      set_json(res, status::ok, {{"reloaded", true}});
     co_return;
   }
   if (segments.size() < 2 || segments[1] != "keys") {
@@ -74,16 +84,16 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
     const std::string limit_text = param(*url, "limit");
     int limit = 50;
     if (!limit_text.empty()) {
-      if (limit_text.size() > 4 || limit_text.find_first_not_of("0123456789") != std::string::npos ||
+      if (limit_text.size() > 4 ||
+          limit_text.find_first_not_of("0123456789") != std::string::npos ||
           std::stoi(limit_text) < 1 || std::stoi(limit_text) > 1000) {
         set_json(res, status::bad_request, {{"error", "limit must be a number from 1 to 1000"}});
         co_return;
       }
       limit = std::stoi(limit_text);
     }
-    action = co_await rt.blocking([&store, &state, &limit] {
-      return list_records(store, state, limit);
-    });
+    action = co_await rt.blocking(
+        [&store, &state, &limit] { return list_records(store, state, limit); });
   } else if (segments.size() == 3 && verb == bhttp::verb::get) {
     action = co_await rt.blocking([&store, &id] { return show_record(store, id); });
   } else if (segments.size() == 3 && verb == bhttp::verb::delete_) {
@@ -160,4 +170,4 @@ awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& 
   stream.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
 }
 
-}  // namespace idemproxy::ops
+}  // namespace idemproxy::http

@@ -2,9 +2,9 @@
 // The admin listener: /healthz, /readyz, /metrics.
 #include "http/runtime.hpp"
 
-namespace idemproxy::ops {
+namespace idemproxy::http {
 
 /// Serves one admin connection until it closes.
-boost::asio::awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& rt);
+boost::asio::awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, Runtime& rt);
 
-}  // namespace idemproxy::ops
+}  // namespace idemproxy::http

@@ -3,11 +3,11 @@
 #include <csignal>
 #include <thread>
 
+#include "http/admin.hpp"
 #include "http/fd_limit.hpp"
 #include "http/session.hpp"
 #include "http/tls.hpp"
 #include "idemproxy/http/proxy_server.hpp"
-#include "ops/admin.hpp"
 
 namespace idemproxy::http {
 
@@ -27,9 +27,7 @@ struct ProxyServer::Impl {
   Impl(config::Config config, store::Store& store, ops::Metrics& metrics)
       : threads(config.server.threads),
         io(threads),
-        runtime(
-            io, std::make_shared<Settings>(config), store, metrics,
-            db_threads(config.store)),
+        runtime(io, std::make_shared<Settings>(config), store, metrics, db_threads(config.store)),
         proxy_acceptor(io),
         admin_acceptor(io),
         signals(io, SIGINT, SIGTERM, SIGHUP) {
@@ -42,7 +40,8 @@ struct ProxyServer::Impl {
           "serving at most {}; raise `ulimit -n` to serve more",
           config.server.max_connections, connection_cap, connection_cap);
     }
-    runtime.engine.store().watch_purges([this](const store::RecordId& id) { runtime.cache.erase(id); });
+    runtime.engine.store().watch_purges(
+        [this](const store::RecordId& id) { runtime.cache.erase(id); });
     if (config.tls.enabled()) tls = make_server_tls(config.tls);
     runtime.metrics.set_gauges([this] {
       const auto pool = runtime.engine.store().pool_stats();
@@ -156,9 +155,10 @@ asio::awaitable<void> ProxyServer::Impl::accept_clients() {
       if (tracker.reclaim_idle(1) == 0) {
         refuse = true;
       } else if (const auto n = reclaim_log.admit()) {
-        spdlog::warn("{} client connections open (server.max_connections or the open-files "
-                     "limit): closing idle ones for new clients ({} since the last such line)",
-                     limit, n);
+        spdlog::warn(
+            "{} client connections open (server.max_connections or the open-files "
+            "limit): closing idle ones for new clients ({} since the last such line)",
+            limit, n);
       }
     }
     if (refuse) {
@@ -166,9 +166,10 @@ asio::awaitable<void> ProxyServer::Impl::accept_clients() {
       // cannot serve.
       runtime.metrics.count_refused_connection();
       if (const auto n = refused_log.admit()) {
-        spdlog::warn("connection refused: {} client connections open (server.max_connections "
-                     "or the open-files limit); {} refused since the last such line",
-                     limit, n);
+        spdlog::warn(
+            "connection refused: {} client connections open (server.max_connections "
+            "or the open-files limit); {} refused since the last such line",
+            limit, n);
       }
       socket.close(ignored);
       continue;
@@ -189,7 +190,7 @@ asio::awaitable<void> ProxyServer::Impl::accept_admin() {
       continue;
     }
     auto ex = socket.get_executor();
-    asio::co_spawn(ex, ops::serve_admin(std::move(socket), runtime), log_exception);
+    asio::co_spawn(ex, serve_admin(std::move(socket), runtime), log_exception);
   }
 }
 
@@ -203,7 +204,8 @@ std::optional<std::string> ProxyServer::Impl::reload() {
         next.store.dsn != old.store.dsn || next.store.kind != old.store.kind ||
         next.store.encryption_key_file != old.store.encryption_key_file ||
         next.upstream.tls.ca_file != old.upstream.tls.ca_file ||
-        next.tls.cert_file != old.tls.cert_file || next.tls.client_ca_file != old.tls.client_ca_file ||
+        next.tls.cert_file != old.tls.cert_file ||
+        next.tls.client_ca_file != old.tls.client_ca_file ||
         next.replay_cache_bytes != old.replay_cache_bytes ||
         next.server.threads != old.server.threads) {
       spdlog::warn(

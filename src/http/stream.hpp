@@ -3,13 +3,12 @@
 // the same calls, so the session, relay and upstream code is written once.
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/ssl.hpp>
-
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "http/beast.hpp"
-#include "idemproxy/engine/clock.hpp"
+#include "idemproxy/common/clock.hpp"
 
 namespace idemproxy::http {
 

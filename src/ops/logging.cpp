@@ -67,22 +67,28 @@ void log_access(const AccessRecord& r) {
   auto logger = access_logger();
   if (!logger->should_log(spdlog::level::info)) return;
   if (g_json) {
-    nlohmann::json line = {{"ts", utc_now()},          {"level", "info"},
-                           {"msg", "request"},         {"request_id", r.request_id},
-                           {"peer", r.peer},           {"method", r.method},
-                           {"target", r.target},       {"route", r.route},
-                           {"outcome", r.outcome},     {"status", r.status},
+    nlohmann::json line = {{"ts", utc_now()},
+                           {"level", "info"},
+                           {"msg", "request"},
+                           {"request_id", r.request_id},
+                           {"peer", r.peer},
+                           {"method", r.method},
+                           {"target", r.target},
+                           {"route", r.route},
+                           {"outcome", r.outcome},
+                           {"status", r.status},
                            {"upstream_status", r.upstream_status},
-                           {"key_hash", r.key_hash},   {"duration_ms", r.duration_ms},
+                           {"key_hash", r.key_hash},
+                           {"duration_ms", r.duration_ms},
                            {"upstream_ms", r.upstream_ms}};
     logger->info(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
-  logger->info("{} [access] {} {} route={} outcome={} status={} upstream_status={} key={} ms={:.2f} "
-               "upstream_ms={:.2f} request_id={} peer={}",
-               utc_now(), r.method, r.target, r.route, r.outcome, r.status, r.upstream_status,
-               r.key_hash.empty() ? "-" : r.key_hash, r.duration_ms, r.upstream_ms, r.request_id,
-               r.peer);
+  logger->info(
+      "{} [access] {} {} route={} outcome={} status={} upstream_status={} key={} ms={:.2f} "
+      "upstream_ms={:.2f} request_id={} peer={}",
+      utc_now(), r.method, r.target, r.route, r.outcome, r.status, r.upstream_status,
+      r.key_hash.empty() ? "-" : r.key_hash, r.duration_ms, r.upstream_ms, r.request_id, r.peer);
 }
 
 }  // namespace idemproxy::ops

@@ -144,8 +144,7 @@ std::string Metrics::render() const {
   out << "# HELP idemproxy_config_reloads_total Configuration reloads by result.\n"
          "# TYPE idemproxy_config_reloads_total counter\n"
       << "idemproxy_config_reloads_total{result=\"ok\"} " << reloads_ok_.load() << "\n"
-      << "idemproxy_config_reloads_total{result=\"rejected\"} " << reloads_rejected_.load()
-      << "\n";
+      << "idemproxy_config_reloads_total{result=\"rejected\"} " << reloads_rejected_.load() << "\n";
   upstream_.render(out, "idemproxy_upstream_duration_seconds",
                    "Upstream exchange time (to the response head when streamed).");
   store_.render(out, "idemproxy_store_duration_seconds",

@@ -76,8 +76,8 @@ RecordAction resolve_record(store::Store& store, const store::RecordId& id) {
 RecordAction list_records(store::Store& store, const std::string& state, int limit) {
   if (!state.empty() && !store::parse_state(state)) {
     return {RecordAction::Status::not_found,
-            {{"error", "unknown state \"" + state +
-                           "\" (in_flight, completed, released, indeterminate)"}}};
+            {{"error",
+              "unknown state \"" + state + "\" (in_flight, completed, released, indeterminate)"}}};
   }
   auto listed = store.list(state.empty() ? std::nullopt : store::parse_state(state), limit);
   if (!listed.ok()) return store_error(listed.error());

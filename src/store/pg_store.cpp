@@ -6,7 +6,7 @@
 #include <map>
 #include <pqxx/pqxx>
 
-#include "idemproxy/engine/hex.hpp"
+#include "idemproxy/common/hex.hpp"
 #include "store/pg_statements.hpp"
 
 namespace idemproxy::store {
@@ -72,9 +72,10 @@ void PgStore::watch_purges(std::function<void(const RecordId&)> fn) {
   stopping_ = false;
   if (!fn) return;
   if (options_.transaction_pooling) {
-    spdlog::warn("store.postgres.transaction_pooling: LISTEN does not survive a transaction "
-                 "pooler, so purges by other instances do not reach this one's replay cache "
-                 "(set replay_cache.max_bytes: 0 if purges must act at once everywhere)");
+    spdlog::warn(
+        "store.postgres.transaction_pooling: LISTEN does not survive a transaction "
+        "pooler, so purges by other instances do not reach this one's replay cache "
+        "(set replay_cache.max_bytes: 0 if purges must act at once everywhere)");
     return;
   }
   watcher_ = std::thread([this, fn = std::move(fn)] {
@@ -126,7 +127,7 @@ std::unique_ptr<PgStore::Connection> PgStore::checkout() {
 Store::PoolStats PgStore::pool_stats() {
   const BatchStats b = batch_stats();
   std::lock_guard lock(mu_);
-  return {options_.pool_size, open_, open_ - static_cast<int>(idle_.size()),
+  return {options_.pool_size, open_,        open_ - static_cast<int>(idle_.size()),
           b.batches,          b.operations, b.fallbacks};
 }
 
@@ -235,8 +236,8 @@ Result<T> PgStore::batched(Pending& self, const std::function<Result<T>(const An
     queue_.push_back(&self);
     while (!self.done) {
       if (batches_running_ < batch_slots() && !queue_.empty()) {
-        const auto n = std::min<std::size_t>(queue_.size(), static_cast<std::size_t>(
-                                                                std::max(options_.batch_max, 1)));
+        const auto n = std::min<std::size_t>(
+            queue_.size(), static_cast<std::size_t>(std::max(options_.batch_max, 1)));
         std::vector<Pending*> batch(queue_.begin(), queue_.begin() + static_cast<long>(n));
         queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(n));
         ++batches_running_;
@@ -289,7 +290,7 @@ class ArrayText {
   void add(const char* text) { text ? add(std::string_view(text)) : add_null(); }
   void add(const std::optional<std::string>& bytes, bool bytea) {
     if (!bytes) return add_null();
-    bytea ? add("\\x" + engine::to_hex(*bytes)) : add(*bytes);
+    bytea ? add("\\x" + to_hex(*bytes)) : add(*bytes);
   }
   void add_null() {
     next();
@@ -314,9 +315,8 @@ void PgStore::run_alone(Pending& p) {
     if (const ClaimParams* cl = p.claim) {
       // Zero rows: a concurrent claim committed after our snapshot; it is visible now.
       for (int attempt = 0; attempt < 3 && r.empty(); ++attempt) {
-        r = c.exec(tx, pg::kClaim, cl->req.id.scope, cl->req.id.key, cl->fingerprint,
-                   cl->req.route, cl->req.method, cl->req.target,
-                   static_cast<long long>(cl->req.lease.count()),
+        r = c.exec(tx, pg::kClaim, cl->req.id.scope, cl->req.id.key, cl->fingerprint, cl->req.route,
+                   cl->req.method, cl->req.target, static_cast<long long>(cl->req.lease.count()),
                    static_cast<long long>(cl->req.ttl.count()), cl->req.retake_stale, cl->key_id);
       }
     } else {
@@ -479,7 +479,8 @@ Record PgStore::read_record(const pqxx::row& row, const RecordId& id, bool listi
     auto plain = options_.sealer->open(*key_id, value, seal_context(id, field));
     if (!plain) {
       throw UnreadableRecord("record " + std::string(field) + " does not open with key \"" +
-                             *key_id + "\" (key missing from store.encryption.key_file, or the "
+                             *key_id +
+                             "\" (key missing from store.encryption.key_file, or the "
                              "row was altered)");
     }
     return std::move(*plain);
@@ -489,7 +490,7 @@ Record PgStore::read_record(const pqxx::row& row, const RecordId& id, bool listi
   r.fingerprint = row[1].as<std::string>();
   if (key_id) {
     try {
-      r.fingerprint = opened(engine::from_hex(r.fingerprint).value_or(""), "fingerprint");
+      r.fingerprint = opened(from_hex(r.fingerprint).value_or(""), "fingerprint");
     } catch (const UnreadableRecord&) {
       if (!listing) throw;
       r.fingerprint = "(sealed with key " + *key_id + ")";
@@ -522,12 +523,12 @@ Record PgStore::read_record(const pqxx::row& row, const RecordId& id, bool listi
 Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
   const ClaimParams params{
       req,
-      options_.sealer ? engine::to_hex(stored(req.fingerprint, req.id, "fingerprint"))
-                      : req.fingerprint,
+      options_.sealer ? to_hex(stored(req.fingerprint, req.id, "fingerprint")) : req.fingerprint,
       options_.sealer ? options_.sealer->current_id().c_str() : nullptr};
   Pending self{req.id, &params, nullptr};
   return batched<ClaimResult>(self, [&](const Answer& a) -> Result<ClaimResult> {
-    if (a.row < 0) return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
+    if (a.row < 0)
+      return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
     const pqxx::row row = a.rows[a.row];
     Record record = read_record(row, req.id);
     if (row[0].as<bool>() && !a.repeat) {
@@ -621,9 +622,8 @@ Result<std::vector<Record>> PgStore::list(std::optional<RecordState> state, int 
 }
 
 Result<bool> PgStore::purge(const RecordId& id) {
-  return with_connection<bool>([&](Connection& c) -> Result<bool> {
-    return !c.run(pg::kPurge, id.scope, id.key).empty();
-  });
+  return with_connection<bool>(
+      [&](Connection& c) -> Result<bool> { return !c.run(pg::kPurge, id.scope, id.key).empty(); });
 }
 
 Result<std::int64_t> PgStore::delete_expired(int limit) {

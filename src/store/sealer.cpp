@@ -9,7 +9,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "idemproxy/engine/hex.hpp"
+#include "idemproxy/common/hex.hpp"
 
 namespace idemproxy::store {
 namespace {
@@ -41,7 +41,9 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
-const auto* as_bytes(std::string_view s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+const auto* as_bytes(std::string_view s) {
+  return reinterpret_cast<const unsigned char*>(s.data());
+}
 
 }  // namespace
 
@@ -63,10 +65,11 @@ std::vector<SealingKey> read_key_file(const std::string& path) {
       throw std::invalid_argument(where + "the key id must be 1-32 of A-Z a-z 0-9 . _ -");
     }
     if (hex.size() != 64) {
-      throw std::invalid_argument(where + "the key must be 64 hex digits (32 bytes), e.g. from "
-                                          "`openssl rand -hex 32`");
+      throw std::invalid_argument(where +
+                                  "the key must be 64 hex digits (32 bytes), e.g. from "
+                                  "`openssl rand -hex 32`");
     }
-    const auto bytes = engine::from_hex(hex);
+    const auto bytes = from_hex(hex);
     if (!bytes) throw std::invalid_argument(where + "the key is not hexadecimal");
     std::copy(bytes->begin(), bytes->end(), key.bytes.begin());
     keys.push_back(std::move(key));

@@ -1,5 +1,5 @@
 #pragma once
-// Time source for the engine and the in-memory store, so expiry is testable.
+// Time source shared by every layer (engine, stores, config), so expiry is testable.
 #include <atomic>
 #include <chrono>
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-namespace idemproxy::engine {
+namespace idemproxy {
 
 inline std::string to_hex(std::string_view bytes) {
   static constexpr char digits[] = "0123456789abcdef";
@@ -37,4 +37,4 @@ inline std::optional<std::string> from_hex(std::string_view hex) {
   return out;
 }
 
-}  // namespace idemproxy::engine
+}  // namespace idemproxy

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "idemproxy/engine/clock.hpp"
+#include "idemproxy/common/clock.hpp"
 #include "idemproxy/engine/policy.hpp"
 
 namespace idemproxy::config {
@@ -31,9 +31,9 @@ struct Endpoint {
 
 /// Upstream https: certificate verification is on unless explicitly turned off.
 struct UpstreamTls {
-  bool enabled = false;             // the URL is https://
-  std::string ca_file;              // empty: the system's trust store
-  std::string server_name;          // SNI and the name verified; empty: the URL's host
+  bool enabled = false;     // the URL is https://
+  std::string ca_file;      // empty: the system's trust store
+  std::string server_name;  // SNI and the name verified; empty: the URL's host
   bool insecure_skip_verify = false;
 };
 
@@ -76,9 +76,9 @@ struct ServerConfig {
   Duration read_timeout = std::chrono::seconds{30};
   std::size_t max_header_size = 16 * 1024;
   std::size_t max_stream_body = std::size_t{1} << 30;  // pass-through bodies
-  std::size_t max_header_fields = 100;  // as Apache httpd's LimitRequestFields
-  Duration body_timeout = std::chrono::seconds{60};  // a whole pass-through request body
-  bool merge_slashes = true;    // "//v1//orders" is routed and forwarded as "/v1/orders"
+  std::size_t max_header_fields = 100;                 // as Apache httpd's LimitRequestFields
+  Duration body_timeout = std::chrono::seconds{60};    // a whole pass-through request body
+  bool merge_slashes = true;           // "//v1//orders" is routed and forwarded as "/v1/orders"
   bool reject_escaped_slashes = true;  // %2F, %5C and %00 in a path get 400
   std::size_t max_json_depth = 128;    // deeper JSON bodies are fingerprinted by their bytes
 };

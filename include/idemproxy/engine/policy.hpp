@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "idemproxy/engine/clock.hpp"
+#include "idemproxy/common/clock.hpp"
 
 namespace idemproxy::engine {
 

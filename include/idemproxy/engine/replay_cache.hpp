@@ -10,7 +10,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "idemproxy/engine/clock.hpp"
+#include "idemproxy/common/clock.hpp"
 #include "idemproxy/store/store.hpp"
 
 namespace idemproxy::engine {
@@ -33,7 +33,7 @@ class ReplayCache {
   struct Entry {
     std::string fingerprint;
     store::StoredResponse response;  // as stored: replayable headers only
-    TimePoint expires_at;  // the store's clock: what Idempotency-Key-Expires says
+    TimePoint expires_at;            // the store's clock: what Idempotency-Key-Expires says
     /// Until when this process may replay it, on its own monotonic clock: the store's
     /// remaining lifetime of the record, measured from when the store reported it.
     /// Only the store's clock decides expiry; the host's wall clock never does.

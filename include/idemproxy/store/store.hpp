@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include "idemproxy/engine/clock.hpp"
+#include "idemproxy/common/clock.hpp"
 
 namespace idemproxy::store {
 
