@@ -6,11 +6,10 @@
 // Request i is due at start + i/RATE and goes out on connection i % CONNECTIONS.
 // With KEY_PREFIX, request i carries `Idempotency-Key: KEY_PREFIX-i`.
 // Prints one JSON line: sent, ok, errors, rate, and latency percentiles in ms.
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -85,7 +84,8 @@ asio::awaitable<void> connection(const Plan& plan, int index, Clock::time_point 
     http::response_parser<http::string_body> parser;
     parser.body_limit(64 * 1024 * 1024);
     beast::error_code rec = wec;
-    if (!wec) std::tie(rec, std::ignore) = co_await http::async_read(*stream, buffer, parser, tuple);
+    if (!wec)
+      std::tie(rec, std::ignore) = co_await http::async_read(*stream, buffer, parser, tuple);
     if (rec || parser.get().result_int() >= 300) {
       ++results.errors;
       stream.reset();
@@ -110,8 +110,12 @@ int main(int argc, char** argv) {
     std::cerr << "usage: bench_openloop PORT PATH RATE SECONDS CONNECTIONS [KEY_PREFIX]\n";
     return 2;
   }
-  Plan plan{static_cast<unsigned short>(std::atoi(argv[1])), argv[2], std::atof(argv[3]),
-            std::atof(argv[4]), std::atoi(argv[5]), argc > 6 ? argv[6] : ""};
+  Plan plan{static_cast<unsigned short>(std::atoi(argv[1])),
+            argv[2],
+            std::atof(argv[3]),
+            std::atof(argv[4]),
+            std::atoi(argv[5]),
+            argc > 6 ? argv[6] : ""};
   asio::io_context io(1);
   Results results;
   const auto start = Clock::now() + std::chrono::milliseconds{100};

@@ -8,7 +8,6 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -37,8 +36,8 @@ asio::awaitable<void> serve(tcp::socket socket) {
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(16 * 1024 * 1024);
-    auto [ec, n] = co_await http::async_read(socket, buffer, parser,
-                                             asio::as_tuple(asio::use_awaitable));
+    auto [ec, n] =
+        co_await http::async_read(socket, buffer, parser, asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
     const auto& req = parser.get();
     const std::string_view target = req.target();
@@ -78,8 +77,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   asio::io_context io(1);
-  tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"),
-                              static_cast<unsigned short>(std::atoi(argv[1]))});
+  tcp::acceptor acceptor(
+      io, {asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(std::atoi(argv[1]))});
   acceptor.listen(asio::socket_base::max_listen_connections);
   asio::co_spawn(io, listen(acceptor), asio::detached);
   io.run();

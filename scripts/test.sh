@@ -8,6 +8,7 @@
 #   5. the store tests and the concurrency end-to-end tests on a TSan build, with
 #      4 I/O threads per proxy (skip with SANITIZE=0),
 #   6. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them).
+# Before building, every C++ file is checked against .clang-format.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -15,6 +16,8 @@ SANITIZE=${SANITIZE:-1}
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 
 bash scripts/install-deps.sh
+format_status=0
+bash scripts/check-format.sh || format_status=1
 bash scripts/build.sh
 if [ "$SANITIZE" = 1 ]; then
   BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIDEMPROXY_SANITIZE=ON
@@ -41,6 +44,8 @@ echo "test: PostgreSQL at $IDEMPROXY_TEST_DSN"
 passed=0
 failed=0
 status=0
+# The formatting check ran before the build (scripts/check-format.sh).
+if [ "$format_status" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
 
 run_ctest() {  # BUILD_DIR
   local log="$WORK/ctest-$1.log"

@@ -39,9 +39,9 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.verb += " " + argv[i++];
     }
   }
-  static const std::vector<std::string> verbs = {"serve",     "migrate",    "check-config", "gc",
-                                                 "keys show", "keys purge", "keys resolve",
-                                                 "keys list"};
+  static const std::vector<std::string> verbs = {"serve",        "migrate",   "check-config",
+                                                 "gc",           "keys show", "keys purge",
+                                                 "keys resolve", "keys list"};
   if (std::find(verbs.begin(), verbs.end(), a.verb) == verbs.end()) {
     throw UsageError("unknown command \"" + a.verb + "\"");
   }

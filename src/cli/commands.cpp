@@ -25,11 +25,12 @@ store::PgStore open_pg(const config::Config& c) {
 }  // namespace
 
 store::PgOptions pg_options(const config::Config& c, int pool_size) {
-  store::PgOptions o{c.store.dsn, pool_size, c.store.statement_timeout,
-                     c.store.transaction_pooling, nullptr, c.store.batch_max};
+  store::PgOptions o{
+      c.store.dsn, pool_size,        c.store.statement_timeout, c.store.transaction_pooling,
+      nullptr,     c.store.batch_max};
   if (!c.store.encryption_key_file.empty()) {
-    o.sealer = std::make_shared<const store::Sealer>(
-        store::read_key_file(c.store.encryption_key_file));
+    o.sealer =
+        std::make_shared<const store::Sealer>(store::read_key_file(c.store.encryption_key_file));
   }
   return o;
 }

@@ -84,7 +84,8 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   if (const YAML::Node t = up["tls"]) {
     r.expect_map(t, "upstream.tls", section("upstream.tls"));
     if (!c.upstream.tls.enabled) r.fail(t, "upstream.tls applies to an https:// upstream.url");
-    if (t["ca_file"]) c.upstream.tls.ca_file = readable_file(r, t["ca_file"], "upstream.tls.ca_file");
+    if (t["ca_file"])
+      c.upstream.tls.ca_file = readable_file(r, t["ca_file"], "upstream.tls.ca_file");
     if (t["server_name"]) {
       c.upstream.tls.server_name = r.text(t["server_name"], "upstream.tls.server_name");
     }
@@ -250,10 +251,10 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       if (c.store.kind == StoreConfig::Kind::postgres && p.lease <= c.store.statement_timeout) {
         YAML::Node at = node["lease"];
         if (!at && root["defaults"] && root["defaults"]["lease"]) at = root["defaults"]["lease"];
-        r.fail(at ? at : YAML::Node(node), "route \"" + p.name + "\": lease (" +
-                                   std::to_string(p.lease.count()) +
-                                   " ms) must be longer than store.postgres.statement_timeout, "
-                                   "which bounds each lease renewal");
+        r.fail(at ? at : YAML::Node(node),
+               "route \"" + p.name + "\": lease (" + std::to_string(p.lease.count()) +
+                   " ms) must be longer than store.postgres.statement_timeout, "
+                   "which bounds each lease renewal");
       }
       c.routes.push_back(std::move(p));
     }

@@ -10,13 +10,13 @@ const std::map<std::string, std::set<std::string>>& schema() {
         "routes", "server", "log", "gc", "tls", "replay_cache"}},
       {"replay_cache", {"max_bytes"}},
       {"upstream",
-       {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size",
-        "tls"}},
+       {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size", "tls"}},
       {"upstream.tls", {"ca_file", "server_name", "insecure_skip_verify"}},
       {"tls", {"cert_file", "key_file", "client_ca_file"}},
       {"store", {"postgres", "memory", "encryption"}},
       {"store.encryption", {"key_file"}},
-      {"store.postgres", {"dsn", "pool_size", "batch_max", "statement_timeout", "transaction_pooling"}},
+      {"store.postgres",
+       {"dsn", "pool_size", "batch_max", "statement_timeout", "transaction_pooling"}},
       {"server",
        {"threads", "drain_timeout", "idle_timeout", "header_timeout", "read_timeout",
         "max_header_size", "max_stream_body", "max_connections", "max_header_fields",
@@ -79,11 +79,10 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       if (!v["from"]) {
         fail(v, name + ".from is required (header, authorization or client_cert)");
       }
-      p.scope_from =
-          choice<engine::ScopeFrom>(v["from"], name + ".from",
-                                    {{"header", engine::ScopeFrom::header},
-                                     {"authorization", engine::ScopeFrom::authorization},
-                                     {"client_cert", engine::ScopeFrom::client_cert}});
+      p.scope_from = choice<engine::ScopeFrom>(v["from"], name + ".from",
+                                               {{"header", engine::ScopeFrom::header},
+                                                {"authorization", engine::ScopeFrom::authorization},
+                                                {"client_cert", engine::ScopeFrom::client_cert}});
       if (p.scope_from == engine::ScopeFrom::header) {
         if (!v["header"]) fail(v, name + ".header is required with from: header");
         p.scope_header = text(v["header"], name + ".header");

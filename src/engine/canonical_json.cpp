@@ -70,7 +70,7 @@ class Canonicalizer {
 
  private:
   struct Member {
-    std::string key;  // decoded: members sort by these bytes, as std::map did
+    std::string key;        // decoded: members sort by these bytes, as std::map did
     std::size_t begin = 0;  // `"key":value` is out_[begin, end)
     std::size_t end = 0;
   };
@@ -170,15 +170,24 @@ class Canonicalizer {
     const unsigned char c = b(0);
     std::size_t n = 0;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c == 0xE0) n = 3, lo = 0xA0;
-    else if (c >= 0xE1 && c <= 0xEC) n = 3;
-    else if (c == 0xED) n = 3, hi = 0x9F;  // no surrogates
-    else if (c >= 0xEE && c <= 0xEF) n = 3;
-    else if (c == 0xF0) n = 4, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) n = 4;
-    else if (c == 0xF4) n = 4, hi = 0x8F;
-    else return 0;
+    if (c >= 0xC2 && c <= 0xDF)
+      n = 2;
+    else if (c == 0xE0)
+      n = 3, lo = 0xA0;
+    else if (c >= 0xE1 && c <= 0xEC)
+      n = 3;
+    else if (c == 0xED)
+      n = 3, hi = 0x9F;  // no surrogates
+    else if (c >= 0xEE && c <= 0xEF)
+      n = 3;
+    else if (c == 0xF0)
+      n = 4, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3)
+      n = 4;
+    else if (c == 0xF4)
+      n = 4, hi = 0x8F;
+    else
+      return 0;
     if (pos_ + n > in_.size()) return 0;
     if (b(1) < lo || b(1) > hi) return 0;
     for (std::size_t i = 2; i < n; ++i) {
@@ -215,14 +224,30 @@ class Canonicalizer {
       if (pos_ >= in_.size()) return false;
       const char e = in_[pos_++];
       switch (e) {
-        case '"': value += '"'; break;
-        case '\\': value += '\\'; break;
-        case '/': value += '/'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'n': value += '\n'; break;
-        case 'r': value += '\r'; break;
-        case 't': value += '\t'; break;
+        case '"':
+          value += '"';
+          break;
+        case '\\':
+          value += '\\';
+          break;
+        case '/':
+          value += '/';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'n':
+          value += '\n';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 't':
+          value += '\t';
+          break;
         case 'u': {
           std::uint32_t cp = 0;
           if (!hex4(cp)) return false;
@@ -237,7 +262,8 @@ class Canonicalizer {
           append_utf8(value, cp);
           break;
         }
-        default: return false;
+        default:
+          return false;
       }
     }
     out_ += '"';
@@ -245,13 +271,27 @@ class Canonicalizer {
     for (const char ch : value) {
       const auto u = static_cast<unsigned char>(ch);
       switch (ch) {
-        case '"': out_ += "\\\""; break;
-        case '\\': out_ += "\\\\"; break;
-        case '\b': out_ += "\\b"; break;
-        case '\f': out_ += "\\f"; break;
-        case '\n': out_ += "\\n"; break;
-        case '\r': out_ += "\\r"; break;
-        case '\t': out_ += "\\t"; break;
+        case '"':
+          out_ += "\\\"";
+          break;
+        case '\\':
+          out_ += "\\\\";
+          break;
+        case '\b':
+          out_ += "\\b";
+          break;
+        case '\f':
+          out_ += "\\f";
+          break;
+        case '\n':
+          out_ += "\\n";
+          break;
+        case '\r':
+          out_ += "\\r";
+          break;
+        case '\t':
+          out_ += "\\t";
+          break;
         default:
           if (u < 0x20) {
             out_ += "\\u00";

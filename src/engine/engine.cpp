@@ -14,7 +14,7 @@ Admission Engine::admit(const store::ClaimRequest& request) {
     // An unreadable record is known to exist: never treat it as an outage that
     // fail_open would forward through.
     a.kind = result.error().code == store::StoreErrc::unreadable ? Admission::Kind::unreadable
-                                                                  : Admission::Kind::store_failed;
+                                                                 : Admission::Kind::store_failed;
     a.detail = result.error().detail;
     return a;
   }

@@ -4,10 +4,9 @@ namespace idemproxy::engine {
 namespace {
 
 std::size_t footprint(const std::string& key, const ReplayCache::Entry& e) {
-  std::size_t n =
-      key.size() * 2 + e.fingerprint.size() + e.response.body.size() + e.head.size() + 128 +
-      e.request.method.size() + e.request.target.size() + e.request.content_type.size() +
-      e.request.body.size();
+  std::size_t n = key.size() * 2 + e.fingerprint.size() + e.response.body.size() + e.head.size() +
+                  128 + e.request.method.size() + e.request.target.size() +
+                  e.request.content_type.size() + e.request.body.size();
   for (const auto& h : e.response.headers) n += h.name.size() + h.value.size() + 64;
   return n;
 }

@@ -16,8 +16,8 @@ std::size_t connection_capacity(const config::Config& config) {
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   }
   if (limit.rlim_cur == RLIM_INFINITY) return config.server.max_connections;
-  const std::size_t reserve = 64 + static_cast<std::size_t>(config.store.pool_size) +
-                              config.upstream.max_idle_connections;
+  const std::size_t reserve =
+      64 + static_cast<std::size_t>(config.store.pool_size) + config.upstream.max_idle_connections;
   const std::size_t files = static_cast<std::size_t>(limit.rlim_cur);
   return files > reserve ? std::max<std::size_t>((files - reserve) / 2, 1) : 1;
 }

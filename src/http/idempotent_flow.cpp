@@ -26,11 +26,16 @@ engine::ReplayCache::Request request_form(const RequestContext& ctx, const Strin
 // What enforce mode would have answered, for a request that shadow mode forwards.
 Outcome shadow_outcome(Admission::Kind kind) {
   switch (kind) {
-    case Admission::Kind::replay: return Outcome::shadow_would_replay;
-    case Admission::Kind::in_flight: return Outcome::shadow_would_conflict;
-    case Admission::Kind::mismatch: return Outcome::shadow_would_mismatch;
-    case Admission::Kind::store_failed: return Outcome::fail_open;
-    default: return Outcome::shadow_would_reject;
+    case Admission::Kind::replay:
+      return Outcome::shadow_would_replay;
+    case Admission::Kind::in_flight:
+      return Outcome::shadow_would_conflict;
+    case Admission::Kind::mismatch:
+      return Outcome::shadow_would_mismatch;
+    case Admission::Kind::store_failed:
+      return Outcome::fail_open;
+    default:
+      return Outcome::shadow_would_reject;
   }
 }
 
@@ -87,16 +92,16 @@ class LeaseHeartbeat {
 
  private:
   static asio::awaitable<void> beat(Runtime& rt, std::shared_ptr<asio::steady_timer> timer,
-                                    std::shared_ptr<std::atomic<bool>> stopped,
-                                    store::RecordId id, std::int64_t token, Duration lease) {
+                                    std::shared_ptr<std::atomic<bool>> stopped, store::RecordId id,
+                                    std::int64_t token, Duration lease) {
     for (;;) {
       timer->expires_after(lease / 3);
       co_await timer->async_wait(use_nothrow);
       if (*stopped) co_return;
       // A failed renewal (store down) is tried again at the next beat; a fenced one
       // means the claim is gone, and finishing will say so.
-      const bool held =
-          co_await rt.blocking([&rt, &id, token, lease] { return rt.engine.renew(id, token, lease); });
+      const bool held = co_await rt.blocking(
+          [&rt, &id, token, lease] { return rt.engine.renew(id, token, lease); });
       if (*stopped) co_return;
       if (held) rt.metrics.count_lease_renewal();
     }
@@ -202,9 +207,10 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
   // After the answer is in the cache: the waiters this wakes replay it from there.
   rt.waiters.release(wait_id(id));
   if (big) {
-    spdlog::warn("key {}: the response exceeds upstream.max_response_size; streamed whole, "
-                 "and retries will not replay it",
-                 ctx.key_hash);
+    spdlog::warn(
+        "key {}: the response exceeds upstream.max_response_size; streamed whole, "
+        "and retries will not replay it",
+        ctx.key_hash);
     co_return co_await stream_response(ctx, big->conn, *big->parser, big->prefix);
   }
   co_return co_await respond(ctx, ex.response);
@@ -428,21 +434,19 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
   }
 
   // Phase: fingerprint, then claim.
-  const store::ClaimRequest claim{
-      std::move(id),
-      engine::fingerprint(ctx.method, ctx.target, content_type, req.body(),
-                          cfg.server.max_json_depth),
-      route.lease,
-      route.ttl,
-      route.name,
-      ctx.method,
-      ctx.target,
-      route.on_stale == engine::OnStale::retake};
+  const store::ClaimRequest claim{std::move(id),
+                                  engine::fingerprint(ctx.method, ctx.target, content_type,
+                                                      req.body(), cfg.server.max_json_depth),
+                                  route.lease,
+                                  route.ttl,
+                                  route.name,
+                                  ctx.method,
+                                  ctx.target,
+                                  route.on_stale == engine::OnStale::retake};
   // The same request in other bytes (JSON members reordered, say) still replays from
   // memory; anything else (a miss, another fingerprint) asks the store.
   if (hit && hit->fingerprint == claim.fingerprint) co_return co_await replay_cached(ctx, *hit);
-  prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
-                  cfg.upstream);
+  prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr, cfg.upstream);
   req.prepare_payload();
   co_return co_await claim_and_act(ctx, claim, req);
 }

@@ -30,7 +30,7 @@ asio::awaitable<bool> stream_response(RequestContext& ctx,
   if (relayed == RelayError::none && upstream_keep_alive && !parser.need_eof()) {
     ctx.rt.upstream.give_back(std::move(conn));
   }
-  co_return relayed == RelayError::none && ctx.keep_alive;
+  co_return relayed == RelayError::none&& ctx.keep_alive;
 }
 
 asio::awaitable<bool> pass_through(RequestContext& ctx) {
@@ -48,8 +48,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   req_parser.body_limit(cfg.server.max_stream_body);
   auto& req = req_parser.get();
   const bool is_head = req.method() == bhttp::verb::head;
-  prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr,
-                  cfg.upstream);
+  prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr, cfg.upstream);
   set_relay_framing(req, req_parser, true);
 
   const auto upstream_started = std::chrono::steady_clock::now();
@@ -62,10 +61,10 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   }
 
   beast::error_code relay_error;
-  const auto sent = co_await relay<true>(
-      ctx.client.stream, ctx.client.buffer, req_parser, conn->stream, cfg.server.read_timeout,
-      cfg.upstream.timeout, relay_error, {},
-      std::chrono::steady_clock::now() + cfg.server.body_timeout);
+  const auto sent =
+      co_await relay<true>(ctx.client.stream, ctx.client.buffer, req_parser, conn->stream,
+                           cfg.server.read_timeout, cfg.upstream.timeout, relay_error, {},
+                           std::chrono::steady_clock::now() + cfg.server.body_timeout);
   if (sent == RelayError::read) {
     // The client went away mid-body, or sent it too slowly: the upstream connection
     // holds part of a request and is closed with this one.

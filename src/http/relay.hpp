@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <optional>
 #include <cstdio>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <utility>

@@ -18,8 +18,8 @@ struct ClientConnection {
   Stream stream;
   beast::flat_buffer buffer;
   std::string peer_ip;
-  std::string peer_subject;  // the verified client certificate's subject (mTLS)
-  std::atomic<bool> idle{true};  // waiting for the next request (drain may close it)
+  std::string peer_subject;            // the verified client certificate's subject (mTLS)
+  std::atomic<bool> idle{true};        // waiting for the next request (drain may close it)
   std::atomic<bool> reclaimed{false};  // chosen to close for a new client at the limit
 };
 
@@ -38,7 +38,7 @@ struct RequestContext {
   unsigned status = 0;
   std::string method;
   std::string target;
-  std::string request_id;     // X-Request-Id: the client's, or one made here
+  std::string request_id;  // X-Request-Id: the client's, or one made here
   unsigned upstream_status = 0;
   double upstream_ms = 0;
   std::string key_hash;  // logged instead of the key

@@ -3,9 +3,9 @@
 // database pool, the upstream pool, metrics and the local wait list.
 #include <atomic>
 #include <functional>
-#include <optional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>

@@ -51,9 +51,9 @@ std::optional<std::pair<ProblemKind, std::string>> head_error(std::string_view h
   }
   // The request line and the blank line end in LF too.
   if (lines > max_fields + 2) {
-    return std::pair{ProblemKind::header_too_large,
-                     "more than " + std::to_string(max_fields) +
-                         " header fields (server.max_header_fields)"};
+    return std::pair{
+        ProblemKind::header_too_large,
+        "more than " + std::to_string(max_fields) + " header fields (server.max_header_fields)"};
   }
   return std::nullopt;
 }
@@ -286,9 +286,8 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
       std::size_t head_size = 0;
       rec = co_await read_head_bytes(*conn, server.max_header_size, head_size);
       if (!rec && head_size > 0) {
-        bad_head = head_error(
-            {static_cast<const char*>(conn->buffer.data().data()), head_size},
-            server.max_header_fields);
+        bad_head = head_error({static_cast<const char*>(conn->buffer.data().data()), head_size},
+                              server.max_header_fields);
       }
     }
     if (!rec && !bad_head) {

@@ -3,9 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
-#include <cerrno>
-
 #include <array>
+#include <cerrno>
 
 #include "http/headers.hpp"
 #include "http/relay.hpp"
@@ -47,7 +46,8 @@ asio::awaitable<beast::error_code> read_final_head(UpstreamConnection& conn,
                                                    const InterimSink& sink) {
   for (int interim = 0;; ++interim) {
     parser = new_parser(head_request, body_limit);
-    auto [ec, n] = co_await bhttp::async_read_header(conn.stream, conn.buffer, *parser, use_nothrow);
+    auto [ec, n] =
+        co_await bhttp::async_read_header(conn.stream, conn.buffer, *parser, use_nothrow);
     if (ec) co_return ec;
     const unsigned status = parser->get().result_int();
     if (status / 100 != 1) co_return ec;
@@ -68,9 +68,10 @@ UpstreamPool::UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfi
   if (!config_.tls.enabled) return;
   tls_ = make_upstream_tls(config_.tls);
   if (config_.tls.insecure_skip_verify) {
-    spdlog::warn("upstream.tls.insecure_skip_verify: the certificate of {} is NOT verified; "
-                 "anyone on the path can read and answer requests",
-                 config_.url);
+    spdlog::warn(
+        "upstream.tls.insecure_skip_verify: the certificate of {} is NOT verified; "
+        "anyone on the path can read and answer requests",
+        config_.url);
   }
 }
 

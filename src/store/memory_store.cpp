@@ -14,7 +14,8 @@ bool lease_over(const Record& r, TimePoint now) {
 // holder's lease runs.
 bool reclaimable(const Record& r, TimePoint now, bool retake_stale) {
   const bool held = r.state == RecordState::in_flight || r.state == RecordState::indeterminate;
-  return r.state == RecordState::released || (r.expires_at <= now && (!held || lease_over(r, now))) ||
+  return r.state == RecordState::released ||
+         (r.expires_at <= now && (!held || lease_over(r, now))) ||
          (retake_stale && lease_over(r, now));
 }
 
@@ -32,9 +33,8 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
     copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= now;
     return ClaimResult{std::move(copy)};
   }
-  const bool took_over = it != records_.end() &&
-                         (it->second.state == RecordState::in_flight ||
-                          it->second.state == RecordState::indeterminate);
+  const bool took_over = it != records_.end() && (it->second.state == RecordState::in_flight ||
+                                                  it->second.state == RecordState::indeterminate);
   Record r;
   r.id = request.id;
   r.fingerprint = request.fingerprint;

@@ -8,12 +8,12 @@ struct Statement {
   const char* sql;
 };
 
-#define IDEMPROXY_RECORD_COLUMNS                                              \
-  "fingerprint, state, token, route, method, target, "                        \
-  "(extract(epoch from created_at) * 1000)::bigint AS created_ms, "                   \
-  "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint AS locked_ms, " \
-  "(extract(epoch from expires_at) * 1000)::bigint AS expires_ms, "                    \
-  "expires_at <= now() AS expired, "                                                     \
+#define IDEMPROXY_RECORD_COLUMNS                                                              \
+  "fingerprint, state, token, route, method, target, "                                        \
+  "(extract(epoch from created_at) * 1000)::bigint AS created_ms, "                           \
+  "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint AS locked_ms, "    \
+  "(extract(epoch from expires_at) * 1000)::bigint AS expires_ms, "                           \
+  "expires_at <= now() AS expired, "                                                          \
   "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, key_id, " \
   "(extract(epoch from now()) * 1000)::bigint AS store_now_ms"
 
@@ -22,13 +22,13 @@ struct Statement {
 // which renews its lease while it waits on the upstream: only a lease that ran out
 // frees it); or (with the retake parameter that follows) its lease ran out. Shared
 // by kClaim and kClaimMany, so single and batched claims decide alike.
-#define IDEMPROXY_CLAIM_TAKEOVER                                                                \
-  " ON CONFLICT (scope, key) DO UPDATE SET"                                                     \
-  "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"         \
-  "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"              \
+#define IDEMPROXY_CLAIM_TAKEOVER                                                                  \
+  " ON CONFLICT (scope, key) DO UPDATE SET"                                                       \
+  "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"            \
+  "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"                 \
   "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at," \
   "  completed_at = NULL, status = NULL, headers = NULL, body = NULL, key_id = EXCLUDED.key_id"   \
-  " WHERE r.state = 'released' OR (r.expires_at <= now() AND"                                 \
+  " WHERE r.state = 'released' OR (r.expires_at <= now() AND"                                     \
   "  (r.state NOT IN ('in_flight', 'indeterminate') OR r.locked_until <= now()))"
 
 // Claims (scope, key) in one statement. The row is taken over when it was released,
@@ -49,8 +49,7 @@ inline constexpr Statement kClaim{
     "   expires_at, key_id)"
     " VALUES ($1, $2, $3, 'in_flight', nextval('idempotency_fencing_token_seq'), $4, $5, $6, now(),"
     "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 "
-    "millisecond', $10)"
-    IDEMPROXY_CLAIM_TAKEOVER
+    "millisecond', $10)" IDEMPROXY_CLAIM_TAKEOVER
     "  OR ($9 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
     " RETURNING r.*)"
     " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
@@ -89,10 +88,11 @@ inline constexpr Statement kClaimMany{
     " INSERT INTO idempotency_records AS r"
     "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"
     "   expires_at, key_id)"
-    " SELECT in_scope, in_key, in_fingerprint, 'in_flight', nextval('idempotency_fencing_token_seq'),"
+    " SELECT in_scope, in_key, in_fingerprint, 'in_flight', "
+    "nextval('idempotency_fencing_token_seq'),"
     "  in_route, in_method, in_target, now(), now() + in_lease_ms * interval '1 millisecond',"
-    "  now() + in_ttl_ms * interval '1 millisecond', in_key_id FROM input ORDER BY in_scope, in_key"
-    IDEMPROXY_CLAIM_TAKEOVER
+    "  now() + in_ttl_ms * interval '1 millisecond', in_key_id FROM input ORDER BY in_scope, "
+    "in_key" IDEMPROXY_CLAIM_TAKEOVER
     "  OR ($10 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
     " RETURNING r.*)"
     " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
@@ -110,7 +110,8 @@ inline constexpr Statement kCompleteMany{
     "idemproxy_complete_many",
     "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[],"
     "  $5::bytea[], $6::bytea[], $7::bigint[], $8::text[]) WITH ORDINALITY"
-    "  AS i(in_scope, in_key, in_token, in_status, in_headers, in_body, in_ttl_ms, in_key_id, in_n)),"
+    "  AS i(in_scope, in_key, in_token, in_status, in_headers, in_body, in_ttl_ms, in_key_id, "
+    "in_n)),"
     " locked AS (SELECT scope AS l_scope, key AS l_key FROM idempotency_records"
     "  JOIN input ON scope = in_scope AND key = in_key"
     "  WHERE token = in_token AND state = 'in_flight'"
@@ -182,9 +183,9 @@ inline constexpr Statement kDeleteExpired{
 
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
-inline constexpr Statement kAll[] = {kClaim,  kComplete,      kClaimMany,     kCompleteMany,
-                                     kRelease, kRenew, kMarkIndeterminate, kResolve, kFind,
-                                     kList,    kPurge,         kDeleteExpired, kPing};
+inline constexpr Statement kAll[] = {
+    kClaim,   kComplete, kClaimMany, kCompleteMany, kRelease,       kRenew, kMarkIndeterminate,
+    kResolve, kFind,     kList,      kPurge,        kDeleteExpired, kPing};
 
 #undef IDEMPROXY_RECORD_COLUMNS
 #undef IDEMPROXY_CLAIM_TAKEOVER

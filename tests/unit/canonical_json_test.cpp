@@ -65,10 +65,29 @@ TEST(CanonicalJsonExact, DeepNestingIsNotRecursedAndFallsBackToTheBytes) {
 }
 
 TEST(CanonicalJsonExact, RejectsWhatRfc8259Rejects) {
-  for (const char* bad : {"", "{", "[1,]", "{\"a\":}", "01", "1.", ".5", "-", "1e", "+1",
-                          "\"\\ud800\"", "\"\\udc00\"", "\"\\x\"", "\"a\nb\"", "\"\xff\"",
-                          "\"\xed\xa0\x80\"", "\"\xc0\xaf\"", "tru", "nul", "[1] x", "{1:2}",
-                          "{\"a\" 1}", "[1 2]"}) {
+  for (const char* bad : {"",
+                          "{",
+                          "[1,]",
+                          "{\"a\":}",
+                          "01",
+                          "1.",
+                          ".5",
+                          "-",
+                          "1e",
+                          "+1",
+                          "\"\\ud800\"",
+                          "\"\\udc00\"",
+                          "\"\\x\"",
+                          "\"a\nb\"",
+                          "\"\xff\"",
+                          "\"\xed\xa0\x80\"",
+                          "\"\xc0\xaf\"",
+                          "tru",
+                          "nul",
+                          "[1] x",
+                          "{1:2}",
+                          "{\"a\" 1}",
+                          "[1 2]"}) {
     EXPECT_EQ(canonicalize_json(bad, 128), std::nullopt) << bad;
   }
 }
@@ -101,10 +120,14 @@ struct Gen {
   // A value as a small tree, written out by write().
   nlohmann::ordered_json value(int depth) {
     switch (depth > 3 ? pick(4) : pick(6)) {
-      case 0: return pick(2) == 0;
-      case 1: return static_cast<std::int64_t>(rng() % 2000000) - 1000000;
-      case 2: return std::string(1 + pick(6), static_cast<char>('a' + pick(26)));
-      case 3: return nullptr;
+      case 0:
+        return pick(2) == 0;
+      case 1:
+        return static_cast<std::int64_t>(rng() % 2000000) - 1000000;
+      case 2:
+        return std::string(1 + pick(6), static_cast<char>('a' + pick(26)));
+      case 3:
+        return nullptr;
       case 4: {
         nlohmann::ordered_json a = nlohmann::ordered_json::array();
         for (int i = pick(4); i > 0; --i) a.push_back(value(depth + 1));
@@ -112,8 +135,8 @@ struct Gen {
       }
       default: {
         nlohmann::ordered_json o = nlohmann::ordered_json::object();
-        for (int i = pick(4); i > 0; --i) o[std::string(1, static_cast<char>('a' + pick(8)))] =
-            value(depth + 1);
+        for (int i = pick(4); i > 0; --i)
+          o[std::string(1, static_cast<char>('a' + pick(8)))] = value(depth + 1);
         return o;
       }
     }
@@ -165,12 +188,18 @@ void change_one_leaf(nlohmann::ordered_json& v, Gen& g) {
     return change_one_leaf(it.value(), g);
   }
   if (v.is_array() && !v.empty()) return change_one_leaf(v[g.pick(static_cast<int>(v.size()))], g);
-  if (v.is_number_integer()) v = v.get<std::int64_t>() + 1;
-  else if (v.is_string()) v = v.get<std::string>() + "x";
-  else if (v.is_boolean()) v = !v.get<bool>();
-  else if (v.is_null()) v = 0;
-  else if (v.is_object()) v["added"] = 1;  // an empty object
-  else v.push_back(1);                     // an empty array
+  if (v.is_number_integer())
+    v = v.get<std::int64_t>() + 1;
+  else if (v.is_string())
+    v = v.get<std::string>() + "x";
+  else if (v.is_boolean())
+    v = !v.get<bool>();
+  else if (v.is_null())
+    v = 0;
+  else if (v.is_object())
+    v["added"] = 1;  // an empty object
+  else
+    v.push_back(1);  // an empty array
 }
 
 }  // namespace

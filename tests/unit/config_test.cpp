@@ -228,7 +228,8 @@ TEST(ConfigReference, EveryAcceptedKeyIsDocumentedInTheReadme) {
   const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto reference = readme.find("## Configuration reference");
   ASSERT_NE(reference, std::string::npos);
-  const std::string section = readme.substr(reference, readme.find("\n## ", reference + 1) - reference);
+  const std::string section =
+      readme.substr(reference, readme.find("\n## ", reference + 1) - reference);
   const auto keys = documented_keys();
   EXPECT_GT(keys.size(), 40u);
   for (const auto& key : keys) {
@@ -246,13 +247,16 @@ TEST(Config, ScopeFromAuthorizationNeedsAKeyAndNeverStoresTheRawHeader) {
   EXPECT_EQ(c.routes[0].scope_from, idemproxy::engine::ScopeFrom::authorization);
   EXPECT_EQ(c.routes[1].scope_header, "X-T");
   const std::string base = "upstream: {url: 'http://a:1'}\nstore: {memory: {}}\n";
-  EXPECT_NE(error_of(base + "routes:\n  - {name: a, path_prefix: /a, scope: {from: authorization}}\n")
-                .find("needs scope_key"),
-            std::string::npos);
-  EXPECT_NE(error_of("scope_key: " + key32 + "\n" + base +
-                     "routes:\n  - {name: a, path_prefix: /a, scope: {from: authorization, hash: false}}\n")
-                .find("never stored"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(base + "routes:\n  - {name: a, path_prefix: /a, scope: {from: authorization}}\n")
+          .find("needs scope_key"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(
+          "scope_key: " + key32 + "\n" + base +
+          "routes:\n  - {name: a, path_prefix: /a, scope: {from: authorization, hash: false}}\n")
+          .find("never stored"),
+      std::string::npos);
   EXPECT_NE(error_of("scope_key: short\n" + base).find("32"), std::string::npos);
   EXPECT_NE(error_of(base + "routes:\n  - {name: a, path_prefix: /a, scope: {from: cookie}}\n")
                 .find("header or authorization"),
@@ -269,8 +273,7 @@ TEST(ConfigLease, CombinationsThatCannotHoldAreRejectedWithTheirPlace) {
   EXPECT_EQ(error_of(base + "routes:\n  - name: o\n    path_prefix: /o\n    lease: 5s\n"),
             "7:12: route \"o\": lease (5000 ms) must be longer than "
             "store.postgres.statement_timeout, which bounds each lease renewal");
-  EXPECT_EQ(parse(base + "routes:\n  - name: o\n    path_prefix: /o\n    lease: 6s\n")
-                .routes.at(0)
-                .lease,
-            6s);
+  EXPECT_EQ(
+      parse(base + "routes:\n  - name: o\n    path_prefix: /o\n    lease: 6s\n").routes.at(0).lease,
+      6s);
 }

@@ -70,8 +70,8 @@ TEST(HeaderScope, NoHeaderValueNamesAVerifiedScopeAndNoTwoValuesCollide) {
     EXPECT_FALSE(s.starts_with("cert:") || s.starts_with("hmac:")) << v;
     EXPECT_EQ(s, std::string("header:") + v);
   }
-  const std::vector<std::string> values = {"a", "header:a", "header:header:a", "cert:a",
-                                           "header:cert:a", "hmac:a", "header:hmac:a", ""};
+  const std::vector<std::string> values = {
+      "a", "header:a", "header:header:a", "cert:a", "header:cert:a", "hmac:a", "header:hmac:a", ""};
   std::set<std::string> scopes;
   for (const auto& v : values) scopes.insert(header_scope(v));
   EXPECT_EQ(scopes.size(), values.size());

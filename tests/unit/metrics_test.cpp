@@ -24,5 +24,6 @@ TEST(Metrics, RenderEscapesRouteLabels) {
   idemproxy::ops::Metrics m;
   m.count_request("we\"ird\\route", Outcome::replayed);
   const auto text = m.render();
-  EXPECT_NE(text.find(R"(route="we\"ird\\route",outcome="replayed"} 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(route="we\"ird\\route",outcome="replayed"} 1)"), std::string::npos)
+      << text;
 }

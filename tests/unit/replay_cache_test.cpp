@@ -26,7 +26,7 @@ TEST(ReplayCache, ServesWhatWasPutUntilItExpires) {
   EXPECT_EQ(hit->response.body, "body");
   EXPECT_EQ(hit->fingerprint, "fp");
   EXPECT_FALSE(cache.get({"s", "other"}, t0));
-  EXPECT_FALSE(cache.get({"other", "k"}, t0));  // scopes never share entries
+  EXPECT_FALSE(cache.get({"other", "k"}, t0));   // scopes never share entries
   EXPECT_FALSE(cache.get({"s", "k"}, t0 + 1h));  // expired: dropped
   EXPECT_EQ(cache.size(), 0u);
   EXPECT_EQ(cache.bytes(), 0u);

@@ -2,7 +2,6 @@
 #include "idemproxy/store/sealer.hpp"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>

@@ -1,23 +1,23 @@
 #pragma once
 // Process-wide counters, rendered in the Prometheus text exposition format.
 #include <atomic>
-#include <functional>
-#include <ostream>
-#include <vector>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace idemproxy::ops {
 
 /// How a request ended, as counted in idemproxy_requests_total{outcome=...}.
 enum class Outcome {
-  passthrough,  // not covered, or covered without a key
-  executed,     // forwarded under a claim; response stored
+  passthrough,          // not covered, or covered without a key
+  executed,             // forwarded under a claim; response stored
   executed_not_stored,  // forwarded under a claim; response too large: streamed, status kept
-  released,     // forwarded under a claim; status not storable, claim released
+  released,             // forwarded under a claim; status not storable, claim released
   replayed,
   conflict,         // 409: same key in flight
   not_replayable,   // 409: the key's response was too large to store
