@@ -7,8 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 FUZZ_OUT=${FUZZ_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-fuzz.XXXXXX")}
-cmake -S fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j2 >/dev/null
+# The fuzz preset (CMakePresets.json). A build-fuzz/ configured from fuzz/ directly,
+# as this script once did, is started afresh.
+if grep -q 'CMAKE_HOME_DIRECTORY:INTERNAL=.*/fuzz$' build-fuzz/CMakeCache.txt 2>/dev/null; then
+  rm -rf build-fuzz
+fi
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz >/dev/null
+BIN=build-fuzz/fuzz
 
 passed=0
 failed=0
@@ -20,8 +26,8 @@ for target in key fingerprint config session forward; do
   if [ -d "fuzz/regressions/$target" ]; then regressions=(fuzz/regressions/"$target"/*); fi
   # Regression inputs first, each on its own, then the timed run.
   if { [ ${#regressions[@]} -eq 0 ] ||
-       "build-fuzz/fuzz_$target" -timeout=10 "${regressions[@]}" >"$work/regressions.log" 2>&1; } &&
-     (cd "$work" && "$OLDPWD/build-fuzz/fuzz_$target" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
+       "$BIN/fuzz_$target" -timeout=10 "${regressions[@]}" >"$work/regressions.log" 2>&1; } &&
+     (cd "$work" && "$OLDPWD/$BIN/fuzz_$target" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
         -rss_limit_mb=2048 corpus >"$work/fuzz.log" 2>&1); then
     echo "fuzz: $target ok ($(grep -oE 'Done [0-9]+ runs' "$work/fuzz.log" | head -1))"
     passed=$((passed + 1))
