@@ -5,8 +5,8 @@
 #   2. end-to-end tests (pytest: the real binary, real PostgreSQL, a fake upstream),
 #   3. the run-local smoke test (the first README command),
 #   4. stages 1 and 2 again on an ASan+UBSan build (skip with SANITIZE=0),
-#   5. the store tests and the concurrency end-to-end tests on a TSan build, with
-#      4 I/O threads per proxy (skip with SANITIZE=0),
+#   5. the store tests and the concurrency end-to-end tests (with the real-peer
+#      ledger) on a TSan build, with 4 I/O threads per proxy (skip with SANITIZE=0),
 #   6. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them).
 # Before building, every C++ file is checked against .clang-format.
 set -euo pipefail
@@ -103,7 +103,7 @@ if [ "$SANITIZE" = 1 ]; then
   failed=$((failed + n))
   IDEMPROXY_TEST_THREADS=4 run_pytest build-tsan tests/e2e/test_concurrency.py \
     tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py \
-    tests/e2e/test_operations.py tests/e2e/test_oversized.py
+    tests/e2e/test_operations.py tests/e2e/test_oversized.py tests/e2e/test_ledger_real_peers.py
   unset TSAN_OPTIONS
 fi
 
