@@ -50,9 +50,22 @@ class World {
   std::string run(std::string_view input, std::uint32_t source_net) {
     const asio::ip::address_v4 source{source_net + (inputs_++ & 0xffffu)};
     tcp::socket client(io, tcp::endpoint{source, 0});
-    client.connect(listener_.local_endpoint());
-    tcp::socket server = listener_.accept();
-    asio::write(client, asio::buffer(input.data(), input.size()));  // small: fits the buffer
+    tcp::socket server(io);
+    // Asynchronously, on this loop: libFuzzer's timer signal interrupted a blocking
+    // connect() (EINTR), and the exception aborted the run (seen in CI).
+    int pending = 3;
+    beast::error_code failed;
+    const auto done = [&](beast::error_code ec, auto&&...) {
+      if (ec) failed = ec;
+      --pending;
+    };
+    listener_.async_accept(server, done);
+    client.async_connect(listener_.local_endpoint(), [&](beast::error_code ec) {
+      done(ec);
+      asio::async_write(client, asio::buffer(input.data(), input.size()), done);
+    });
+    while (pending > 0) io.run_one();
+    if (failed) std::abort();  // the harness, not the proxy, failed
     client.shutdown(tcp::socket::shutdown_send);
 
     auto conn = std::make_shared<ClientConnection>(std::move(server), nullptr);
