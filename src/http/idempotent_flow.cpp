@@ -71,46 +71,6 @@ asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& re
   co_return co_await respond(ctx, ex.response);
 }
 
-// The claim's heartbeat: while the upstream works, the lease is renewed every
-// third of its length, so a holder that is alive never loses its key to a retry
-// however long the upstream takes, and a short lease still frees the key of a
-// holder that crashed within that lease. Stops when destroyed.
-class LeaseHeartbeat {
- public:
-  LeaseHeartbeat(Runtime& rt, const asio::any_io_executor& ex, const store::RecordId& id,
-                 std::int64_t token, Duration lease)
-      : timer_(std::make_shared<asio::steady_timer>(ex)),
-        stopped_(std::make_shared<std::atomic<bool>>(false)) {
-    asio::co_spawn(ex, beat(rt, timer_, stopped_, id, token, lease), asio::detached);
-  }
-  ~LeaseHeartbeat() {
-    *stopped_ = true;
-    timer_->cancel();  // same executor as the beat: timers are not thread-safe
-  }
-  LeaseHeartbeat(const LeaseHeartbeat&) = delete;
-  LeaseHeartbeat& operator=(const LeaseHeartbeat&) = delete;
-
- private:
-  static asio::awaitable<void> beat(Runtime& rt, std::shared_ptr<asio::steady_timer> timer,
-                                    std::shared_ptr<std::atomic<bool>> stopped, store::RecordId id,
-                                    std::int64_t token, Duration lease) {
-    for (;;) {
-      timer->expires_after(lease / 3);
-      co_await timer->async_wait(use_nothrow);
-      if (*stopped) co_return;
-      // A failed renewal (store down) is tried again at the next beat; a fenced one
-      // means the claim is gone, and finishing will say so.
-      const bool held = co_await rt.blocking(
-          [&rt, &id, token, lease] { return rt.engine.renew(id, token, lease); });
-      if (*stopped) co_return;
-      if (held) rt.metrics.count_lease_renewal();
-    }
-  }
-
-  std::shared_ptr<asio::steady_timer> timer_;
-  std::shared_ptr<std::atomic<bool>> stopped_;
-};
-
 // Phases forward -> record -> respond, while holding the claim under `token`. The
 // caller has marked the key held in rt.waiters; this releases it.
 asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& claim,
@@ -120,8 +80,8 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
   const auto& route = *ctx.route;
   rt.metrics.claim_started();
   const auto t0 = std::chrono::steady_clock::now();
-  auto heartbeat = std::make_optional<LeaseHeartbeat>(rt, co_await asio::this_coro::executor, id,
-                                                      token, route.lease);
+  // The lease is renewed while the upstream works (LeaseRenewals).
+  auto heartbeat = std::make_optional<LeaseRenewals::Hold>(rt.leases, id, token, route.lease);
   Exchange ex = co_await rt.upstream.exchange(req, interim_sink(ctx));
   heartbeat.reset();
   const double upstream_seconds =

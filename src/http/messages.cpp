@@ -229,7 +229,7 @@ asio::awaitable<bool> continue_if_expected(RequestContext& ctx) {
 asio::awaitable<bool> send_problem(RequestContext& ctx) {
   auto res = problem_response(*ctx.error, ctx.version, ctx.keep_alive);
   const bool sent = co_await send_response(ctx, res);
-  co_return sent&& ctx.keep_alive;
+  co_return ctx.keep_alive ? sent : false;
 }
 
 }  // namespace idemproxy::http

@@ -30,7 +30,7 @@ asio::awaitable<bool> stream_response(RequestContext& ctx,
   if (relayed == RelayError::none && upstream_keep_alive && !parser.need_eof()) {
     ctx.rt.upstream.give_back(std::move(conn));
   }
-  co_return relayed == RelayError::none&& ctx.keep_alive;
+  co_return ctx.keep_alive ? relayed == RelayError::none : false;
 }
 
 asio::awaitable<bool> pass_through(RequestContext& ctx) {

@@ -13,6 +13,7 @@
 
 #include "http/beast.hpp"
 #include "http/completion_retrier.hpp"
+#include "http/lease_renewals.hpp"
 #include "http/upstream_pool.hpp"
 #include "http/wait_list.hpp"
 #include "idemproxy/config/config.hpp"
@@ -81,6 +82,7 @@ class Runtime {
   asio::thread_pool db_pool;
   UpstreamPool upstream;
   WaitList waiters;
+  LeaseRenewals leases;  // run() is started with the server
   CompletionRetrier completions;
   engine::ReplayCache cache;
   std::atomic<bool> draining{false};

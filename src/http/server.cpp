@@ -314,6 +314,9 @@ int ProxyServer::run() {
   asio::co_spawn(s.control, s.accept_admin(), log_exception);
   asio::co_spawn(s.control, s.handle_signals(), log_exception);
   asio::co_spawn(s.control, s.collect_garbage(), log_exception);
+  // Leases are at least 1s and renewed at a third of it: a 100 ms beat is on time.
+  asio::co_spawn(s.control, s.runtime.leases.run(s.runtime, std::chrono::milliseconds{100}),
+                 log_exception);
   std::vector<std::thread> extra;
   for (int i = 1; i < s.threads; ++i) extra.emplace_back([&s] { s.io.run(); });
   s.io.run();

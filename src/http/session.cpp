@@ -62,10 +62,15 @@ std::optional<std::pair<ProblemKind, std::string>> head_error(std::string_view h
 // (the parser then reports header_limit). `head_size` gets the head's length.
 asio::awaitable<beast::error_code> read_head_bytes(ClientConnection& conn, std::size_t limit,
                                                    std::size_t& head_size) {
+  // Each read resumes the search where the last one stopped: a head trickled a byte
+  // at a time must not cost a scan of everything before it per byte.
+  std::size_t searched = 0;
   for (;;) {
     const auto* data = static_cast<const char*>(conn.buffer.data().data());
     const std::string_view seen(data, conn.buffer.size());
-    if (const auto end = seen.find("\r\n\r\n"); end != std::string_view::npos) {
+    const auto end = seen.find("\r\n\r\n", searched);
+    searched = seen.size() < 3 ? 0 : seen.size() - 3;
+    if (end != std::string_view::npos) {
       head_size = end + 4;
       co_return beast::error_code{};
     }
