@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "idemproxy/common/hex.hpp"
 #include "idemproxy/engine/fingerprint.hpp"
 
 namespace idemproxy::engine {
@@ -128,18 +129,11 @@ class Canonicalizer {
     out_ += f.object ? '}' : ']';
   }
 
-  static int hex(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  }
-
   bool hex4(std::uint32_t& v) {
     if (pos_ + 4 > in_.size()) return false;
     v = 0;
     for (int i = 0; i < 4; ++i) {
-      const int h = hex(in_[pos_++]);
+      const int h = hex_digit(in_[pos_++]);
       if (h < 0) return false;
       v = v * 16 + static_cast<std::uint32_t>(h);
     }

@@ -139,17 +139,13 @@ asio::awaitable<RelayError> relay(
   const WideBodyRead room(in_buffer, p, isRequest);  // requests come from clients
   const bool chunked_out = p.get().chunked();
   const bool has_body = !p.is_done() || !prefix.empty();
-  const auto arm_read = [&] {
+  // Before each read: the body lands in chunk[filled..], under the read's deadline.
+  // (Not a coroutine of its own: a frame per read would be an allocation per read.)
+  const auto prepare_read = [&](std::size_t filled) {
+    p.get().body().data = chunk.data() + filled;
+    p.get().body().size = chunk.size() - filled;
     const auto by = std::chrono::steady_clock::now() + in_timeout;
     in.expires_at(in_deadline ? std::min(by, *in_deadline) : by);
-  };
-  const auto read_some = [&]() -> asio::awaitable<beast::error_code> {
-    p.get().body().data = chunk.data();
-    p.get().body().size = chunk.size();
-    arm_read();
-    auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
-    if (ec == bhttp::error::need_buffer) ec = {};
-    co_return ec;
   };
   const auto read_bytes = [&] { return chunk.size() - p.get().body().size; };
   std::string head = serialize_head<isRequest>(p.get());
@@ -157,16 +153,13 @@ asio::awaitable<RelayError> relay(
       (p.is_done() || p.content_length().value_or(chunk.size() + 1) <= chunk.size())) {
     std::size_t filled = 0;
     while (!p.is_done()) {
-      p.get().body().data = chunk.data() + filled;
-      p.get().body().size = chunk.size() - filled;
-      arm_read();
+      prepare_read(filled);
       auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
-      if (ec == bhttp::error::need_buffer) ec = {};
-      if (ec) {
+      if (ec && ec != bhttp::error::need_buffer) {
         error = ec;
         co_return RelayError::read;
       }
-      filled = chunk.size() - p.get().body().size;
+      filled = read_bytes();
     }
     const std::array<asio::const_buffer, 2> message{asio::buffer(head),
                                                     asio::buffer(chunk.data(), filled)};
@@ -187,7 +180,9 @@ asio::awaitable<RelayError> relay(
     if (!pending.empty()) {
       data = std::exchange(pending, {});
     } else if (!p.is_done()) {
-      if (const auto ec = co_await read_some()) {
+      prepare_read(0);
+      auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+      if (ec && ec != bhttp::error::need_buffer) {
         error = ec;
         co_return RelayError::read;
       }

@@ -2,18 +2,13 @@
 
 #include <cctype>
 
+#include "idemproxy/common/hex.hpp"
+
 namespace idemproxy::http {
 namespace {
 
 bool is_unreserved(unsigned char c) {
   return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 bool starts_with_nocase(std::string_view s, std::string_view prefix) {
@@ -129,8 +124,8 @@ std::variant<RequestTarget, std::string> normalize_target(std::string_view targe
       path += c;
       continue;
     }
-    const int hi = i + 2 < raw_path.size() ? hex_value(raw_path[i + 1]) : -1;
-    const int lo = hi >= 0 ? hex_value(raw_path[i + 2]) : -1;
+    const int hi = i + 2 < raw_path.size() ? hex_digit(raw_path[i + 1]) : -1;
+    const int lo = hi >= 0 ? hex_digit(raw_path[i + 2]) : -1;
     if (hi < 0 || lo < 0) return std::string("the request path has an invalid percent-escape");
     const auto decoded = static_cast<unsigned char>(hi * 16 + lo);
     i += 2;

@@ -299,6 +299,12 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
       std::tie(rec, std::ignore) =
           co_await bhttp::async_read_header(conn->stream, conn->buffer, ctx.head, use_nothrow);
     }
+    if (rec && is_disconnect(rec)) break;
+    if (rec && !bad_head) {
+      bad_head = std::pair{rec == bhttp::error::header_limit ? ProblemKind::header_too_large
+                                                             : ProblemKind::malformed_request,
+                           rec.message()};
+    }
     if (bad_head) {
       ctx.keep_alive = false;
       ctx.fail(ErrorSource::downstream, bad_head->first,
@@ -306,19 +312,6 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
       co_await send_problem(ctx);
       rt.metrics.count_request("-", ops::Outcome::bad_request);
       spdlog::info("malformed request from {}: {}", conn->peer_ip, bad_head->second);
-      linger = true;
-      break;
-    }
-    if (rec) {
-      if (is_disconnect(rec)) break;
-      ctx.keep_alive = false;
-      const auto kind = rec == bhttp::error::header_limit ? ProblemKind::header_too_large
-                                                          : ProblemKind::malformed_request;
-      ctx.fail(ErrorSource::downstream, kind, "the request could not be parsed: " + rec.message(),
-               ops::Outcome::bad_request);
-      co_await send_problem(ctx);
-      rt.metrics.count_request("-", ops::Outcome::bad_request);
-      spdlog::info("malformed request from {}: {}", conn->peer_ip, rec.message());
       linger = true;
       break;
     }
