@@ -35,7 +35,7 @@ for target in key fingerprint config session forward; do
     echo "fuzz: $target FAILED; see $work"
     # The cause first (sanitizer report or uncaught exception), then the tail.
     grep -h -m5 -E 'ERROR|what\(\)|terminate|deadly signal' "$work"/*.log || true
-    tail -20 "$work"/*.log
+    tail -n 20 "$work"/*.log
     failed=$((failed + 1))
   fi
 done

@@ -60,11 +60,27 @@ TEST(Units, Durations) {
   EXPECT_THROW(parse_duration("-1s"), std::invalid_argument);
 }
 
+// Found by fuzz_config: hours{n} multiplied past int64 (undefined behaviour) instead
+// of an error.
+TEST(Units, DurationsThatDoNotFitAreErrorsNotOverflows) {
+  EXPECT_EQ(parse_duration("36500d"), 36500 * 24h);
+  EXPECT_THROW(parse_duration("36501d"), std::invalid_argument);
+  EXPECT_THROW(parse_duration("7173733806442603404h"), std::invalid_argument);
+  EXPECT_THROW(parse_duration("18446744073709551615ms"), std::invalid_argument);
+  EXPECT_THROW(parse_duration("99999999999999999999s"), std::invalid_argument);
+}
+
 TEST(Units, Sizes) {
   EXPECT_EQ(parse_size("64KiB"), 64u * 1024);
   EXPECT_EQ(parse_size("1MiB"), 1024u * 1024);
   EXPECT_EQ(parse_size("512"), 512u);
   EXPECT_THROW(parse_size("1MB"), std::invalid_argument);
+}
+
+TEST(Units, SizesThatDoNotFitAreErrorsNotWrapped) {
+  EXPECT_EQ(parse_size("1024GiB"), std::size_t{1} << 40);
+  EXPECT_THROW(parse_size("1025GiB"), std::invalid_argument);
+  EXPECT_THROW(parse_size("17179869184GiB"), std::invalid_argument);  // 2^34 << 30 wraps
 }
 
 TEST(EnvSubstitution, VariablesAndDefaults) {
