@@ -1,5 +1,5 @@
 // Prints a pgbench script that runs idemproxy's own claim and complete statements
-// (src/store/pg_statements.hpp, the exact text), each in its own transaction, as one
+// (src/store/pg/statements.hpp, the exact text), each in its own transaction, as one
 // keyed request does. Parameters become pgbench variables, named apart from the
 // claim's columns (which \gset also sets); bench/run.sh passes the string ones with -D.
 #include <iostream>
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "store/pg_statements.hpp"
+#include "store/pg/statements.hpp"
 
 namespace {
 

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/json_number.hpp"
 #include "idemproxy/common/hex.hpp"
 #include "idemproxy/engine/fingerprint.hpp"
 
@@ -357,39 +358,8 @@ class Canonicalizer {
     const auto last = d.find_last_not_of('0');
     scale += static_cast<std::int64_t>(d.size() - last - 1);
     d.erase(last + 1);
-    layout(d, scale);
+    append_decimal(out_, d, scale);
     return true;
-  }
-
-  // nlohmann's dtoa_impl::format_buffer with min_exp -4 and max_exp 15.
-  void layout(const std::string& d, std::int64_t scale) {
-    const auto k = static_cast<std::int64_t>(d.size());
-    const std::int64_t n = k + scale;  // the decimal point's place in d
-    if (k <= n && n <= 15) {
-      out_ += d;
-      out_.append(static_cast<std::size_t>(n - k), '0');
-      out_ += ".0";
-    } else if (0 < n && n <= 15) {
-      out_.append(d, 0, static_cast<std::size_t>(n));
-      out_ += '.';
-      out_.append(d, static_cast<std::size_t>(n));
-    } else if (-4 < n && n <= 0) {
-      out_ += "0.";
-      out_.append(static_cast<std::size_t>(-n), '0');
-      out_ += d;
-    } else {
-      out_ += d[0];
-      if (k > 1) {
-        out_ += '.';
-        out_.append(d, 1);
-      }
-      out_ += 'e';
-      std::int64_t x = n - 1;
-      out_ += x < 0 ? '-' : '+';
-      if (x < 0) x = -x;
-      if (x < 10) out_ += '0';
-      out_ += std::to_string(x);
-    }
   }
 
   std::string_view in_;

@@ -1,52 +1,57 @@
-#include "http/wait_list.hpp"
+#include "idemproxy/engine/local_holders.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::engine {
 
-void WaitList::hold(const std::string& id) {
+void LocalHolders::hold(const store::RecordId& id) {
   std::lock_guard lock(mu_);
-  ++held_[id];
+  ++held_[store::slot_key(id)];
 }
 
-bool WaitList::add(const std::string& id, const std::shared_ptr<asio::steady_timer>& timer) {
+bool LocalHolders::held(const store::RecordId& id) const {
+  std::lock_guard lock(mu_);
+  return held_.contains(store::slot_key(id));
+}
+
+bool LocalHolders::add(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
+  const std::string slot = store::slot_key(id);
   std::lock_guard lock(mu_);
   // A key held elsewhere is re-checked on a backoff: nothing here would wake its
   // waiter, and an entry for it would never be erased.
-  if (!held_.contains(id)) return false;
-  auto& list = waiting_[id];
-  // Drop timers whose requests already moved on, so the list stays short.
+  if (!held_.contains(slot)) return false;
+  auto& list = waiting_[slot];
+  // Drop waiters whose requests already moved on, so the list stays short.
   std::erase_if(list, [](const auto& w) { return w.expired(); });
-  list.push_back(timer);
+  list.push_back(waiter);
   return true;
 }
 
-std::size_t WaitList::waiting_keys() const {
+std::size_t LocalHolders::waiting_keys() const {
   std::lock_guard lock(mu_);
   return waiting_.size();
 }
 
-void WaitList::release(const std::string& id) {
+void LocalHolders::release(const store::RecordId& id) {
   {
     std::lock_guard lock(mu_);
-    if (auto h = held_.find(id); h != held_.end() && --h->second <= 0) held_.erase(h);
+    if (auto h = held_.find(store::slot_key(id)); h != held_.end() && --h->second <= 0) {
+      held_.erase(h);
+    }
   }
   notify(id);
 }
 
-void WaitList::notify(const std::string& id) {
-  std::vector<std::weak_ptr<asio::steady_timer>> woken;
+void LocalHolders::notify(const store::RecordId& id) {
+  std::vector<std::weak_ptr<Waiter>> woken;
   {
     std::lock_guard lock(mu_);
-    auto it = waiting_.find(id);
+    auto it = waiting_.find(store::slot_key(id));
     if (it == waiting_.end()) return;
     woken = std::move(it->second);
     waiting_.erase(it);
   }
   for (auto& w : woken) {
-    if (auto timer = w.lock()) {
-      // Timers are not thread-safe: cancel on the waiter's own executor.
-      asio::post(timer->get_executor(), [timer] { timer->cancel(); });
-    }
+    if (auto waiter = w.lock()) waiter->wake();
   }
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::engine

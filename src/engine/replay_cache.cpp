@@ -17,7 +17,7 @@ std::shared_ptr<const ReplayCache::Entry> ReplayCache::get(const store::RecordId
                                                            Deadline now) {
   if (max_bytes_ == 0) return nullptr;
   std::lock_guard lock(mu_);
-  auto it = slots_.find(key_of(id));
+  auto it = slots_.find(store::slot_key(id));
   if (it == slots_.end()) return nullptr;
   if (it->second.entry->valid_until <= now) {
     drop(it);
@@ -29,21 +29,25 @@ std::shared_ptr<const ReplayCache::Entry> ReplayCache::get(const store::RecordId
 
 void ReplayCache::put(const store::RecordId& id, Entry entry) {
   if (max_bytes_ == 0 || !entry.response.body_stored) return;
-  Key key = key_of(id);
-  const std::size_t bytes = footprint(key, entry);
+  put(id, std::make_shared<const Entry>(std::move(entry)));
+}
+
+void ReplayCache::put(const store::RecordId& id, std::shared_ptr<const Entry> entry) {
+  if (max_bytes_ == 0 || !entry->response.body_stored) return;
+  Key key = store::slot_key(id);
+  const std::size_t bytes = footprint(key, *entry);
   if (bytes > max_bytes_) return;
   std::lock_guard lock(mu_);
   if (auto old = slots_.find(key); old != slots_.end()) drop(old);
   while (bytes_ + bytes > max_bytes_ && !lru_.empty()) drop(slots_.find(lru_.back()));
   lru_.push_front(key);
   bytes_ += bytes;
-  slots_.emplace(std::move(key),
-                 Slot{std::make_shared<const Entry>(std::move(entry)), bytes, lru_.begin()});
+  slots_.emplace(std::move(key), Slot{std::move(entry), bytes, lru_.begin()});
 }
 
 void ReplayCache::erase(const store::RecordId& id) {
   std::lock_guard lock(mu_);
-  if (auto it = slots_.find(key_of(id)); it != slots_.end()) drop(it);
+  if (auto it = slots_.find(store::slot_key(id)); it != slots_.end()) drop(it);
 }
 
 void ReplayCache::drop(std::unordered_map<Key, Slot>::iterator it) {

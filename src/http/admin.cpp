@@ -64,7 +64,7 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
   std::vector<std::string> segments;
   for (auto s : url->segments()) segments.emplace_back(s);
   const store::RecordId id{param(*url, "scope"), segments.size() >= 3 ? segments[2] : ""};
-  auto& store = rt.engine.store();
+  auto& store = rt.record_store;
   const auto verb = req.method();
   RecordAction action;
   if (segments.size() == 2 && segments[1] == "reload" && verb == bhttp::verb::post) {
@@ -98,7 +98,7 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
     action = co_await rt.blocking([&store, &id] { return show_record(store, id); });
   } else if (segments.size() == 3 && verb == bhttp::verb::delete_) {
     action = co_await rt.blocking([&store, &id] { return purge_record(store, id); });
-    rt.cache.erase(id);
+    rt.coordinator.forget(id);
   } else if (segments.size() == 4 && segments[3] == "resolve" && verb == bhttp::verb::post) {
     action = co_await rt.blocking([&store, &id] { return resolve_record(store, id); });
   } else {
@@ -143,7 +143,7 @@ awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& 
     } else if (path == "/healthz") {
       res.body() = "ok\n";
     } else if (path == "/readyz") {
-      auto& store = rt.engine.store();
+      auto& store = rt.record_store;
       const auto ping = co_await rt.blocking([&store] { return store.ping(); });
       if (rt.draining) {
         res.result(status::service_unavailable);

@@ -30,7 +30,7 @@ asio::awaitable<void> CompletionRetrier::run(store::RecordId id, std::int64_t to
     timer.expires_after(backoff);
     co_await timer.async_wait(use_nothrow);
     // Already on the database pool: the store call may block here.
-    finish = engine_.finish(id, token, route, answer);
+    finish = coordinator_.finish_later(id, token, route, answer);
     backoff = std::min(backoff * 2, Duration{5000});
   }
   if (finish == engine::Finish::store_failed) {
@@ -38,7 +38,7 @@ asio::awaitable<void> CompletionRetrier::run(store::RecordId id, std::int64_t to
   } else {
     spdlog::info("a delayed completion was written ({})",
                  finish == engine::Finish::fenced ? "fenced: another holder took over" : "ok");
-    waiters_.notify(id.scope + '\n' + id.key);
+    coordinator_.completed_later(id);
   }
   pending_bytes_.fetch_sub(bytes);
   --pending_;

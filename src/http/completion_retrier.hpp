@@ -6,19 +6,17 @@
 #include <atomic>
 #include <cstddef>
 
-#include "http/wait_list.hpp"
-#include "idemproxy/engine/engine.hpp"
+#include "http/beast.hpp"
+#include "idemproxy/engine/coordinator.hpp"
 
 namespace idemproxy::http {
 
 class CompletionRetrier {
  public:
-  CompletionRetrier(engine::Engine& engine, asio::thread_pool& db_pool, WaitList& waiters,
+  /// `coordinator` may be constructed after this; it is used only once retry() runs.
+  CompletionRetrier(engine::Coordinator& coordinator, asio::thread_pool& db_pool,
                     std::size_t max_pending_bytes)
-      : engine_(engine),
-        db_pool_(db_pool),
-        waiters_(waiters),
-        max_pending_bytes_(max_pending_bytes) {}
+      : coordinator_(coordinator), db_pool_(db_pool), max_pending_bytes_(max_pending_bytes) {}
 
   /// Starts retrying; false (and nothing retried) when the pending budget is spent.
   bool retry(store::RecordId id, std::int64_t token, engine::RoutePolicy route,
@@ -29,9 +27,8 @@ class CompletionRetrier {
   asio::awaitable<void> run(store::RecordId id, std::int64_t token, engine::RoutePolicy route,
                             store::StoredResponse answer, std::size_t bytes);
 
-  engine::Engine& engine_;
+  engine::Coordinator& coordinator_;
   asio::thread_pool& db_pool_;
-  WaitList& waiters_;
   std::size_t max_pending_bytes_;
   std::atomic<std::size_t> pending_{0};
   std::atomic<std::size_t> pending_bytes_{0};

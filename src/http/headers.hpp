@@ -33,13 +33,9 @@ inline constexpr const char* kExpiresHeader = "Idempotency-Key-Expires";
 StringResponse replay_response(const store::StoredResponse& stored, TimePoint expires_at,
                                unsigned version, bool keep_alive);
 
-/// A replay cache entry, with the head replay_response would send to an HTTP/1.1
-/// client serialized once (not for 1xx, 204 and 304 answers, which have no
-/// Content-Length: those replays are built per request).
-/// `valid_until`: until when this process may replay it (ReplayCache::Entry).
-engine::ReplayCache::Entry cache_entry(std::string fingerprint, store::StoredResponse stored,
-                                       TimePoint expires_at,
-                                       engine::ReplayCache::Deadline valid_until,
-                                       engine::ReplayCache::Request request);
+/// Serializes, once, the head replay_response would send an HTTP/1.1 client with
+/// keep-alive, without Connection, X-Request-Id and the blank line (send_cached adds
+/// those per request). The coordinator calls it before it caches an entry.
+void prepare_replay_head(engine::ReplayCache::Entry& entry);
 
 }  // namespace idemproxy::http

@@ -1,43 +1,33 @@
-// The idempotent path, phase by phase:
-//   key -> body -> fingerprint -> claim -> (replay | reject | wait | forward) -> record -> respond
+// The idempotent path as named phases over one context (the shape of Pingora's
+// ProxyHttp): key -> body -> cached -> fingerprint -> claim -> act. Each phase
+// returns next, responded or failed; the driver answers every failure with
+// problem+json in one place. The protocol's decisions are the coordinator's
+// (engine/coordinator.hpp): this file does the I/O they call for.
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
+#include <array>
 
 #include "http/headers.hpp"
-#include "http/relay.hpp"
-#include "http/request_context.hpp"
-#include "idemproxy/engine/fingerprint.hpp"
-#include "idemproxy/engine/key.hpp"
+#include "http/idempotent_phases.hpp"
 
 namespace idemproxy::http {
 namespace {
 
-using engine::Admission;
+using engine::Decision;
+using idempotent::Flow;
+using idempotent::Step;
 using ops::Outcome;
 
-std::string wait_id(const store::RecordId& id) { return id.scope + '\n' + id.key; }
-
-// What the fingerprint was computed from (see ReplayCache::Request).
-engine::ReplayCache::Request request_form(const RequestContext& ctx, const StringRequest& req) {
-  return {ctx.method, ctx.target, std::string(req[bhttp::field::content_type]), req.body()};
-}
-
-// What enforce mode would have answered, for a request that shadow mode forwards.
-Outcome shadow_outcome(Admission::Kind kind) {
-  switch (kind) {
-    case Admission::Kind::replay:
-      return Outcome::shadow_would_replay;
-    case Admission::Kind::in_flight:
-      return Outcome::shadow_would_conflict;
-    case Admission::Kind::mismatch:
-      return Outcome::shadow_would_mismatch;
-    case Admission::Kind::store_failed:
-      return Outcome::fail_open;
-    default:
-      return Outcome::shadow_would_reject;
+// Wakes a request waiting on a key this process holds: cancels its timer on the
+// request's own executor (a strand), since timers are not thread-safe.
+class TimerWaiter final : public engine::Waiter, public std::enable_shared_from_this<TimerWaiter> {
+ public:
+  explicit TimerWaiter(const asio::any_io_executor& ex) : timer(ex) {}
+  void wake() override {
+    asio::post(timer.get_executor(), [self = shared_from_this()] { self->timer.cancel(); });
   }
-}
+  asio::steady_timer timer;
+};
 
 // Interim answers (103 Early Hints, 102) go to the client as they arrive; the final
 // one is what is stored.
@@ -49,63 +39,102 @@ InterimSink interim_sink(RequestContext& ctx) {
 asio::awaitable<bool> respond(RequestContext& ctx, StringResponse& res) {
   res.version(ctx.version);
   res.prepare_payload();
-  co_return co_await send_response(ctx, res) && ctx.keep_alive;
+  const bool sent = co_await send_response(ctx, res);
+  co_return sent ? ctx.keep_alive : false;
 }
 
-// Phase: forward without a claim: the store is down and the route says fail_open, or
-// the route is in shadow mode and enforce would not have forwarded.
-asio::awaitable<bool> forward_unprotected(RequestContext& ctx, StringRequest& req,
-                                          Outcome outcome) {
-  Exchange ex = co_await ctx.rt.upstream.exchange(req, interim_sink(ctx));
+// Phase: claim, until the coordinator decides. With on_concurrent: wait, a request
+// that finds the key in flight sleeps until the holder in this process releases it
+// (or a backoff, for holders elsewhere), up to the lease.
+asio::awaitable<Step> claim_phase(Flow& f) {
+  Runtime& rt = f.rt();
+  const store::ClaimRequest& claim = *f.claim;
+  engine::WaitBudget budget{std::chrono::steady_clock::now() + f.route().lease};
+  std::shared_ptr<TimerWaiter> waiter;
+  for (bool waited = false;; waited = true) {
+    if (waited) {
+      // The holder in this process has probably just finished and cached its answer.
+      f.hit = rt.coordinator.cached(f.route(), claim.id);
+      if (f.hit && f.hit->fingerprint == claim.fingerprint)
+        co_return co_await idempotent::replay_cached(f);
+    }
+    engine::Admission verdict =
+        co_await rt.blocking([&rt, &claim] { return rt.coordinator.claim(claim); });
+    f.decision = rt.coordinator.decide(f.route(), claim, std::move(verdict), budget, f.form);
+    if (f.decision.kind != Decision::Kind::wait) co_return Step::next;
+    if (!waiter) {
+      const auto ex = co_await asio::this_coro::executor;
+      waiter = std::make_shared<TimerWaiter>(ex);
+    }
+    if (!rt.coordinator.wait_here(claim.id, waiter)) {
+      // Held elsewhere: ask again after a backoff. Answered in the same group-commit
+      // batch as a holder here, this request may have looked before that holder
+      // marked the key: look once more before asking the store again.
+      waiter->timer.expires_at(budget.next_backoff(std::chrono::steady_clock::now()));
+      co_await waiter->timer.async_wait(use_nothrow);
+      if (!rt.coordinator.wait_here(claim.id, waiter)) continue;
+    }
+    // Held by this process: sleep until it releases the key; no database polling.
+    waiter->timer.expires_at(budget.deadline);
+    co_await waiter->timer.async_wait(use_nothrow);
+  }
+}
+
+// Forwards without a claim: the store is down and the route says fail_open, or the
+// route is in shadow mode and enforce would not have forwarded.
+asio::awaitable<Step> forward_unprotected(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  Exchange ex = co_await ctx.rt.upstream.exchange(f.req, interim_sink(ctx));
   if (ex.error) {
     ctx.fail(*ex.error, Outcome::upstream_error);
-    co_return co_await send_problem(ctx);
+    co_return Step::failed;
   }
-  ctx.outcome = outcome;
+  ctx.outcome = f.decision.outcome;
+  bool keep = false;
   if (ex.oversized) {
-    co_return co_await stream_response(ctx, ex.oversized->conn, *ex.oversized->parser,
-                                       ex.oversized->prefix);
+    keep = co_await stream_response(ctx, ex.oversized->conn, *ex.oversized->parser,
+                                    ex.oversized->prefix);
+  } else {
+    ctx.upstream_status = ex.response.result_int();
+    strip_hop_by_hop(ex.response);
+    keep = co_await respond(ctx, ex.response);
   }
-  ctx.upstream_status = ex.response.result_int();
-  strip_hop_by_hop(ex.response);
-  co_return co_await respond(ctx, ex.response);
+  co_return f.responded(keep);
 }
 
-// Phases forward -> record -> respond, while holding the claim under `token`. The
-// caller has marked the key held in rt.waiters; this releases it.
-asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& claim,
-                              std::int64_t token, StringRequest& req) {
-  auto& rt = ctx.rt;
-  const store::RecordId& id = claim.id;
-  const auto& route = *ctx.route;
+// Forwards under the claim, then has the coordinator record the answer, then
+// responds.
+asio::awaitable<Step> execute(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  Runtime& rt = f.rt();
+  const store::ClaimRequest& claim = *f.claim;
+  const std::int64_t token = f.decision.token;
+  const auto& route = f.route();
   rt.metrics.claim_started();
   const auto t0 = std::chrono::steady_clock::now();
   // The lease is renewed while the upstream works (LeaseRenewals).
-  auto heartbeat = std::make_optional<LeaseRenewals::Hold>(rt.leases, id, token, route.lease);
-  Exchange ex = co_await rt.upstream.exchange(req, interim_sink(ctx));
+  auto heartbeat = std::make_optional<LeaseRenewals::Hold>(rt.leases, claim.id, token, route.lease);
+  Exchange ex = co_await rt.upstream.exchange(f.req, interim_sink(ctx));
   heartbeat.reset();
   const double upstream_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rt.metrics.observe_upstream(upstream_seconds);
   ctx.upstream_ms = upstream_seconds * 1000;
   if (ex.error) {
-    if (!ex.sent) {
-      // Nothing reached the upstream: a retry may execute.
-      co_await rt.blocking([&rt, &id, &token] { return rt.engine.abandon(id, token); });
-    } else {
-      // The upstream may have acted: never a release. Retries are told the outcome
-      // is unknown (on_stale: fail) or execute again after the lease (retake).
-      const auto marked = co_await rt.blocking(
-          [&rt, &id, &token] { return rt.engine.mark_indeterminate(id, token); });
-      spdlog::warn(
-          "key {}: the upstream failed after the request was sent; record {}", ctx.key_hash,
-          marked == engine::Finish::indeterminate ? "marked indeterminate"
-                                                  : "left to its lease (store unreachable)");
+    // Sent: the upstream may have acted. Retries are told the outcome is unknown
+    // (on_stale: fail) or execute again after the lease (retake).
+    const bool sent = ex.sent;
+    const engine::Finish left = co_await rt.blocking(
+        [&rt, &claim, token, sent] { return rt.coordinator.abandon(claim.id, token, sent); });
+    if (sent) {
+      spdlog::warn("key {}: the upstream failed after the request was sent; record {}",
+                   ctx.key_hash,
+                   left == engine::Finish::indeterminate ? "marked indeterminate"
+                                                         : "left to its lease (store unreachable)");
     }
     rt.metrics.claim_ended();
-    rt.waiters.release(wait_id(id));
     ctx.fail(*ex.error, Outcome::upstream_error);
-    co_return co_await send_problem(ctx);
+    co_return Step::failed;
   }
 
   // Never truncated: an answer over upstream.max_response_size is streamed to this
@@ -122,24 +151,16 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
     answer = {static_cast<int>(ex.response.result_int()), to_headers(ex.response),
               ex.response.body()};
   }
-  TimePoint expires_at{};
-  store::StoredResponse stored;  // as kept in the record: what replays send
-  // The store starts the TTL when it commits, after this: a replay from memory
-  // never outlives the record.
-  const auto finish_started = std::chrono::steady_clock::now();
-  const engine::Finish finish =
-      co_await rt.blocking([&rt, &route, &answer, &id, &token, &expires_at, &stored] {
-        return rt.engine.finish(id, token, route, answer, &expires_at, &stored);
+  engine::ReplayCache::Request& form = f.form;
+  const engine::Completion done =
+      co_await rt.blocking([&rt, &claim, token, &route, &answer, &form] {
+        return rt.coordinator.complete(claim, token, route, answer, std::move(form));
       });
   rt.metrics.claim_ended();
-  switch (finish) {
+  switch (done.finish) {
     case engine::Finish::stored:
       ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;
-      head.set(kExpiresHeader, http_date(expires_at));
-      // The stored form: a replay from memory sends what one from the record would.
-      // (An answer too large to store is not kept: its body_stored is false.)
-      rt.cache.put(id, cache_entry(claim.fingerprint, std::move(stored), expires_at,
-                                   finish_started + route.ttl, request_form(ctx, req)));
+      head.set(kExpiresHeader, http_date(done.expires_at));
       break;
     case engine::Finish::released:
       ctx.outcome = Outcome::released;
@@ -152,263 +173,92 @@ asio::awaitable<bool> execute(RequestContext& ctx, const store::ClaimRequest& cl
       break;
     case engine::Finish::store_failed:
       ctx.outcome = Outcome::executed;
-      rt.metrics.count_store_error();
-      if (rt.completions.retry(id, token, route, answer)) {
+      if (done.retrying) {
         spdlog::warn("key {}: the response could not be stored yet; retrying in the background",
                      ctx.key_hash);
       } else {
         spdlog::error(
-            "key {}: the response could not be stored and the retry budget is spent; "
-            "the record stays in flight",
+            "key {}: the response could not be stored and the retry budget is spent; the "
+            "record stays in flight",
             ctx.key_hash);
       }
       break;
   }
-  // After the answer is in the cache: the waiters this wakes replay it from there.
-  rt.waiters.release(wait_id(id));
+  bool keep = false;
   if (big) {
     spdlog::warn(
-        "key {}: the response exceeds upstream.max_response_size; streamed whole, "
-        "and retries will not replay it",
+        "key {}: the response exceeds upstream.max_response_size; streamed whole, and "
+        "retries will not replay it",
         ctx.key_hash);
-    co_return co_await stream_response(ctx, big->conn, *big->parser, big->prefix);
+    keep = co_await stream_response(ctx, big->conn, *big->parser, big->prefix);
+  } else {
+    keep = co_await respond(ctx, ex.response);
   }
-  co_return co_await respond(ctx, ex.response);
+  co_return f.responded(keep);
 }
 
-// Answers from the replay cache: no database round trip, no commit.
-asio::awaitable<bool> replay_cached(RequestContext& ctx, const engine::ReplayCache::Entry& hit) {
-  ctx.outcome = Outcome::replayed;
-  ctx.rt.metrics.count_cache_hit();
-  if (!hit.head.empty() && ctx.version == 11 && ctx.method != "HEAD") {
-    co_return co_await send_cached(ctx, hit) && ctx.keep_alive;
-  }
-  auto res = replay_response(hit.response, hit.expires_at, ctx.version, ctx.keep_alive);
-  co_return co_await send_response(ctx, res) && ctx.keep_alive;
-}
-
-// Phase: claim, then act on the engine's verdict. With on_concurrent: wait, a
-// request that finds the key in flight sleeps until the holder in this process
-// finishes (or a backoff re-check for holders elsewhere), up to the lease.
-asio::awaitable<bool> claim_and_act(RequestContext& ctx, const store::ClaimRequest& claim,
-                                    StringRequest& req) {
-  auto& rt = ctx.rt;
-  const auto& route = *ctx.route;
-  const auto deadline = std::chrono::steady_clock::now() + route.lease;
-  Duration backoff{5};
-  for (bool waited = false;; waited = true) {
-    if (waited && route.mode == engine::Mode::enforce) {
-      // The holder in this process has probably just finished and cached its answer.
-      const auto hit = rt.cache.get(claim.id, std::chrono::steady_clock::now());
-      if (hit && hit->fingerprint == claim.fingerprint) co_return co_await replay_cached(ctx, *hit);
+// Phase: act on the coordinator's decision.
+asio::awaitable<Step> act_phase(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  Decision& d = f.decision;
+  switch (d.kind) {
+    case Decision::Kind::execute:
+      co_return co_await execute(f);
+    case Decision::Kind::replay: {
+      const bool keep = co_await idempotent::send_replay(ctx, *d.replay);
+      co_return f.responded(keep);
     }
-    Admission a = co_await rt.blocking([&rt, &claim] {
-      Admission verdict = rt.engine.admit(claim);
-      // Marked held here, on the database thread, before this request resumes: the
-      // losers of one group-commit batch are answered at the same moment as its
-      // winner, and must find the key held by this process, not poll for it.
-      if (verdict.kind == Admission::Kind::execute) rt.waiters.hold(wait_id(claim.id));
-      return verdict;
-    });
-    if (a.took_over) rt.metrics.count_takeover();
-    if (route.mode == engine::Mode::shadow && a.kind != Admission::Kind::execute) {
-      if (a.kind == Admission::Kind::store_failed) rt.metrics.count_store_error();
-      co_return co_await forward_unprotected(ctx, req, shadow_outcome(a.kind));
-    }
-    switch (a.kind) {
-      case Admission::Kind::execute:
-        co_return co_await execute(ctx, claim, a.token, req);
-      case Admission::Kind::replay: {
-        ctx.outcome = Outcome::replayed;
-        // Valid here for what the store said was left of its lifetime.
-        rt.cache.put(claim.id,
-                     cache_entry(claim.fingerprint, *a.replay, a.expires_at,
-                                 std::chrono::steady_clock::now() + (a.expires_at - a.store_now),
-                                 request_form(ctx, req)));
-        auto res = replay_response(*a.replay, a.expires_at, ctx.version, ctx.keep_alive);
-        co_return co_await send_response(ctx, res) && ctx.keep_alive;
+    case Decision::Kind::forward_unprotected:
+      if (!d.cause.empty()) spdlog::warn("idempotency store unavailable: {}", d.cause);
+      if (d.outcome == Outcome::fail_open && !f.shadow()) {
+        spdlog::warn("route {}: forwarding key {} WITHOUT idempotency protection (fail_open)",
+                     f.route().name, ctx.key_hash);
       }
-      case Admission::Kind::mismatch:
-        ctx.fail(ErrorSource::downstream, ProblemKind::key_mismatch,
-                 "this Idempotency-Key was already used with a different request "
-                 "(method, path or body)",
-                 Outcome::mismatch);
-        co_return co_await send_problem(ctx);
-      case Admission::Kind::store_failed:
-        rt.metrics.count_store_error();
-        spdlog::warn("idempotency store unavailable: {}", a.detail);
-        if (route.store_unavailable == engine::StoreUnavailable::fail_open) {
-          spdlog::warn("route {}: forwarding key {} WITHOUT idempotency protection (fail_open)",
-                       route.name, ctx.key_hash);
-          co_return co_await forward_unprotected(ctx, req, Outcome::fail_open);
-        }
-        ctx.fail(ErrorSource::store, ProblemKind::store_unavailable,
-                 "the idempotency store is unavailable; the request was not forwarded",
-                 Outcome::store_unavailable, 1);
-        co_return co_await send_problem(ctx);
-      case Admission::Kind::not_stored:
-        ctx.fail(ErrorSource::downstream, ProblemKind::response_not_stored,
-                 "the request with this Idempotency-Key executed (upstream status " +
-                     std::to_string(a.replay->status) +
-                     ") but its response was larger than upstream.max_response_size, so it was "
-                     "not stored and cannot be replayed. Fetch the resource instead of retrying",
-                 Outcome::not_replayable);
-        co_return co_await send_problem(ctx);
-      case Admission::Kind::unreadable:
-        spdlog::error("key {}: {}", ctx.key_hash, a.detail);
-        ctx.fail(ErrorSource::store, ProblemKind::record_unreadable,
-                 "a record for this Idempotency-Key exists but cannot be opened; the request "
-                 "was not forwarded",
-                 Outcome::record_unreadable);
-        co_return co_await send_problem(ctx);
-      case Admission::Kind::stale:
-        ctx.fail(ErrorSource::downstream, ProblemKind::outcome_unknown,
-                 "the request that claimed this Idempotency-Key stopped without an answer "
-                 "(its lease ran out); it may or may not have executed. Check the resource, "
-                 "then retry with a new key",
-                 Outcome::outcome_unknown);
-        co_return co_await send_problem(ctx);
-      case Admission::Kind::indeterminate:
-        ctx.fail(ErrorSource::downstream, ProblemKind::outcome_indeterminate,
-                 "the upstream received the request with this Idempotency-Key but its answer "
-                 "was lost (timeout or reset); it may have executed. Check the resource, then "
-                 "retry with a new key",
-                 Outcome::indeterminate);
-        co_return co_await send_problem(ctx);
-      case Admission::Kind::in_flight:
-        break;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (route.on_concurrent == engine::OnConcurrent::reject || now >= deadline) {
-      // Retry-After is 1 s, not the end of the lease: the lease only bounds a holder
-      // that crashed, and most holders finish within milliseconds.
-      ctx.fail(ErrorSource::downstream, ProblemKind::request_in_flight,
-               "a request with this Idempotency-Key is still being processed", Outcome::conflict,
-               1);
-      co_return co_await send_problem(ctx);
-    }
-    auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor);
-    timer->expires_after(std::min<std::chrono::steady_clock::duration>(backoff, deadline - now));
-    if (!rt.waiters.add(wait_id(claim.id), timer)) {
-      backoff = std::min(backoff * 2, Duration{250});  // held elsewhere: re-check later
-      co_await timer->async_wait(use_nothrow);
-      // Answered in the same group-commit batch as a holder in this process, this
-      // request may have looked before that holder marked the key. Look once more
-      // before asking the store again.
-      if (!rt.waiters.add(wait_id(claim.id), timer)) continue;
-    }
-    // Held by this process: sleep until it releases the key; no database polling.
-    timer->expires_at(deadline);
-    co_await timer->async_wait(use_nothrow);
+      co_return co_await forward_unprotected(f);
+    case Decision::Kind::refuse:
+      if (d.refusal == engine::Refusal::store_unavailable) {
+        spdlog::warn("idempotency store unavailable: {}", d.cause);
+      } else if (d.refusal == engine::Refusal::record_unreadable) {
+        spdlog::error("key {}: {}", ctx.key_hash, d.cause);
+      }
+      ctx.fail(refusal_error(d.refusal, std::move(d.detail), d.retry_after), d.outcome);
+      co_return Step::failed;
+    case Decision::Kind::wait:
+      break;  // claim_phase waits; it never hands a wait on
   }
+  co_return Step::failed;
 }
+
+struct Phase {
+  const char* name;
+  asio::awaitable<Step> (*run)(Flow&);
+};
+
+constexpr std::array<Phase, 6> kPhases{{
+    {"key", idempotent::key_phase},
+    {"body", idempotent::body_phase},
+    {"cached", idempotent::cached_phase},
+    {"fingerprint", idempotent::fingerprint_phase},
+    {"claim", claim_phase},
+    {"act", act_phase},
+}};
 
 }  // namespace
 
 asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_header) {
-  const auto& route = *ctx.route;
-  const auto& cfg = ctx.settings->config;
-
-  // Phase: key.
-  auto parsed = engine::parse_key(key_header);
-  const bool shadow = route.mode == engine::Mode::shadow;
-  if (std::holds_alternative<engine::KeyError>(parsed) && shadow) {
-    ctx.outcome = Outcome::shadow_would_reject;
-    co_return co_await pass_through(ctx);
-  }
-  if (const auto* bad = std::get_if<engine::KeyError>(&parsed)) {
-    ctx.keep_alive = false;  // the body is left unread
-    ctx.fail(ErrorSource::downstream, ProblemKind::bad_key, bad->reason, Outcome::bad_key);
+  Flow flow{ctx, key_header};
+  for (const Phase& phase : kPhases) {
+    const Step step = co_await phase.run(flow);
+    if (step == Step::next) continue;
+    if (step == Step::responded) co_return flow.keep;
+    if (!ctx.error) {
+      spdlog::error("phase {} failed without saying why", phase.name);
+      ctx.keep_alive = false;
+      ctx.fail(ProblemKind::internal, "internal error", Outcome::bad_request);
+    }
     co_return co_await send_problem(ctx);
   }
-  const std::string key = std::move(std::get<std::string>(parsed));
-  ctx.key_hash = engine::sha256_hex(key).substr(0, 16);
-  std::string scope;
-  if (route.scope_from == engine::ScopeFrom::authorization) {
-    const std::string_view credentials = ctx.head.get()[bhttp::field::authorization];
-    if (!credentials.empty()) {
-      scope = "hmac:" + engine::hmac_sha256_hex(cfg.scope_key, credentials);
-    }
-  } else if (route.scope_from == engine::ScopeFrom::client_cert) {
-    // The config requires tls.client_ca_file for this, so the handshake already
-    // refused every client without a certificate that CA signed.
-    scope = "cert:" + ctx.client.peer_subject;
-  } else if (!route.scope_header.empty()) {
-    scope = engine::header_scope(ctx.head.get()[route.scope_header]);
-  }
-
-  // Phase: body, bounded by max_body. Beast compares Content-Length with the limit
-  // only while parsing the header, before the route was known: check it here; the
-  // parser's own limit still bounds chunked bodies as they arrive.
-  const auto declared = ctx.head.content_length();
-  const bool too_large = declared && *declared > route.max_body;
-  if (too_large && shadow) {
-    ctx.outcome = Outcome::shadow_would_reject;
-    co_return co_await pass_through(ctx);
-  }
-  if (!too_large && !co_await continue_if_expected(ctx)) co_return false;
-  // Trailer fields of a chunked body are never merged into the head that is
-  // forwarded and fingerprinted (RFC 9110 6.5). Beast's parser inserts them beside
-  // fields of the same name, so the head is kept as it was before the body.
-  std::optional<bhttp::request_header<>> head_before_trailers;
-  if (ctx.head.get().chunked()) head_before_trailers = ctx.head.get().base();
-  bhttp::request_parser<bhttp::string_body> parser{std::move(ctx.head)};
-  parser.body_limit(route.max_body);
-  ctx.client.stream.expires_after(cfg.server.read_timeout);
-  beast::error_code ec = bhttp::error::body_limit;
-  if (!too_large) {
-    const WideBodyRead room(ctx.client.buffer, parser, true);
-    std::tie(ec, std::ignore) =
-        co_await bhttp::async_read(ctx.client.stream, ctx.client.buffer, parser, use_nothrow);
-  }
-  if (ec == bhttp::error::body_limit) {
-    ctx.keep_alive = false;
-    ctx.fail(ErrorSource::downstream, ProblemKind::body_too_large,
-             "the request body is larger than max_body (" + std::to_string(route.max_body) +
-                 " bytes) for route " + route.name,
-             Outcome::too_large);
-    co_return co_await send_problem(ctx);
-  }
-  if (ec) {
-    if (ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) {
-      co_return false;  // the client went away or timed out
-    }
-    ctx.keep_alive = false;
-    ctx.fail(ErrorSource::downstream, ProblemKind::malformed_request,
-             "malformed request body: " + ec.message(), Outcome::bad_request);
-    co_return co_await send_problem(ctx);
-  }
-  StringRequest req = parser.release();
-  if (head_before_trailers) req.base() = std::move(*head_before_trailers);
-
-  // A completed record this process has seen replays from memory: no database round
-  // trip, no commit. The very same request bytes replay without a fingerprint.
-  store::RecordId id{std::move(scope), key};
-  const std::string_view content_type = req[bhttp::field::content_type];
-  std::shared_ptr<const engine::ReplayCache::Entry> hit;
-  if (route.mode == engine::Mode::enforce) {
-    hit = ctx.rt.cache.get(id, std::chrono::steady_clock::now());
-    if (hit && hit->request.same(ctx.method, ctx.target, content_type, req.body())) {
-      co_return co_await replay_cached(ctx, *hit);
-    }
-  }
-
-  // Phase: fingerprint, then claim.
-  const store::ClaimRequest claim{std::move(id),
-                                  engine::fingerprint(ctx.method, ctx.target, content_type,
-                                                      req.body(), cfg.server.max_json_depth),
-                                  route.lease,
-                                  route.ttl,
-                                  route.name,
-                                  ctx.method,
-                                  ctx.target,
-                                  route.on_stale == engine::OnStale::retake};
-  // The same request in other bytes (JSON members reordered, say) still replays from
-  // memory; anything else (a miss, another fingerprint) asks the store.
-  if (hit && hit->fingerprint == claim.fingerprint) co_return co_await replay_cached(ctx, *hit);
-  prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr, cfg.upstream);
-  req.prepare_payload();
-  co_return co_await claim_and_act(ctx, claim, req);
+  co_return flow.keep;
 }
 
 }  // namespace idemproxy::http

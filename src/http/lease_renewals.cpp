@@ -52,7 +52,7 @@ asio::awaitable<void> LeaseRenewals::run(Runtime& rt, Duration tick) {
       // A failed renewal (store down) is tried again at the next beat; a fenced one
       // means the claim is gone, and finishing will say so.
       const bool renewed =
-          co_await rt.blocking([&rt, &d] { return rt.engine.renew(d.id, d.token, d.lease); });
+          co_await rt.blocking([&rt, &d] { return rt.coordinator.renew(d.id, d.token, d.lease); });
       if (renewed) rt.metrics.count_lease_renewal();
     }
   }

@@ -54,6 +54,8 @@ ProblemInfo info(ProblemKind kind) {
       return {"response-not-stored", 409, "Response too large to replay"};
     case ProblemKind::record_unreadable:
       return {"record-unreadable", 500, "Idempotency record unreadable"};
+    case ProblemKind::internal:
+      break;
   }
   return {"internal", 500, "Internal error"};
 }
@@ -76,7 +78,34 @@ std::string problem_type(ProblemKind kind) {
   return std::string("https://idemproxy.dev/problems/") + info(kind).slug;
 }
 
-unsigned problem_status(ProblemKind kind) { return info(kind).status; }
+ProxyError refusal_error(engine::Refusal why, std::string detail, std::optional<int> retry_after) {
+  using engine::Refusal;
+  ProblemKind kind = ProblemKind::store_unavailable;
+  switch (why) {
+    case Refusal::key_mismatch:
+      kind = ProblemKind::key_mismatch;
+      break;
+    case Refusal::request_in_flight:
+      kind = ProblemKind::request_in_flight;
+      break;
+    case Refusal::outcome_unknown:
+      kind = ProblemKind::outcome_unknown;
+      break;
+    case Refusal::outcome_indeterminate:
+      kind = ProblemKind::outcome_indeterminate;
+      break;
+    case Refusal::store_unavailable:
+      kind = ProblemKind::store_unavailable;
+      break;
+    case Refusal::response_not_stored:
+      kind = ProblemKind::response_not_stored;
+      break;
+    case Refusal::record_unreadable:
+      kind = ProblemKind::record_unreadable;
+      break;
+  }
+  return {kind, std::move(detail), retry_after};
+}
 
 StringResponse problem_response(const ProxyError& error, unsigned version, bool keep_alive) {
   const ProblemInfo i = info(error.kind);
@@ -178,19 +207,13 @@ StringResponse replay_response(const store::StoredResponse& stored, TimePoint ex
   return res;
 }
 
-engine::ReplayCache::Entry cache_entry(std::string fingerprint, store::StoredResponse stored,
-                                       TimePoint expires_at,
-                                       engine::ReplayCache::Deadline valid_until,
-                                       engine::ReplayCache::Request request) {
-  engine::ReplayCache::Entry e{
-      std::move(fingerprint), std::move(stored), expires_at, valid_until, {}, std::move(request)};
+void prepare_replay_head(engine::ReplayCache::Entry& e) {
   const int status = e.response.status;
-  if (status / 100 == 1 || status == 204 || status == 304) return e;
+  if (status / 100 == 1 || status == 204 || status == 304) return;
   // The head replay_response(stored, expires_at, 11, true) has; test_replay_cache
   // compares a cached replay with one built from the record byte for byte.
-  e.head = serialize_head(replay_response(e.response, expires_at, 11, true).base());
+  e.head = serialize_head(replay_response(e.response, e.expires_at, 11, true).base());
   e.head.resize(e.head.size() - 2);  // the blank line: per-request lines go before it
-  return e;
 }
 
 asio::awaitable<bool> send_cached(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {

@@ -39,8 +39,8 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   const auto declared = ctx.head.content_length();
   if (declared && *declared > cfg.server.max_stream_body) {
     ctx.keep_alive = false;
-    ctx.fail(ErrorSource::downstream, ProblemKind::body_too_large,
-             "the request body is larger than server.max_stream_body", ops::Outcome::too_large);
+    ctx.fail(ProblemKind::body_too_large, "the request body is larger than server.max_stream_body",
+             ops::Outcome::too_large);
     co_return co_await send_problem(ctx);
   }
   if (!co_await continue_if_expected(ctx)) co_return false;
@@ -55,8 +55,8 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   auto [cec, conn] = co_await rt.upstream.acquire(false);
   if (cec) {
     ctx.keep_alive = false;  // the request body was not read
-    ctx.fail(ErrorSource::upstream, ProblemKind::upstream_unreachable,
-             "cannot connect to the upstream: " + cec.message(), ops::Outcome::upstream_error);
+    ctx.fail(ProblemKind::upstream_unreachable, "cannot connect to the upstream: " + cec.message(),
+             ops::Outcome::upstream_error);
     co_return co_await send_problem(ctx);
   }
 
@@ -76,7 +76,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   }
   if (sent == RelayError::write) {
     ctx.keep_alive = false;
-    ctx.fail(ErrorSource::upstream, ProblemKind::upstream_failed,
+    ctx.fail(ProblemKind::upstream_failed,
              "sending the request to the upstream failed: " + relay_error.message(),
              ops::Outcome::upstream_error);
     co_return co_await send_problem(ctx);
@@ -91,8 +91,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
     const auto kind =
         hec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;
     ctx.keep_alive = false;
-    ctx.fail(ErrorSource::upstream, kind, "no response from the upstream: " + hec.message(),
-             ops::Outcome::upstream_error);
+    ctx.fail(kind, "no response from the upstream: " + hec.message(), ops::Outcome::upstream_error);
     co_return co_await send_problem(ctx);
   }
   // Streamed: the upstream's time is measured to its response head.

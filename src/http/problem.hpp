@@ -1,14 +1,13 @@
 #pragma once
-// Errors caused by traffic, the upstream or the store, as values with a source.
+// Errors caused by traffic, the upstream or the store, as values.
 // problem_response() is the one place that turns them into RFC 9457 responses.
 #include <optional>
 #include <string>
 
 #include "http/beast.hpp"
+#include "idemproxy/engine/coordinator.hpp"
 
 namespace idemproxy::http {
-
-enum class ErrorSource { downstream, upstream, store, internal };
 
 enum class ProblemKind {
   malformed_request,      // 400: the HTTP framing or syntax is broken
@@ -26,10 +25,10 @@ enum class ProblemKind {
   upstream_timeout,       // 504: sent, no answer in time
   response_not_stored,    // 409: executed, but the answer was too big to store
   record_unreadable,      // 500: a sealed record does not open
+  internal,               // 500: a defect in the proxy
 };
 
 struct ProxyError {
-  ErrorSource source = ErrorSource::internal;
   ProblemKind kind = ProblemKind::malformed_request;
   std::string detail;
   std::optional<int> retry_after_seconds;
@@ -37,7 +36,8 @@ struct ProxyError {
 
 /// The stable `type` URI of a problem kind.
 std::string problem_type(ProblemKind kind);
-unsigned problem_status(ProblemKind kind);
+/// The problem a coordinator's refusal is answered with.
+ProxyError refusal_error(engine::Refusal why, std::string detail, std::optional<int> retry_after);
 
 StringResponse problem_response(const ProxyError& error, unsigned version, bool keep_alive);
 

@@ -49,9 +49,9 @@ struct RequestContext {
   /// Records why the request fails; send_problem() then answers with it.
   /// (Errors travel in the context rather than as temporaries inside co_await
   /// expressions, which GCC 12 miscompiles.)
-  void fail(ErrorSource source, ProblemKind kind, std::string detail, ops::Outcome why,
+  void fail(ProblemKind kind, std::string detail, ops::Outcome why,
             std::optional<int> retry_after = std::nullopt) {
-    error = ProxyError{source, kind, std::move(detail), retry_after};
+    error = ProxyError{kind, std::move(detail), retry_after};
     outcome = why;
   }
   void fail(const ProxyError& e, ops::Outcome why) {

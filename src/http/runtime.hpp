@@ -1,6 +1,6 @@
 #pragma once
-// What every session shares: settings (swapped on reload), the engine, the
-// database pool, the upstream pool, metrics and the local wait list.
+// What every session shares: settings (swapped on reload), the store and the
+// coordinator in front of it, the database pool, the upstream pool and metrics.
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -13,12 +13,11 @@
 
 #include "http/beast.hpp"
 #include "http/completion_retrier.hpp"
+#include "http/headers.hpp"
 #include "http/lease_renewals.hpp"
 #include "http/upstream_pool.hpp"
-#include "http/wait_list.hpp"
 #include "idemproxy/config/config.hpp"
-#include "idemproxy/engine/engine.hpp"
-#include "idemproxy/engine/replay_cache.hpp"
+#include "idemproxy/engine/coordinator.hpp"
 #include "idemproxy/ops/metrics.hpp"
 
 namespace idemproxy::http {
@@ -34,12 +33,13 @@ class Runtime {
  public:
   Runtime(asio::io_context& io, std::shared_ptr<const Settings> settings, store::Store& store,
           ops::Metrics& metrics, int db_threads)
-      : engine(store),
+      : record_store(store),
         metrics(metrics),
         db_pool(static_cast<std::size_t>(db_threads)),
         upstream(io.get_executor(), settings->config.upstream, settings->config.server.threads > 1),
-        completions(engine, db_pool, waiters, 64 * 1024 * 1024),
+        completions(coordinator, db_pool, 64 * 1024 * 1024),
         cache(settings->config.replay_cache_bytes),
+        coordinator(store, cache, metrics, coordinator_hooks()),
         settings_(std::move(settings)) {}
 
   std::shared_ptr<const Settings> settings() const {
@@ -77,19 +77,30 @@ class Runtime {
         asio::use_awaitable, std::move(fn));
   }
 
-  engine::Engine engine;
+  store::Store& record_store;
   ops::Metrics& metrics;
   asio::thread_pool db_pool;
   UpstreamPool upstream;
-  WaitList waiters;
   LeaseRenewals leases;  // run() is started with the server
   CompletionRetrier completions;
   engine::ReplayCache cache;
+  engine::Coordinator coordinator;
   std::atomic<bool> draining{false};
   /// Reloads the config file (SIGHUP and POST /admin/reload); returns the error, if any.
   std::function<std::optional<std::string>()> reload;
 
  private:
+  engine::Coordinator::Hooks coordinator_hooks() {
+    engine::Coordinator::Hooks hooks;
+    hooks.prepare_replay = prepare_replay_head;
+    hooks.retry_completion = [this](const store::RecordId& id, std::int64_t token,
+                                    const engine::RoutePolicy& route,
+                                    const store::StoredResponse& answer) {
+      return completions.retry(id, token, route, answer);
+    };
+    return hooks;
+  }
+
   mutable std::mutex mu_;
   std::shared_ptr<const Settings> settings_;
 };

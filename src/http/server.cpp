@@ -40,37 +40,27 @@ struct ProxyServer::Impl {
           "serving at most {}; raise `ulimit -n` to serve more",
           config.server.max_connections, connection_cap, connection_cap);
     }
-    runtime.engine.store().watch_purges(
-        [this](const store::RecordId& id) { runtime.cache.erase(id); });
+    runtime.record_store.watch_purges(
+        [this](const store::RecordId& id) { runtime.coordinator.forget(id); });
     if (config.tls.enabled()) tls = make_server_tls(config.tls);
     runtime.metrics.set_gauges([this] {
-      const auto pool = runtime.engine.store().pool_stats();
-      return std::vector<ops::GaugeSample>{
-          {"idemproxy_db_pool_connections{state=\"open\"}", "Database pool connections.",
-           static_cast<double>(pool.open)},
-          {"idemproxy_db_pool_connections{state=\"in_use\"}", "Database pool connections.",
-           static_cast<double>(pool.in_use)},
-          {"idemproxy_db_pool_size", "Configured database pool size.",
-           static_cast<double>(pool.size)},
-          {"idemproxy_db_batches_total",
-           "Transactions that carried claims and completions (group commit).",
-           static_cast<double>(pool.batches), "counter"},
-          {"idemproxy_db_batched_operations_total",
-           "Claims and completions carried by those transactions.",
-           static_cast<double>(pool.batched), "counter"},
-          {"idemproxy_db_batch_fallbacks_total",
-           "Multi-row statements that failed and ran again one statement each.",
-           static_cast<double>(pool.batch_fallbacks), "counter"},
+      std::vector<ops::GaugeSample> samples;
+      for (const auto& s : runtime.record_store.stats()) {
+        samples.push_back({s.name, s.help, s.value, s.counter ? "counter" : "gauge"});
+      }
+      const std::vector<ops::GaugeSample> own{
           {"idemproxy_replay_cache_bytes", "Bytes held by the replay cache.",
            static_cast<double>(runtime.cache.bytes())},
           {"idemproxy_replay_cache_entries", "Completed records held by the replay cache.",
            static_cast<double>(runtime.cache.size())},
           {"idemproxy_waiting_keys",
            "Keys held by this process that have requests waiting on them (on_concurrent: wait).",
-           static_cast<double>(runtime.waiters.waiting_keys())},
+           static_cast<double>(runtime.coordinator.waiting_keys())},
           {"idemproxy_completions_pending",
            "Completions waiting for the store to come back, retried in the background.",
            static_cast<double>(runtime.completions.pending())}};
+      samples.insert(samples.end(), own.begin(), own.end());
+      return samples;
     });
   }
 
@@ -263,7 +253,7 @@ asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
     timer.expires_after(gc.interval);
     co_await timer.async_wait(use_nothrow);
     if (runtime.draining) co_return;
-    auto& store = runtime.engine.store();
+    auto& store = runtime.record_store;
     const std::int64_t deleted = co_await runtime.blocking([&store, &gc] {
       std::int64_t total = 0;
       for (int batch = 0; batch < gc.max_batches; ++batch) {
@@ -325,7 +315,7 @@ int ProxyServer::run() {
     spdlog::error("{} completion(s) could not be written before exit; their records stay in flight",
                   pending);
   }
-  s.runtime.engine.store().watch_purges({});  // its callback uses the cache, about to go
+  s.runtime.record_store.watch_purges({});  // its callback uses the cache, about to go
   s.runtime.db_pool.stop();  // abandons completion retries still waiting for the store
   s.runtime.db_pool.join();
   spdlog::info("stopped");

@@ -112,8 +112,7 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   ctx.head.get().set("X-Request-Id", ctx.request_id);  // forwarded to the upstream
   if (auto error = framing_error(req)) {
     ctx.keep_alive = false;
-    ctx.fail(ErrorSource::downstream, ProblemKind::malformed_request, *error,
-             ops::Outcome::bad_request);
+    ctx.fail(ProblemKind::malformed_request, *error, ops::Outcome::bad_request);
     co_return co_await send_problem(ctx);
   }
   // Routes match, the fingerprint covers, and the upstream receives one spelling
@@ -123,8 +122,7 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
       normalize_target(req.target(), {server.merge_slashes, server.reject_escaped_slashes});
   if (const auto* bad = std::get_if<std::string>(&normal)) {
     ctx.keep_alive = false;
-    ctx.fail(ErrorSource::downstream, ProblemKind::malformed_request, *bad,
-             ops::Outcome::bad_request);
+    ctx.fail(ProblemKind::malformed_request, *bad, ops::Outcome::bad_request);
     co_return co_await send_problem(ctx);
   }
   auto& target = std::get<RequestTarget>(normal);
@@ -145,7 +143,7 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
       co_return co_await pass_through(ctx);
     }
     ctx.keep_alive = false;
-    ctx.fail(ErrorSource::downstream, ProblemKind::missing_key,
+    ctx.fail(ProblemKind::missing_key,
              "route " + ctx.route->name + " requires an " + ctx.route->header + " header",
              ops::Outcome::missing_key);
     co_return co_await send_problem(ctx);
@@ -156,8 +154,8 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   }
   if (key_count > 1) {
     ctx.keep_alive = false;
-    ctx.fail(ErrorSource::downstream, ProblemKind::bad_key,
-             "more than one " + ctx.route->header + " header", ops::Outcome::bad_key);
+    ctx.fail(ProblemKind::bad_key, "more than one " + ctx.route->header + " header",
+             ops::Outcome::bad_key);
     co_return co_await send_problem(ctx);
   }
   const std::string key_header(req[ctx.route->header]);
@@ -307,8 +305,8 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
     }
     if (bad_head) {
       ctx.keep_alive = false;
-      ctx.fail(ErrorSource::downstream, bad_head->first,
-               "the request could not be parsed: " + bad_head->second, ops::Outcome::bad_request);
+      ctx.fail(bad_head->first, "the request could not be parsed: " + bad_head->second,
+               ops::Outcome::bad_request);
       co_await send_problem(ctx);
       rt.metrics.count_request("-", ops::Outcome::bad_request);
       spdlog::info("malformed request from {}: {}", conn->peer_ip, bad_head->second);

@@ -52,6 +52,7 @@ class ReplayCache {
   std::shared_ptr<const Entry> get(const store::RecordId& id, Deadline now);
   /// Keeps a completed, replayable record (one larger than the whole budget is not kept).
   void put(const store::RecordId& id, Entry entry);
+  void put(const store::RecordId& id, std::shared_ptr<const Entry> entry);
   void erase(const store::RecordId& id);
 
   std::size_t bytes() const;
@@ -64,7 +65,6 @@ class ReplayCache {
     std::size_t bytes;
     std::list<Key>::iterator lru;
   };
-  static Key key_of(const store::RecordId& id) { return id.scope + '\n' + id.key; }
   void drop(std::unordered_map<Key, Slot>::iterator it);
 
   const std::size_t max_bytes_;

@@ -1,27 +1,13 @@
 #pragma once
 // PostgreSQL store: a pool of connections, statements prepared once per connection,
 // reconnection after the server restarts, and group commit for claims and
-// completions (see PgStore::Pending in pg_store.cpp).
-#include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <deque>
+// completions. The parts live in src/store/pg/.
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "idemproxy/store/sealer.hpp"
 #include "idemproxy/store/store.hpp"
-
-namespace pqxx {
-class connection_base;
-class result;
-class row;
-class transaction_base;
-}  // namespace pqxx
 
 namespace idemproxy::store {
 
@@ -58,7 +44,8 @@ class PgStore final : public Store {
   Result<bool> purge(const RecordId& id) override;
   Result<std::int64_t> delete_expired(int limit) override;
   Result<Done> ping() override;
-  PoolStats pool_stats() override;
+  /// Pool and group-commit figures, as metric samples.
+  std::vector<Sample> stats() override;
   /// Group-commit counters since start.
   struct BatchStats {
     std::int64_t batches = 0;     // transactions run for claims and completions
@@ -67,48 +54,16 @@ class PgStore final : public Store {
     int queued = 0;               // waiting for a connection now
   };
   BatchStats batch_stats();
+  /// Completions with more stored bytes than this are not batched: in an array they
+  /// would travel as hex text.
+  static constexpr std::size_t kBatchedBodyMax = 64 * 1024;
   /// LISTENs on its own connection (not through a transaction-pooling PgBouncer,
   /// where sessions do not last: then purges elsewhere are not seen).
   void watch_purges(std::function<void(const RecordId&)> fn) override;
 
  private:
-  class Connection;
-  struct ClaimParams;
-  struct CompleteParams;
-  struct Answer;
-  struct Pending;
-  /// Completions with more stored bytes than this are not batched.
-  static constexpr std::size_t kBatchedBodyMax = 64 * 1024;
-  /// Queues `self` for the next batch and decodes its answer once committed.
-  template <class T>
-  Result<T> batched(Pending& self, const std::function<Result<T>(const Answer&)>& decode);
-  void run_batch(const std::vector<Pending*>& batch);
-  bool run_many(const std::vector<Pending*>& members);
-  void run_alone(Pending& p);
-  int batch_slots() const { return std::max(1, options_.pool_size / 4); }
-  template <class T>
-  Result<T> with_connection(const std::function<Result<T>(Connection&)>& work);
-  std::unique_ptr<Connection> checkout();
-  void give_back(std::unique_ptr<Connection> conn);
-  /// `listing`: a sealed fingerprint that does not open is shown by its key id
-  /// instead of failing the whole list (listings never include bodies).
-  Record read_record(const pqxx::row& row, const RecordId& id, bool listing = false) const;
-  /// The stored form of a field: sealed under the current key, or as it is.
-  std::string stored(std::string_view value, const RecordId& id, std::string_view field) const;
-
-  PgOptions options_;
-  std::mutex mu_;
-  std::condition_variable available_;
-  std::vector<std::unique_ptr<Connection>> idle_;
-  int open_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::thread watcher_;
-
-  // Group commit (guarded by batch_mu_).
-  std::mutex batch_mu_;
-  std::deque<Pending*> queue_;
-  int batches_running_ = 0;
-  BatchStats batch_stats_;
+  struct Impl;  // src/store/pg/: pool, group commit, row codec, purge listener
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace idemproxy::store

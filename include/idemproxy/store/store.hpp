@@ -19,6 +19,11 @@ struct RecordId {
   std::string key;
 };
 
+/// One string per record (scope '\n' key), for in-process maps: a key is printable
+/// ASCII (engine::parse_key), so no two records share one. The purge notification's
+/// payload has the same form.
+inline std::string slot_key(const RecordId& id) { return id.scope + '\n' + id.key; }
+
 /// in_flight: claimed, executing (or its holder vanished, once the lease ran out).
 /// completed: the response is stored and replayed. released: a retry executes again.
 /// indeterminate: the upstream got the request but the outcome is unknown.
@@ -151,16 +156,14 @@ class Store {
   /// Stores that cannot watch ignore it.
   virtual void watch_purges(std::function<void(const RecordId&)> fn) {}
 
-  struct PoolStats {
-    int size = 0;    // configured connections
-    int open = 0;    // connections open now
-    int in_use = 0;  // running a statement now
-    // Group commit (PostgreSQL), since start:
-    std::int64_t batches = 0;          // transactions that carried claims and completions
-    std::int64_t batched = 0;          // claims and completions they carried
-    std::int64_t batch_fallbacks = 0;  // multi-row statements that failed, rerun one by one
+  /// A figure the store reports about itself (pool, batching), rendered as a metric.
+  struct Sample {
+    const char* name;  // with its labels
+    const char* help;
+    double value = 0;
+    bool counter = false;  // a total since start; otherwise a gauge
   };
-  virtual PoolStats pool_stats() { return {}; }
+  virtual std::vector<Sample> stats() { return {}; }
 };
 
 /// Encodes headers as "Name: value\r\n" lines, the form they take on the wire.

@@ -1,0 +1,153 @@
+#pragma once
+// The idempotency protocol for keyed requests, without a transport. It owns the
+// claim, the keys this process holds and who waits for them, the replay cache and
+// the order it is filled in, shadow mode, fail-open and completion retries. It
+// returns decisions; http/ carries them out on sockets (README: "How a request
+// flows").
+//
+// Threads: claim(), complete() and abandon() call the store and run on the database
+// pool; the rest are cheap and run anywhere.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "idemproxy/engine/engine.hpp"
+#include "idemproxy/engine/local_holders.hpp"
+#include "idemproxy/engine/replay_cache.hpp"
+#include "idemproxy/ops/metrics.hpp"
+
+namespace idemproxy::engine {
+
+/// Why the proxy answers a keyed request itself. http/problem.hpp maps each to one
+/// problem+json response.
+enum class Refusal {
+  key_mismatch,           // 422
+  request_in_flight,      // 409 + Retry-After
+  outcome_unknown,        // 409: the holder vanished (on_stale: fail)
+  outcome_indeterminate,  // 409: the upstream got it, the answer was lost
+  store_unavailable,      // 503 + Retry-After (fail_closed)
+  response_not_stored,    // 409: executed, the answer was too large to store
+  record_unreadable,      // 500: a sealed record does not open
+};
+
+/// What to do with a keyed request after its claim.
+struct Decision {
+  enum class Kind {
+    execute,              // forward under `token`; then complete() or abandon()
+    replay,               // send `replay`
+    forward_unprotected,  // forward without a claim (fail_open, or shadow mode)
+    refuse,               // answer `refusal`
+    wait,                 // in flight (on_concurrent: wait): sleep, then claim again
+  };
+  Kind kind = Kind::refuse;
+  ops::Outcome outcome = ops::Outcome::passthrough;  // replay, forward_unprotected, refuse
+  std::int64_t token = 0;                            // execute
+  std::shared_ptr<const ReplayCache::Entry> replay;  // replay
+  Refusal refusal = Refusal::store_unavailable;      // refuse
+  std::string detail;                                // refuse: the problem's detail
+  std::optional<int> retry_after;                    // refuse: seconds
+  std::string cause;  // the store's own error (store unavailable, record unreadable): for the log
+};
+
+/// A request's waiting budget (on_concurrent: wait): until its lease would run out,
+/// with a backoff for keys held by other instances.
+struct WaitBudget {
+  using Deadline = std::chrono::steady_clock::time_point;
+  Deadline deadline;
+  Duration backoff{5};
+  /// The next backoff sleep (doubling to 250 ms), never past the deadline.
+  Deadline next_backoff(Deadline now);
+};
+
+/// What complete() did with the upstream's answer.
+struct Completion {
+  Finish finish = Finish::store_failed;
+  TimePoint expires_at{};  // stored: the record's expiry (Idempotency-Key-Expires)
+  bool retrying = false;   // store_failed: handed to the background retry
+};
+
+class Coordinator {
+ public:
+  using Deadline = std::chrono::steady_clock::time_point;
+  /// What the transport provides.
+  struct Hooks {
+    /// The monotonic clock (a fake one in tests).
+    std::function<Deadline()> steady_now = [] { return std::chrono::steady_clock::now(); };
+    /// Readies an entry before it is cached (http/ serializes its replay head once).
+    std::function<void(ReplayCache::Entry&)> prepare_replay = [](ReplayCache::Entry&) {};
+    /// Retries a completion the store did not take, in the background, and calls
+    /// completed_later() when it lands; false when the retry budget is spent.
+    std::function<bool(const store::RecordId&, std::int64_t, const RoutePolicy&,
+                       const store::StoredResponse&)>
+        retry_completion = [](auto&&...) { return false; };
+  };
+
+  Coordinator(store::Store& store, ReplayCache& cache, ops::Metrics& metrics, Hooks hooks)
+      : engine_(store), cache_(cache), metrics_(metrics), hooks_(std::move(hooks)) {}
+
+  /// A cached answer for `id` on an enforcing route, if any. It replays a retry with
+  /// the very same bytes (entry.request.same) or the same fingerprint; anything else
+  /// asks the store.
+  std::shared_ptr<const ReplayCache::Entry> cached(const RoutePolicy& route,
+                                                   const store::RecordId& id) const;
+
+  /// Claims the key (database pool). A key this claims is marked held before it
+  /// returns: the losers of one group-commit batch are answered at the same moment
+  /// as its winner, and must find the key held here, not poll for it.
+  Admission claim(const store::ClaimRequest& claim);
+
+  /// What the verdict means on `route`. A replay from the store is cached first,
+  /// valid for what the store said was left of its lifetime; `form` is the request
+  /// as fingerprinted (see ReplayCache::Request).
+  Decision decide(const RoutePolicy& route, const store::ClaimRequest& claim, Admission verdict,
+                  const WaitBudget& budget, const ReplayCache::Request& form);
+
+  /// Registers `waiter` when this process holds `id`: it is woken on release.
+  /// False for a key held elsewhere (sleep WaitBudget::next_backoff, then ask again).
+  bool wait_here(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
+    return holders_.add(id, waiter);
+  }
+
+  /// Records the upstream's answer under `token` (database pool), in this order:
+  /// the store, then the replay cache, then the waiters. Woken waiters find the
+  /// answer in memory. An answer too large to store (body_stored false) keeps its
+  /// status only and is not cached.
+  Completion complete(const store::ClaimRequest& claim, std::int64_t token,
+                      const RoutePolicy& route, const store::StoredResponse& answer,
+                      ReplayCache::Request form);
+
+  /// Gives up a claim (database pool). Nothing was `sent`: released, a retry may
+  /// execute. Sent without an answer: marked indeterminate, never released.
+  Finish abandon(const store::RecordId& id, std::int64_t token, bool sent);
+
+  /// A background completion landed: wakes the key's waiters.
+  void completed_later(const store::RecordId& id) { holders_.notify(id); }
+  /// A record was purged: its cached answer goes.
+  void forget(const store::RecordId& id) { cache_.erase(id); }
+
+  bool renew(const store::RecordId& id, std::int64_t token, Duration lease) {
+    return engine_.renew(id, token, lease);
+  }
+  Finish finish_later(const store::RecordId& id, std::int64_t token, const RoutePolicy& route,
+                      const store::StoredResponse& answer) {
+    return engine_.finish(id, token, route, answer);
+  }
+  std::size_t waiting_keys() const { return holders_.waiting_keys(); }
+
+ private:
+  Decision replay_from_store(const store::ClaimRequest& claim, const Admission& verdict,
+                             const ReplayCache::Request& form);
+  Decision refuse(Refusal why, std::string detail, ops::Outcome outcome,
+                  std::optional<int> retry_after = std::nullopt);
+
+  Engine engine_;
+  ReplayCache& cache_;
+  ops::Metrics& metrics_;
+  Hooks hooks_;
+  LocalHolders holders_;
+};
+
+}  // namespace idemproxy::engine

@@ -1,0 +1,190 @@
+#include "idemproxy/engine/coordinator.hpp"
+
+#include <algorithm>
+
+namespace idemproxy::engine {
+namespace {
+
+using Kind = Admission::Kind;
+using ops::Outcome;
+
+// What enforce mode would have answered, for a request that shadow mode forwards.
+Outcome shadow_outcome(Kind kind) {
+  switch (kind) {
+    case Kind::replay:
+      return Outcome::shadow_would_replay;
+    case Kind::in_flight:
+      return Outcome::shadow_would_conflict;
+    case Kind::mismatch:
+      return Outcome::shadow_would_mismatch;
+    case Kind::store_failed:
+      return Outcome::fail_open;
+    default:
+      return Outcome::shadow_would_reject;
+  }
+}
+
+}  // namespace
+
+WaitBudget::Deadline WaitBudget::next_backoff(Deadline now) {
+  const auto sleep = std::min<std::chrono::steady_clock::duration>(backoff, deadline - now);
+  backoff = std::min(backoff * 2, Duration{250});
+  return now + sleep;
+}
+
+std::shared_ptr<const ReplayCache::Entry> Coordinator::cached(const RoutePolicy& route,
+                                                              const store::RecordId& id) const {
+  // Shadow mode never replays: it forwards everything.
+  if (route.mode != Mode::enforce) return nullptr;
+  return cache_.get(id, hooks_.steady_now());
+}
+
+Admission Coordinator::claim(const store::ClaimRequest& claim) {
+  Admission verdict = engine_.admit(claim);
+  if (verdict.kind == Kind::execute) holders_.hold(claim.id);
+  if (verdict.took_over) metrics_.count_takeover();
+  if (verdict.kind == Kind::store_failed) metrics_.count_store_error();
+  return verdict;
+}
+
+Decision Coordinator::refuse(Refusal why, std::string detail, Outcome outcome,
+                             std::optional<int> retry_after) {
+  Decision d;
+  d.kind = Decision::Kind::refuse;
+  d.refusal = why;
+  d.detail = std::move(detail);
+  d.outcome = outcome;
+  d.retry_after = retry_after;
+  return d;
+}
+
+Decision Coordinator::replay_from_store(const store::ClaimRequest& claim, const Admission& verdict,
+                                        const ReplayCache::Request& form) {
+  ReplayCache::Entry entry{claim.fingerprint,
+                           *verdict.replay,
+                           verdict.expires_at,
+                           hooks_.steady_now() + (verdict.expires_at - verdict.store_now),
+                           {},
+                           form};
+  hooks_.prepare_replay(entry);
+  auto shared = std::make_shared<const ReplayCache::Entry>(std::move(entry));
+  cache_.put(claim.id, shared);
+  Decision d;
+  d.kind = Decision::Kind::replay;
+  d.outcome = Outcome::replayed;
+  d.replay = std::move(shared);
+  return d;
+}
+
+Decision Coordinator::decide(const RoutePolicy& route, const store::ClaimRequest& claim,
+                             Admission verdict, const WaitBudget& budget,
+                             const ReplayCache::Request& form) {
+  Decision d;
+  if (verdict.kind == Kind::execute) {
+    d.kind = Decision::Kind::execute;
+    d.token = verdict.token;
+    return d;
+  }
+  if (route.mode == Mode::shadow) {
+    d.kind = Decision::Kind::forward_unprotected;
+    d.outcome = shadow_outcome(verdict.kind);
+    return d;
+  }
+  switch (verdict.kind) {
+    case Kind::execute:
+      break;  // answered above
+    case Kind::replay:
+      return replay_from_store(claim, verdict, form);
+    case Kind::mismatch:
+      return refuse(Refusal::key_mismatch,
+                    "this Idempotency-Key was already used with a different request "
+                    "(method, path or body)",
+                    Outcome::mismatch);
+    case Kind::store_failed:
+      if (route.store_unavailable == StoreUnavailable::fail_open) {
+        d.kind = Decision::Kind::forward_unprotected;
+        d.outcome = Outcome::fail_open;
+        d.cause = std::move(verdict.detail);
+        return d;
+      }
+      d = refuse(Refusal::store_unavailable,
+                 "the idempotency store is unavailable; the request was not forwarded",
+                 Outcome::store_unavailable, 1);
+      d.cause = std::move(verdict.detail);
+      return d;
+    case Kind::not_stored:
+      return refuse(
+          Refusal::response_not_stored,
+          "the request with this Idempotency-Key executed (upstream status " +
+              std::to_string(verdict.replay->status) +
+              ") but its response was larger than upstream.max_response_size, so it was not "
+              "stored and cannot be replayed. Fetch the resource instead of retrying",
+          Outcome::not_replayable);
+    case Kind::unreadable:
+      d = refuse(Refusal::record_unreadable,
+                 "a record for this Idempotency-Key exists but cannot be opened; the request "
+                 "was not forwarded",
+                 Outcome::record_unreadable);
+      d.cause = std::move(verdict.detail);
+      return d;
+    case Kind::stale:
+      return refuse(Refusal::outcome_unknown,
+                    "the request that claimed this Idempotency-Key stopped without an answer "
+                    "(its lease ran out); it may or may not have executed. Check the "
+                    "resource, then retry with a new key",
+                    Outcome::outcome_unknown);
+    case Kind::indeterminate:
+      return refuse(Refusal::outcome_indeterminate,
+                    "the upstream received the request with this Idempotency-Key but its "
+                    "answer was lost (timeout or reset); it may have executed. Check the "
+                    "resource, then retry with a new key",
+                    Outcome::indeterminate);
+    case Kind::in_flight:
+      break;
+  }
+  if (route.on_concurrent == OnConcurrent::wait && hooks_.steady_now() < budget.deadline) {
+    d.kind = Decision::Kind::wait;
+    return d;
+  }
+  // Retry-After is 1 s, not the end of the lease: the lease only bounds a holder
+  // that crashed, and most holders finish within milliseconds.
+  return refuse(Refusal::request_in_flight,
+                "a request with this Idempotency-Key is still being processed", Outcome::conflict,
+                1);
+}
+
+Completion Coordinator::complete(const store::ClaimRequest& claim, std::int64_t token,
+                                 const RoutePolicy& route, const store::StoredResponse& answer,
+                                 ReplayCache::Request form) {
+  Completion c;
+  store::StoredResponse stored;  // as kept in the record: what replays send
+  // The store starts the TTL when it commits, after this: a replay from memory
+  // never outlives the record.
+  const Deadline started = hooks_.steady_now();
+  c.finish = engine_.finish(claim.id, token, route, answer, &c.expires_at, &stored);
+  if (c.finish == Finish::stored && answer.body_stored) {
+    ReplayCache::Entry entry{
+        claim.fingerprint, std::move(stored), c.expires_at, started + route.ttl, {},
+        std::move(form)};
+    hooks_.prepare_replay(entry);
+    cache_.put(claim.id, std::move(entry));
+  }
+  if (c.finish == Finish::store_failed) {
+    metrics_.count_store_error();
+    c.retrying = hooks_.retry_completion(claim.id, token, route, answer);
+  }
+  // Only now, with the answer in the cache: the waiters this wakes replay it from
+  // memory instead of asking the store again.
+  holders_.release(claim.id);
+  return c;
+}
+
+Finish Coordinator::abandon(const store::RecordId& id, std::int64_t token, bool sent) {
+  // Nothing reached the upstream: a retry may execute. Otherwise the upstream may
+  // have acted: never a release.
+  const Finish f = sent ? engine_.mark_indeterminate(id, token) : engine_.abandon(id, token);
+  holders_.release(id);
+  return f;
+}
+
+}  // namespace idemproxy::engine

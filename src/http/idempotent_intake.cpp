@@ -1,0 +1,146 @@
+// The intake phases of the idempotent path: key -> body -> cached -> fingerprint.
+#include "http/headers.hpp"
+#include "http/idempotent_phases.hpp"
+#include "http/relay.hpp"
+#include "idemproxy/engine/fingerprint.hpp"
+#include "idemproxy/engine/key.hpp"
+
+namespace idemproxy::http::idempotent {
+
+using ops::Outcome;
+
+// Sends a replay: the serialized head when there is one, else built per request.
+asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
+  ctx.outcome = Outcome::replayed;
+  bool sent = false;
+  if (!entry.head.empty() && ctx.version == 11 && ctx.method != "HEAD") {
+    sent = co_await send_cached(ctx, entry);
+  } else {
+    auto res = replay_response(entry.response, entry.expires_at, ctx.version, ctx.keep_alive);
+    sent = co_await send_response(ctx, res);
+  }
+  co_return sent ? ctx.keep_alive : false;
+}
+
+// Answers from the replay cache: no database round trip, no commit.
+asio::awaitable<Step> replay_cached(Flow& f) {
+  f.rt().metrics.count_cache_hit();
+  const bool keep = co_await send_replay(f.ctx, *f.hit);
+  co_return f.responded(keep);
+}
+
+// Phase: key, and the scope it lives in.
+asio::awaitable<Step> key_phase(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  auto parsed = engine::parse_key(f.key_header);
+  if (std::holds_alternative<engine::KeyError>(parsed) && f.shadow()) {
+    ctx.outcome = Outcome::shadow_would_reject;
+    const bool keep = co_await pass_through(ctx);
+    co_return f.responded(keep);
+  }
+  if (const auto* bad = std::get_if<engine::KeyError>(&parsed)) {
+    ctx.keep_alive = false;  // the body is left unread
+    ctx.fail(ProblemKind::bad_key, bad->reason, Outcome::bad_key);
+    co_return Step::failed;
+  }
+  f.id.key = std::move(std::get<std::string>(parsed));
+  ctx.key_hash = engine::sha256_hex(f.id.key).substr(0, 16);
+  const auto& route = f.route();
+  if (route.scope_from == engine::ScopeFrom::authorization) {
+    const std::string_view credentials = ctx.head.get()[bhttp::field::authorization];
+    if (!credentials.empty()) {
+      f.id.scope = "hmac:" + engine::hmac_sha256_hex(ctx.settings->config.scope_key, credentials);
+    }
+  } else if (route.scope_from == engine::ScopeFrom::client_cert) {
+    // The config requires tls.client_ca_file for this, so the handshake already
+    // refused every client without a certificate that CA signed.
+    f.id.scope = "cert:" + ctx.client.peer_subject;
+  } else if (!route.scope_header.empty()) {
+    f.id.scope = engine::header_scope(ctx.head.get()[route.scope_header]);
+  }
+  co_return Step::next;
+}
+
+// Phase: body, bounded by max_body. Beast compares Content-Length with the limit
+// only while parsing the header, before the route was known: check it here; the
+// parser's own limit still bounds chunked bodies as they arrive.
+asio::awaitable<Step> body_phase(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  const auto& route = f.route();
+  const auto declared = ctx.head.content_length();
+  const bool too_large = declared && *declared > route.max_body;
+  if (too_large && f.shadow()) {
+    ctx.outcome = Outcome::shadow_would_reject;
+    const bool keep = co_await pass_through(ctx);
+    co_return f.responded(keep);
+  }
+  if (!too_large && !co_await continue_if_expected(ctx)) co_return f.responded(false);
+  // Trailer fields of a chunked body are never merged into the head that is
+  // forwarded and fingerprinted (RFC 9110 6.5). Beast's parser inserts them beside
+  // fields of the same name, so the head is kept as it was before the body.
+  std::optional<bhttp::request_header<>> head_before_trailers;
+  if (ctx.head.get().chunked()) head_before_trailers = ctx.head.get().base();
+  bhttp::request_parser<bhttp::string_body> parser{std::move(ctx.head)};
+  parser.body_limit(route.max_body);
+  ctx.client.stream.expires_after(ctx.settings->config.server.read_timeout);
+  beast::error_code ec = bhttp::error::body_limit;
+  if (!too_large) {
+    const WideBodyRead room(ctx.client.buffer, parser, true);
+    std::tie(ec, std::ignore) =
+        co_await bhttp::async_read(ctx.client.stream, ctx.client.buffer, parser, use_nothrow);
+  }
+  if (ec == bhttp::error::body_limit) {
+    ctx.keep_alive = false;
+    ctx.fail(ProblemKind::body_too_large,
+             "the request body is larger than max_body (" + std::to_string(route.max_body) +
+                 " bytes) for route " + route.name,
+             Outcome::too_large);
+    co_return Step::failed;
+  }
+  if (ec) {
+    if (ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) {
+      co_return f.responded(false);  // the client went away or timed out
+    }
+    ctx.keep_alive = false;
+    ctx.fail(ProblemKind::malformed_request, "malformed request body: " + ec.message(),
+             Outcome::bad_request);
+    co_return Step::failed;
+  }
+  f.req = parser.release();
+  if (head_before_trailers) f.req.base() = std::move(*head_before_trailers);
+  co_return Step::next;
+}
+
+// Phase: a completed record this process has seen replays from memory, with no
+// database round trip and no commit. The very same request bytes replay without a
+// fingerprint.
+asio::awaitable<Step> cached_phase(Flow& f) {
+  f.hit = f.rt().coordinator.cached(f.route(), f.id);
+  if (f.hit && f.hit->request.same(f.ctx.method, f.ctx.target, f.req[bhttp::field::content_type],
+                                   f.req.body())) {
+    co_return co_await replay_cached(f);
+  }
+  co_return Step::next;
+}
+
+// Phase: fingerprint. The same request in other bytes (JSON members reordered, say)
+// still replays from memory; anything else (a miss, another fingerprint) goes on to
+// the claim.
+asio::awaitable<Step> fingerprint_phase(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  const auto& route = f.route();
+  const auto& cfg = ctx.settings->config;
+  const std::string_view content_type = f.req[bhttp::field::content_type];
+  f.claim.emplace(store::ClaimRequest{std::move(f.id),
+                                      engine::fingerprint(ctx.method, ctx.target, content_type,
+                                                          f.req.body(), cfg.server.max_json_depth),
+                                      route.lease, route.ttl, route.name, ctx.method, ctx.target,
+                                      route.on_stale == engine::OnStale::retake});
+  if (f.hit && f.hit->fingerprint == f.claim->fingerprint) co_return co_await replay_cached(f);
+  f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
+  prepare_forward(f.req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr, cfg.upstream);
+  f.req.prepare_payload();
+  co_return Step::next;
+}
+
+}  // namespace idemproxy::http::idempotent

@@ -1,0 +1,55 @@
+#pragma once
+// The phases of the idempotent path and what they share (idempotent_flow.cpp runs
+// them in order; the intake phases are in idempotent_intake.cpp).
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "http/request_context.hpp"
+#include "idemproxy/engine/coordinator.hpp"
+
+namespace idemproxy::http::idempotent {
+
+/// What a phase hands back to the driver.
+enum class Step {
+  next,       // go on to the next phase
+  responded,  // the client has its answer (Flow::keep says whether to read another)
+  failed,     // ctx.error says why; the driver sends it
+};
+
+/// What the phases share, beside the request context.
+struct Flow {
+  Flow(RequestContext& c, std::string_view k) : ctx(c), key_header(k) {}
+
+  RequestContext& ctx;
+  std::string_view key_header;
+  bool keep = false;  // responded: the connection may serve another request
+  store::RecordId id;
+  StringRequest req;
+  std::shared_ptr<const engine::ReplayCache::Entry> hit;
+  std::optional<store::ClaimRequest> claim;
+  engine::ReplayCache::Request form;  // the request as fingerprinted
+  engine::Decision decision;
+
+  Runtime& rt() { return ctx.rt; }
+  const engine::RoutePolicy& route() const { return *ctx.route; }
+  bool shadow() const { return ctx.route->mode == engine::Mode::shadow; }
+  Step responded(bool keep_alive) {
+    keep = keep_alive;
+    return Step::responded;
+  }
+};
+
+/// Sends a cached or stored replay; false when the connection must close.
+asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry);
+/// Answers from f.hit (a replay cache hit): no database round trip, no commit.
+asio::awaitable<Step> replay_cached(Flow& f);
+
+/// Intake: the key and its scope; the body; a replay of the very same bytes from
+/// memory; the fingerprint (and a replay of the same request in other bytes).
+asio::awaitable<Step> key_phase(Flow& f);
+asio::awaitable<Step> body_phase(Flow& f);
+asio::awaitable<Step> cached_phase(Flow& f);
+asio::awaitable<Step> fingerprint_phase(Flow& f);
+
+}  // namespace idemproxy::http::idempotent

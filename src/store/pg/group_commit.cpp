@@ -1,0 +1,226 @@
+#include "store/pg/group_commit.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <map>
+
+#include "idemproxy/common/hex.hpp"
+
+namespace idemproxy::store::pg {
+
+// Group commit. A claim or completion joins the queue. If fewer batches are running
+// than slots(), its caller leads at once: it takes everything
+// queued (up to batch_max) and runs it, then wakes each member. Otherwise it waits,
+// and the next free connection carries it together with whatever queued behind it.
+// With no load a batch holds one request and runs the single-row statements; under
+// load the claims of a batch go as one multi-row statement (kClaimMany) and its
+// completions as another (kCompleteMany): one parse, one plan, one round trip and
+// one commit (one WAL flush) for many requests. Every member's answer is handed
+// over only after its statement has committed, so a claim is durable before its
+// request goes upstream.
+//
+// Batches run on a quarter of the pool's connections (at least one): fewer batches
+// at once means larger ones, and the database spends its time on rows rather than on
+// commits. Measured with bench/ (PostgreSQL on one core, 64 clients, pool of 8):
+// 5,500 fresh keys/s with 8 batches at once, 6,200 with 4, 6,400-6,900 with 2,
+// 5,900 with 1. The rest of the pool serves lookups, releases and garbage collection.
+//
+// Two claims of one key in one batch: the first goes into the statement, and the
+// later one gets the record as the first left it, as if it had run just after. If a
+// multi-row statement fails (an SQL error, a timeout, a deadlock), it changed
+// nothing, and each of its members runs again on its own, so one bad request cannot
+// fail its neighbours.
+namespace {
+
+// PostgreSQL's text form of an array; std::nullopt elements are NULL.
+class ArrayText {
+ public:
+  void add(std::string_view text) {
+    next();
+    out_ += '"';
+    for (char ch : text) {
+      if (ch == '"' || ch == '\\') out_ += '\\';
+      out_ += ch;
+    }
+    out_ += '"';
+  }
+  void add(long long n) {
+    next();
+    out_ += std::to_string(n);
+  }
+  void add(const char* text) { text ? add(std::string_view(text)) : add_null(); }
+  void add(const std::optional<std::string>& bytes, bool bytea) {
+    if (!bytes) return add_null();
+    bytea ? add("\\x" + to_hex(*bytes)) : add(*bytes);
+  }
+  void add_null() {
+    next();
+    out_ += "NULL";
+  }
+  std::string done() && { return std::move(out_) + '}'; }
+
+ private:
+  void next() {
+    if (out_.size() > 1) out_ += ',';
+  }
+  std::string out_ = "{";
+};
+
+}  // namespace
+
+// Takes everything queued (up to batch_max), runs it unlocked, then wakes each
+// member. Called with `lock` held; returns with it held.
+void GroupCommit::lead(std::unique_lock<std::mutex>& lock, Pending& self) {
+  const auto n = std::min<std::size_t>(queue_.size(),
+                                       static_cast<std::size_t>(std::max(options_.batch_max, 1)));
+  std::vector<Pending*> batch(queue_.begin(), queue_.begin() + static_cast<long>(n));
+  queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(n));
+  ++running_;
+  // More queued and another connection free: let the next in line lead too.
+  if (!queue_.empty() && running_ < slots()) queue_.front()->wake.notify_one();
+  lock.unlock();
+  run_batch(batch);
+  lock.lock();
+  --running_;
+  ++stats_.batches;
+  stats_.operations += static_cast<std::int64_t>(batch.size());
+  for (Pending* p : batch) {
+    p->done = true;
+    if (p != &self) p->wake.notify_one();
+  }
+  if (!queue_.empty()) queue_.front()->wake.notify_one();
+}
+
+// One member on its own: the single-row statement, in autocommit.
+void GroupCommit::run_alone(Pending& p) {
+  p.answer = pool_.with_connection<Answer>([&p](Connection& c) -> Result<Answer> {
+    pqxx::nontransaction tx(c.raw());
+    pqxx::result r;
+    if (const ClaimParams* cl = p.claim) {
+      // Zero rows: a concurrent claim committed after our snapshot; it is visible now.
+      for (int attempt = 0; attempt < 3 && r.empty(); ++attempt) {
+        r = c.exec(tx, kClaim, cl->req.id.scope, cl->req.id.key, cl->fingerprint, cl->req.route,
+                   cl->req.method, cl->req.target, static_cast<long long>(cl->req.lease.count()),
+                   static_cast<long long>(cl->req.ttl.count()), cl->req.retake_stale, cl->key_id);
+      }
+    } else {
+      const CompleteParams& co = *p.complete;
+      if (co.body) {
+        const pqxx::binarystring headers(co.headers.value_or(""));
+        const pqxx::binarystring body(*co.body);
+        r = c.exec(tx, kComplete, co.id.scope, co.id.key, co.token, co.status, headers, body,
+                   co.ttl_ms, co.key_id);
+      } else {
+        const char* none = nullptr;
+        r = c.exec(tx, kComplete, co.id.scope, co.id.key, co.token, co.status, none, none,
+                   co.ttl_ms, co.key_id);
+      }
+    }
+    return Answer{r, r.empty() ? -1 : 0, false};
+  });
+}
+
+// Runs `members` as one multi-row statement; false when it failed (nothing changed).
+// Claims must have distinct keys and one retake setting.
+bool GroupCommit::run_many(const std::vector<Pending*>& members) {
+  const bool claims = members.front()->claim != nullptr;
+  std::vector<ArrayText> columns(claims ? 9 : 8);
+  for (const Pending* p : members) {
+    if (claims) {
+      const ClaimParams& cl = *p->claim;
+      const ClaimRequest& r = cl.req;
+      columns[0].add(r.id.scope);
+      columns[1].add(r.id.key);
+      columns[2].add(cl.fingerprint);
+      columns[3].add(r.route);
+      columns[4].add(r.method);
+      columns[5].add(r.target);
+      columns[6].add(static_cast<long long>(r.lease.count()));
+      columns[7].add(static_cast<long long>(r.ttl.count()));
+      columns[8].add(cl.key_id);
+    } else {
+      const CompleteParams& co = *p->complete;
+      columns[0].add(co.id.scope);
+      columns[1].add(co.id.key);
+      columns[2].add(co.token);
+      columns[3].add(static_cast<long long>(co.status));
+      columns[4].add(co.body ? co.headers : std::nullopt, true);
+      columns[5].add(co.body, true);
+      columns[6].add(co.ttl_ms);
+      columns[7].add(co.key_id);
+    }
+  }
+  std::vector<std::string> a;
+  for (auto& col : columns) a.push_back(std::move(col).done());
+  const Result<pqxx::result> rows =
+      pool_.with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
+        pqxx::nontransaction tx(c.raw());
+        if (claims) {
+          return c.exec(tx, kClaimMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
+                        members.front()->claim->req.retake_stale);
+        }
+        return c.exec(tx, kCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+      });
+  if (!rows.ok()) {
+    // Not the error text: PostgreSQL may quote the arrays, and keys stay out of logs.
+    spdlog::warn("store: a batch of {} {} failed; running each on its own", members.size(),
+                 claims ? "claims" : "completions");
+    std::lock_guard lock(mu_);
+    ++stats_.fallbacks;
+    return false;
+  }
+  for (Pending* p : members) p->answer = Answer{rows.value(), -1, false};
+  for (int i = 0; i < static_cast<int>(rows.value().size()); ++i) {
+    const auto n = rows.value()[i]["in_n"].as<std::size_t>();
+    if (n >= 1 && n <= members.size()) members[n - 1]->answer.value().row = i;
+  }
+  return true;
+}
+
+void GroupCommit::run_batch(const std::vector<Pending*>& batch) {
+  if (batch.size() == 1) return run_alone(*batch.front());
+  // Claims by retake setting, each key once; completions; later claims of a key,
+  // each with the first claim of its key.
+  std::vector<Pending*> claims[2], completions;
+  std::vector<std::pair<Pending*, const Pending*>> repeats;
+  std::map<std::pair<std::string_view, std::string_view>, const Pending*> first_claims;
+  for (Pending* p : batch) {
+    if (!p->claim) {
+      completions.push_back(p);
+    } else if (auto [at, fresh] = first_claims.try_emplace({p->id.scope, p->id.key}, p); fresh) {
+      claims[p->claim->req.retake_stale ? 1 : 0].push_back(p);
+    } else {
+      repeats.emplace_back(p, at->second);
+    }
+  }
+  for (auto* group : {&claims[0], &claims[1], &completions}) {
+    if (group->size() == 1 || (!group->empty() && !run_many(*group))) {
+      for (Pending* p : *group) run_alone(*p);
+    }
+  }
+  // A claim that saw no row (a concurrent claim committed after the statement's
+  // snapshot) runs on its own, and then sees that claim.
+  for (auto* group : {&claims[0], &claims[1]}) {
+    for (Pending* p : *group) {
+      if (p->answer.ok() && p->answer.value().row < 0) run_alone(*p);
+    }
+  }
+  // A later claim of a key gets what the first left: never a second claim.
+  for (auto [p, first] : repeats) {
+    if (first->answer.ok() && first->answer.value().row >= 0) {
+      p->answer = first->answer;
+      p->answer.value().repeat = true;
+    } else {
+      run_alone(*p);
+    }
+  }
+}
+
+PgStore::BatchStats GroupCommit::stats() {
+  std::lock_guard lock(mu_);
+  PgStore::BatchStats s = stats_;
+  s.queued = static_cast<int>(queue_.size());
+  return s;
+}
+
+}  // namespace idemproxy::store::pg

@@ -1,0 +1,205 @@
+// The PostgreSQL store: each call is one statement (or one member of a group-commit
+// batch) on a pooled connection. The parts: pool.hpp, group_commit.hpp,
+// row_codec.hpp, purge_listener.hpp; every statement is in statements.hpp.
+#include "idemproxy/store/pg_store.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "idemproxy/common/hex.hpp"
+#include "store/pg/group_commit.hpp"
+#include "store/pg/purge_listener.hpp"
+#include "store/pg/row_codec.hpp"
+
+namespace idemproxy::store {
+
+using pg::Connection;
+
+struct PgStore::Impl {
+  explicit Impl(PgOptions o)
+      : options(std::move(o)),
+        pool(options),
+        codec(options.sealer),
+        batches(pool, options),
+        purges(options.dsn) {}
+
+  /// Runs one statement on a pooled connection.
+  template <class T>
+  Result<T> with(const std::function<Result<T>(Connection&)>& work) {
+    return pool.with_connection<T>(work);
+  }
+
+  /// Runs `statement`, which changes the holder's row; fenced when it changed none.
+  Result<Done> fenced_update(const pg::Statement& statement, const RecordId& id,
+                             std::int64_t token) {
+    return with<Done>([&](Connection& c) -> Result<Done> {
+      const pqxx::result r = c.run(statement, id.scope, id.key, static_cast<long long>(token));
+      if (r.affected_rows() == 0) {
+        return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+      }
+      return Done{};
+    });
+  }
+
+  PgOptions options;
+  pg::Pool pool;
+  pg::RowCodec codec;
+  pg::GroupCommit batches;
+  pg::PurgeListener purges;
+};
+
+PgStore::PgStore(PgOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+PgStore::~PgStore() = default;
+
+void PgStore::watch_purges(std::function<void(const RecordId&)> fn) {
+  impl_->purges.stop();  // one watcher at a time; an empty fn just stops it
+  if (!fn) return;
+  if (impl_->options.transaction_pooling) {
+    spdlog::warn(
+        "store.postgres.transaction_pooling: LISTEN does not survive a transaction "
+        "pooler, so purges by other instances do not reach this one's replay cache "
+        "(set replay_cache.max_bytes: 0 if purges must act at once everywhere)");
+    return;
+  }
+  impl_->purges.start(std::move(fn));
+}
+
+std::vector<Store::Sample> PgStore::stats() {
+  const BatchStats b = batch_stats();
+  const pg::Pool::Usage u = impl_->pool.usage();
+  return {
+      {"idemproxy_db_pool_connections{state=\"open\"}", "Database pool connections.",
+       static_cast<double>(u.open)},
+      {"idemproxy_db_pool_connections{state=\"in_use\"}", "Database pool connections.",
+       static_cast<double>(u.in_use)},
+      {"idemproxy_db_pool_size", "Configured database pool size.",
+       static_cast<double>(impl_->options.pool_size)},
+      {"idemproxy_db_batches_total",
+       "Transactions that carried claims and completions (group commit).",
+       static_cast<double>(b.batches), true},
+      {"idemproxy_db_batched_operations_total",
+       "Claims and completions carried by those transactions.", static_cast<double>(b.operations),
+       true},
+      {"idemproxy_db_batch_fallbacks_total",
+       "Multi-row statements that failed and ran again one statement each.",
+       static_cast<double>(b.fallbacks), true},
+  };
+}
+
+PgStore::BatchStats PgStore::batch_stats() { return impl_->batches.stats(); }
+
+Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
+  const pg::RowCodec& codec = impl_->codec;
+  const pg::ClaimParams params{req,
+                               codec.sealing()
+                                   ? to_hex(codec.stored(req.fingerprint, req.id, "fingerprint"))
+                                   : req.fingerprint,
+                               codec.key_id()};
+  pg::Pending self{req.id, &params, nullptr};
+  return impl_->batches.run<ClaimResult>(self, [&](const pg::Answer& a) -> Result<ClaimResult> {
+    if (a.row < 0) {
+      return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
+    }
+    const pg::Columns at(a.rows);
+    const pqxx::row row = a.rows[a.row];
+    Record record = codec.read(row, at, req.id);
+    if (row[at.claimed].as<bool>() && !a.repeat) {
+      return ClaimResult{Claimed{record.token, record.locked_until, row[at.took_over].as<bool>()}};
+    }
+    return ClaimResult{std::move(record)};
+  });
+}
+
+Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
+                                    const StoredResponse& response, Duration ttl) {
+  const pg::RowCodec& codec = impl_->codec;
+  // A response too large to keep is recorded by its status alone: NULL headers and body.
+  pg::CompleteParams params{
+      id,           static_cast<long long>(token),       response.status, std::nullopt,
+      std::nullopt, static_cast<long long>(ttl.count()), codec.key_id()};
+  if (response.body_stored) {
+    params.headers = codec.stored(encode_headers(response.headers), id, "headers");
+    params.body = codec.stored(response.body, id, "body");
+  }
+  pg::Pending self{id, nullptr, &params};
+  auto decode = [](const pg::Answer& a) -> Result<TimePoint> {
+    if (a.row < 0) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+    return pg::from_ms(a.rows[a.row][0]);
+  };
+  // Large bodies skip batching: in an array they would travel as hex text.
+  if (params.body && params.body->size() + params.headers->size() > kBatchedBodyMax) {
+    impl_->batches.run_alone(self);
+    if (!self.answer.ok()) return self.answer.error();
+    return decode(self.answer.value());
+  }
+  return impl_->batches.run<TimePoint>(self, decode);
+}
+
+Result<Done> PgStore::release(const RecordId& id, std::int64_t token) {
+  return impl_->fenced_update(pg::kRelease, id, token);
+}
+
+Result<Done> PgStore::mark_indeterminate(const RecordId& id, std::int64_t token) {
+  return impl_->fenced_update(pg::kMarkIndeterminate, id, token);
+}
+
+Result<TimePoint> PgStore::renew(const RecordId& id, std::int64_t token, Duration lease) {
+  return impl_->with<TimePoint>([&](Connection& c) -> Result<TimePoint> {
+    const pqxx::result r =
+        c.run(pg::kRenew, id.scope, id.key, static_cast<long long>(token),
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(lease).count()));
+    if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+    return pg::from_ms(r[0][0]);
+  });
+}
+
+Result<bool> PgStore::resolve(const RecordId& id) {
+  return impl_->with<bool>([&](Connection& c) -> Result<bool> {
+    return c.run(pg::kResolve, id.scope, id.key).affected_rows() > 0;
+  });
+}
+
+Result<std::optional<Record>> PgStore::find(const RecordId& id) {
+  return impl_->with<std::optional<Record>>([&](Connection& c) -> Result<std::optional<Record>> {
+    const pqxx::result r = c.run(pg::kFind, id.scope, id.key);
+    if (r.empty()) return std::optional<Record>{};
+    return std::optional<Record>{impl_->codec.read(r[0], pg::Columns(r), id)};
+  });
+}
+
+Result<std::vector<Record>> PgStore::list(std::optional<RecordState> state, int limit) {
+  return impl_->with<std::vector<Record>>([&](Connection& c) -> Result<std::vector<Record>> {
+    const std::string filter = state ? std::string(to_string(*state)) : std::string();
+    const pqxx::result rows = c.run(pg::kList, filter, limit);
+    const pg::Columns at(rows);
+    const auto scope = rows.column_number("scope");
+    const auto key = rows.column_number("key");
+    std::vector<Record> out;
+    for (const auto& row : rows) {
+      const RecordId id{row[scope].as<std::string>(), row[key].as<std::string>()};
+      out.push_back(impl_->codec.read(row, at, id, true));
+    }
+    return out;
+  });
+}
+
+Result<bool> PgStore::purge(const RecordId& id) {
+  return impl_->with<bool>(
+      [&](Connection& c) -> Result<bool> { return !c.run(pg::kPurge, id.scope, id.key).empty(); });
+}
+
+Result<std::int64_t> PgStore::delete_expired(int limit) {
+  return impl_->with<std::int64_t>([&](Connection& c) -> Result<std::int64_t> {
+    return static_cast<std::int64_t>(c.run(pg::kDeleteExpired, limit).affected_rows());
+  });
+}
+
+Result<Done> PgStore::ping() {
+  return impl_->with<Done>([&](Connection& c) -> Result<Done> {
+    c.run(pg::kPing);
+    return Done{};
+  });
+}
+
+}  // namespace idemproxy::store

@@ -1,0 +1,110 @@
+#pragma once
+// The PostgreSQL store's connections: a fixed-size pool of libpq connections, each
+// with every statement prepared once, and reconnection after the server restarts.
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <pqxx/pqxx>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "idemproxy/store/pg_store.hpp"
+#include "store/pg/statements.hpp"
+
+namespace idemproxy::store::pg {
+
+/// A row that exists but cannot be opened: not a database failure, so the
+/// connection stays in the pool.
+class UnreadableRecord : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One libpq connection. Each statement runs in autocommit mode: prepared once per
+/// connection, or sent unnamed when a transaction-pooling PgBouncer is in the path
+/// (its server connections change between transactions).
+class Connection {
+ public:
+  explicit Connection(const PgOptions& options);
+
+  /// Runs `statement` inside `tx`, a transaction on this connection.
+  template <class... Args>
+  pqxx::result exec(pqxx::transaction_base& tx, const Statement& statement, Args&&... args) {
+    return prepared_ ? tx.exec_prepared(statement.name, std::forward<Args>(args)...)
+                     : tx.exec_params(statement.sql, std::forward<Args>(args)...);
+  }
+
+  /// Runs `statement` on its own, committed when it returns.
+  template <class... Args>
+  pqxx::result run(const Statement& statement, Args&&... args) {
+    pqxx::nontransaction tx(conn_);
+    return exec(tx, statement, std::forward<Args>(args)...);
+  }
+
+  pqxx::connection& raw() { return conn_; }
+
+ private:
+  pqxx::connection conn_;
+  bool prepared_;
+};
+
+class Pool {
+ public:
+  explicit Pool(const PgOptions& options) : options_(options) {}
+
+  /// Runs `work` on a pooled connection. A broken connection (server restarted) is
+  /// dropped and the work tried once more on a fresh one: every statement here is
+  /// safe to repeat, because claims and completions are fenced by token.
+  template <class T>
+  Result<T> with_connection(const std::function<Result<T>(Connection&)>& work);
+
+  struct Usage {
+    int open = 0;    // connections open now
+    int in_use = 0;  // running a statement now
+  };
+  Usage usage() const;
+
+ private:
+  std::unique_ptr<Connection> checkout();
+  /// Returns a connection; nullptr gives back the slot of one that was dropped.
+  void give_back(std::unique_ptr<Connection> conn);
+
+  const PgOptions& options_;
+  mutable std::mutex mu_;
+  std::condition_variable available_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+  int open_ = 0;
+};
+
+template <class T>
+Result<T> Pool::with_connection(const std::function<Result<T>(Connection&)>& work) {
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<Connection> conn;
+    try {
+      conn = checkout();  // on failure it has already given its slot back
+    } catch (const std::exception& e) {
+      return StoreError{StoreErrc::unavailable, std::string("database unreachable: ") + e.what()};
+    }
+    try {
+      Result<T> result = work(*conn);
+      give_back(std::move(conn));
+      return result;
+    } catch (const UnreadableRecord& e) {
+      give_back(std::move(conn));  // the connection is fine; the row is not
+      return StoreError{StoreErrc::unreadable, e.what()};
+    } catch (const pqxx::broken_connection& e) {
+      give_back(nullptr);
+      if (attempt == 0) continue;  // a pooled connection the server dropped: retry fresh
+      return StoreError{StoreErrc::unavailable, std::string("database unreachable: ") + e.what()};
+    } catch (const std::exception& e) {
+      // An SQL error or timeout leaves the session usable only after a rollback;
+      // dropping the connection is simpler and rare.
+      give_back(nullptr);
+      return StoreError{StoreErrc::unavailable, std::string("database error: ") + e.what()};
+    }
+  }
+}
+
+}  // namespace idemproxy::store::pg

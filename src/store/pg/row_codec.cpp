@@ -1,0 +1,115 @@
+#include "store/pg/row_codec.hpp"
+
+#include "idemproxy/common/hex.hpp"
+#include "store/pg/pool.hpp"
+
+namespace idemproxy::store::pg {
+namespace {
+
+// The authenticated context of a sealed field: the record and the field it belongs to.
+std::string seal_context(const RecordId& id, std::string_view field) {
+  std::string c = "idemproxy/v1";
+  c += '\0';
+  c += id.scope;
+  c += '\0';
+  c += id.key;
+  c += '\0';
+  c += field;
+  return c;
+}
+
+int column(const pqxx::result& r, const char* name) {
+  return static_cast<int>(r.column_number(name));
+}
+
+}  // namespace
+
+Columns::Columns(const pqxx::result& r)
+    : claimed(column(r, "claimed")),
+      fingerprint(column(r, "fingerprint")),
+      state(column(r, "state")),
+      token(column(r, "token")),
+      route(column(r, "route")),
+      method(column(r, "method")),
+      target(column(r, "target")),
+      created_ms(column(r, "created_ms")),
+      locked_ms(column(r, "locked_ms")),
+      expires_ms(column(r, "expires_ms")),
+      expired(column(r, "expired")),
+      stale(column(r, "stale")),
+      status(column(r, "status")),
+      headers(column(r, "headers")),
+      body(column(r, "body")),
+      key_id(column(r, "key_id")),
+      store_now_ms(column(r, "store_now_ms")) {
+  for (pqxx::row::size_type i = 0; i < r.columns(); ++i) {
+    if (std::string_view(r.column_name(i)) == "took_over") took_over = static_cast<int>(i);
+  }
+}
+
+TimePoint from_ms(const pqxx::field& f) {
+  return TimePoint{std::chrono::milliseconds{f.as<long long>()}};
+}
+
+std::string RowCodec::stored(std::string_view value, const RecordId& id,
+                             std::string_view field) const {
+  if (!sealer_) return std::string(value);
+  return sealer_->seal(value, seal_context(id, field));
+}
+
+Record RowCodec::read(const pqxx::row& row, const Columns& at, const RecordId& id,
+                      bool listing) const {
+  // The id of the key that sealed the row, NULL when it is in the clear.
+  std::optional<std::string> key_id;
+  if (!row[at.key_id].is_null()) key_id = row[at.key_id].as<std::string>();
+  auto opened = [&](std::string value, std::string_view field) {
+    if (!key_id) return value;
+    if (!sealer_) {
+      throw UnreadableRecord("record is sealed with key \"" + *key_id +
+                             "\" but store.encryption is not configured");
+    }
+    auto plain = sealer_->open(*key_id, value, seal_context(id, field));
+    if (!plain) {
+      throw UnreadableRecord("record " + std::string(field) + " does not open with key \"" +
+                             *key_id +
+                             "\" (key missing from store.encryption.key_file, or the "
+                             "row was altered)");
+    }
+    return std::move(*plain);
+  };
+  Record r;
+  r.id = id;
+  r.fingerprint = row[at.fingerprint].as<std::string>();
+  if (key_id) {
+    try {
+      r.fingerprint = opened(from_hex(r.fingerprint).value_or(""), "fingerprint");
+    } catch (const UnreadableRecord&) {
+      if (!listing) throw;
+      r.fingerprint = "(sealed with key " + *key_id + ")";
+    }
+  }
+  r.state = parse_state(row[at.state].as<std::string>()).value_or(RecordState::in_flight);
+  r.token = row[at.token].as<long long>();
+  r.route = row[at.route].as<std::string>();
+  r.method = row[at.method].as<std::string>();
+  r.target = row[at.target].as<std::string>();
+  r.created_at = from_ms(row[at.created_ms]);
+  r.locked_until = from_ms(row[at.locked_ms]);
+  r.expires_at = from_ms(row[at.expires_ms]);
+  r.expired = row[at.expired].as<bool>();
+  r.store_now = from_ms(row[at.store_now_ms]);
+  r.stale = row[at.stale].as<bool>();
+  if (r.state == RecordState::completed && !row[at.status].is_null()) {
+    StoredResponse resp;
+    resp.status = row[at.status].as<int>();
+    if (!row[at.headers].is_null()) {
+      resp.headers = decode_headers(opened(pqxx::binarystring(row[at.headers]).str(), "headers"));
+    }
+    if (!row[at.body].is_null()) resp.body = opened(pqxx::binarystring(row[at.body]).str(), "body");
+    resp.body_stored = !row[at.body].is_null();
+    r.response = std::move(resp);
+  }
+  return r;
+}
+
+}  // namespace idemproxy::store::pg

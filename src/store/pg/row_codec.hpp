@@ -1,0 +1,44 @@
+#pragma once
+// Records to and from rows: the columns of IDEMPROXY_RECORD_COLUMNS (statements.hpp)
+// read by name, and fields sealed under store.encryption on the way in and opened on
+// the way out.
+#include <memory>
+#include <pqxx/pqxx>
+#include <string>
+#include <string_view>
+
+#include "idemproxy/store/sealer.hpp"
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::store::pg {
+
+/// Where each named column sits in a result: looked up once per result, not per row.
+struct Columns {
+  explicit Columns(const pqxx::result& r);
+  int claimed, fingerprint, state, token, route, method, target, created_ms, locked_ms, expires_ms,
+      expired, stale, status, headers, body, key_id, store_now_ms;
+  int took_over = -1;  // claims only
+};
+
+TimePoint from_ms(const pqxx::field& f);
+
+class RowCodec {
+ public:
+  explicit RowCodec(std::shared_ptr<const Sealer> sealer) : sealer_(std::move(sealer)) {}
+
+  /// The record in `row`. Throws UnreadableRecord when a sealed field does not open;
+  /// `listing`: a sealed fingerprint that does not open is shown by its key id
+  /// instead of failing the whole list (listings never include bodies).
+  Record read(const pqxx::row& row, const Columns& at, const RecordId& id,
+              bool listing = false) const;
+  /// The stored form of a field: sealed under the current key, or as it is.
+  std::string stored(std::string_view value, const RecordId& id, std::string_view field) const;
+  /// The id of the key new rows are sealed under; nullptr (SQL NULL) in the clear.
+  const char* key_id() const { return sealer_ ? sealer_->current_id().c_str() : nullptr; }
+  bool sealing() const { return sealer_ != nullptr; }
+
+ private:
+  std::shared_ptr<const Sealer> sealer_;
+};
+
+}  // namespace idemproxy::store::pg

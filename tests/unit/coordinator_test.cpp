@@ -1,0 +1,401 @@
+// The protocol's decisions, without sockets or PostgreSQL: the coordinator over the
+// in-memory store on fake clocks, and over a store that fails on purpose.
+#include "idemproxy/engine/coordinator.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "idemproxy/store/memory_store.hpp"
+
+using namespace idemproxy;
+using namespace idemproxy::engine;
+using namespace std::chrono_literals;
+using DKind = Decision::Kind;
+using ops::Outcome;
+
+namespace {
+
+// The memory store, with faults switched on by the test: a store that does not
+// answer, a record that does not open, a write fenced by a takeover, a reply lost
+// after the write committed.
+class FaultyStore final : public store::Store {
+ public:
+  explicit FaultyStore(const Clock& clock) : inner(clock) {}
+
+  bool claims_fail = false;
+  bool claims_unreadable = false;
+  bool completes_fail = false;
+  bool completes_fenced = false;
+  bool complete_reply_lost = false;  // written, then the answer never arrives
+  int completes = 0;
+
+  store::Result<store::ClaimResult> claim(const store::ClaimRequest& r) override {
+    if (claims_unreadable) return store::StoreError{store::StoreErrc::unreadable, "no key 7"};
+    if (claims_fail) return store::StoreError{store::StoreErrc::unavailable, "connection refused"};
+    return inner.claim(r);
+  }
+  store::Result<TimePoint> complete(const store::RecordId& id, std::int64_t token,
+                                    const store::StoredResponse& response, Duration ttl) override {
+    ++completes;
+    if (completes_fail) return store::StoreError{store::StoreErrc::unavailable, "timeout"};
+    if (completes_fenced) return store::StoreError{store::StoreErrc::fenced, "token 1 < 2"};
+    auto r = inner.complete(id, token, response, ttl);
+    if (complete_reply_lost) return store::StoreError{store::StoreErrc::unavailable, "reset"};
+    return r;
+  }
+  store::Result<TimePoint> renew(const store::RecordId& id, std::int64_t t, Duration l) override {
+    return inner.renew(id, t, l);
+  }
+  store::Result<store::Done> release(const store::RecordId& id, std::int64_t t) override {
+    return inner.release(id, t);
+  }
+  store::Result<store::Done> mark_indeterminate(const store::RecordId& id,
+                                                std::int64_t t) override {
+    return inner.mark_indeterminate(id, t);
+  }
+  store::Result<bool> resolve(const store::RecordId& id) override { return inner.resolve(id); }
+  store::Result<std::optional<store::Record>> find(const store::RecordId& id) override {
+    return inner.find(id);
+  }
+  store::Result<std::vector<store::Record>> list(std::optional<store::RecordState> s,
+                                                 int limit) override {
+    return inner.list(s, limit);
+  }
+  store::Result<bool> purge(const store::RecordId& id) override { return inner.purge(id); }
+  store::Result<std::int64_t> delete_expired(int limit) override {
+    return inner.delete_expired(limit);
+  }
+  store::Result<store::Done> ping() override { return inner.ping(); }
+
+  store::MemoryStore inner;
+};
+
+// Records what it saw when it was woken.
+class ProbeWaiter final : public Waiter {
+ public:
+  explicit ProbeWaiter(std::function<void()> on_wake) : on_wake_(std::move(on_wake)) {}
+  void wake() override {
+    ++woken;
+    on_wake_();
+  }
+  int woken = 0;
+
+ private:
+  std::function<void()> on_wake_;
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  using Steady = std::chrono::steady_clock;
+
+  Coordinator::Hooks hooks() {
+    Coordinator::Hooks h;
+    h.steady_now = [this] { return steady; };
+    h.prepare_replay = [](ReplayCache::Entry& e) { e.head = "HTTP/1.1 prepared"; };
+    h.retry_completion = [this](const store::RecordId& id, std::int64_t token, const RoutePolicy&,
+                                const store::StoredResponse& answer) {
+      retried.push_back({id.key, token, answer.status});
+      return true;
+    };
+    return h;
+  }
+  store::ClaimRequest claim(std::string key, std::string fp = "fp-1") {
+    return {{"", std::move(key)}, std::move(fp), route.lease,  route.ttl,
+            route.name,           "POST",        "/v1/orders", route.on_stale == OnStale::retake};
+  }
+  static store::StoredResponse created() {
+    return {201, {{"Content-Type", "application/json"}}, R"({"id":"ord_1"})"};
+  }
+  WaitBudget budget() const { return WaitBudget{steady + route.lease}; }
+  Decision claim_and_decide(const store::ClaimRequest& c) {
+    return coordinator.decide(route, c, coordinator.claim(c), budget(), form);
+  }
+  std::string metrics_text() const { return metrics.render(); }
+
+  struct Retry {
+    std::string key;
+    std::int64_t token;
+    int status;
+  };
+
+  FakeClock clock;  // the store's clock
+  Steady::time_point steady{Steady::duration{std::chrono::hours{1}}};
+  FaultyStore store{clock};
+  ReplayCache cache{1 << 20};
+  ops::Metrics metrics;
+  std::vector<Retry> retried;
+  Coordinator coordinator{store, cache, metrics, hooks()};
+  RoutePolicy route;
+  ReplayCache::Request form{"POST", "/v1/orders", "application/json", R"({"n":1})"};
+};
+
+}  // namespace
+
+TEST_F(CoordinatorTest, AClaimMarksTheKeyHeldHereBeforeItReturns) {
+  const auto c = claim("k");
+  const Admission verdict = coordinator.claim(c);
+  ASSERT_EQ(verdict.kind, Admission::Kind::execute);
+  // A loser of the same group-commit batch, answered at this moment, must find the
+  // key held here and sleep, not poll the store.
+  auto waiter = std::make_shared<ProbeWaiter>([] {});
+  EXPECT_TRUE(coordinator.wait_here(c.id, waiter));
+  EXPECT_FALSE(coordinator.wait_here({"", "other"}, waiter));
+}
+
+// The storm rule: waiters wake only once the answer is in the cache, so none of them
+// asks the store again. Releasing the waiters before the cache put fails this.
+TEST_F(CoordinatorTest, WaitersWakeOnlyAfterTheAnswerIsInTheCache) {
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  ASSERT_EQ(first.kind, DKind::execute);
+  std::vector<std::shared_ptr<ProbeWaiter>> waiters;
+  int found_cached = 0;
+  route.on_concurrent = OnConcurrent::wait;
+  for (int i = 0; i < 63; ++i) {
+    const auto retry = claim_and_decide(c);
+    ASSERT_EQ(retry.kind, DKind::wait);
+    waiters.push_back(std::make_shared<ProbeWaiter>([&] {
+      const auto hit = coordinator.cached(route, c.id);
+      if (hit && hit->fingerprint == c.fingerprint) ++found_cached;
+    }));
+    ASSERT_TRUE(coordinator.wait_here(c.id, waiters.back()));
+  }
+  EXPECT_EQ(coordinator.waiting_keys(), 1u);
+  const int completes_before = store.completes;
+  const Completion done = coordinator.complete(c, first.token, route, created(), form);
+  EXPECT_EQ(done.finish, Finish::stored);
+  EXPECT_EQ(store.completes, completes_before + 1);
+  EXPECT_EQ(found_cached, 63);
+  for (const auto& w : waiters) EXPECT_EQ(w->woken, 1);
+  EXPECT_EQ(coordinator.waiting_keys(), 0u);
+  const auto hit = coordinator.cached(route, c.id);
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->response.body, R"({"id":"ord_1"})");
+  EXPECT_EQ(hit->head, "HTTP/1.1 prepared");  // readied by the transport's hook
+  EXPECT_TRUE(hit->request.same("POST", "/v1/orders", "application/json", R"({"n":1})"));
+}
+
+TEST_F(CoordinatorTest, TheCachedAnswerLivesNoLongerThanTheRecordOnTheMonotonicClock) {
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  coordinator.complete(c, first.token, route, created(), form);
+  steady += route.ttl - 1ms;
+  EXPECT_TRUE(coordinator.cached(route, c.id));
+  steady += 1ms;
+  EXPECT_FALSE(coordinator.cached(route, c.id));
+}
+
+TEST_F(CoordinatorTest, AReplayFromTheStoreIsCachedForWhatTheStoreSaysIsLeft) {
+  const auto c = claim("k");
+  // Another instance (its own cache) executed and stored it.
+  ReplayCache other_cache{1 << 20};
+  Coordinator other{store, other_cache, metrics, hooks()};
+  const auto first = other.decide(route, c, other.claim(c), budget(), form);
+  other.complete(c, first.token, route, created(), form);
+  clock.advance(route.ttl - 10s);  // 10 s of the record's life left, by the store's clock
+
+  const auto retry = claim_and_decide(c);
+  ASSERT_EQ(retry.kind, DKind::replay);
+  EXPECT_EQ(retry.outcome, Outcome::replayed);
+  EXPECT_EQ(retry.replay->response.status, 201);
+  EXPECT_EQ(retry.replay->head, "HTTP/1.1 prepared");
+  ASSERT_TRUE(coordinator.cached(route, c.id));
+  steady += 10s;
+  EXPECT_FALSE(coordinator.cached(route, c.id));
+}
+
+TEST_F(CoordinatorTest, AKeyInFlightIsRefusedOrWaitedForUpToTheLease) {
+  const auto c = claim("k");
+  ASSERT_EQ(claim_and_decide(c).kind, DKind::execute);
+
+  const auto rejected = claim_and_decide(c);
+  EXPECT_EQ(rejected.kind, DKind::refuse);
+  EXPECT_EQ(rejected.refusal, Refusal::request_in_flight);
+  EXPECT_EQ(rejected.retry_after, 1);
+  EXPECT_EQ(rejected.outcome, Outcome::conflict);
+
+  route.on_concurrent = OnConcurrent::wait;
+  const WaitBudget b = budget();
+  EXPECT_EQ(coordinator.decide(route, c, coordinator.claim(c), b, form).kind, DKind::wait);
+  steady = b.deadline;
+  const auto late = coordinator.decide(route, c, coordinator.claim(c), b, form);
+  EXPECT_EQ(late.kind, DKind::refuse);
+  EXPECT_EQ(late.refusal, Refusal::request_in_flight);
+}
+
+TEST_F(CoordinatorTest, BackoffForKeysHeldElsewhereDoublesAndStopsAtTheDeadline) {
+  WaitBudget b{steady + 300ms};
+  EXPECT_EQ(b.next_backoff(steady) - steady, 5ms);
+  EXPECT_EQ(b.next_backoff(steady) - steady, 10ms);
+  for (int i = 0; i < 10; ++i) b.next_backoff(steady);
+  EXPECT_EQ(b.backoff, 250ms);
+  EXPECT_EQ(b.next_backoff(steady + 200ms), b.deadline);  // 100 ms left, not 250
+}
+
+TEST_F(CoordinatorTest, AReusedKeyWithAnotherRequestIsAMismatch) {
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  coordinator.complete(c, first.token, route, created(), form);
+  const auto other = claim_and_decide(claim("k", "fp-2"));
+  EXPECT_EQ(other.kind, DKind::refuse);
+  EXPECT_EQ(other.refusal, Refusal::key_mismatch);
+  EXPECT_EQ(other.outcome, Outcome::mismatch);
+}
+
+TEST_F(CoordinatorTest, ShadowModeForwardsEverythingAndNamesWhatEnforceWouldHaveDone) {
+  route.mode = Mode::shadow;
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  ASSERT_EQ(first.kind, DKind::execute);  // shadow still records
+
+  const auto concurrent = claim_and_decide(c);
+  EXPECT_EQ(concurrent.kind, DKind::forward_unprotected);
+  EXPECT_EQ(concurrent.outcome, Outcome::shadow_would_conflict);
+
+  coordinator.complete(c, first.token, route, created(), form);
+  EXPECT_FALSE(coordinator.cached(route, c.id));  // shadow never replays
+  const auto again = claim_and_decide(c);
+  EXPECT_EQ(again.kind, DKind::forward_unprotected);
+  EXPECT_EQ(again.outcome, Outcome::shadow_would_replay);
+  const auto other = claim_and_decide(claim("k", "fp-2"));
+  EXPECT_EQ(other.outcome, Outcome::shadow_would_mismatch);
+
+  store.claims_fail = true;
+  const auto down = claim_and_decide(claim("k2"));
+  EXPECT_EQ(down.kind, DKind::forward_unprotected);
+  EXPECT_EQ(down.outcome, Outcome::fail_open);
+}
+
+TEST_F(CoordinatorTest, AStoreThatDoesNotAnswerFailsClosedUnlessTheRouteFailsOpen) {
+  store.claims_fail = true;
+  const auto closed = claim_and_decide(claim("k"));
+  EXPECT_EQ(closed.kind, DKind::refuse);
+  EXPECT_EQ(closed.refusal, Refusal::store_unavailable);
+  EXPECT_EQ(closed.retry_after, 1);
+  EXPECT_EQ(closed.cause, "connection refused");
+
+  route.store_unavailable = StoreUnavailable::fail_open;
+  const auto open = claim_and_decide(claim("k"));
+  EXPECT_EQ(open.kind, DKind::forward_unprotected);
+  EXPECT_EQ(open.outcome, Outcome::fail_open);
+  EXPECT_NE(metrics_text().find("idemproxy_store_errors_total 2"), std::string::npos);
+}
+
+// A record that exists but does not open is never an outage: fail_open must not
+// forward it (that would execute it twice).
+TEST_F(CoordinatorTest, AnUnreadableRecordIsNeverForwardedEvenWhenFailingOpen) {
+  route.store_unavailable = StoreUnavailable::fail_open;
+  store.claims_unreadable = true;
+  const auto d = claim_and_decide(claim("k"));
+  EXPECT_EQ(d.kind, DKind::refuse);
+  EXPECT_EQ(d.refusal, Refusal::record_unreadable);
+  EXPECT_EQ(d.cause, "no key 7");
+}
+
+TEST_F(CoordinatorTest, AFencedCompletionCachesNothingAndStillWakesTheWaiters) {
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  auto waiter = std::make_shared<ProbeWaiter>([] {});
+  ASSERT_TRUE(coordinator.wait_here(c.id, waiter));
+  store.completes_fenced = true;
+  const Completion done = coordinator.complete(c, first.token, route, created(), form);
+  EXPECT_EQ(done.finish, Finish::fenced);
+  EXPECT_FALSE(coordinator.cached(route, c.id));
+  EXPECT_EQ(waiter->woken, 1);
+  EXPECT_TRUE(retried.empty());
+}
+
+// The store wrote the completion but its reply was lost: the answer is retried in
+// the background (the retry finds it written or fenced), never cached on a guess.
+TEST_F(CoordinatorTest, ALostCompletionReplyIsRetriedInTheBackgroundNotCached) {
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  auto waiter = std::make_shared<ProbeWaiter>([] {});
+  ASSERT_TRUE(coordinator.wait_here(c.id, waiter));
+  store.complete_reply_lost = true;
+  const Completion done = coordinator.complete(c, first.token, route, created(), form);
+  EXPECT_EQ(done.finish, Finish::store_failed);
+  EXPECT_TRUE(done.retrying);
+  ASSERT_EQ(retried.size(), 1u);
+  EXPECT_EQ(retried[0].key, "k");
+  EXPECT_EQ(retried[0].token, first.token);
+  EXPECT_EQ(retried[0].status, 201);
+  EXPECT_FALSE(coordinator.cached(route, c.id));
+  EXPECT_EQ(waiter->woken, 1);
+  // What the store kept is what a retry gets.
+  store.complete_reply_lost = false;
+  const auto retry = claim_and_decide(c);
+  EXPECT_EQ(retry.kind, DKind::replay);
+}
+
+TEST_F(CoordinatorTest, AStatusThatIsNotStoredReleasesTheKeyForTheNextRetry) {
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  const Completion done = coordinator.complete(c, first.token, route, {503, {}, "busy"}, form);
+  EXPECT_EQ(done.finish, Finish::released);
+  EXPECT_FALSE(coordinator.cached(route, c.id));
+  EXPECT_EQ(claim_and_decide(c).kind, DKind::execute);
+}
+
+TEST_F(CoordinatorTest, AbandoningBeforeSendingReleasesAfterSendingMarksIndeterminate) {
+  const auto unsent = claim("a");
+  const auto a = claim_and_decide(unsent);
+  auto waiter = std::make_shared<ProbeWaiter>([] {});
+  ASSERT_TRUE(coordinator.wait_here(unsent.id, waiter));
+  EXPECT_EQ(coordinator.abandon(unsent.id, a.token, false), Finish::released);
+  EXPECT_EQ(waiter->woken, 1);
+  EXPECT_EQ(claim_and_decide(unsent).kind, DKind::execute);
+
+  const auto sent = claim("b");
+  const auto b = claim_and_decide(sent);
+  EXPECT_EQ(coordinator.abandon(sent.id, b.token, true), Finish::indeterminate);
+  const auto retry = claim_and_decide(sent);
+  EXPECT_EQ(retry.kind, DKind::refuse);
+  EXPECT_EQ(retry.refusal, Refusal::outcome_indeterminate);
+  EXPECT_FALSE(coordinator.wait_here(sent.id, waiter));  // no longer held here
+}
+
+TEST_F(CoordinatorTest, AnAnswerTooLargeToStoreIsNotCachedAndRetriesAreToldSo) {
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  const Completion done = coordinator.complete(c, first.token, route, {201, {}, {}, false}, form);
+  EXPECT_EQ(done.finish, Finish::stored);
+  EXPECT_FALSE(coordinator.cached(route, c.id));
+  const auto retry = claim_and_decide(c);
+  EXPECT_EQ(retry.kind, DKind::refuse);
+  EXPECT_EQ(retry.refusal, Refusal::response_not_stored);
+  EXPECT_NE(retry.detail.find("upstream status 201"), std::string::npos);
+}
+
+// Many threads, one key: exactly one executes; everyone else waits here and replays
+// the one answer from memory.
+TEST_F(CoordinatorTest, AConcurrentStormExecutesOnceAndEveryoneElseGetsTheCachedAnswer) {
+  route.on_concurrent = OnConcurrent::wait;
+  const auto c = claim("k");
+  std::atomic<int> executed{0}, waited{0};
+  std::atomic<std::int64_t> token{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&] {
+      const auto d = coordinator.decide(route, c, coordinator.claim(c), budget(), form);
+      if (d.kind == DKind::execute) {
+        ++executed;
+        token = d.token;
+      } else if (d.kind == DKind::wait) {
+        ++waited;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(executed.load(), 1);
+  EXPECT_EQ(waited.load(), 15);
+  coordinator.complete(c, token, route, created(), form);
+  for (int i = 0; i < 15; ++i) {
+    const auto hit = coordinator.cached(route, c.id);
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->fingerprint, c.fingerprint);
+  }
+  EXPECT_EQ(store.completes, 1);
+}
