@@ -136,9 +136,17 @@ class _StdlibHandler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PATCH = do_PUT = _answer
 
 
+class _WideBacklogServer(ThreadingHTTPServer):
+    # socketserver's listen backlog is 5: under a burst of new connections the kernel
+    # drops SYNs past it, and the proxy's connect times out (a one-off 502 seen in
+    # test_node_fetch_clients_each_get_their_own_answer[python]). A deployed Python
+    # server sits behind a wider backlog.
+    request_queue_size = 128
+
+
 class PythonUpstream:
     def __init__(self):
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _StdlibHandler)
+        self.server = _WideBacklogServer(("127.0.0.1", 0), _StdlibHandler)
         self.server.daemon_threads = True
         self.server.lock = threading.Lock()
         self.server.executions = {}
