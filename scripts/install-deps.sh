@@ -10,7 +10,7 @@ PACKAGES=(
   libboost1.81-dev libboost-url1.81-dev
   libpqxx-dev libpq-dev libssl-dev nlohmann-json3-dev libspdlog-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev
-  clang libclang-rt-14-dev clang-format
+  clang libclang-rt-14-dev clang-format clang-tidy
   postgresql-15 pgbouncer
   python3 python3-pytest python3-prometheus-client python3-yaml
   curl procps openssl

@@ -8,7 +8,9 @@
 #   5. the store tests and the concurrency end-to-end tests (with the real-peer
 #      ledger) on a TSan build, with 4 I/O threads per proxy (skip with SANITIZE=0),
 #   6. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them).
-# Before building, every C++ file is checked against .clang-format.
+# Before building, every C++ file is checked against .clang-format; after it,
+# clang-tidy (.clang-tidy) must find nothing in src/. The TSan stage also runs the
+# coordinator and replay cache unit tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -19,12 +21,14 @@ bash scripts/install-deps.sh
 format_status=0
 bash scripts/check-format.sh || format_status=1
 bash scripts/build.sh
+tidy_status=0
+bash scripts/check-tidy.sh || tidy_status=1
 if [ "$SANITIZE" = 1 ]; then
   BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIDEMPROXY_SANITIZE=ON
-  echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy and store_tests)"
+  echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy, store_tests and unit_tests)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 \
     -DIDEMPROXY_TSAN=ON >/dev/null
-  cmake --build build-tsan -j2 --target idemproxy store_tests
+  cmake --build build-tsan -j2 --target idemproxy store_tests unit_tests
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-test.XXXXXX")
@@ -46,6 +50,7 @@ failed=0
 status=0
 # The formatting check ran before the build (scripts/check-format.sh).
 if [ "$format_status" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
+if [ "$tidy_status" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
 
 run_ctest() {  # BUILD_DIR
   local log="$WORK/ctest-$1.log"
@@ -99,6 +104,14 @@ if [ "$SANITIZE" = 1 ]; then
   p=$(grep -oE 'PASSED  \] [0-9]+' "$WORK/tsan-store.log" | grep -oE '[0-9]+$' || echo 0)
   n=$(grep -oE 'FAILED  \] [0-9]+ test' "$WORK/tsan-store.log" | grep -oE '[0-9]+' || echo 0)
   if [ "$p" = 0 ] && [ "$n" = 0 ]; then n=1; fi  # it did not run: count a failure
+  passed=$((passed + p))
+  failed=$((failed + n))
+  echo "== coordinator and replay cache unit tests (ThreadSanitizer)"
+  if build-tsan/tests/unit_tests --gtest_filter='Coordinator*:ReplayCache*' 2>&1 |
+     tee "$WORK/tsan-unit.log" | tail -3; then :; else status=1; fi
+  p=$(grep -oE 'PASSED  \] [0-9]+' "$WORK/tsan-unit.log" | grep -oE '[0-9]+$' || echo 0)
+  n=$(grep -oE 'FAILED  \] [0-9]+ test' "$WORK/tsan-unit.log" | grep -oE '[0-9]+' || echo 0)
+  if [ "$p" = 0 ] && [ "$n" = 0 ]; then n=1; fi
   passed=$((passed + p))
   failed=$((failed + n))
   IDEMPROXY_TEST_THREADS=4 run_pytest build-tsan tests/e2e/test_concurrency.py \

@@ -30,12 +30,12 @@ std::string substitute_env(const std::string& text, const EnvLookup& env) {
     const std::size_t sep = inner.find(":-");
     const std::string name = inner.substr(0, sep);
     if (name.empty()) throw std::invalid_argument("empty variable name in \"" + text + "\"");
-    if (auto value = env(name); value && !value->empty()) {
+    // ${NAME:-default}: the default when NAME is unset or empty; ${NAME}: its value,
+    // empty or not, and an error when unset.
+    if (const auto value = env(name); value && (!value->empty() || sep == std::string::npos)) {
       out += *value;
     } else if (sep != std::string::npos) {
       out += inner.substr(sep + 2);
-    } else if (value) {
-      out += *value;
     } else {
       throw std::invalid_argument("environment variable " + name + " is not set (use ${" + name +
                                   ":-default} for a default)");

@@ -165,24 +165,21 @@ class Canonicalizer {
     const unsigned char c = b(0);
     std::size_t n = 0;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
+    // The table of RFC 3629 4: the lead byte sets the length and the second byte's
+    // range (narrower after E0, ED, F0 and F4: no overlongs, surrogates or > U+10FFFF).
+    if (c >= 0xC2 && c <= 0xDF) {
       n = 2;
-    else if (c == 0xE0)
-      n = 3, lo = 0xA0;
-    else if (c >= 0xE1 && c <= 0xEC)
+    } else if (c >= 0xE0 && c <= 0xEF) {
       n = 3;
-    else if (c == 0xED)
-      n = 3, hi = 0x9F;  // no surrogates
-    else if (c >= 0xEE && c <= 0xEF)
-      n = 3;
-    else if (c == 0xF0)
-      n = 4, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3)
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
       n = 4;
-    else if (c == 0xF4)
-      n = 4, hi = 0x8F;
-    else
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
       return 0;
+    }
     if (pos_ + n > in_.size()) return 0;
     if (b(1) < lo || b(1) > hi) return 0;
     for (std::size_t i = 2; i < n; ++i) {

@@ -116,7 +116,7 @@ awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& 
   for (;;) {
     bhttp::request_parser<bhttp::string_body> parser;
     parser.header_limit(8 * 1024);
-    parser.body_limit(64 * 1024);
+    parser.body_limit(std::uint64_t{64} << 10);
     stream.expires_after(std::chrono::seconds{30});
     auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, http::use_nothrow);
     if (ec) break;

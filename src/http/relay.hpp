@@ -20,7 +20,7 @@ enum class RelayError { none, read, write };
 /// Beast reads at most capacity() - size() bytes of a flat_buffer per call (and at
 /// least 512): a buffer that only ever held a header reads a body 512 bytes at a
 /// time, a syscall and a write each. Bodies are read through this much room.
-inline constexpr std::size_t kBodyReadSize = 64 * 1024;
+inline constexpr std::size_t kBodyReadSize = std::size_t{64} << 10;
 
 /// Gives `buffer` kBodyReadSize of room while the body `p` is about to read is large
 /// or of unknown length (small bodies arrive with their head). With `narrow_after`
@@ -135,7 +135,7 @@ asio::awaitable<RelayError> relay(
     Stream& out, Duration in_timeout, Duration out_timeout, beast::error_code& error,
     std::string_view prefix = {},
     std::optional<std::chrono::steady_clock::time_point> in_deadline = std::nullopt) {
-  std::array<char, 16 * 1024> chunk;
+  std::array<char, std::size_t{16} << 10> chunk;
   const WideBodyRead room(in_buffer, p, isRequest);  // requests come from clients
   const bool chunked_out = p.get().chunked();
   const bool has_body = !p.is_done() || !prefix.empty();

@@ -61,10 +61,8 @@ std::string remove_dot_segments(std::string_view in) {
   while (!in.empty()) {
     if (in.starts_with("../")) {
       in.remove_prefix(3);
-    } else if (in.starts_with("./")) {
-      in.remove_prefix(2);
-    } else if (in.starts_with("/./")) {
-      in.remove_prefix(2);
+    } else if (in.starts_with("./") || in.starts_with("/./")) {
+      in.remove_prefix(2);  // A drops "./"; B turns "/./" into "/"
     } else if (in == "/.") {
       in = "/";
     } else if (in.starts_with("/../")) {

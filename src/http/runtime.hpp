@@ -37,7 +37,7 @@ class Runtime {
         metrics(metrics),
         db_pool(static_cast<std::size_t>(db_threads)),
         upstream(io.get_executor(), settings->config.upstream, settings->config.server.threads > 1),
-        completions(coordinator, db_pool, 64 * 1024 * 1024),
+        completions(coordinator, db_pool, std::size_t{64} << 20),
         cache(settings->config.replay_cache_bytes),
         coordinator(store, cache, metrics, coordinator_hooks()),
         settings_(std::move(settings)) {}

@@ -90,7 +90,7 @@ struct ProxyServer::Impl {
 namespace {
 
 // Sessions must never take the process down; an escaped exception is logged.
-void log_exception(std::exception_ptr e) {
+void log_exception(const std::exception_ptr& e) {
   if (!e) return;
   try {
     std::rethrow_exception(e);

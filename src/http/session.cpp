@@ -169,10 +169,10 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
 asio::awaitable<void> linger_and_close(ClientConnection& conn) {
   beast::error_code ec;
   conn.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  std::array<char, 16 * 1024> scratch;
+  std::array<char, std::size_t{16} << 10> scratch;
   std::size_t discarded = 0;
   conn.stream.expires_after(std::chrono::seconds{2});
-  while (discarded < 1024 * 1024) {
+  while (discarded < (std::size_t{1} << 20)) {
     auto [rec, n] = co_await conn.stream.async_read_some(asio::buffer(scratch), use_nothrow);
     if (rec) break;
     discarded += n;

@@ -143,7 +143,7 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
                                         boost::none, interim);
     std::size_t read = 0;
     std::string body;
-    std::array<char, 16 * 1024> chunk;
+    std::array<char, std::size_t{16} << 10> chunk;
     const auto limit = config_.max_response_size;
     while (!rec && !parser->is_done()) {
       if (body.size() > limit || parser->content_length().value_or(0) > limit) {

@@ -53,7 +53,7 @@ struct UpstreamConfig {
   Duration connect_timeout = std::chrono::seconds{2};
   Duration timeout = std::chrono::seconds{30};
   std::size_t max_idle_connections = 64;
-  std::size_t max_response_size = 16 * 1024 * 1024;  // bodies read for storage
+  std::size_t max_response_size = std::size_t{16} << 20;  // bodies read for storage
   UpstreamTls tls;
 };
 
@@ -74,7 +74,7 @@ struct ServerConfig {
   Duration header_timeout = std::chrono::seconds{10};  // first byte to complete head
   std::size_t max_connections = 10000;
   Duration read_timeout = std::chrono::seconds{30};
-  std::size_t max_header_size = 16 * 1024;
+  std::size_t max_header_size = std::size_t{16} << 10;
   std::size_t max_stream_body = std::size_t{1} << 30;  // pass-through bodies
   std::size_t max_header_fields = 100;                 // as Apache httpd's LimitRequestFields
   Duration body_timeout = std::chrono::seconds{60};    // a whole pass-through request body
@@ -98,7 +98,7 @@ struct Config {
   Endpoint admin_listen{"127.0.0.1", 9090};
   std::string admin_token;  // bearer token for /admin/*; empty turns the admin API off
   std::string scope_key;    // HMAC key for scope: {from: authorization}
-  std::size_t replay_cache_bytes = 16 * 1024 * 1024;  // replay_cache.max_bytes; 0: off
+  std::size_t replay_cache_bytes = std::size_t{16} << 20;  // replay_cache.max_bytes; 0: off
   TlsConfig tls;
   UpstreamConfig upstream;
   StoreConfig store;

@@ -46,7 +46,7 @@ struct RoutePolicy {
   Mode mode = Mode::enforce;
   std::vector<StatusRange> store_status = {{200, 299}, {400, 499}};
   StoreUnavailable store_unavailable = StoreUnavailable::fail_closed;
-  std::size_t max_body = 1024 * 1024;
+  std::size_t max_body = std::size_t{1} << 20;
   std::vector<std::string> deny_headers = {"Set-Cookie"};
 
   bool covers_method(std::string_view method) const;

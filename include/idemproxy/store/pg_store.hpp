@@ -56,7 +56,7 @@ class PgStore final : public Store {
   BatchStats batch_stats();
   /// Completions with more stored bytes than this are not batched: in an array they
   /// would travel as hex text.
-  static constexpr std::size_t kBatchedBodyMax = 64 * 1024;
+  static constexpr std::size_t kBatchedBodyMax = std::size_t{64} << 10;
   /// LISTENs on its own connection (not through a transaction-pooling PgBouncer,
   /// where sessions do not last: then purges elsewhere are not seen).
   void watch_purges(std::function<void(const RecordId&)> fn) override;

@@ -154,7 +154,8 @@ class Store {
   /// Calls `fn` (from a background thread) whenever a record is purged, by any
   /// instance or the CLI, so caches can drop it; an empty `fn` stops watching.
   /// Stores that cannot watch ignore it.
-  virtual void watch_purges(std::function<void(const RecordId&)> fn) {}
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): a sink; overrides keep it.
+  virtual void watch_purges(std::function<void(const RecordId&)> /*fn*/) {}
 
   /// A figure the store reports about itself (pool, batching), rendered as a metric.
   struct Sample {

@@ -151,6 +151,7 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members) {
     }
   }
   std::vector<std::string> a;
+  a.reserve(columns.size());
   for (auto& col : columns) a.push_back(std::move(col).done());
   const Result<pqxx::result> rows =
       pool_.with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
