@@ -35,27 +35,8 @@ std::string readable_file(const Reader& r, const YAML::Node& node, const std::st
   return path;
 }
 
-Config parse_root(const YAML::Node& root, const Reader& r, const std::string& file) {
-  Config c;
-  c.path = file;
-  if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
-  r.expect_map(root, "the top level", section(""));
-  if (root["listen"]) c.listen = r.endpoint(root["listen"], "listen");
-  if (root["admin_listen"]) c.admin_listen = r.endpoint(root["admin_listen"], "admin_listen");
-  if (root["scope_key"]) {
-    c.scope_key = r.text(root["scope_key"], "scope_key");
-    if (!c.scope_key.empty() && c.scope_key.size() < 32) {
-      r.fail(root["scope_key"], "scope_key must be at least 32 characters");
-    }
-  }
-  if (root["admin_token"]) {
-    c.admin_token = r.text(root["admin_token"], "admin_token");
-    if (!c.admin_token.empty() && c.admin_token.size() < 16) {
-      r.fail(root["admin_token"],
-             "admin_token must be at least 16 characters (or empty to turn the admin API off)");
-    }
-  }
-
+// upstream: the protected service and how it is reached.
+void read_upstream(const YAML::Node& root, const Reader& r, Config& c) {
   const YAML::Node up = root["upstream"];
   if (!up) r.fail(root, "upstream is required (upstream: {url: http://127.0.0.1:3000})");
   r.expect_map(up, "upstream", section("upstream"));
@@ -97,15 +78,6 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       r.fail(t, "upstream.tls: ca_file and insecure_skip_verify contradict each other");
     }
   }
-  if (const YAML::Node t = root["tls"]) {
-    r.expect_map(t, "tls", section("tls"));
-    if (!t["cert_file"] || !t["key_file"]) r.fail(t, "tls needs both cert_file and key_file");
-    c.tls.cert_file = readable_file(r, t["cert_file"], "tls.cert_file");
-    c.tls.key_file = readable_file(r, t["key_file"], "tls.key_file");
-    if (t["client_ca_file"]) {
-      c.tls.client_ca_file = readable_file(r, t["client_ca_file"], "tls.client_ca_file");
-    }
-  }
   if (up["connect_timeout"])
     c.upstream.connect_timeout = r.duration(up["connect_timeout"], "upstream.connect_timeout");
   if (up["timeout"]) c.upstream.timeout = r.duration(up["timeout"], "upstream.timeout");
@@ -115,7 +87,23 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   }
   if (up["max_response_size"])
     c.upstream.max_response_size = r.size(up["max_response_size"], "upstream.max_response_size");
+}
 
+// tls: TLS for clients (mTLS with client_ca_file).
+void read_tls(const YAML::Node& root, const Reader& r, Config& c) {
+  if (const YAML::Node t = root["tls"]) {
+    r.expect_map(t, "tls", section("tls"));
+    if (!t["cert_file"] || !t["key_file"]) r.fail(t, "tls needs both cert_file and key_file");
+    c.tls.cert_file = readable_file(r, t["cert_file"], "tls.cert_file");
+    c.tls.key_file = readable_file(r, t["key_file"], "tls.key_file");
+    if (t["client_ca_file"]) {
+      c.tls.client_ca_file = readable_file(r, t["client_ca_file"], "tls.client_ca_file");
+    }
+  }
+}
+
+// store: PostgreSQL or memory, and encryption at rest.
+void read_store(const YAML::Node& root, const Reader& r, Config& c) {
   const YAML::Node st = root["store"];
   if (!st) r.fail(root, "store is required (store: {postgres: {dsn: ...}} or store: {memory: {}})");
   r.expect_map(st, "store", section("store"));
@@ -157,7 +145,10 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       r.fail(enc["key_file"], std::string("store.encryption.key_file: ") + e.what());
     }
   }
+}
 
+// server: threads, timeouts and limits of the client side.
+void read_server(const YAML::Node& root, const Reader& r, Config& c) {
   if (const YAML::Node s = root["server"]) {
     r.expect_map(s, "server", section("server"));
     if (s["threads"]) c.server.threads = r.integer(s["threads"], "server.threads", 1, 256);
@@ -196,6 +187,10 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       c.server.reject_escaped_slashes = v == "reject";
     }
   }
+}
+
+// replay_cache, gc and log.
+void read_housekeeping(const YAML::Node& root, const Reader& r, Config& c) {
   if (const YAML::Node rc = root["replay_cache"]) {
     r.expect_map(rc, "replay_cache", section("replay_cache"));
     if (rc["max_bytes"]) c.replay_cache_bytes = r.size(rc["max_bytes"], "replay_cache.max_bytes");
@@ -223,7 +218,10 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
         r.fail(l["level"], "log.level must be one of trace, debug, info, warn, error, off");
     }
   }
+}
 
+// defaults and routes; needs tls, store and scope_key read first.
+void read_routes(const YAML::Node& root, const Reader& r, Config& c) {
   if (const YAML::Node d = root["defaults"]) r.policy(d, "defaults", c.defaults, false);
   if (const YAML::Node routes = root["routes"]) {
     if (!routes.IsSequence()) r.fail(routes, "routes must be a list");
@@ -259,6 +257,34 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
       c.routes.push_back(std::move(p));
     }
   }
+}
+
+Config parse_root(const YAML::Node& root, const Reader& r, const std::string& file) {
+  Config c;
+  c.path = file;
+  if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
+  r.expect_map(root, "the top level", section(""));
+  if (root["listen"]) c.listen = r.endpoint(root["listen"], "listen");
+  if (root["admin_listen"]) c.admin_listen = r.endpoint(root["admin_listen"], "admin_listen");
+  if (root["scope_key"]) {
+    c.scope_key = r.text(root["scope_key"], "scope_key");
+    if (!c.scope_key.empty() && c.scope_key.size() < 32) {
+      r.fail(root["scope_key"], "scope_key must be at least 32 characters");
+    }
+  }
+  if (root["admin_token"]) {
+    c.admin_token = r.text(root["admin_token"], "admin_token");
+    if (!c.admin_token.empty() && c.admin_token.size() < 16) {
+      r.fail(root["admin_token"],
+             "admin_token must be at least 16 characters (or empty to turn the admin API off)");
+    }
+  }
+  read_upstream(root, r, c);
+  read_tls(root, r, c);
+  read_store(root, r, c);
+  read_server(root, r, c);
+  read_housekeeping(root, r, c);
+  read_routes(root, r, c);
   return c;
 }
 
@@ -294,19 +320,6 @@ std::optional<SecondDocument> second_document(const std::string& text) {
 }
 
 }  // namespace
-
-std::vector<std::string> documented_keys() {
-  std::vector<std::string> keys;
-  for (const auto& [name, keys_in] : schema()) {
-    for (const auto& key : keys_in) {
-      const std::string path =
-          name.empty() || name == "policy" || name == "route" ? key : name + "." + key;
-      if (!schema().contains(path)) keys.push_back(path);  // sections hold documented keys
-    }
-  }
-  keys.push_back("store.memory");
-  return keys;
-}
 
 Config parse_config(const std::string& text, const std::string& file, const EnvLookup& env) {
   YAML::Node root;

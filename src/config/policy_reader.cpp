@@ -3,38 +3,6 @@
 
 namespace idemproxy::config::detail {
 
-const std::map<std::string, std::set<std::string>>& schema() {
-  static const std::map<std::string, std::set<std::string>> sections = {
-      {"",
-       {"listen", "admin_listen", "admin_token", "scope_key", "upstream", "store", "defaults",
-        "routes", "server", "log", "gc", "tls", "replay_cache"}},
-      {"replay_cache", {"max_bytes"}},
-      {"upstream",
-       {"url", "connect_timeout", "timeout", "max_idle_connections", "max_response_size", "tls"}},
-      {"upstream.tls", {"ca_file", "server_name", "insecure_skip_verify"}},
-      {"tls", {"cert_file", "key_file", "client_ca_file"}},
-      {"store", {"postgres", "memory", "encryption"}},
-      {"store.encryption", {"key_file"}},
-      {"store.postgres",
-       {"dsn", "pool_size", "batch_max", "statement_timeout", "transaction_pooling"}},
-      {"server",
-       {"threads", "drain_timeout", "idle_timeout", "header_timeout", "read_timeout",
-        "max_header_size", "max_stream_body", "max_connections", "max_header_fields",
-        "body_timeout", "merge_slashes", "escaped_slashes", "max_json_depth"}},
-      {"gc", {"interval", "batch_size", "max_batches"}},
-      {"log", {"level", "format"}},
-      {"policy",
-       {"header", "methods", "key_required", "ttl", "lease", "scope_header", "on_concurrent",
-        "store_status", "store_unavailable", "max_body", "store_deny_headers", "on_stale", "mode",
-        "scope"}},
-      {"scope", {"from", "header", "hash"}},
-      {"route", {"name", "path_prefix", "enabled", "case_sensitive"}},
-  };
-  return sections;
-}
-
-const std::set<std::string>& section(const std::string& name) { return schema().at(name); }
-
 void Reader::policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
                     bool is_route) const {
   auto known = section("policy");

@@ -188,26 +188,15 @@ std::optional<std::string> ProxyServer::Impl::reload() {
   const auto current = runtime.settings();
   try {
     config::Config next = config::load_config(current->config.path);
-    const auto& old = current->config;
-    if (next.listen.host != old.listen.host || next.listen.port != old.listen.port ||
-        next.admin_listen.port != old.admin_listen.port || next.upstream.url != old.upstream.url ||
-        next.store.dsn != old.store.dsn || next.store.kind != old.store.kind ||
-        next.store.encryption_key_file != old.store.encryption_key_file ||
-        next.upstream.tls.ca_file != old.upstream.tls.ca_file ||
-        next.tls.cert_file != old.tls.cert_file ||
-        next.tls.client_ca_file != old.tls.client_ca_file ||
-        next.replay_cache_bytes != old.replay_cache_bytes ||
-        next.server.threads != old.server.threads) {
+    const auto changed = config::restart_only_changes(current->config, next);
+    if (!changed.empty()) {
+      std::string names;
+      for (const auto& n : changed) names += (names.empty() ? "" : ", ") + n;
       spdlog::warn(
-          "reload: listen, admin_listen, upstream, store, tls, replay_cache and server.threads "
-          "changes take effect only after a restart; keeping the running values");
-      next.listen = old.listen;
-      next.admin_listen = old.admin_listen;
-      next.upstream = old.upstream;
-      next.store = old.store;
-      next.tls = old.tls;
-      next.replay_cache_bytes = old.replay_cache_bytes;
-      next.server.threads = old.server.threads;
+          "reload: {} changed, which takes effect only after a restart; keeping the running "
+          "values of every restart-only key",
+          names);
+      config::keep_restart_only(next, current->config);
     }
     runtime.replace_settings(std::make_shared<Settings>(std::move(next)));
     runtime.metrics.count_reload(true);

@@ -1,4 +1,5 @@
 """The command line, the admin endpoints, signals and reload."""
+import json
 import signal
 import time
 
@@ -105,6 +106,28 @@ def test_sighup_reloads_routes_and_rejects_a_bad_file(make_proxy, upstream, key)
     assert "reload rejected" in p.read_log()
     assert p.post("/v1/orders", "{}").status == 201  # the previous config stays
     assert p.proc.poll() is None
+
+
+def test_sighup_keeps_restart_only_keys_names_them_and_applies_the_rest(make_proxy, upstream,
+                                                                      key):
+    """A reload cannot move the upstream (its pool was built at start): the running
+    URL stays, the log names what was kept, and reloadable keys still apply."""
+    p = make_proxy()
+    doc = json.loads(open(p.config_path).read())
+    doc["upstream"]["url"] = "http://127.0.0.1:%d" % free_port()  # nothing listens there
+    doc["upstream"]["timeout"] = "7s"
+    for route in doc["routes"]:
+        route["key_required"] = False
+    p.write_config(json.dumps(doc))
+    p.signal(signal.SIGHUP)
+    deadline = time.time() + 5
+    while p.post("/v1/orders", "{}").status != 201 and time.time() < deadline:
+        time.sleep(0.05)
+    assert p.post("/v1/orders", "{}").status == 201  # key_required: false applied...
+    assert p.post("/v1/orders", "{}", key=key).status == 201  # ...the upstream is the old one
+    assert upstream.executions.count(key=key) == 1
+    log = p.read_log()
+    assert "reload: upstream.url, upstream.timeout changed" in log, log[-2000:]
 
 
 def test_memory_store_works_for_local_development(tmp_path, upstream, key):

@@ -254,6 +254,35 @@ TEST(ConfigReference, EveryAcceptedKeyIsDocumentedInTheReadme) {
   }
 }
 
+// Reload compares and keeps restart-only keys from the same table the loader's
+// schema comes from: a key added there cannot be forgotten here.
+TEST(ConfigReload, RestartOnlyKeysAreNamedAndKeptAtTheirRunningValues) {
+  const std::string base = "upstream: {url: 'http://a:1/base', timeout: 5s}\nstore: {memory: {}}\n";
+  const Config running =
+      parse("listen: 127.0.0.1:8080\nserver: {threads: 1, read_timeout: 5s}\n" + base);
+  Config next = parse(
+      "listen: 127.0.0.1:8081\nserver: {threads: 2, read_timeout: 9s}\n"
+      "upstream: {url: 'https://b:2', timeout: 7s}\nstore: {memory: {}}\n"
+      "replay_cache: {max_bytes: 0}\n");
+  const auto changed = restart_only_changes(running, next);
+  EXPECT_EQ(changed, (std::vector<std::string>{"listen", "replay_cache.max_bytes", "upstream.url",
+                                               "upstream.timeout", "server.threads"}));
+  keep_restart_only(next, running);
+  EXPECT_TRUE(restart_only_changes(running, next).empty());
+  EXPECT_EQ(next.listen.port, 8080);
+  EXPECT_EQ(next.upstream.host, "a");
+  EXPECT_EQ(next.upstream.port, "1");
+  EXPECT_EQ(next.upstream.base_path, "/base");
+  EXPECT_FALSE(next.upstream.tls.enabled);
+  EXPECT_EQ(next.upstream.timeout, 5s);
+  EXPECT_EQ(next.server.threads, 1);
+  EXPECT_EQ(next.server.read_timeout, 9s);  // reloadable: the new value stays
+  for (const auto& key : changed) {
+    const auto keys = documented_keys();
+    EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
+  }
+}
+
 TEST(Config, ScopeFromAuthorizationNeedsAKeyAndNeverStoresTheRawHeader) {
   const std::string key32(32, 'k');
   const Config c = parse("scope_key: " + key32 +

@@ -7,70 +7,16 @@
 #include <atomic>
 #include <thread>
 
-#include "idemproxy/store/memory_store.hpp"
+#include "faulty_store.hpp"
 
 using namespace idemproxy;
 using namespace idemproxy::engine;
 using namespace std::chrono_literals;
 using DKind = Decision::Kind;
+using idemproxy::testing::FaultyStore;
 using ops::Outcome;
 
 namespace {
-
-// The memory store, with faults switched on by the test: a store that does not
-// answer, a record that does not open, a write fenced by a takeover, a reply lost
-// after the write committed.
-class FaultyStore final : public store::Store {
- public:
-  explicit FaultyStore(const Clock& clock) : inner(clock) {}
-
-  bool claims_fail = false;
-  bool claims_unreadable = false;
-  bool completes_fail = false;
-  bool completes_fenced = false;
-  bool complete_reply_lost = false;  // written, then the answer never arrives
-  int completes = 0;
-
-  store::Result<store::ClaimResult> claim(const store::ClaimRequest& r) override {
-    if (claims_unreadable) return store::StoreError{store::StoreErrc::unreadable, "no key 7"};
-    if (claims_fail) return store::StoreError{store::StoreErrc::unavailable, "connection refused"};
-    return inner.claim(r);
-  }
-  store::Result<TimePoint> complete(const store::RecordId& id, std::int64_t token,
-                                    const store::StoredResponse& response, Duration ttl) override {
-    ++completes;
-    if (completes_fail) return store::StoreError{store::StoreErrc::unavailable, "timeout"};
-    if (completes_fenced) return store::StoreError{store::StoreErrc::fenced, "token 1 < 2"};
-    auto r = inner.complete(id, token, response, ttl);
-    if (complete_reply_lost) return store::StoreError{store::StoreErrc::unavailable, "reset"};
-    return r;
-  }
-  store::Result<TimePoint> renew(const store::RecordId& id, std::int64_t t, Duration l) override {
-    return inner.renew(id, t, l);
-  }
-  store::Result<store::Done> release(const store::RecordId& id, std::int64_t t) override {
-    return inner.release(id, t);
-  }
-  store::Result<store::Done> mark_indeterminate(const store::RecordId& id,
-                                                std::int64_t t) override {
-    return inner.mark_indeterminate(id, t);
-  }
-  store::Result<bool> resolve(const store::RecordId& id) override { return inner.resolve(id); }
-  store::Result<std::optional<store::Record>> find(const store::RecordId& id) override {
-    return inner.find(id);
-  }
-  store::Result<std::vector<store::Record>> list(std::optional<store::RecordState> s,
-                                                 int limit) override {
-    return inner.list(s, limit);
-  }
-  store::Result<bool> purge(const store::RecordId& id) override { return inner.purge(id); }
-  store::Result<std::int64_t> delete_expired(int limit) override {
-    return inner.delete_expired(limit);
-  }
-  store::Result<store::Done> ping() override { return inner.ping(); }
-
-  store::MemoryStore inner;
-};
 
 // Records what it saw when it was woken.
 class ProbeWaiter final : public Waiter {

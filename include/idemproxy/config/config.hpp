@@ -127,6 +127,12 @@ std::size_t parse_size(const std::string& text);
 /// names for top-level, route-policy and route-only keys. The README documents each.
 std::vector<std::string> documented_keys();
 
+/// The restart-only keys (listen, the upstream, the store, TLS, the replay cache's
+/// size, server.threads) whose value in `next` differs from the running one.
+std::vector<std::string> restart_only_changes(const Config& running, const Config& next);
+/// Puts every restart-only key of `next` back to its running value.
+void keep_restart_only(Config& next, const Config& running);
+
 /// Parses configuration text; `file` names it in errors. Throws ConfigError.
 Config parse_config(const std::string& text, const std::string& file, const EnvLookup& env);
 /// Reads and parses a file. Throws ConfigError.

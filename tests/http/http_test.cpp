@@ -1,0 +1,91 @@
+// The http library's pure parts, linked as the proxy links them: request-target
+// normalisation (RFC 3986 and RFC 9112 cases), the one map from the coordinator's
+// refusals to problem+json responses, and the replay head serialized once.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "http/headers.hpp"
+#include "http/problem.hpp"
+#include "http/request_target.hpp"
+
+using namespace idemproxy;
+using namespace idemproxy::http;
+
+namespace {
+
+RequestTarget normalized(std::string_view target, TargetRules rules = {}) {
+  auto r = normalize_target(target, rules);
+  EXPECT_TRUE(std::holds_alternative<RequestTarget>(r)) << target;
+  return std::holds_alternative<RequestTarget>(r) ? std::get<RequestTarget>(r) : RequestTarget{};
+}
+
+}  // namespace
+
+TEST(RequestTarget, EverySpellingOfAProtectedPathRoutesAlike) {
+  for (const char* spelling : {"/v1/orders", "//v1//orders", "/v1/./orders", "/v1/x/../orders",
+                               "/v1/%6frders", "/v1/orders;x=1", "http://shop.example/v1/orders"}) {
+    EXPECT_EQ(normalized(spelling).route_path, "/v1/orders") << spelling;
+  }
+  EXPECT_EQ(normalized("http://shop.example:8080/v1/orders?a=1").authority, "shop.example:8080");
+  EXPECT_EQ(normalized("/v1/orders?a=/../b").forward, "/v1/orders?a=/../b");  // query as sent
+}
+
+TEST(RequestTarget, EncodedSlashesAndNulAreRefusedUnlessKept) {
+  for (const char* bad : {"/v1%2Forders", "/v1%5corders", "/v1/orders%00", "/v1\\orders"}) {
+    EXPECT_TRUE(std::holds_alternative<std::string>(normalize_target(bad, {}))) << bad;
+  }
+  EXPECT_EQ(normalized("/v1%2Forders", {true, false}).forward, "/v1%2Forders");
+}
+
+TEST(RemoveDotSegments, Rfc3986Examples) {
+  // RFC 3986 5.2.4's worked examples.
+  EXPECT_EQ(remove_dot_segments("/a/b/c/./../../g"), "/a/g");
+  EXPECT_EQ(remove_dot_segments("mid/content=5/../6"), "mid/6");
+  EXPECT_EQ(remove_dot_segments("/../x"), "/x");
+  EXPECT_EQ(remove_dot_segments("/a/.."), "/");
+}
+
+TEST(Problems, EveryRefusalMapsToItsDocumentedProblem) {
+  struct Case {
+    engine::Refusal why;
+    unsigned status;
+    const char* slug;
+  };
+  const Case cases[] = {
+      {engine::Refusal::key_mismatch, 422, "key-mismatch"},
+      {engine::Refusal::request_in_flight, 409, "request-in-flight"},
+      {engine::Refusal::outcome_unknown, 409, "outcome-unknown"},
+      {engine::Refusal::outcome_indeterminate, 409, "outcome-indeterminate"},
+      {engine::Refusal::store_unavailable, 503, "store-unavailable"},
+      {engine::Refusal::response_not_stored, 409, "response-not-stored"},
+      {engine::Refusal::record_unreadable, 500, "record-unreadable"},
+  };
+  for (const Case& c : cases) {
+    const ProxyError e = refusal_error(c.why, "why it was refused", 1);
+    const StringResponse res = problem_response(e, 11, true);
+    EXPECT_EQ(res.result_int(), c.status) << c.slug;
+    EXPECT_EQ(res[bhttp::field::content_type], "application/problem+json");
+    EXPECT_EQ(res[bhttp::field::retry_after], "1");
+    const auto body = nlohmann::json::parse(res.body());
+    EXPECT_NE(body["type"].get<std::string>().find(c.slug), std::string::npos) << res.body();
+    EXPECT_EQ(body["detail"], "why it was refused");
+    EXPECT_EQ(body["status"], c.status);
+  }
+}
+
+TEST(ReplayHead, IsSerializedOnceWithoutThePerRequestLines) {
+  engine::ReplayCache::Entry e;
+  e.response = {201, {{"Content-Type", "application/json"}}, R"({"id":1})"};
+  e.expires_at = TimePoint{std::chrono::seconds{1'700'000'000}};
+  prepare_replay_head(e);
+  EXPECT_EQ(e.head.rfind("HTTP/1.1 201 Created\r\n", 0), 0u) << e.head;
+  EXPECT_NE(e.head.find("Idempotent-Replayed: true\r\n"), std::string::npos);
+  EXPECT_NE(e.head.find("Content-Length: 8\r\n"), std::string::npos);
+  EXPECT_EQ(e.head.find("Connection"), std::string::npos);
+  EXPECT_NE(e.head.substr(e.head.size() - 2), "\r\n\r\n");  // the blank line comes later
+  engine::ReplayCache::Entry empty;
+  empty.response = {204, {}, ""};
+  prepare_replay_head(empty);
+  EXPECT_TRUE(empty.head.empty());  // built per request: no Content-Length to keep
+}

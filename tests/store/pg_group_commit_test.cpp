@@ -1,0 +1,196 @@
+// PgStore group commit: batches behind a busy connection, one key many times in a
+// batch, a failing member, awkward bytes in the multi-row statements.
+#include "pg_store_fixture.hpp"
+
+namespace {
+
+void wait_until_queued(PgStore& store, int n) {
+  for (int i = 0; i < 500 && store.batch_stats().queued < n; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(store.batch_stats().queued, n);
+}
+
+class HeldConnection {
+ public:
+  // Claims `gate` on `store`, locks its row from another session, and starts a
+  // completion of it, which then waits on that lock with the store's only connection.
+  HeldConnection(PgStore& store, const ClaimRequest& gate)
+      : store_(store), gate_(gate), outside_(dsn()), lock_(outside_) {
+    const auto token = std::get<Claimed>(store.claim(gate).value()).token;
+    lock_.exec_params("SELECT 1 FROM idempotency_records WHERE scope = $1 AND key = $2 FOR UPDATE",
+                      gate.id.scope, gate.id.key);
+    completion_ = std::thread([this, token] {
+      completed_ = store_.complete(gate_.id, token, {201, {}, "gate"}, 1h).ok();
+    });
+    pqxx::connection watch(dsn());
+    for (int i = 0; i < 500; ++i) {
+      pqxx::nontransaction q(watch);
+      if (q.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                 " AND datname = current_database()")[0][0]
+              .as<int>() > 0) {
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "the gate completion never waited on the lock";
+  }
+
+  // Lets the held completion finish; true when it succeeded.
+  bool release() {
+    lock_.commit();
+    completion_.join();
+    return completed_;
+  }
+
+  // Runs work(0) .. work(n - 1), each on its own thread; once all n are queued behind
+  // the held connection, lets it go, and returns when all have finished.
+  void queue_and_release(int n, const std::function<void(int)>& work) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) threads.emplace_back(work, i);
+    wait_until_queued(store_, n);
+    EXPECT_TRUE(release());
+    for (auto& t : threads) t.join();
+  }
+
+ private:
+  PgStore& store_;
+  ClaimRequest gate_;
+  pqxx::connection outside_;
+  pqxx::work lock_;
+  std::thread completion_;
+  bool completed_ = false;
+};
+
+}  // namespace
+
+TEST_F(PgStoreTest, ClaimsQueuedBehindABusyConnectionCommitTogether) {
+  PgStore one({dsn(), 1, 5s});
+  HeldConnection held(one, request("gate"));
+  constexpr int kClaims = 24;
+  std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
+  const auto before = one.batch_stats();
+  held.queue_and_release(kClaims,
+                         [&](int i) { results[i] = one.claim(request("k" + std::to_string(i))); });
+  const auto after = one.batch_stats();
+  // The held completion was one batch; the 24 claims were one more, not 24.
+  EXPECT_EQ(after.batches - before.batches, 2);
+  EXPECT_EQ(after.operations - before.operations, kClaims + 1);
+  EXPECT_EQ(after.fallbacks, 0);
+  std::set<std::int64_t> tokens;
+  for (int i = 0; i < kClaims; ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].error().detail;
+    ASSERT_TRUE(std::holds_alternative<Claimed>(results[i].value())) << i;
+    tokens.insert(std::get<Claimed>(results[i].value()).token);
+    // Committed: another session sees every claim.
+    auto found = store->find(request("k" + std::to_string(i)).id);
+    ASSERT_TRUE(found.ok() && found.value());
+    EXPECT_EQ(found.value()->state, RecordState::in_flight);
+  }
+  EXPECT_EQ(tokens.size(), static_cast<std::size_t>(kClaims));
+}
+
+TEST_F(PgStoreTest, OneKeyClaimedManyTimesInOneBatchHasExactlyOneWinner) {
+  PgStore one({dsn(), 1, 5s});
+  HeldConnection held(one, request("gate"));
+  constexpr int kClaims = 16;
+  std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
+  held.queue_and_release(kClaims, [&](int i) { results[i] = one.claim(request("storm")); });
+  int winners = 0;
+  std::int64_t token = 0;
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.error().detail;
+    if (std::holds_alternative<Claimed>(r.value())) {
+      ++winners;
+      token = std::get<Claimed>(r.value()).token;
+    }
+  }
+  ASSERT_EQ(winners, 1);
+  for (const auto& r : results) {
+    if (const auto* rec = std::get_if<Record>(&r.value())) {
+      EXPECT_EQ(rec->state, RecordState::in_flight);
+      EXPECT_EQ(rec->token, token);
+    }
+  }
+}
+
+TEST_F(PgStoreTest, AFailingStatementDoesNotFailTheRestOfItsBatch) {
+  PgStore one({dsn(), 1, 5s});
+  HeldConnection held(one, request("gate"));
+  // A claim and a completion that will share the batch with one bad statement.
+  const auto done_req = request("to-complete");
+  const auto done_token = claim_token(done_req);
+  std::optional<Result<ClaimResult>> good, bad;
+  std::optional<Result<TimePoint>> completed;
+  held.queue_and_release(3, [&](int i) {
+    if (i == 0) good = one.claim(request("good"));
+    if (i == 1) completed = one.complete(done_req.id, done_token, {200, {}, "ok"}, 1h);
+    if (i == 2) bad = one.claim(request("not-utf8-\xff\xfe"));  // the server refuses it
+  });
+  EXPECT_EQ(one.batch_stats().fallbacks, 1);
+  ASSERT_TRUE(good->ok()) << good->error().detail;
+  EXPECT_TRUE(std::holds_alternative<Claimed>(good->value()));
+  ASSERT_TRUE(completed->ok()) << completed->error().detail;
+  EXPECT_EQ(store->find(done_req.id).value()->response->body, "ok");
+  ASSERT_FALSE(bad->ok());
+  EXPECT_EQ(bad->error().code, StoreErrc::unavailable);
+  EXPECT_NE(bad->error().detail.find("UTF8"), std::string::npos) << bad->error().detail;
+}
+
+// Keys, headers and bodies that need quoting in an array literal, bytes that are not
+// text, an empty body and a status-only record: all survive one multi-row claim and
+// one multi-row completion byte for byte, in the clear and sealed.
+TEST_F(PgStoreTest, BatchedClaimsAndCompletionsRoundTripAwkwardBytes) {
+  std::string binary;
+  for (int i = 0; i < 3000; ++i) binary += static_cast<char>(i % 256);
+  const std::vector<std::string> keys = {
+      "plain", "with \"quotes\"", "back\\slash", "{braces},comma", "NULL", "ünïcødé", " spaced "};
+  const std::vector<StoredResponse> answers = {
+      {201, {{"Content-Type", "application/json"}}, "{\"id\":1}"},
+      {200, {{"X-Quote", "say \"hi\""}, {"X-Back", "a\\b"}}, binary},
+      {204, {}, ""},
+      {200, {{"X-Multi", "a"}, {"X-Multi", "b"}}, "\\x00 not hex"},
+      {202, {}, "NULL"},
+      {200, {}, std::string("nul\0inside", 10)},
+      {500, {}, "too big to keep", false}};
+  for (const bool sealed : {false, true}) {
+    PgStore one({dsn(), 1, 5s, false, sealed ? ring({{"k1", 7}}) : nullptr});
+    const std::string prefix = sealed ? "sealed/" : "clear/";
+    std::vector<std::int64_t> tokens(keys.size());
+    {
+      HeldConnection held(one, request(prefix + "gate-claims"));
+      held.queue_and_release(static_cast<int>(keys.size()), [&](int i) {
+        auto r = one.claim(request(prefix + keys[i]));
+        tokens[i] = r.ok() && std::holds_alternative<Claimed>(r.value())
+                        ? std::get<Claimed>(r.value()).token
+                        : -1;
+      });
+    }
+    for (const auto t : tokens) ASSERT_GT(t, 0);
+    const auto before = one.batch_stats();
+    {
+      HeldConnection held(one, request(prefix + "gate-completions"));
+      std::vector<char> ok(keys.size());  // not vector<bool>: its bits share words
+      held.queue_and_release(static_cast<int>(keys.size()), [&](int i) {
+        ok[i] = one.complete(request(prefix + keys[i]).id, tokens[i], answers[i], 1h).ok();
+      });
+      for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(ok[i]) << keys[i];
+    }
+    // The gate's claim, the gate's completion, and one for all seven completions.
+    EXPECT_EQ(one.batch_stats().batches - before.batches, 3);
+    EXPECT_EQ(one.batch_stats().fallbacks, 0);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      auto found = one.find(request(prefix + keys[i]).id);
+      ASSERT_TRUE(found.ok() && found.value()) << keys[i];
+      const Record& r = *found.value();
+      EXPECT_EQ(r.state, RecordState::completed) << keys[i];
+      EXPECT_EQ(r.token, tokens[i]);
+      EXPECT_EQ(r.fingerprint, "fp-1");
+      ASSERT_TRUE(r.response) << keys[i];
+      EXPECT_EQ(r.response->status, answers[i].status);
+      EXPECT_EQ(r.response->body_stored, answers[i].body_stored) << keys[i];
+      if (answers[i].body_stored) {
+        EXPECT_EQ(r.response->body, answers[i].body) << keys[i];
+        EXPECT_EQ(r.response->headers, answers[i].headers) << keys[i];
+      }
+    }
+  }
+}
