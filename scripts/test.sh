@@ -10,7 +10,7 @@
 #   6. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them).
 # Before building, every C++ file is checked against .clang-format; after it,
 # clang-tidy (.clang-tidy) must find nothing in src/. The TSan stage also runs the
-# coordinator and replay cache unit tests.
+# coordinator, lease schedule and replay cache unit tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -106,8 +106,8 @@ if [ "$SANITIZE" = 1 ]; then
   if [ "$p" = 0 ] && [ "$n" = 0 ]; then n=1; fi  # it did not run: count a failure
   passed=$((passed + p))
   failed=$((failed + n))
-  echo "== coordinator and replay cache unit tests (ThreadSanitizer)"
-  if build-tsan/tests/unit_tests --gtest_filter='Coordinator*:ReplayCache*' 2>&1 |
+  echo "== coordinator, lease schedule and replay cache unit tests (ThreadSanitizer)"
+  if build-tsan/tests/unit_tests --gtest_filter='Coordinator*:ReplayCache*:LeaseSchedule*' 2>&1 |
      tee "$WORK/tsan-unit.log" | tail -3; then :; else status=1; fi
   p=$(grep -oE 'PASSED  \] [0-9]+' "$WORK/tsan-unit.log" | grep -oE '[0-9]+$' || echo 0)
   n=$(grep -oE 'FAILED  \] [0-9]+ test' "$WORK/tsan-unit.log" | grep -oE '[0-9]+' || echo 0)

@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "cli/cli.hpp"
+#include "idemproxy/ops/records.hpp"
 
 namespace idemproxy::cli {
 
@@ -21,11 +22,9 @@ std::string usage() {
 
 namespace {
 int parse_limit(const std::string& v) {
-  if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(v) < 1 || std::stoi(v) > 1000) {
-    throw UsageError("--limit needs a number from 1 to 1000");
-  }
-  return std::stoi(v);
+  const auto limit = ops::parse_limit(v);
+  if (!limit) throw UsageError("--limit needs a number from 1 to 1000");
+  return *limit;
 }
 }  // namespace
 

@@ -1,5 +1,6 @@
 // The one-shot verbs: check-config, migrate, gc, keys show|purge.
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.hpp"
@@ -56,15 +57,12 @@ int migrate(const Args& args) {
 
 int gc(const Args& args) {
   auto pg = open_pg(load_or_exit(args));
-  std::int64_t total = 0;
-  for (;;) {
-    auto batch = pg.delete_expired(1000);
-    if (!batch.ok()) {
-      std::cerr << "gc failed after deleting " << total << ": " << batch.error().detail << "\n";
-      return kRuntimeError;
-    }
-    total += batch.value();
-    if (batch.value() < 1000) break;
+  // Until a batch comes back short: max_batches only bounds one in-process run.
+  const ops::Collected c = ops::collect_expired(pg, 1000, std::numeric_limits<int>::max());
+  const std::int64_t total = c.deleted;
+  if (c.error) {
+    std::cerr << "gc failed after deleting " << total << ": " << *c.error << "\n";
+    return kRuntimeError;
   }
   std::cout << "deleted " << total << " expired record" << (total == 1 ? "" : "s") << "\n";
   return kOk;

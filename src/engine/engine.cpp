@@ -92,19 +92,11 @@ bool is_per_exchange(std::string_view name) {
 }  // namespace
 
 bool is_hop_by_hop(std::string_view name) {
-  static constexpr std::array<std::string_view, 10> kHopByHop = {"connection",
-                                                                 "keep-alive",
-                                                                 "proxy-connection",
-                                                                 "te",
-                                                                 "trailer",
-                                                                 "upgrade",
-                                                                 "transfer-encoding",
-                                                                 "content-length",
-                                                                 "proxy-authenticate",
-                                                                 "proxy-authorization"};
-  return std::any_of(kHopByHop.begin(), kHopByHop.end(), [&](std::string_view h) {
+  const auto same = [&](std::string_view h) {
     return h.size() == name.size() && strncasecmp(h.data(), name.data(), h.size()) == 0;
-  });
+  };
+  return same("transfer-encoding") || same("content-length") ||
+         std::any_of(kConnectionHeaders.begin(), kConnectionHeaders.end(), same);
 }
 
 std::vector<store::Header> storable_headers(const std::vector<store::Header>& headers,

@@ -84,13 +84,12 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
     const std::string limit_text = param(*url, "limit");
     int limit = 50;
     if (!limit_text.empty()) {
-      if (limit_text.size() > 4 ||
-          limit_text.find_first_not_of("0123456789") != std::string::npos ||
-          std::stoi(limit_text) < 1 || std::stoi(limit_text) > 1000) {
+      const auto parsed = ops::parse_limit(limit_text);
+      if (!parsed) {
         set_json(res, status::bad_request, {{"error", "limit must be a number from 1 to 1000"}});
         co_return;
       }
-      limit = std::stoi(limit_text);
+      limit = *parsed;
     }
     action = co_await rt.blocking(
         [&store, &state, &limit] { return list_records(store, state, limit); });

@@ -112,8 +112,9 @@ asio::awaitable<Step> execute(Flow& f) {
   const auto& route = f.route();
   rt.metrics.claim_started();
   const auto t0 = std::chrono::steady_clock::now();
-  // The lease is renewed while the upstream works (LeaseRenewals).
-  auto heartbeat = std::make_optional<LeaseRenewals::Hold>(rt.leases, claim.id, token, route.lease);
+  // The lease is renewed while the upstream works (engine::LeaseSchedule).
+  auto heartbeat =
+      std::make_optional<engine::LeaseSchedule::Hold>(rt.leases, claim.id, token, route.lease);
   Exchange ex = co_await rt.upstream.exchange(f.req, interim_sink(ctx));
   heartbeat.reset();
   const double upstream_seconds =

@@ -141,10 +141,7 @@ void strip_hop_by_hop(bhttp::fields& fields) {
     }
   }
   for (const auto& n : named) fields.erase(n);
-  for (const char* h : {"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Upgrade",
-                        "Proxy-Authenticate", "Proxy-Authorization"}) {
-    fields.erase(h);
-  }
+  for (const std::string_view h : engine::kConnectionHeaders) fields.erase(h);
 }
 
 void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip, bool tls,

@@ -18,6 +18,7 @@
 #include "http/upstream_pool.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/engine/coordinator.hpp"
+#include "idemproxy/engine/lease_schedule.hpp"
 #include "idemproxy/ops/metrics.hpp"
 
 namespace idemproxy::http {
@@ -81,7 +82,7 @@ class Runtime {
   ops::Metrics& metrics;
   asio::thread_pool db_pool;
   UpstreamPool upstream;
-  LeaseRenewals leases;  // run() is started with the server
+  engine::LeaseSchedule leases;  // renew_leases() is started with the server
   CompletionRetrier completions;
   engine::ReplayCache cache;
   engine::Coordinator coordinator;

@@ -8,6 +8,7 @@
 #include "http/session.hpp"
 #include "http/tls.hpp"
 #include "idemproxy/http/proxy_server.hpp"
+#include "idemproxy/ops/records.hpp"
 
 namespace idemproxy::http {
 
@@ -244,14 +245,7 @@ asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
     if (runtime.draining) co_return;
     auto& store = runtime.record_store;
     const std::int64_t deleted = co_await runtime.blocking([&store, &gc] {
-      std::int64_t total = 0;
-      for (int batch = 0; batch < gc.max_batches; ++batch) {
-        auto n = store.delete_expired(gc.batch_size);
-        if (!n.ok()) break;
-        total += n.value();
-        if (n.value() < gc.batch_size) break;
-      }
-      return total;
+      return ops::collect_expired(store, gc.batch_size, gc.max_batches).deleted;
     });
     if (deleted > 0) {
       runtime.metrics.count_gc_deleted(static_cast<std::uint64_t>(deleted));
@@ -294,8 +288,7 @@ int ProxyServer::run() {
   asio::co_spawn(s.control, s.handle_signals(), log_exception);
   asio::co_spawn(s.control, s.collect_garbage(), log_exception);
   // Leases are at least 1s and renewed at a third of it: a 100 ms beat is on time.
-  asio::co_spawn(s.control, s.runtime.leases.run(s.runtime, std::chrono::milliseconds{100}),
-                 log_exception);
+  asio::co_spawn(s.control, renew_leases(s.runtime, std::chrono::milliseconds{100}), log_exception);
   std::vector<std::thread> extra;
   for (int i = 1; i < s.threads; ++i) extra.emplace_back([&s] { s.io.run(); });
   s.io.run();

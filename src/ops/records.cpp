@@ -86,4 +86,28 @@ RecordAction list_records(store::Store& store, const std::string& state, int lim
   return {RecordAction::Status::ok, {{"records", records}, {"count", records.size()}}};
 }
 
+std::optional<int> parse_limit(std::string_view text) {
+  if (text.empty() || text.size() > 4 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  const int n = std::stoi(std::string(text));
+  if (n < 1 || n > 1000) return std::nullopt;
+  return n;
+}
+
+Collected collect_expired(store::Store& store, int batch_size, int max_batches) {
+  Collected c;
+  for (int batch = 0; batch < max_batches; ++batch) {
+    auto n = store.delete_expired(batch_size);
+    if (!n.ok()) {
+      c.error = n.error().detail;
+      break;
+    }
+    c.deleted += n.value();
+    if (n.value() < batch_size) break;
+  }
+  return c;
+}
+
 }  // namespace idemproxy::ops

@@ -1,9 +1,11 @@
 #pragma once
 // The idempotency state machine: what to do with a request that carries a key,
 // and what to do with the upstream's answer. It knows records, not SQL or sockets.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "idemproxy/engine/policy.hpp"
 #include "idemproxy/store/store.hpp"
@@ -75,8 +77,16 @@ class Engine {
   store::Store& store_;
 };
 
-/// True for headers that describe one connection, not the message (RFC 9110 7.6.1),
-/// plus the framing headers that a stored body gets anew on replay.
+/// Headers that describe one connection, not the message (RFC 9110 7.6.1, with the
+/// proxy ones of RFC 7230 6.1 that old peers still send): never forwarded, never
+/// stored. The one list both hops use (http::strip_hop_by_hop removes them, and any
+/// header Connection names).
+inline constexpr std::array<std::string_view, 8> kConnectionHeaders = {
+    "connection", "keep-alive", "proxy-connection",   "te",
+    "trailer",    "upgrade",    "proxy-authenticate", "proxy-authorization"};
+
+/// True for the connection headers, plus the framing headers that a stored body gets
+/// anew on replay.
 bool is_hop_by_hop(std::string_view name);
 
 /// The headers of `response` that may be stored for replay under `policy`.

@@ -1,9 +1,11 @@
 #pragma once
 // Records as operators see them: the JSON that `idemproxy keys ...` prints and the
 // admin API returns. One implementation for both.
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "idemproxy/store/store.hpp"
 
@@ -25,5 +27,17 @@ RecordAction purge_record(store::Store& store, const store::RecordId& id);
 RecordAction resolve_record(store::Store& store, const store::RecordId& id);
 /// `state` empty means any state.
 RecordAction list_records(store::Store& store, const std::string& state, int limit);
+
+/// A listing's limit as the CLI (--limit) and the admin API (?limit=) take it: a
+/// number from 1 to 1000; nothing otherwise.
+std::optional<int> parse_limit(std::string_view text);
+
+/// Deletes expired records in batches of `batch_size` until a batch comes back short
+/// or `max_batches` ran (the in-process GC and `idemproxy gc`).
+struct Collected {
+  std::int64_t deleted = 0;
+  std::optional<std::string> error;  // the store failed after `deleted`
+};
+Collected collect_expired(store::Store& store, int batch_size, int max_batches);
 
 }  // namespace idemproxy::ops
