@@ -13,6 +13,7 @@ namespace idemproxy::cli {
 int serve(const Args& args) {
   const config::Config cfg = config::load_config(args.config);
   ops::configure_logging(cfg.log_level, cfg.log_format);
+  for (const auto& w : cfg.warnings) spdlog::warn("config: {}", w);
   ops::Metrics metrics;
   SystemClock clock;
   std::unique_ptr<store::Store> store;

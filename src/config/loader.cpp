@@ -254,8 +254,25 @@ void read_routes(const YAML::Node& root, const Reader& r, Config& c) {
                    " ms) must be longer than store.postgres.statement_timeout, "
                    "which bounds each lease renewal");
       }
+      // First match wins, by path alone: a route whose prefix an earlier route
+      // covers can never match (its methods and policy would silently not apply).
+      for (const auto& earlier : c.routes) {
+        const bool hides_every_spelling = !earlier.case_sensitive || p.case_sensitive;
+        if (hides_every_spelling && engine::RouteTable({earlier}).match(p.path_prefix)) {
+          r.fail(node["path_prefix"], "route \"" + p.name + "\" (path_prefix " + p.path_prefix +
+                                          ") can never match: route \"" + earlier.name +
+                                          "\" (path_prefix " + earlier.path_prefix +
+                                          ") comes first and covers it; list the longer prefix "
+                                          "first");
+        }
+      }
       c.routes.push_back(std::move(p));
     }
+  }
+  if (c.routes.empty()) {
+    r.fail(root["routes"] ? root["routes"] : root,
+           "no routes: nothing would be protected, every request passes through (add one, "
+           "e.g. routes: [{name: orders, path_prefix: /v1/orders}])");
   }
 }
 
@@ -285,6 +302,7 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   read_server(root, r, c);
   read_housekeeping(root, r, c);
   read_routes(root, r, c);
+  c.warnings = r.take_warnings();
   return c;
 }
 

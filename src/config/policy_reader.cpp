@@ -1,7 +1,43 @@
 // Reading one route policy (in `defaults` or a route).
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+
 #include "config/reader.hpp"
 
 namespace idemproxy::config::detail {
+namespace {
+
+// RFC 9110 5.6.2: tchar.
+bool is_token(std::string_view s) {
+  if (s.empty()) return false;
+  return std::all_of(s.begin(), s.end(), [](unsigned char c) {
+    return std::isalnum(c) ||
+           std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+  });
+}
+
+// The methods RFC 9110 9.3 defines, and PATCH (RFC 5789).
+bool is_known_method(std::string_view m) {
+  for (const std::string_view known :
+       {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}) {
+    if (m == known) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string Reader::field_name(const YAML::Node& n, const std::string& name) const {
+  std::string v = text(n, name);
+  if (!is_token(v)) {
+    fail(n, name +
+                " must be a header field name (letters, digits and !#$%&'*+-.^_`|~, no "
+                "spaces; RFC 9110 5.1), not \"" +
+                v + "\"");
+  }
+  return v;
+}
 
 void Reader::policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
                     bool is_route) const {
@@ -23,12 +59,22 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
     } else if (key == "enabled") {
       p.enabled = boolean(v, name);
     } else if (key == "header") {
-      p.header = text(v, name);
-      if (p.header.empty()) fail(v, name + " must not be empty");
+      p.header = field_name(v, name);
     } else if (key == "methods") {
       p.methods = list(v, name);
+      if (p.methods.empty()) {
+        fail(v, name + " is empty: the route would protect nothing (e.g. [POST, PATCH])");
+      }
+      std::size_t i = 0;
       for (auto& m : p.methods) {
+        const YAML::Node at = v[i++];
+        if (!is_token(m)) fail(at, name + ": \"" + m + "\" is not a method name (RFC 9110 9.1)");
         for (auto& c : m) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        if (!is_known_method(m)) {
+          warn(at, name + ": " + m +
+                       " is not a method RFC 9110 or RFC 5789 defines (a typo for POST?); only "
+                       "requests with exactly this method are protected");
+        }
       }
     } else if (key == "key_required") {
       p.key_required = boolean(v, name);
@@ -42,6 +88,7 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       if (p.lease < std::chrono::seconds{1}) fail(v, name + " must be at least 1s");
     } else if (key == "scope_header") {
       p.scope_header = text(v, name);
+      if (!p.scope_header.empty()) p.scope_header = field_name(v, name);
     } else if (key == "scope") {
       expect_map(v, name, section("scope"));
       if (!v["from"]) {
@@ -53,7 +100,7 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
                                                 {"client_cert", engine::ScopeFrom::client_cert}});
       if (p.scope_from == engine::ScopeFrom::header) {
         if (!v["header"]) fail(v, name + ".header is required with from: header");
-        p.scope_header = text(v["header"], name + ".header");
+        p.scope_header = field_name(v["header"], name + ".header");
       } else if (v["header"]) {
         fail(v["header"], name + ".header applies only to from: header");
       }

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "idemproxy/config/config.hpp"
 
@@ -27,13 +28,28 @@ class Reader {
     throw ConfigError(file_, std::max(mark.line, 0) + 1, std::max(mark.column, 0) + 1, message);
   }
 
-  // Rejects keys of `map` that are not in `known`, naming the path for context.
+  /// Records a warning at `at` (Config::warnings): it loads, but is probably a mistake.
+  void warn(const YAML::Node& at, const std::string& message) const {
+    const YAML::Mark mark = at.Mark();
+    warnings_.push_back(file_ + ":" + std::to_string(std::max(mark.line, 0) + 1) + ":" +
+                        std::to_string(std::max(mark.column, 0) + 1) + ": " + message);
+  }
+  std::vector<std::string> take_warnings() const { return std::move(warnings_); }
+
+  // Rejects keys of `map` that are not in `known`, and keys given twice (YAML 1.2
+  // 3.2.1.1 requires unique keys; yaml-cpp would keep the first silently), naming the
+  // path for context.
   void expect_map(const YAML::Node& map, const std::string& path,
                   const std::set<std::string>& known) const {
     if (!map.IsMap()) fail(map, path + " must be a mapping");
+    std::map<std::string, int> seen;
     for (const auto& item : map) {
       if (!item.first.IsScalar()) fail(item.first, path + " has a key that is not a plain name");
       const auto key = item.first.as<std::string>();
+      if (const auto [at, fresh] = seen.emplace(key, item.first.Mark().line + 1); !fresh) {
+        fail(item.first, "duplicate key \"" + key + "\" in " + path + " (first at line " +
+                             std::to_string(at->second) + "); only one may be given");
+      }
       if (!known.contains(key)) {
         std::string list;
         for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
@@ -125,9 +141,13 @@ class Reader {
   void policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
               bool is_route) const;
 
+  /// A header field name: a token (RFC 9110 5.1, 5.6.2), or an error naming `name`.
+  std::string field_name(const YAML::Node& n, const std::string& name) const;
+
  private:
   std::string file_;
   const EnvLookup& env_;
+  mutable std::vector<std::string> warnings_;
 };
 
 // Every key the loader accepts, by section. The loader enforces it (unknown keys

@@ -24,8 +24,14 @@ const char* kMinimal =
     "store:\n"
     "  memory: {}\n";
 
+// A file without routes is an error; tests about other keys get one at the end
+// (which moves no line or column they check).
+const char* kAnyRoute = "routes: [{name: any, path_prefix: /any}]\n";
+
 Config parse(const std::string& text, std::map<std::string, std::string> vars = {}) {
-  return parse_config(text, "test.yaml", env_of(std::move(vars)));
+  const bool routed = text.find("routes") != std::string::npos ||
+                      text.find("store:") == std::string::npos;  // not a whole file
+  return parse_config(routed ? text : text + kAnyRoute, "test.yaml", env_of(std::move(vars)));
 }
 
 // Returns "LINE:COL: message" of the error the text produces.
@@ -104,7 +110,89 @@ TEST(Config, MinimalFileGetsSpecDefaults) {
   EXPECT_EQ(c.defaults.ttl, 24h);
   EXPECT_EQ(c.defaults.lease, 30s);
   EXPECT_EQ(c.defaults.max_body, 1024u * 1024);
-  EXPECT_TRUE(c.routes.empty());
+  ASSERT_EQ(c.routes.size(), 1u);  // kAnyRoute
+  EXPECT_EQ(c.routes[0].methods, (std::vector<std::string>{"POST", "PATCH"}));
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+// Issue 12: typos that used to load and silently leave requests unprotected.
+TEST(ConfigTypos, NoRoutesAtAllIsAnError) {
+  const auto env = env_of({});
+  try {
+    parse_config(kMinimal, "test.yaml", env);
+    ADD_FAILURE() << "a file without routes loaded";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no routes"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(error_of(std::string(kMinimal) + "routes: []\n").find("no routes"), std::string::npos);
+}
+
+TEST(ConfigTypos, DuplicateKeysAreErrorsAtTheSecondOne) {
+  EXPECT_EQ(where(std::string(kMinimal) + "listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n"), "6:1");
+  EXPECT_NE(error_of(std::string(kMinimal) + "listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n")
+                .find("duplicate key \"listen\""),
+            std::string::npos);
+  EXPECT_EQ(where(std::string(kMinimal) +
+                  "routes:\n  - name: a\n    path_prefix: /a\n    key_required: true\n"
+                  "    key_required: false\n"),
+            "9:5");
+}
+
+TEST(ConfigTypos, MethodsMustBeNamedAndUnknownOnesAreWarnedAbout) {
+  EXPECT_NE(error_of(std::string(kMinimal) + "routes: [{name: a, path_prefix: /a, methods: []}]\n")
+                .find("is empty"),
+            std::string::npos);
+  EXPECT_EQ(where(std::string(kMinimal) +
+                  "routes: [{name: a, path_prefix: /a, methods: [POST, \"PO ST\"]}]\n"),
+            "5:53");  // yaml-cpp marks a flow sequence item at the separator before it
+  const Config c =
+      parse(std::string(kMinimal) + "routes: [{name: a, path_prefix: /a, methods: [pots]}]\n");
+  EXPECT_EQ(c.routes[0].methods, std::vector<std::string>{"POTS"});
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_EQ(c.warnings[0].rfind("test.yaml:5:47: ", 0), 0u) << c.warnings[0];
+  EXPECT_NE(c.warnings[0].find("POTS is not a method"), std::string::npos);
+  EXPECT_TRUE(parse(std::string(kMinimal) +
+                    "routes: [{name: a, path_prefix: /a, methods: [post, PUT, delete]}]\n")
+                  .warnings.empty());
+}
+
+TEST(ConfigTypos, HeaderNamesMustBeFieldNames) {
+  EXPECT_EQ(where(std::string(kMinimal) + "defaults: {header: \"Idempotency Key\"}\n"), "5:20");
+  EXPECT_NE(error_of(std::string(kMinimal) + "defaults: {scope_header: \"X Tenant\"}\n")
+                .find("header field name"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "defaults: {scope: {from: header, header: \"a:b\"}}\n")
+                .find("header field name"),
+            std::string::npos);
+  EXPECT_EQ(parse(std::string(kMinimal) + "defaults: {header: X-Idem_Key.1}\n").defaults.header,
+            "X-Idem_Key.1");
+}
+
+TEST(ConfigTypos, ARouteHiddenBehindAnEarlierPrefixIsAnError) {
+  const std::string e = error_of(std::string(kMinimal) +
+                                 "routes:\n  - {name: all, path_prefix: /v1}\n"
+                                 "  - {name: orders, path_prefix: /v1/orders}\n");
+  EXPECT_EQ(e.substr(0, e.find(": ")), "7:33");
+  EXPECT_NE(e.find("route \"orders\" (path_prefix /v1/orders) can never match: route \"all\""),
+            std::string::npos)
+      << e;
+  // The longer prefix first is the fix; /v1/ordersx is not under /v1/orders.
+  EXPECT_EQ(parse(std::string(kMinimal) +
+                  "routes:\n  - {name: orders, path_prefix: /v1/orders}\n"
+                  "  - {name: x, path_prefix: /v1/ordersx}\n  - {name: all, path_prefix: /v1}\n")
+                .routes.size(),
+            3u);
+  // A case-insensitive route behind a case-sensitive one still matches other spellings.
+  EXPECT_EQ(
+      parse(std::string(kMinimal) + "routes:\n  - {name: lower, path_prefix: /v1}\n"
+                                    "  - {name: any, path_prefix: /v1/o, case_sensitive: false}\n")
+          .routes.size(),
+      2u);
+  EXPECT_NE(error_of(std::string(kMinimal) +
+                     "routes:\n  - {name: any, path_prefix: /V1, case_sensitive: false}\n"
+                     "  - {name: lower, path_prefix: /v1/o}\n")
+                .find("can never match"),
+            std::string::npos);
 }
 
 TEST(Config, RoutesInheritDefaultsAndOverrideThem) {

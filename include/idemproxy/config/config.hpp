@@ -108,6 +108,9 @@ struct Config {
   std::string log_format = "text";  // text | json
   engine::RoutePolicy defaults;
   std::vector<engine::RoutePolicy> routes;  // defaults already applied
+  /// "FILE:LINE:COL: message" for what loads but is probably a mistake (a method no
+  /// RFC defines); check-config prints them and serve logs them.
+  std::vector<std::string> warnings;
 };
 
 /// Looks up an environment variable; std::nullopt when unset.
