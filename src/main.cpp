@@ -1,4 +1,7 @@
 // idemproxy: an HTTP reverse-proxy sidecar that makes any upstream API safe to retry.
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 #include <iostream>
 
@@ -12,7 +15,7 @@ int main(int argc, char** argv) {
   try {
     const Args args = parse_args({argv + 1, argv + argc});
     if (args.help) {
-      std::cout << usage();
+      std::cout << (args.verb_given ? command_help(args.verb) : usage());
       return kOk;
     }
     if (args.version) {
@@ -20,6 +23,9 @@ int main(int argc, char** argv) {
       return kOk;
     }
     if (args.verb == "serve") return serve(args);
+    // The one-shot commands print their results on stdout (JSON for keys): log lines,
+    // such as the audit line of a purge, go to stderr.
+    spdlog::set_default_logger(spdlog::stderr_logger_mt("idemproxy"));
     if (args.verb == "migrate") return migrate(args);
     if (args.verb == "check-config") return check_config(args);
     if (args.verb == "gc") return gc(args);

@@ -20,6 +20,50 @@ std::string usage() {
          "Exit codes: 0 success, 1 runtime error, 2 usage or configuration error.\n";
 }
 
+std::string command_help(const std::string& verb) {
+  struct Help {
+    const char* verb;
+    const char* text;
+  };
+  static const Help kHelp[] = {
+      {"serve",
+       "usage: idemproxy [serve] --config FILE [--no-migrate]\n\n"
+       "Runs the proxy: applies pending migrations (unless --no-migrate), then serves\n"
+       "listen and admin_listen until SIGTERM or SIGINT (a drain), reloading on SIGHUP.\n"},
+      {"migrate",
+       "usage: idemproxy migrate --config FILE\n\n"
+       "Applies the pending migrations to store.postgres and exits; safe to run from many\n"
+       "instances at once.\n"},
+      {"check-config",
+       "usage: idemproxy check-config --config FILE\n\n"
+       "Validates the file: exit 0 when it loads (warnings on stderr), or FILE:LINE:COL:\n"
+       "message on stderr and exit 2.\n"},
+      {"gc",
+       "usage: idemproxy gc --config FILE\n\n"
+       "Deletes every expired record now, in batches of 1000 (serve does it every\n"
+       "gc.interval).\n"},
+      {"keys show",
+       "usage: idemproxy keys show --config FILE --key K [--scope S]\n\n"
+       "Prints one record as JSON: its state, fingerprint, times and stored response.\n"},
+      {"keys purge",
+       "usage: idemproxy keys purge --config FILE --key K [--scope S]\n\n"
+       "Deletes one record; every instance's replay cache drops it. The next request\n"
+       "with the key executes.\n"},
+      {"keys resolve",
+       "usage: idemproxy keys resolve --config FILE --key K [--scope S]\n\n"
+       "Releases an indeterminate or stale record once you have checked the resource:\n"
+       "the next request with the key executes.\n"},
+      {"keys list",
+       "usage: idemproxy keys list --config FILE [--state STATE] [--limit N]\n\n"
+       "Lists the newest records (N from 1 to 1000, default 50), optionally in one state:\n"
+       "in_flight, completed, released or indeterminate.\n"},
+  };
+  for (const Help& h : kHelp) {
+    if (verb == h.verb) return h.text;
+  }
+  return usage();
+}
+
 namespace {
 int parse_limit(const std::string& v) {
   const auto limit = ops::parse_limit(v);
@@ -33,8 +77,11 @@ Args parse_args(const std::vector<std::string>& argv) {
   std::size_t i = 0;
   if (i < argv.size() && !argv[i].starts_with("-")) {
     a.verb = argv[i++];
+    a.verb_given = true;
     if (a.verb == "keys") {
-      if (i >= argv.size()) throw UsageError("keys needs show or purge");
+      if (i >= argv.size() || argv[i].starts_with("-")) {
+        throw UsageError("keys needs show, purge, resolve or list");
+      }
       a.verb += " " + argv[i++];
     }
   }

@@ -28,11 +28,14 @@ struct Args {
   int limit = 50;     // keys list
   bool help = false;
   bool version = false;
+  bool verb_given = false;  // `idemproxy <command> --help` explains that command
 };
 
 /// Throws UsageError on anything it does not understand.
 Args parse_args(const std::vector<std::string>& argv);
 std::string usage();
+/// What one command does and takes (`idemproxy <command> --help`).
+std::string command_help(const std::string& verb);
 
 /// The PostgreSQL store options a configuration asks for, with its own pool size.
 store::PgOptions pg_options(const config::Config& c, int pool_size);

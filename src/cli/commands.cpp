@@ -38,6 +38,7 @@ store::PgOptions pg_options(const config::Config& c, int pool_size) {
 
 int check_config(const Args& args) {
   const auto c = load_or_exit(args);
+  for (const auto& w : c.warnings) std::cerr << "warning: " << w << "\n";
   std::cout << args.config << ": ok (" << c.routes.size() << " route"
             << (c.routes.size() == 1 ? "" : "s") << ", upstream " << c.upstream.url << ")\n";
   return kOk;
@@ -87,12 +88,12 @@ int keys_show(const Args& args) {
 
 int keys_purge(const Args& args) {
   auto pg = open_pg(load_or_exit(args));
-  return report(ops::purge_record(pg, {args.scope, *args.key}));
+  return report(ops::purge_record(pg, {args.scope, *args.key}, "the CLI"));
 }
 
 int keys_resolve(const Args& args) {
   auto pg = open_pg(load_or_exit(args));
-  return report(ops::resolve_record(pg, {args.scope, *args.key}));
+  return report(ops::resolve_record(pg, {args.scope, *args.key}, "the CLI"));
 }
 
 int keys_list(const Args& args) {

@@ -83,10 +83,4 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
   return to_hex({reinterpret_cast<const char*>(md.data()), n});
 }
 
-std::string sha256_hex(std::string_view data) {
-  Sha256 h;
-  h.raw(data);
-  return h.hex();
-}
-
 }  // namespace idemproxy::engine

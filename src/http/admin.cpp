@@ -27,6 +27,29 @@ void set_json(http::StringResponse& res, status code, const nlohmann::json& body
   res.body() = body.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+// Admin errors are problem+json (RFC 9457), as the proxy's own are: a stable type per
+// status, and what went wrong in `detail`.
+void set_problem(http::StringResponse& res, status code, const std::string& detail) {
+  res.result(code);
+  res.set(bhttp::field::content_type, "application/problem+json");
+  const std::string reason(bhttp::obsolete_reason(code));
+  std::string slug;
+  for (const char c : reason) {
+    slug += c == ' ' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  const nlohmann::json body = {{"type", "https://idemproxy.dev/problems/admin-" + slug},
+                               {"title", reason},
+                               {"status", static_cast<unsigned>(code)},
+                               {"detail", detail}};
+  res.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// RFC 9110 15.5.6: 405 names the methods the resource has.
+void set_not_allowed(http::StringResponse& res, const char* allow) {
+  set_problem(res, status::method_not_allowed, std::string("this endpoint takes ") + allow);
+  res.set(bhttp::field::allow, allow);
+}
+
 bool authorized(const http::StringRequest& req, const std::string& token) {
   const std::string_view auth = req[bhttp::field::authorization];
   constexpr std::string_view kBearer = "Bearer ";
@@ -40,6 +63,8 @@ status status_of(const RecordAction& a) {
   switch (a.status) {
     case RecordAction::Status::ok:
       return status::ok;
+    case RecordAction::Status::bad_request:
+      return status::bad_request;
     case RecordAction::Status::not_found:
       return status::not_found;
     case RecordAction::Status::store_error:
@@ -58,7 +83,7 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
                            http::Runtime& rt) {
   const auto url = boost::urls::parse_origin_form(req.target());
   if (!url) {
-    set_json(res, status::bad_request, {{"error", "malformed target"}});
+    set_problem(res, status::bad_request, "the request target is not a valid path");
     co_return;
   }
   std::vector<std::string> segments;
@@ -66,45 +91,68 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
   const store::RecordId id{param(*url, "scope"), segments.size() >= 3 ? segments[2] : ""};
   auto& store = rt.record_store;
   const auto verb = req.method();
+  const bool keys = segments.size() >= 2 && segments[1] == "keys";
   RecordAction action;
-  if (segments.size() == 2 && segments[1] == "reload" && verb == bhttp::verb::post) {
+  if (segments.size() == 2 && segments[1] == "reload") {
+    if (verb != bhttp::verb::post) {
+      set_not_allowed(res, "POST");
+      co_return;
+    }
     const auto error = rt.reload();
-    if (error)
-      set_json(res, status::bad_request, {{"reloaded", false}, {"error", *error}});
-    else
+    if (error) {
+      set_problem(res, status::bad_request, "reload rejected: " + *error);
+    } else {
       set_json(res, status::ok, {{"reloaded", true}});
+    }
     co_return;
   }
-  if (segments.size() < 2 || segments[1] != "keys") {
-    set_json(res, status::not_found, {{"error", "no such admin endpoint"}});
-    co_return;
-  }
-  if (segments.size() == 2 && verb == bhttp::verb::get) {
+  if (keys && segments.size() == 2) {
+    if (verb != bhttp::verb::get) {
+      set_not_allowed(res, "GET");
+      co_return;
+    }
     const std::string state = param(*url, "state");
     const std::string limit_text = param(*url, "limit");
     int limit = 50;
     if (!limit_text.empty()) {
       const auto parsed = ops::parse_limit(limit_text);
       if (!parsed) {
-        set_json(res, status::bad_request, {{"error", "limit must be a number from 1 to 1000"}});
+        set_problem(res, status::bad_request, "limit must be a number from 1 to 1000");
         co_return;
       }
       limit = *parsed;
     }
     action = co_await rt.blocking(
         [&store, &state, &limit] { return list_records(store, state, limit); });
-  } else if (segments.size() == 3 && verb == bhttp::verb::get) {
-    action = co_await rt.blocking([&store, &id] { return show_record(store, id); });
-  } else if (segments.size() == 3 && verb == bhttp::verb::delete_) {
-    action = co_await rt.blocking([&store, &id] { return purge_record(store, id); });
-    rt.coordinator.forget(id);
-  } else if (segments.size() == 4 && segments[3] == "resolve" && verb == bhttp::verb::post) {
-    action = co_await rt.blocking([&store, &id] { return resolve_record(store, id); });
+  } else if (keys && segments.size() == 3) {
+    if (verb == bhttp::verb::get) {
+      action = co_await rt.blocking([&store, &id] { return show_record(store, id); });
+    } else if (verb == bhttp::verb::delete_) {
+      action =
+          co_await rt.blocking([&store, &id] { return purge_record(store, id, "the admin API"); });
+      rt.coordinator.forget(id);
+    } else {
+      set_not_allowed(res, "GET, DELETE");
+      co_return;
+    }
+  } else if (keys && segments.size() == 4 && segments[3] == "resolve") {
+    if (verb != bhttp::verb::post) {
+      set_not_allowed(res, "POST");
+      co_return;
+    }
+    action =
+        co_await rt.blocking([&store, &id] { return resolve_record(store, id, "the admin API"); });
   } else {
-    set_json(res, status::not_found, {{"error", "no such admin endpoint"}});
+    set_problem(res, status::not_found,
+                "no such admin endpoint (/admin/keys, /admin/keys/KEY, /admin/keys/KEY/resolve, "
+                "/admin/reload)");
     co_return;
   }
-  set_json(res, status_of(action), action.body);
+  if (action.status == RecordAction::Status::ok) {
+    set_json(res, status::ok, action.body);
+  } else {
+    set_problem(res, status_of(action), action.body.value("error", std::string("failed")));
+  }
 }
 
 }  // namespace
@@ -129,9 +177,9 @@ awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& 
     if (path == "/admin" || path.starts_with("/admin/")) {
       const std::string token = rt.settings()->config.admin_token;
       if (token.empty()) {
-        set_json(res, status::forbidden, {{"error", "the admin API is off: set admin_token"}});
+        set_problem(res, status::forbidden, "the admin API is off: set admin_token");
       } else if (!authorized(req, token)) {
-        set_json(res, status::unauthorized, {{"error", "missing or wrong bearer token"}});
+        set_problem(res, status::unauthorized, "missing or wrong bearer token");
         res.set(bhttp::field::www_authenticate, "Bearer realm=\"idemproxy\"");
       } else {
         co_await handle_api(req, res, rt);

@@ -113,9 +113,11 @@ void ProxyServer::Impl::bind(tcp::acceptor& acceptor, const config::Endpoint& at
     acceptor.listen(asio::socket_base::max_listen_connections);
     const auto bound = acceptor.local_endpoint();
     spdlog::info("{} listening on {}:{}", what, bound.address().to_string(), bound.port());
-  } catch (const std::exception& e) {
+  } catch (const boost::system::system_error& e) {
+    // Not e.what(): it ends in the Boost header and line that threw. The code's
+    // message ("Address already in use") is what an operator acts on.
     throw std::runtime_error(std::string("cannot listen on ") + at.host + ":" +
-                             std::to_string(at.port) + " (" + what + "): " + e.what());
+                             std::to_string(at.port) + " (" + what + "): " + e.code().message());
   }
 }
 
@@ -189,6 +191,7 @@ std::optional<std::string> ProxyServer::Impl::reload() {
   const auto current = runtime.settings();
   try {
     config::Config next = config::load_config(current->config.path);
+    for (const auto& w : next.warnings) spdlog::warn("reload: {}", w);
     const auto changed = config::restart_only_changes(current->config, next);
     if (!changed.empty()) {
       std::string names;

@@ -1,5 +1,9 @@
 #include "idemproxy/ops/records.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include "idemproxy/common/sha256.hpp"
+
 namespace idemproxy::ops {
 namespace {
 
@@ -10,6 +14,18 @@ std::string iso8601(TimePoint t) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+// One line per operator action that changes a record, at info level whatever the
+// outcome: who asked (via), which record (the key by its hash, as access lines name
+// it), and what happened.
+void audit(std::string_view action, std::string_view via, const store::RecordId& id,
+           const RecordAction& a) {
+  const char* outcome = a.status == RecordAction::Status::ok          ? "done"
+                        : a.status == RecordAction::Status::not_found ? "not found"
+                                                                      : "failed";
+  spdlog::info("audit: {} via {}: scope \"{}\" key {}: {}", action, via, id.scope,
+               sha256_hex(id.key).substr(0, 16), outcome);
 }
 
 RecordAction store_error(const store::StoreError& e) {
@@ -58,24 +74,38 @@ RecordAction show_record(store::Store& store, const store::RecordId& id) {
   return {RecordAction::Status::ok, record_to_json(*found.value())};
 }
 
-RecordAction purge_record(store::Store& store, const store::RecordId& id) {
+RecordAction purge_record(store::Store& store, const store::RecordId& id, std::string_view via) {
   auto purged = store.purge(id);
-  if (!purged.ok()) return store_error(purged.error());
-  if (!purged.value()) return not_found(id, "record");
-  return {RecordAction::Status::ok, {{"purged", true}, {"scope", id.scope}, {"key", id.key}}};
+  RecordAction a;
+  if (!purged.ok()) {
+    a = store_error(purged.error());
+  } else if (!purged.value()) {
+    a = not_found(id, "record");
+  } else {
+    a = {RecordAction::Status::ok, {{"purged", true}, {"scope", id.scope}, {"key", id.key}}};
+  }
+  audit("purge", via, id, a);
+  return a;
 }
 
-RecordAction resolve_record(store::Store& store, const store::RecordId& id) {
+RecordAction resolve_record(store::Store& store, const store::RecordId& id, std::string_view via) {
   auto resolved = store.resolve(id);
-  if (!resolved.ok()) return store_error(resolved.error());
-  if (!resolved.value()) return not_found(id, "indeterminate or stale record");
-  return {RecordAction::Status::ok,
-          {{"resolved", true}, {"state", "released"}, {"scope", id.scope}, {"key", id.key}}};
+  RecordAction a;
+  if (!resolved.ok()) {
+    a = store_error(resolved.error());
+  } else if (!resolved.value()) {
+    a = not_found(id, "indeterminate or stale record");
+  } else {
+    a = {RecordAction::Status::ok,
+         {{"resolved", true}, {"state", "released"}, {"scope", id.scope}, {"key", id.key}}};
+  }
+  audit("resolve", via, id, a);
+  return a;
 }
 
 RecordAction list_records(store::Store& store, const std::string& state, int limit) {
   if (!state.empty() && !store::parse_state(state)) {
-    return {RecordAction::Status::not_found,
+    return {RecordAction::Status::bad_request,
             {{"error",
               "unknown state \"" + state + "\" (in_flight, completed, released, indeterminate)"}}};
   }

@@ -1,4 +1,5 @@
 """The admin API on admin_listen, behind a bearer token; `idemproxy keys` uses the same code."""
+import hashlib
 import json
 import time
 
@@ -31,7 +32,7 @@ def test_admin_api_refuses_a_missing_or_wrong_token(make_proxy, key):
 
 def test_admin_api_is_off_without_a_token(proxy, key):
     r = admin(proxy, "GET", "/admin/keys/" + key)
-    assert r.status == 403 and "admin_token" in r.json()["error"]
+    assert r.status == 403 and "admin_token" in r.json()["detail"]
 
 
 def test_inspect_list_and_purge_one_record(make_proxy, upstream, key):
@@ -47,7 +48,7 @@ def test_inspect_list_and_purge_one_record(make_proxy, upstream, key):
     listed = admin(p, "GET", "/admin/keys?state=completed&limit=5").json()
     assert listed["count"] <= 5 and listed["records"][0]["key"] == key
     assert all(r["state"] == "completed" for r in listed["records"])
-    assert admin(p, "GET", "/admin/keys?state=bogus").status == 404
+    assert admin(p, "GET", "/admin/keys?state=bogus").status == 400
     assert admin(p, "GET", "/admin/keys?limit=0").status == 400
 
     assert admin(p, "DELETE", "/admin/keys/%s?scope=t1" % key).json()["purged"] is True
@@ -68,6 +69,41 @@ def test_resolve_an_indeterminate_record(make_proxy, upstream, key):
     assert upstream.executions.count(key=key) == 2
 
 
+def test_admin_errors_are_problems_with_the_right_status_and_audited(make_proxy, key):
+    """Issue 12: 400/405 where 404 was answered, problem+json like the proxy's own
+    errors, and an audit line for every purge and resolve (the key only by its hash)."""
+    p = token_proxy(make_proxy)
+    assert p.post("/v1/orders", "{}", key=key).status == 201
+    for method, path, status, allow in [
+            ("PUT", "/admin/keys", 405, "GET"),
+            ("POST", "/admin/keys/%s" % key, 405, "GET, DELETE"),
+            ("GET", "/admin/keys/%s/resolve" % key, 405, "POST"),
+            ("GET", "/admin/reload", 405, "POST"),
+            ("GET", "/admin/nothing", 404, None),
+            ("GET", "/admin/keys?state=bogus", 400, None),
+            ("GET", "/admin/keys?limit=x", 400, None)]:
+        r = admin(p, method, path)
+        assert r.status == status, (method, path, r.status, r.body)
+        assert r.header("Content-Type") == "application/problem+json", (path, r.headers)
+        problem = r.json()
+        assert problem["status"] == status and problem["type"].startswith(
+            "https://idemproxy.dev/problems/admin-") and problem["detail"], problem
+        assert r.header("Allow") == allow, (path, r.header("Allow"))
+    missing = admin(p, "GET", "/admin/keys/none-such")
+    assert missing.status == 404 and "no record" in missing.json()["detail"]
+
+    assert admin(p, "DELETE", "/admin/keys/%s" % key).status == 200
+    assert admin(p, "DELETE", "/admin/keys/%s" % key).status == 404
+    assert admin(p, "POST", "/admin/keys/%s/resolve" % key).status == 404
+    time.sleep(0.2)
+    log = p.read_log()
+    hashed = hashlib.sha256(key.encode()).hexdigest()[:16]
+    assert 'audit: purge via the admin API: scope "" key %s: done' % hashed in log, log[-2000:]
+    assert 'audit: purge via the admin API: scope "" key %s: not found' % hashed in log
+    assert 'audit: resolve via the admin API: scope "" key %s: not found' % hashed in log
+    assert key not in [line for line in log.splitlines() if "audit:" in line][0]
+
+
 def test_keys_with_special_characters_are_addressable(make_proxy, key):
     p = token_proxy(make_proxy)
     odd = key + " /?&=%"
@@ -86,7 +122,7 @@ def test_reload_endpoint_applies_a_good_file_and_rejects_a_bad_one(make_proxy):
     assert p.post("/v1/orders", "{}").status == 201
     p.write_config(text.replace('"routes"', '"bogus": 1, "routes"', 1))
     bad = admin(p, "POST", "/admin/reload")
-    assert bad.status == 400 and "unknown key" in bad.json()["error"]
+    assert bad.status == 400 and "unknown key" in bad.json()["detail"]
     assert p.post("/v1/orders", "{}").status == 201  # the previous config stays
     assert p.metric("idemproxy_config_reloads_total", result="ok") == 1
     assert p.metric("idemproxy_config_reloads_total", result="rejected") == 1

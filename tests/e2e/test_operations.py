@@ -1,5 +1,6 @@
 """The command line, the admin endpoints, signals and reload."""
 import json
+import re
 import signal
 import time
 
@@ -12,8 +13,21 @@ def run(*args):
 
 
 def test_version_help_and_usage_errors():
-    assert run("--version").returncode == 0
+    version = run("--version")
+    assert version.returncode == 0
+    # Built from a clone, --version names the commit (git describe at configure time).
+    assert re.match(r"idemproxy \d+\.\d+\.\d+ \([0-9a-f]{7,}(-dirty)?\)\n$", version.stdout), \
+        version.stdout
     assert "usage:" in run("--help").stdout
+    for command, words in [("serve", "SIGHUP"), ("migrate", "pending migrations"),
+                           ("check-config", "FILE:LINE:COL"), ("gc", "expired"),
+                           ("keys show", "Prints one record"), ("keys purge", "Deletes one"),
+                           ("keys resolve", "indeterminate"), ("keys list", "newest records")]:
+        out = run(*command.split(), "--help")
+        assert out.returncode == 0, (command, out.stderr)
+        assert out.stdout.startswith("usage: idemproxy ") and words in out.stdout, out.stdout
+    keys = run("keys")
+    assert keys.returncode == 2 and "show, purge, resolve or list" in keys.stderr
     bad = run("frobnicate")
     assert bad.returncode == 2 and "unknown command" in bad.stderr
     assert run("keys", "show", "--config", "x.yaml").returncode == 2  # needs --key
@@ -21,7 +35,8 @@ def test_version_help_and_usage_errors():
 
 def test_check_config_reports_file_line_column(tmp_path):
     good = tmp_path / "good.yaml"
-    good.write_text("upstream: {url: 'http://127.0.0.1:3000'}\nstore: {memory: {}}\n")
+    good.write_text("upstream: {url: 'http://127.0.0.1:3000'}\nstore: {memory: {}}\n"
+                    "routes: [{name: orders, path_prefix: /v1}]\n")
     ok = run("check-config", "--config", str(good))
     assert ok.returncode == 0 and "ok" in ok.stdout
     bad = tmp_path / "bad.yaml"
@@ -32,6 +47,54 @@ def test_check_config_reports_file_line_column(tmp_path):
     assert out.stderr.startswith("%s:5:3: unknown key \"tll\"" % bad)
     missing = run("check-config", "--config", str(tmp_path / "none.yaml"))
     assert missing.returncode == 2 and "none.yaml:1:1:" in missing.stderr
+
+
+BASE = "upstream: {url: 'http://127.0.0.1:3000'}\nstore: {memory: {}}\n"
+TYPOS = [
+    # (what, text after BASE, LINE:COL, words in the message)
+    ("no routes", "", "1:1", "no routes"),
+    ("duplicate key", "routes: [{name: a, path_prefix: /a}]\nroutes: []\n", "4:1",
+     "duplicate key \"routes\""),
+    # yaml-cpp marks a value inside [{...}] one column early (at the space before it)
+    ("empty methods", "routes: [{name: a, path_prefix: /a, methods: []}]\n", "3:46", "is empty"),
+    ("header with a space", "routes: [{name: a, path_prefix: /a, header: Idempotency Key}]\n",
+     "3:45", "header field name"),
+    ("shadowed route", "routes:\n  - {name: all, path_prefix: /v1}\n"
+     "  - {name: orders, path_prefix: /v1/orders}\n", "5:33", "can never match"),
+]
+
+
+def test_check_config_refuses_typos_that_would_leave_requests_unprotected(tmp_path):
+    """Issue 12: each of these loaded before, and protected nothing it was meant to."""
+    for what, text, where, words in TYPOS:
+        path = tmp_path / ("%s.yaml" % what.replace(" ", "-"))
+        path.write_text(BASE + text)
+        out = run("check-config", "--config", str(path))
+        assert out.returncode == 2, (what, out.stdout, out.stderr)
+        assert out.stderr.startswith("%s:%s: " % (path, where)), (what, out.stderr)
+        assert words in out.stderr, (what, out.stderr)
+
+
+def test_an_unknown_method_loads_with_a_warning_at_its_place(tmp_path):
+    path = tmp_path / "pots.yaml"
+    path.write_text(BASE + "routes: [{name: a, path_prefix: /a, methods: [POTS]}]\n")
+    out = run("check-config", "--config", str(path))
+    assert out.returncode == 0, out.stderr
+    # (yaml-cpp marks a flow sequence's item at the separator before it)
+    assert "warning: %s:3:47: routes[0].methods: POTS is not a method" % path in out.stderr
+
+
+def test_a_port_in_use_is_reported_without_library_source_paths(make_proxy, tmp_path):
+    first = make_proxy()
+    doc = json.loads(open(first.config_path).read())
+    doc["admin_listen"] = "127.0.0.1:%d" % free_port()
+    path = tmp_path / "clash.yaml"
+    path.write_text(json.dumps(doc))  # the same listen port as `first`
+    out = run("serve", "--config", str(path), "--no-migrate")
+    assert out.returncode == 1
+    assert "cannot listen on 127.0.0.1:%d (proxy): Address already in use" % first.port \
+        in out.stdout + out.stderr, out.stdout + out.stderr
+    assert ".hpp" not in out.stdout + out.stderr and "boost" not in out.stdout + out.stderr
 
 
 def test_serve_refuses_a_broken_config(tmp_path):

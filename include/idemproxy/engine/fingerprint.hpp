@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "idemproxy/common/sha256.hpp"
+
 namespace idemproxy::engine {
 
 /// How deep JSON is canonicalised by default (server.max_json_depth).
@@ -31,7 +33,7 @@ std::string fingerprint(std::string_view method, std::string_view target,
                         std::size_t max_json_depth = kMaxJsonDepth);
 
 /// Hex SHA-256 of arbitrary bytes (used to log keys without revealing them).
-std::string sha256_hex(std::string_view data);
+using idemproxy::sha256_hex;
 
 /// Hex HMAC-SHA256 of `data` under `key`: a scope derived from a credential that
 /// cannot be turned back into it, nor forged without the key.

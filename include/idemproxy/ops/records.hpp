@@ -18,13 +18,16 @@ nlohmann::json record_to_json(const store::Record& record, bool summary = false)
 // (NOLINT: nlohmann::json's noexcept move calls assert_invariant(), which tidy
 // cannot see does not throw.)
 struct RecordAction {  // NOLINT(bugprone-exception-escape)
-  enum class Status { ok, not_found, store_error } status = Status::ok;
+  enum class Status { ok, bad_request, not_found, store_error } status = Status::ok;
   nlohmann::json body;
 };
 
 RecordAction show_record(store::Store& store, const store::RecordId& id);
-RecordAction purge_record(store::Store& store, const store::RecordId& id);
-RecordAction resolve_record(store::Store& store, const store::RecordId& id);
+/// Purge and resolve change what the next request with the key does: each logs an
+/// audit line naming `via` (the admin API or the CLI), the scope and a hash of the
+/// key (never the key), and what happened.
+RecordAction purge_record(store::Store& store, const store::RecordId& id, std::string_view via);
+RecordAction resolve_record(store::Store& store, const store::RecordId& id, std::string_view via);
 /// `state` empty means any state.
 RecordAction list_records(store::Store& store, const std::string& state, int limit);
 
