@@ -24,7 +24,9 @@ asio::awaitable<void> CompletionRetrier::run(store::RecordId id, std::int64_t to
   // Retry for as long as the record can matter: until its TTL would end.
   const auto deadline = std::chrono::steady_clock::now() + route.ttl;
   Duration backoff{100};
-  asio::steady_timer timer(co_await asio::this_coro::executor);
+  // Named first: GCC 12 may destroy a temporary inside a co_await expression twice.
+  const auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer timer(ex);
   engine::Finish finish = engine::Finish::store_failed;
   while (finish == engine::Finish::store_failed && std::chrono::steady_clock::now() < deadline) {
     timer.expires_after(backoff);

@@ -7,7 +7,9 @@
 namespace idemproxy::http {
 
 asio::awaitable<void> renew_leases(Runtime& rt, Duration tick) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
+  // Named first: GCC 12 may destroy a temporary inside a co_await expression twice.
+  const auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer timer(ex);
   std::vector<engine::LeaseSchedule::Due> due;
   for (;;) {
     timer.expires_after(tick);
