@@ -17,14 +17,18 @@ int serve(const Args& args) {
   ops::Metrics metrics;
   SystemClock clock;
   std::unique_ptr<store::Store> store;
+  std::function<void()> prepare;
   if (cfg.store.kind == config::StoreConfig::Kind::memory) {
     spdlog::warn("store: memory (single instance, not durable; for local development only)");
     store = std::make_unique<store::MemoryStore>(clock);
   } else {
     if (!args.no_migrate) {
-      for (const auto& name : store::apply_migrations(cfg.store.dsn)) {
-        spdlog::info("migration applied: {}", name);
-      }
+      // Applied by the server, retried until PostgreSQL answers (/readyz says 503).
+      prepare = [dsn = cfg.store.dsn] {
+        for (const auto& name : store::apply_migrations(dsn)) {
+          spdlog::info("migration applied: {}", name);
+        }
+      };
     }
     auto options = pg_options(cfg, cfg.store.pool_size);
     if (options.sealer) {
@@ -33,7 +37,7 @@ int serve(const Args& args) {
     }
     store = std::make_unique<store::PgStore>(std::move(options));
   }
-  http::ProxyServer server(cfg, *store, metrics);
+  http::ProxyServer server(cfg, *store, metrics, std::move(prepare));
   server.start();
   spdlog::info("idemproxy {} protecting {} with {} route(s)", IDEMPROXY_VERSION, cfg.upstream.url,
                cfg.routes.size());

@@ -4,6 +4,7 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <boost/url/parse.hpp>
 
 #include "idemproxy/ops/records.hpp"
@@ -155,6 +156,35 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
   }
 }
 
+// 200 when requests can be served. Without the store (not prepared yet, or not
+// answering), that holds only when every route serves without it (fail_open,
+// shadow, disabled); the body then says the proxy runs unprotected.
+awaitable<void> answer_readiness(http::StringResponse& res, http::Runtime& rt) {
+  std::string problem;
+  if (!rt.store_prepared) {
+    problem = "store not ready: " + rt.store_problem();
+  } else {
+    auto& store = rt.record_store;
+    const auto ping = co_await rt.blocking([&store] { return store.ping(); });
+    if (!ping.ok()) problem = "store unavailable: " + ping.error().detail;
+  }
+  const auto settings = rt.settings();
+  const auto& routes = settings->routes.routes();
+  const bool serves_anyway = std::all_of(routes.begin(), routes.end(),
+                                         [](const auto& r) { return r.serves_without_store(); });
+  if (rt.draining) {
+    res.result(status::service_unavailable);
+    res.body() = "draining\n";
+  } else if (problem.empty()) {
+    res.body() = "ready\n";
+  } else if (serves_anyway) {
+    res.body() = "ready without idempotency protection (every route fails open): " + problem + "\n";
+  } else {
+    res.result(status::service_unavailable);
+    res.body() = problem + "\n";
+  }
+}
+
 }  // namespace
 
 awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& rt) {
@@ -190,17 +220,7 @@ awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& 
     } else if (path == "/healthz") {
       res.body() = "ok\n";
     } else if (path == "/readyz") {
-      auto& store = rt.record_store;
-      const auto ping = co_await rt.blocking([&store] { return store.ping(); });
-      if (rt.draining) {
-        res.result(status::service_unavailable);
-        res.body() = "draining\n";
-      } else if (!ping.ok()) {
-        res.result(status::service_unavailable);
-        res.body() = "store unavailable: " + ping.error().detail + "\n";
-      } else {
-        res.body() = "ready\n";
-      }
+      co_await answer_readiness(res, rt);
     } else if (path == "/metrics") {
       res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
       res.body() = rt.metrics.render();

@@ -87,6 +87,17 @@ class Runtime {
   engine::ReplayCache cache;
   engine::Coordinator coordinator;
   std::atomic<bool> draining{false};
+  /// False until the store is prepared (migrations applied): the proxy starts, and
+  /// keeps retrying, while PostgreSQL is still unreachable. /readyz reads it.
+  std::atomic<bool> store_prepared{false};
+  void set_store_problem(std::string detail) {
+    std::lock_guard lock(mu_);
+    store_problem_ = std::move(detail);
+  }
+  std::string store_problem() const {
+    std::lock_guard lock(mu_);
+    return store_problem_;
+  }
   /// Reloads the config file (SIGHUP and POST /admin/reload); returns the error, if any.
   std::function<std::optional<std::string>()> reload;
 
@@ -104,6 +115,7 @@ class Runtime {
 
   mutable std::mutex mu_;
   std::shared_ptr<const Settings> settings_;
+  std::string store_problem_ = "not prepared yet";
 };
 
 }  // namespace idemproxy::http

@@ -22,11 +22,28 @@ int db_threads(const config::StoreConfig& store) {
   return store.pool_size + (store.batch_max > 1 ? store.batch_max : 0);
 }
 
+// libpq's messages span lines ("...refused\n\tIs the server running..."): one log line.
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const bool space = c == '\n' || c == '\t' || c == ' ';
+    if (!space) {
+      out += c;
+    } else if (!out.empty() && out.back() != ' ') {
+      out += ' ';
+    }
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
 }  // namespace
 
 struct ProxyServer::Impl {
-  Impl(config::Config config, store::Store& store, ops::Metrics& metrics)
-      : threads(config.server.threads),
+  Impl(config::Config config, store::Store& store, ops::Metrics& metrics,
+       std::function<void()> prepare)
+      : prepare_store(std::move(prepare)),
+        threads(config.server.threads),
         io(threads),
         runtime(io, std::make_shared<Settings>(config), store, metrics, db_threads(config.store)),
         proxy_acceptor(io),
@@ -41,8 +58,6 @@ struct ProxyServer::Impl {
           "serving at most {}; raise `ulimit -n` to serve more",
           config.server.max_connections, connection_cap, connection_cap);
     }
-    runtime.record_store.watch_purges(
-        [this](const store::RecordId& id) { runtime.coordinator.forget(id); });
     if (config.tls.enabled()) tls = make_server_tls(config.tls);
     runtime.metrics.set_gauges([this] {
       std::vector<ops::GaugeSample> samples;
@@ -71,8 +86,13 @@ struct ProxyServer::Impl {
   asio::awaitable<void> handle_signals();
   asio::awaitable<void> drain();
   asio::awaitable<void> collect_garbage();
+  std::optional<std::string> try_prepare();
+  void note_not_ready(int attempt, const std::string& error);
+  asio::awaitable<void> prepare();
   std::optional<std::string> reload();
 
+  std::function<void()> prepare_store;  // empty once the store is prepared
+  std::chrono::milliseconds backoff{250};
   int threads;
   asio::io_context io;
   Runtime runtime;
@@ -257,6 +277,49 @@ asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
   }
 }
 
+std::optional<std::string> ProxyServer::Impl::try_prepare() {
+  try {
+    prepare_store();
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return one_line(e.what());
+  }
+}
+
+void ProxyServer::Impl::note_not_ready(int attempt, const std::string& error) {
+  runtime.set_store_problem(error);
+  spdlog::warn("store: not ready (attempt {}): {}; retrying in {} ms", attempt, error,
+               backoff.count());
+}
+
+// Retries prepare_store on the database pool with backoff (250 ms doubling to 5 s),
+// logging each try, so a proxy started before PostgreSQL becomes ready without a
+// restart. The purge listener and GC start only once the store is prepared.
+asio::awaitable<void> ProxyServer::Impl::prepare() {
+  asio::steady_timer pause(io);
+  for (int attempt = 2; prepare_store; ++attempt) {
+    pause.expires_after(backoff);
+    co_await pause.async_wait(use_nothrow);
+    if (runtime.draining) co_return;
+    auto run_once = [this]() -> asio::awaitable<std::optional<std::string>> {
+      co_return try_prepare();
+    };
+    const auto on_pool = runtime.db_pool.get_executor();
+    const auto error = co_await asio::co_spawn(on_pool, run_once(), asio::use_awaitable);
+    if (!error) {
+      spdlog::info("store: ready after {} attempts", attempt);
+      break;
+    }
+    backoff = std::min(backoff * 2, std::chrono::milliseconds{5000});
+    note_not_ready(attempt, *error);
+  }
+  runtime.set_store_problem("");
+  runtime.store_prepared = true;
+  runtime.record_store.watch_purges(
+      [this](const store::RecordId& id) { runtime.coordinator.forget(id); });
+  co_await collect_garbage();
+}
+
 asio::awaitable<void> ProxyServer::Impl::handle_signals() {
   for (;;) {
     auto [ec, signo] = co_await signals.async_wait(use_nothrow);
@@ -271,12 +334,22 @@ asio::awaitable<void> ProxyServer::Impl::handle_signals() {
   }
 }
 
-ProxyServer::ProxyServer(config::Config config, store::Store& store, ops::Metrics& metrics)
-    : impl_(std::make_unique<Impl>(std::move(config), store, metrics)) {}
+ProxyServer::ProxyServer(config::Config config, store::Store& store, ops::Metrics& metrics,
+                         std::function<void()> prepare_store)
+    : impl_(std::make_unique<Impl>(std::move(config), store, metrics, std::move(prepare_store))) {}
 
 ProxyServer::~ProxyServer() = default;
 
 void ProxyServer::start() {
+  // The first try runs here, before the listeners open: with PostgreSQL up, the
+  // store is ready before the first request. Later tries run in prepare().
+  if (impl_->prepare_store) {
+    if (const auto error = impl_->try_prepare()) {
+      impl_->note_not_ready(1, *error);
+    } else {
+      impl_->prepare_store = nullptr;
+    }
+  }
   const auto settings = impl_->runtime.settings();
   impl_->bind(impl_->proxy_acceptor, settings->config.listen, "proxy");
   impl_->bind(impl_->admin_acceptor, settings->config.admin_listen, "admin");
@@ -289,7 +362,7 @@ int ProxyServer::run() {
   asio::co_spawn(s.control, s.accept_clients(), log_exception);
   asio::co_spawn(s.control, s.accept_admin(), log_exception);
   asio::co_spawn(s.control, s.handle_signals(), log_exception);
-  asio::co_spawn(s.control, s.collect_garbage(), log_exception);
+  asio::co_spawn(s.control, s.prepare(), log_exception);  // then the purge listener and GC
   // Leases are at least 1s and renewed at a third of it: a 100 ms beat is on time.
   asio::co_spawn(s.control, renew_leases(s.runtime, std::chrono::milliseconds{100}), log_exception);
   std::vector<std::thread> extra;

@@ -50,6 +50,11 @@ struct RoutePolicy {
   std::vector<std::string> deny_headers = {"Set-Cookie"};
 
   bool covers_method(std::string_view method) const;
+  /// Whether this route still serves while the store is unreachable: disabled, in
+  /// shadow mode, or store_unavailable: fail_open. /readyz stays 200 when all do.
+  bool serves_without_store() const {
+    return !enabled || mode == Mode::shadow || store_unavailable == StoreUnavailable::fail_open;
+  }
   /// Whether a response with this status is stored and replayed. 408, 409, 425 and
   /// 429 say "try again later" and are never stored, whatever the ranges say.
   bool stores_status(int status) const;

@@ -1,5 +1,6 @@
 #pragma once
 // The running proxy: the client listener, the admin listener, signals and drain.
+#include <functional>
 #include <memory>
 
 #include "idemproxy/config/config.hpp"
@@ -10,7 +11,11 @@ namespace idemproxy::http {
 
 class ProxyServer {
  public:
-  ProxyServer(config::Config config, store::Store& store, ops::Metrics& metrics);
+  /// `prepare_store` readies the store (applies migrations) and throws while it
+  /// cannot. The server runs it on the database pool, with backoff, until it
+  /// succeeds: it serves (and answers /healthz) meanwhile, and /readyz says 503.
+  ProxyServer(config::Config config, store::Store& store, ops::Metrics& metrics,
+              std::function<void()> prepare_store = {});
   ~ProxyServer();
   ProxyServer(const ProxyServer&) = delete;
   ProxyServer& operator=(const ProxyServer&) = delete;
