@@ -14,7 +14,8 @@ int serve(const Args& args) {
   const config::Config cfg = config::load_config(args.config);
   ops::configure_logging(cfg.log_level, cfg.log_format);
   for (const auto& w : cfg.warnings) spdlog::warn("config: {}", w);
-  ops::Metrics metrics;
+  ops::Metrics metrics({IDEMPROXY_PROJECT_VERSION, IDEMPROXY_BUILD_REVISION},
+                       std::chrono::duration<double>(cfg.upstream.timeout).count());
   SystemClock clock;
   std::unique_ptr<store::Store> store;
   std::function<void()> prepare;

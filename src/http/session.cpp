@@ -314,7 +314,9 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
       break;
     }
     const bool keep = co_await dispatch(ctx);
-    rt.metrics.count_request(ctx.route_name(), ctx.outcome);
+    rt.metrics.count_request(
+        ctx.route_name(), ctx.outcome,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count());
     log_request(ctx);
     if (!keep) {
       linger = ctx.error.has_value();  // the request may not have been read to the end

@@ -1,7 +1,9 @@
 #include "idemproxy/ops/metrics.hpp"
 
-#include <array>
+#include <algorithm>
 #include <sstream>
+
+#include "ops/process_metrics.hpp"
 
 namespace idemproxy::ops {
 
@@ -56,9 +58,6 @@ const char* to_string(Outcome outcome) {
 }
 
 namespace {
-constexpr std::array<double, 12> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                             0.1,   0.25,   0.5,   1,    2.5,   10};
-
 // Prometheus label values escape backslash, quote and newline.
 std::string label(const std::string& v) {
   std::string out;
@@ -74,29 +73,57 @@ std::string label(const std::string& v) {
 }
 }  // namespace
 
-void Metrics::count_request(const std::string& route, Outcome outcome) {
-  std::lock_guard lock(mu_);
-  ++requests_[{route, outcome}];
+std::vector<double> latency_buckets(double longest) {
+  std::vector<double> bounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                0.25,  0.5,    1,     2.5,  5,     10};
+  for (const double next : {15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0}) {
+    if (next < longest) bounds.push_back(next);
+  }
+  if (longest > bounds.back()) bounds.push_back(longest);
+  return bounds;
+}
+
+void HistogramCounts::observe(const std::vector<double>& bounds, double seconds) {
+  if (buckets.empty()) buckets.assign(bounds.size(), 0);
+  ++count;
+  sum += seconds;
+  const auto at = std::lower_bound(bounds.begin(), bounds.end(), seconds);
+  if (at != bounds.end()) ++buckets[static_cast<std::size_t>(at - bounds.begin())];
+}
+
+void HistogramCounts::render(std::ostream& out, const std::string& name, const std::string& labels,
+                             const std::vector<double>& bounds) const {
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    cumulative += buckets.empty() ? 0 : buckets[i];
+    out << name << "_bucket{" << labels << "le=\"" << bounds[i] << "\"} " << cumulative << "\n";
+  }
+  const std::string plain = labels.empty() ? "" : "{" + labels.substr(0, labels.size() - 1) + "}";
+  out << name << "_bucket{" << labels << "le=\"+Inf\"} " << count << "\n"
+      << name << "_sum" << plain << " " << sum << "\n"
+      << name << "_count" << plain << " " << count << "\n";
 }
 
 void Histogram::observe(double seconds) {
   std::lock_guard lock(mu_);
-  ++count_;
-  sum_ += seconds;
-  for (std::size_t i = 0; i < kBuckets.size(); ++i) {
-    if (seconds <= kBuckets[i]) ++buckets_[i];
-  }
+  counts_.observe(bounds_, seconds);
 }
 
 void Histogram::render(std::ostream& out, const std::string& name, const std::string& help) const {
   std::lock_guard lock(mu_);
   out << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
-  for (std::size_t i = 0; i < kBuckets.size(); ++i) {
-    out << name << "_bucket{le=\"" << kBuckets[i] << "\"} " << buckets_[i] << "\n";
-  }
-  out << name << "_bucket{le=\"+Inf\"} " << count_ << "\n"
-      << name << "_sum " << sum_ << "\n"
-      << name << "_count " << count_ << "\n";
+  counts_.render(out, name, "", bounds_);
+}
+
+Metrics::Metrics(BuildInfo build, double longest)
+    : build_(std::move(build)),
+      request_bounds_(latency_buckets(longest)),
+      upstream_(longest),
+      store_(10) {}
+
+void Metrics::count_request(const std::string& route, Outcome outcome, double seconds) {
+  std::lock_guard lock(mu_);
+  requests_[{route, outcome}].observe(request_bounds_, seconds);
 }
 
 void Metrics::set_gauges(std::function<std::vector<GaugeSample>()> source) {
@@ -111,9 +138,17 @@ std::string Metrics::render() const {
     std::lock_guard lock(mu_);
     out << "# HELP idemproxy_requests_total Requests by route and outcome.\n"
            "# TYPE idemproxy_requests_total counter\n";
-    for (const auto& [k, n] : requests_) {
+    for (const auto& [k, h] : requests_) {
       out << "idemproxy_requests_total{route=\"" << label(k.first) << "\",outcome=\""
-          << to_string(k.second) << "\"} " << n << "\n";
+          << to_string(k.second) << "\"} " << h.count << "\n";
+    }
+    out << "# HELP idemproxy_request_duration_seconds Time from a request's first byte to "
+           "its answer's last, by route and outcome.\n"
+           "# TYPE idemproxy_request_duration_seconds histogram\n";
+    for (const auto& [k, h] : requests_) {
+      const std::string labels =
+          "route=\"" + label(k.first) + "\",outcome=\"" + to_string(k.second) + "\",";
+      h.render(out, "idemproxy_request_duration_seconds", labels, request_bounds_);
     }
     gauges = gauges_;
   }
@@ -121,6 +156,11 @@ std::string Metrics::render() const {
     out << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
         << name << " " << value << "\n";
   };
+  out << "# HELP idemproxy_build_info The running build: version and revision.\n"
+         "# TYPE idemproxy_build_info gauge\n"
+      << "idemproxy_build_info{version=\"" << label(build_.version) << "\",revision=\""
+      << label(build_.revision) << "\"} 1\n";
+  render_process_metrics(out);
   out << "# HELP idemproxy_claims_in_flight Claims held by this process right now.\n"
          "# TYPE idemproxy_claims_in_flight gauge\n"
       << "idemproxy_claims_in_flight " << in_flight_claims_.load() << "\n";

@@ -1,8 +1,10 @@
 """/metrics after a scripted sequence, read by Prometheus' own text-format parser."""
+import os
 import signal
+import subprocess
 import time
 
-from harness import post_in_background, wait_for_execution, SHORT_STATEMENTS
+from harness import BINARY, post_in_background, wait_for_execution, SHORT_STATEMENTS
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -82,3 +84,54 @@ def test_every_metric_family_is_documented(proxy, key):
     outcomes = {s.labels["outcome"] for s in families["idemproxy_requests"].samples}
     for outcome in outcomes:
         assert "`%s`" % outcome in doc
+
+
+def test_request_duration_by_route_and_outcome_reaches_the_upstream_timeout(make_proxy, key):
+    p = make_proxy()  # the harness sets upstream.timeout: 10s
+    p.post("/v1/orders", "{}", key=key)
+    p.post("/v1/orders", "{}", key=key)
+    p.post("/v1/orders?delay_ms=300", "{}", key=key + "-slow")
+    families, samples = scrape(p)
+    h = families["idemproxy_request_duration_seconds"]
+    assert h.type == "histogram"
+    executed = (("outcome", "executed"), ("route", "orders"))
+    assert samples[("idemproxy_request_duration_seconds_count", executed)] == 2
+    assert samples[("idemproxy_request_duration_seconds_count",
+                    (("outcome", "replayed"), ("route", "orders")))] == 1
+    assert samples[("idemproxy_request_duration_seconds_sum", executed)] >= 0.3
+    bounds = sorted(float(s.labels["le"]) for s in h.samples
+                    if s.name.endswith("_bucket") and s.labels["outcome"] == "executed")
+    assert bounds[-2:] == [10.0, float("inf")] and 0.001 in bounds
+    le = lambda v: samples[("idemproxy_request_duration_seconds_bucket",
+                            tuple(sorted(dict(executed, le=v).items())))]
+    assert le("0.25") == 1 and le("0.5") == 2  # the 0.3 s request is in (0.25, 0.5]
+
+    slow = make_proxy()
+    text = open(slow.config_path).read().replace('"timeout": "10s"', '"timeout": "45s"')
+    slow.kill()
+    slow.write_config(text)
+    slow.start()
+    slow.post("/v1/orders", "{}", key=key + "-45")
+    families, _ = scrape(slow)
+    bounds = [float(s.labels["le"]) for s in families["idemproxy_request_duration_seconds"].samples
+              if s.name.endswith("_bucket")]
+    assert bounds[-4:] == [15.0, 30.0, 45.0, float("inf")]
+
+
+def test_build_info_and_process_metrics(proxy):
+    families, samples = scrape(proxy)
+    info = families["idemproxy_build_info"]  # a gauge in the 0.0.4 text format
+    labels = info.samples[0].labels
+    version = subprocess.run([BINARY, "--version"], capture_output=True, text=True).stdout
+    assert info.samples[0].value == 1 and labels["version"] in version
+    assert labels["revision"] and labels["revision"] in version
+    pid = proxy.proc.pid
+    rss_kib = int([l for l in open("/proc/%d/status" % pid) if l.startswith("VmRSS")][0].split()[1])
+    assert abs(samples[("process_resident_memory_bytes", ())] - rss_kib * 1024) < 64 << 20
+    fds = len(os.listdir("/proc/%d/fd" % pid))
+    assert abs(samples[("process_open_fds", ())] - fds) <= 4
+    assert samples[("process_max_fds", ())] > 0
+    assert time.time() - 60 < samples[("process_start_time_seconds", ())] <= time.time()
+    assert 0 <= samples[("process_cpu_seconds_total", ())] < 60  # in 10 ms ticks: may be 0
+    assert families["process_cpu_seconds"].type == "counter"
+    assert samples[("process_virtual_memory_bytes", ())] >= samples[("process_resident_memory_bytes", ())]

@@ -40,17 +40,39 @@ enum class Outcome {
 };
 const char* to_string(Outcome outcome);
 
-/// A Prometheus histogram with fixed latency buckets (seconds).
+/// Bucket bounds in seconds: 1 ms to 10 s, then 15, 30, 60, ... below `longest`,
+/// then `longest` itself (upstream.timeout), so the slowest requests still fall in a
+/// bucket of their own rather than only in +Inf.
+std::vector<double> latency_buckets(double longest);
+
+/// Counts per bucket (not cumulative; render() sums them), with their sum and count.
+struct HistogramCounts {
+  void observe(const std::vector<double>& bounds, double seconds);
+  /// Writes the _bucket, _sum and _count lines; `labels` is empty or `a="b",`.
+  void render(std::ostream& out, const std::string& name, const std::string& labels,
+              const std::vector<double>& bounds) const;
+  std::vector<std::uint64_t> buckets;
+  std::uint64_t count = 0;
+  double sum = 0;
+};
+
+/// A Prometheus histogram of latencies (seconds), safe to observe from any thread.
 class Histogram {
  public:
+  explicit Histogram(double longest = 10) : bounds_(latency_buckets(longest)) {}
   void observe(double seconds);
   void render(std::ostream& out, const std::string& name, const std::string& help) const;
 
  private:
+  const std::vector<double> bounds_;
   mutable std::mutex mu_;
-  std::vector<std::uint64_t> buckets_ = std::vector<std::uint64_t>(12, 0);
-  std::uint64_t count_ = 0;
-  double sum_ = 0;
+  HistogramCounts counts_;
+};
+
+/// What idemproxy_build_info reports.
+struct BuildInfo {
+  std::string version;   // the project version, e.g. 0.2.0
+  std::string revision;  // `git describe` at build time, or empty
 };
 
 /// A gauge read when /metrics is scraped.
@@ -63,7 +85,11 @@ struct GaugeSample {
 
 class Metrics {
  public:
-  void count_request(const std::string& route, Outcome outcome);
+  /// `longest`: the slowest a request may take (upstream.timeout), in seconds; the
+  /// latency histograms have buckets up to it.
+  explicit Metrics(BuildInfo build = {}, double longest = 30);
+  /// Counts a finished request and observes its duration, by route and outcome.
+  void count_request(const std::string& route, Outcome outcome, double seconds = 0);
   void claim_started() { in_flight_claims_.fetch_add(1); }
   void claim_ended() { in_flight_claims_.fetch_sub(1); }
   void count_store_error() { store_errors_.fetch_add(1); }
@@ -82,8 +108,10 @@ class Metrics {
   std::string render() const;
 
  private:
+  const BuildInfo build_;
+  const std::vector<double> request_bounds_;
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, Outcome>, std::uint64_t> requests_;
+  std::map<std::pair<std::string, Outcome>, HistogramCounts> requests_;
   Histogram upstream_;
   Histogram store_;
   std::function<std::vector<GaugeSample>()> gauges_;
