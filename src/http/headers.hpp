@@ -29,6 +29,10 @@ std::string http_date(TimePoint t);
 /// Tells the client until when its key is honoured: Idempotency-Key-Expires.
 inline constexpr const char* kExpiresHeader = "Idempotency-Key-Expires";
 
+/// The trace id a stored response was executed under, or "" (records written before
+/// 0.2, or answers too large to store).
+std::string original_trace_id(const store::StoredResponse& stored);
+
 /// A stored response, as sent to a retry, marked Idempotent-Replayed: true.
 StringResponse replay_response(const store::StoredResponse& stored, TimePoint expires_at,
                                unsigned version, bool keep_alive);

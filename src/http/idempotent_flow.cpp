@@ -128,10 +128,10 @@ asio::awaitable<Step> execute(Flow& f) {
     const engine::Finish left = co_await rt.blocking(
         [&rt, &claim, token, sent] { return rt.coordinator.abandon(claim.id, token, sent); });
     if (sent) {
-      spdlog::warn("key {}: the upstream failed after the request was sent; record {}",
-                   ctx.key_hash,
-                   left == engine::Finish::indeterminate ? "marked indeterminate"
-                                                         : "left to its lease (store unreachable)");
+      ctx.log(spdlog::level::warn,
+              "key {}: the upstream failed after the request was sent; record {}", ctx.key_hash,
+              left == engine::Finish::indeterminate ? "marked indeterminate"
+                                                    : "left to its lease (store unreachable)");
     }
     rt.metrics.claim_ended();
     ctx.fail(*ex.error, Outcome::upstream_error);
@@ -151,6 +151,7 @@ asio::awaitable<Step> execute(Flow& f) {
     strip_hop_by_hop(ex.response);
     answer = {static_cast<int>(ex.response.result_int()), to_headers(ex.response),
               ex.response.body()};
+    answer.headers.push_back({std::string(store::kTraceIdEntry), ctx.trace_id});
   }
   engine::ReplayCache::Request& form = f.form;
   const engine::Completion done =
@@ -169,28 +170,30 @@ asio::awaitable<Step> execute(Flow& f) {
     case engine::Finish::indeterminate:
     case engine::Finish::fenced:
       ctx.outcome = Outcome::executed;
-      spdlog::warn("key {}: the claim was taken over before completion; response not stored",
-                   ctx.key_hash);
+      ctx.log(spdlog::level::warn,
+              "key {}: the claim was taken over before completion; response not stored",
+              ctx.key_hash);
       break;
     case engine::Finish::store_failed:
       ctx.outcome = Outcome::executed;
       if (done.retrying) {
-        spdlog::warn("key {}: the response could not be stored yet; retrying in the background",
-                     ctx.key_hash);
+        ctx.log(spdlog::level::warn,
+                "key {}: the response could not be stored yet; retrying in the background",
+                ctx.key_hash);
       } else {
-        spdlog::error(
-            "key {}: the response could not be stored and the retry budget is spent; the "
-            "record stays in flight",
-            ctx.key_hash);
+        ctx.log(spdlog::level::err,
+                "key {}: the response could not be stored and the retry budget is spent; the "
+                "record stays in flight",
+                ctx.key_hash);
       }
       break;
   }
   bool keep = false;
   if (big) {
-    spdlog::warn(
-        "key {}: the response exceeds upstream.max_response_size; streamed whole, and "
-        "retries will not replay it",
-        ctx.key_hash);
+    ctx.log(spdlog::level::warn,
+            "key {}: the response exceeds upstream.max_response_size; streamed whole, and "
+            "retries will not replay it",
+            ctx.key_hash);
     keep = co_await stream_response(ctx, big->conn, *big->parser, big->prefix);
   } else {
     keep = co_await respond(ctx, ex.response);
@@ -210,17 +213,19 @@ asio::awaitable<Step> act_phase(Flow& f) {
       co_return f.responded(keep);
     }
     case Decision::Kind::forward_unprotected:
-      if (!d.cause.empty()) spdlog::warn("idempotency store unavailable: {}", d.cause);
+      if (!d.cause.empty())
+        ctx.log(spdlog::level::warn, "idempotency store unavailable: {}", d.cause);
       if (d.outcome == Outcome::fail_open && !f.shadow()) {
-        spdlog::warn("route {}: forwarding key {} WITHOUT idempotency protection (fail_open)",
-                     f.route().name, ctx.key_hash);
+        ctx.log(spdlog::level::warn,
+                "route {}: forwarding key {} WITHOUT idempotency protection (fail_open)",
+                f.route().name, ctx.key_hash);
       }
       co_return co_await forward_unprotected(f);
     case Decision::Kind::refuse:
       if (d.refusal == engine::Refusal::store_unavailable) {
-        spdlog::warn("idempotency store unavailable: {}", d.cause);
+        ctx.log(spdlog::level::warn, "idempotency store unavailable: {}", d.cause);
       } else if (d.refusal == engine::Refusal::record_unreadable) {
-        spdlog::error("key {}: {}", ctx.key_hash, d.cause);
+        ctx.log(spdlog::level::err, "key {}: {}", ctx.key_hash, d.cause);
       }
       ctx.fail(refusal_error(d.refusal, std::move(d.detail), d.retry_after), d.outcome);
       co_return Step::failed;
@@ -253,7 +258,7 @@ asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_h
     if (step == Step::next) continue;
     if (step == Step::responded) co_return flow.keep;
     if (!ctx.error) {
-      spdlog::error("phase {} failed without saying why", phase.name);
+      ctx.log(spdlog::level::err, "phase {} failed without saying why", phase.name);
       ctx.keep_alive = false;
       ctx.fail(ProblemKind::internal, "internal error", Outcome::bad_request);
     }

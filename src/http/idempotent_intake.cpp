@@ -12,6 +12,7 @@ using ops::Outcome;
 // Sends a replay: the serialized head when there is one, else built per request.
 asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
   ctx.outcome = Outcome::replayed;
+  ctx.original_trace_id = original_trace_id(entry.response);
   bool sent = false;
   if (!entry.head.empty() && ctx.version == 11 && ctx.method != "HEAD") {
     sent = co_await send_cached(ctx, entry);

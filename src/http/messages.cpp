@@ -192,10 +192,19 @@ std::string http_date(TimePoint t) {
   return buf;
 }
 
+std::string original_trace_id(const store::StoredResponse& stored) {
+  for (const auto& h : stored.headers) {
+    if (h.name == store::kTraceIdEntry) return h.value;
+  }
+  return {};
+}
+
 StringResponse replay_response(const store::StoredResponse& stored, TimePoint expires_at,
                                unsigned version, bool keep_alive) {
   StringResponse res{static_cast<bhttp::status>(stored.status), version};
-  for (const auto& h : stored.headers) res.insert(h.name, h.value);
+  for (const auto& h : stored.headers) {
+    if (!h.name.starts_with(':')) res.insert(h.name, h.value);  // kTraceIdEntry stays here
+  }
   res.set("Idempotent-Replayed", "true");
   res.set(kExpiresHeader, http_date(expires_at));
   res.body() = stored.body;

@@ -69,8 +69,8 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
     // The client went away mid-body, or sent it too slowly: the upstream connection
     // holds part of a request and is closed with this one.
     if (relay_error == beast::error::timeout) {
-      spdlog::info("request body from {} not received within server.body_timeout",
-                   ctx.client.peer_ip);
+      ctx.log(spdlog::level::info, "request body from {} not received within server.body_timeout",
+              ctx.client.peer_ip);
     }
     co_return false;
   }

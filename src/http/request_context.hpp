@@ -1,5 +1,7 @@
 #pragma once
 // One client connection, and the context one request carries through the phases.
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -8,6 +10,7 @@
 #include "http/problem.hpp"
 #include "http/runtime.hpp"
 #include "http/stream.hpp"
+#include "idemproxy/ops/logging.hpp"
 
 namespace idemproxy::http {
 
@@ -38,7 +41,9 @@ struct RequestContext {
   unsigned status = 0;
   std::string method;
   std::string target;
-  std::string request_id;  // X-Request-Id: the client's, or one made here
+  std::string request_id;         // X-Request-Id: the client's, or one made here
+  std::string trace_id;           // traceparent's trace id: the client's, or one started here
+  std::string original_trace_id;  // a replay's: the trace id of the request that executed
   unsigned upstream_status = 0;
   double upstream_ms = 0;
   std::string key_hash;  // logged instead of the key
@@ -57,6 +62,14 @@ struct RequestContext {
   void fail(const ProxyError& e, ops::Outcome why) {
     error = e;
     outcome = why;
+  }
+
+  /// Logs an event of this request; the line carries its trace id.
+  template <class... Args>
+  void log(spdlog::level::level_enum level, spdlog::format_string_t<Args...> format,
+           Args&&... args) const {
+    const ops::TraceTag tag(trace_id);
+    spdlog::log(level, format, std::forward<Args>(args)...);
   }
 
   const std::string& route_name() const {

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "http/request_target.hpp"
+#include "http/trace_context.hpp"
 #include "idemproxy/ops/logging.hpp"
 
 namespace idemproxy::http {
@@ -101,6 +102,23 @@ std::string request_id_for(const bhttp::request<bhttp::empty_body>& req) {
   return id;
 }
 
+// W3C Trace Context: a valid traceparent is forwarded as sent; otherwise a trace is
+// started, and a tracestate is dropped with the traceparent it belonged to (3.3.1.1:
+// a vendor that cannot parse traceparent must not parse tracestate). Two traceparent
+// fields are invalid (3.2).
+void follow_trace(RequestContext& ctx) {
+  auto& head = ctx.head.get();
+  std::optional<TraceParent> given;
+  if (head.count("traceparent") == 1) given = parse_traceparent(head["traceparent"]);
+  if (!given) {
+    given = start_trace();
+    head.erase("traceparent");
+    head.erase("tracestate");
+    head.set("traceparent", given->header);
+  }
+  ctx.trace_id = std::move(given->trace_id);
+}
+
 // Phase: route. Decides whether the request is protected, and how.
 asio::awaitable<bool> dispatch(RequestContext& ctx) {
   const auto& req = ctx.head.get();
@@ -110,6 +128,7 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   ctx.target = std::string(req.target());
   ctx.request_id = request_id_for(req);
   ctx.head.get().set("X-Request-Id", ctx.request_id);  // forwarded to the upstream
+  follow_trace(ctx);
   if (auto error = framing_error(req)) {
     ctx.keep_alive = false;
     ctx.fail(ProblemKind::malformed_request, *error, ops::Outcome::bad_request);
@@ -183,6 +202,8 @@ asio::awaitable<void> linger_and_close(ClientConnection& conn) {
 void log_request(const RequestContext& ctx) {
   ops::AccessRecord r;
   r.request_id = ctx.request_id;
+  r.trace_id = ctx.trace_id;
+  r.original_trace_id = ctx.original_trace_id;
   r.peer = ctx.client.peer_ip;
   r.method = ctx.method;
   r.target = ctx.target;

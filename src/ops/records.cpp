@@ -59,7 +59,13 @@ nlohmann::json record_to_json(const store::Record& r, bool summary) {
     out["response"] = {{"status", r.response->status}};
     if (!summary) {
       nlohmann::json headers = nlohmann::json::array();
-      for (const auto& h : r.response->headers) headers.push_back({h.name, h.value});
+      for (const auto& h : r.response->headers) {
+        if (h.name == store::kTraceIdEntry) {
+          out["response"]["trace_id"] = h.value;  // the trace that executed it
+        } else {
+          headers.push_back({h.name, h.value});
+        }
+      }
       out["response"]["headers"] = headers;
       out["response"]["body_bytes"] = r.response->body.size();
     }

@@ -77,7 +77,7 @@ http {
   fastcgi_temp_path %(d)s/fastcgi;
   uwsgi_temp_path %(d)s/uwsgi;
   scgi_temp_path %(d)s/scgi;
-  log_format ledger '$status $request_method $request_uri key=$http_idempotency_key id=$http_x_ledger_id';
+  log_format ledger '$status $request_method $request_uri key=$http_idempotency_key id=$http_x_ledger_id tp=$http_traceparent ts=$http_tracestate';
   access_log %(d)s/access.log ledger;
   keepalive_requests 100000;
   client_max_body_size 4m;

@@ -8,6 +8,7 @@
 #include "http/headers.hpp"
 #include "http/problem.hpp"
 #include "http/request_target.hpp"
+#include "http/trace_context.hpp"
 
 using namespace idemproxy;
 using namespace idemproxy::http;
@@ -88,4 +89,53 @@ TEST(ReplayHead, IsSerializedOnceWithoutThePerRequestLines) {
   empty.response = {204, {}, ""};
   prepare_replay_head(empty);
   EXPECT_TRUE(empty.head.empty());  // built per request: no Content-Length to keep
+}
+
+// W3C Trace Context, section 3.2 (the examples are the specification's own).
+TEST(TraceContext, ParsesVersion00AndKeepsLaterVersionsAsSent) {
+  const auto t = parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(t->parent_id, "00f067aa0ba902b7");
+  EXPECT_EQ(t->flags, "01");
+  const std::string later = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x";
+  ASSERT_TRUE(parse_traceparent(later));
+  EXPECT_EQ(parse_traceparent(later)->header, later);
+}
+
+TEST(TraceContext, RejectsWhatTheSpecificationCallsInvalid) {
+  for (const char* bad : {
+           "",
+           "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01",   // upper case
+           "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",   // version ff
+           "00-00000000000000000000000000000000-00f067aa0ba902b7-01",   // zero trace id
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",   // zero parent id
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-",  // 00 with more
+           "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",  // no dash after
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g",   // flags not hex
+           "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+       }) {
+    EXPECT_FALSE(parse_traceparent(bad)) << bad;
+  }
+}
+
+TEST(TraceContext, StartedTracesAreValidAndDistinct) {
+  const auto a = start_trace();
+  const auto b = start_trace();
+  ASSERT_TRUE(parse_traceparent(a.header)) << a.header;
+  EXPECT_EQ(parse_traceparent(a.header)->trace_id, a.trace_id);
+  EXPECT_NE(a.trace_id, b.trace_id);
+  EXPECT_EQ(a.header.substr(0, 3), "00-");
+  EXPECT_EQ(a.header.substr(53), "01");
+}
+
+TEST(TraceContext, ReplaysNeverSendTheStoredTraceId) {
+  store::StoredResponse stored{
+      201,
+      {{"Content-Type", "application/json"}, {std::string(store::kTraceIdEntry), "abc"}},
+      "{}"};
+  EXPECT_EQ(original_trace_id(stored), "abc");
+  const auto res = replay_response(stored, TimePoint{}, 11, true);
+  EXPECT_EQ(res.count(std::string(store::kTraceIdEntry)), 0U);
+  EXPECT_EQ(res["Content-Type"], "application/json");
 }

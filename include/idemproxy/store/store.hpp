@@ -38,6 +38,11 @@ struct Header {
 };
 
 /// What the upstream answered, as kept for replay.
+/// The executing request's trace id travels among a stored response's headers under
+/// this name, which no HTTP field can have (a field-name is a token, RFC 9110 5.1):
+/// replays never send it; their log lines name it as original_trace_id.
+inline constexpr std::string_view kTraceIdEntry = ":trace-id";
+
 struct StoredResponse {
   int status = 0;
   std::vector<Header> headers;
