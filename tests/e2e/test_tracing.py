@@ -5,6 +5,7 @@ replaced by a new trace (and its tracestate dropped); the trace id is in the pro
 log lines, and a replay's line names the trace that executed."""
 import json
 import re
+import time
 import uuid
 
 import pytest
@@ -36,8 +37,14 @@ def send(p, marker, *headers, key=None):
 
 
 def access_line(p, marker_request_id):
-    lines = [l for l in p.read_log().splitlines()
-             if "[access]" in l and "request_id=%s " % marker_request_id in l]
+    """The proxy writes the access line after the answer: wait for it."""
+    deadline = time.time() + 5
+    while True:
+        lines = [l for l in p.read_log().splitlines()
+                 if "[access]" in l and "request_id=%s " % marker_request_id in l]
+        if lines or time.time() > deadline:
+            break
+        time.sleep(0.02)
     assert len(lines) == 1, p.read_log()[-3000:]
     return dict(f.split("=", 1) for f in lines[0].split() if "=" in f)
 
@@ -127,6 +134,9 @@ def test_event_lines_carry_the_trace_id_and_json_lines_are_consistent(make_proxy
                    extra_top={"log": {"format": "json"}})
     m = uuid.uuid4().hex
     send(p, m, "traceparent: " + VALID, "X-Request-Id: " + m, key=key)
+    deadline = time.time() + 5
+    while '"request_id":"%s"' % m not in p.read_log() and time.time() < deadline:
+        time.sleep(0.02)
     lines = [json.loads(l) for l in p.read_log().splitlines() if l.strip()]
     trace = VALID.split("-")[1]
     unprotected = [l for l in lines if "WITHOUT idempotency protection" in l["msg"]]
@@ -141,7 +151,9 @@ def test_event_lines_carry_the_trace_id_and_json_lines_are_consistent(make_proxy
 
 
 def test_text_lines_share_one_format(traced):
-    send(traced, uuid.uuid4().hex)
+    m = uuid.uuid4().hex
+    send(traced, m, "X-Request-Id: " + m)
+    access_line(traced, m)
     shape = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (trace|debug|info|warn|error|"
                        r"critical) \S")
     lines = [l for l in traced.read_log().splitlines() if l.strip()]
