@@ -3,12 +3,18 @@
 # Idempotent: does nothing (and needs no network) when everything is present.
 #   scripts/install-deps.sh          what building, running and testing need
 #   scripts/install-deps.sh bench    that, plus what bench/run.sh needs
+#   scripts/install-deps.sh build    only what building and packaging (.deb) need,
+#                                    as the container image's build stage uses it
+#   scripts/install-deps.sh image    what building and running the image needs
 set -euo pipefail
 
-PACKAGES=(
-  cmake g++ make pkg-config
+BUILD_PACKAGES=(
+  cmake g++ make pkg-config dpkg-dev file
   libboost1.81-dev libboost-url1.81-dev
   libpqxx-dev libpq-dev libssl-dev nlohmann-json3-dev libspdlog-dev libyaml-cpp-dev
+)
+PACKAGES=(
+  "${BUILD_PACKAGES[@]}"
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev clang-format clang-tidy
   postgresql-15 pgbouncer
@@ -18,9 +24,12 @@ PACKAGES=(
   # fetch and curl as clients; faketime for a proxy whose clock is off; prlimit.
   nginx-light nodejs faketime util-linux
 )
-if [ "${1:-}" = "bench" ]; then
-  PACKAGES+=(wrk)
-fi
+case "${1:-}" in
+  bench) PACKAGES+=(wrk) ;;
+  build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+  # podman runs the image offline; mmdebstrap makes its Debian base (scripts/image.sh).
+  image) PACKAGES+=(podman runc mmdebstrap uidmap) ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

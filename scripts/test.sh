@@ -7,7 +7,10 @@
 #   4. stages 1 and 2 again on an ASan+UBSan build (skip with SANITIZE=0),
 #   5. the store tests and the concurrency end-to-end tests (with the real-peer
 #      ledger) on a TSan build, with 4 I/O threads per proxy (skip with SANITIZE=0),
-#   6. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them).
+#   6. the container image (scripts/image.sh, podman, offline) run against the test
+#      PostgreSQL, and its .deb installed into the bare Debian base (skip with IMAGE=0),
+#   7. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them).
+# The Kubernetes manifests are rendered and validated in stage 2 (test_kubernetes.py).
 # Before building, every C++ file is checked against .clang-format; after it,
 # clang-tidy (.clang-tidy) must find nothing in src/. The TSan stage also runs the
 # coordinator, lease schedule and replay cache unit tests.
@@ -16,8 +19,13 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 SANITIZE=${SANITIZE:-1}
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+IMAGE=${IMAGE:-1}
 
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh image
+# The Kubernetes schema validator (tests/kubernetes), pinned by its package-lock.json.
+if [ ! -d tests/kubernetes/node_modules/kubernetes-models ]; then
+  (cd tests/kubernetes && npm ci --no-audit --no-fund --loglevel=error)
+fi
 format_status=0
 bash scripts/check-format.sh || format_status=1
 bash scripts/build.sh
@@ -29,6 +37,10 @@ if [ "$SANITIZE" = 1 ]; then
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 \
     -DIDEMPROXY_TSAN=ON >/dev/null
   cmake --build build-tsan -j2 --target idemproxy store_tests unit_tests
+fi
+image_status=0
+if [ "$IMAGE" = 1 ]; then
+  bash scripts/image.sh test || image_status=1
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-test.XXXXXX")
@@ -78,7 +90,7 @@ run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
 }
 
 run_ctest build
-run_pytest build
+run_pytest build tests/e2e --ignore=tests/e2e/test_image.py
 
 echo "== run-local smoke test (the first README command)"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -92,9 +104,19 @@ else
   status=1
 fi
 
+if [ "$IMAGE" = 1 ]; then
+  if [ "$image_status" = 0 ]; then
+    run_pytest build tests/e2e/test_image.py
+  else
+    echo "== container image: the build failed (above)"
+    failed=$((failed + 1))
+    status=1
+  fi
+fi
+
 if [ "$SANITIZE" = 1 ]; then
   run_ctest build-asan
-  run_pytest build-asan
+  run_pytest build-asan tests/e2e --ignore=tests/e2e/test_image.py
 fi
 
 if [ "$SANITIZE" = 1 ]; then

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the container image with podman, offline, from Debian's packages only.
+#   scripts/image.sh [TAG]       builds idemproxy:TAG (default: dev), prints its size
+# The Dockerfile starts FROM debian:bookworm-slim. No registry is reachable here, so
+# that base is made once with mmdebstrap (minbase) and imported under that name; it
+# stays in podman's store for later builds. Layers are cached the same way.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TAG=${1:-dev}
+BASE=docker.io/library/debian:bookworm-slim
+# The flags every podman call here needs (no systemd, no registry, small limits).
+PODMAN=(podman --runtime runc --cgroup-manager=cgroupfs)
+LIMITS=(--ulimit nofile=1024:1024 --ulimit nproc=1000:1000 --network host)
+
+bash scripts/install-deps.sh image >/dev/null
+
+if ! "${PODMAN[@]}" image exists "$BASE"; then
+  echo "image: making the $BASE base with mmdebstrap (once)"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  # As Debian's own slim images do, leave out documentation, man pages and
+  # translations (copyright files stay); later installs in the image follow suit.
+  mmdebstrap --quiet --variant=minbase \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/lintian/*' \
+    bookworm "$tmp/rootfs.tar"
+  "${PODMAN[@]}" import --quiet "$tmp/rootfs.tar" "$BASE" >/dev/null
+fi
+
+version=$(sed -n 's/^project(idemproxy VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+revision=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)
+echo "image: building idemproxy:$TAG ($version, $revision)"
+started=$(date +%s)
+# The build stage first, tagged, so the .deb can be copied out of it; the full build
+# then finds that stage in the layer cache.
+"${PODMAN[@]}" build --quiet --pull=never "${LIMITS[@]}" -f docker/Dockerfile --target build \
+  -t "idemproxy-build:$TAG" --build-arg IDEMPROXY_REVISION="$revision" . >/dev/null
+"${PODMAN[@]}" build --quiet --pull=never "${LIMITS[@]}" -f docker/Dockerfile -t "idemproxy:$TAG" \
+  --build-arg IDEMPROXY_VERSION="$version" --build-arg IDEMPROXY_REVISION="$revision" . >/dev/null
+mkdir -p build
+ctr=$("${PODMAN[@]}" create "idemproxy-build:$TAG" true)
+"${PODMAN[@]}" cp "$ctr:/idemproxy.deb" "build/idemproxy_${version}_amd64.deb"
+"${PODMAN[@]}" rm "$ctr" >/dev/null
+size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "idemproxy:$TAG")
+base_size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$BASE")
+echo "image: idemproxy:$TAG built in $(($(date +%s) - started)) s;" \
+  "size $((size / 1048576)) MiB (its Debian base alone: $((base_size / 1048576)) MiB);" \
+  "package build/idemproxy_${version}_amd64.deb"
