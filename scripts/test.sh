@@ -81,7 +81,7 @@ run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
   echo "== end-to-end tests (pytest, $build/idemproxy${*:+, $*})"
   if IDEMPROXY_BIN="$ROOT/$build/idemproxy" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
       "${@:-tests/e2e}" 2>&1 | tee "$log"; then :; else status=1; fi
-  line=$(grep -E '(passed|failed|error)' "$log" | tail -1)
+  line=$(grep -E '(passed|failed|error)' "$log" | tail -1 || true)
   p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
   passed=$((passed + p))
   for n in $(echo "$line" | grep -oE '[0-9]+ (failed|errors?)' | grep -oE '^[0-9]+'); do
@@ -146,7 +146,7 @@ fi
 if [ "$FUZZ_SECONDS" != 0 ]; then
   echo "== fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
   if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi
-  line=$(grep -E '^fuzz: [0-9]+ passed' "$WORK/fuzz.log" | tail -1)
+  line=$(grep -E '^fuzz: [0-9]+ passed' "$WORK/fuzz.log" | tail -1 || true)
   p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
   f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 1)
   passed=$((passed + p))
