@@ -32,6 +32,12 @@ WaitBudget::Deadline WaitBudget::next_backoff(Deadline now) {
   return now + sleep;
 }
 
+WaitBudget::Deadline WaitBudget::next_fallback(Deadline now) {
+  const auto sleep = std::min<std::chrono::steady_clock::duration>(fallback, deadline - now);
+  fallback = std::min(fallback * 2, Duration{30000});
+  return now + sleep;
+}
+
 std::shared_ptr<const ReplayCache::Entry> Coordinator::cached(const RoutePolicy& route,
                                                               const store::RecordId& id) const {
   // Shadow mode never replays: it forwards everything.
@@ -185,6 +191,15 @@ Finish Coordinator::abandon(const store::RecordId& id, std::int64_t token, bool 
   const Finish f = sent ? engine_.mark_indeterminate(id, token) : engine_.abandon(id, token);
   holders_.release(id);
   return f;
+}
+
+Coordinator::Elsewhere Coordinator::wait_elsewhere(const store::RecordId& id,
+                                                   const std::shared_ptr<Waiter>& waiter) {
+  if (!store_.announces_finishes()) return Elsewhere::poll;
+  holders_.add_remote(id, waiter);
+  const auto watched = store_.watch_record(id);
+  if (!watched.ok()) return Elsewhere::poll;  // the next claim reports the store's state
+  return watched.value() ? Elsewhere::announced : Elsewhere::finished;
 }
 
 }  // namespace idemproxy::engine

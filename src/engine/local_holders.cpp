@@ -54,4 +54,45 @@ void LocalHolders::notify(const store::RecordId& id) {
   }
 }
 
+void LocalHolders::add_remote(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
+  std::lock_guard lock(mu_);
+  remote_[store::slot_key(id)].push_back(waiter);
+}
+
+void LocalHolders::remove_remote(const store::RecordId& id, const Waiter* waiter) {
+  std::lock_guard lock(mu_);
+  auto it = remote_.find(store::slot_key(id));
+  if (it == remote_.end()) return;
+  std::erase_if(it->second, [waiter](const auto& w) {
+    const auto held = w.lock();
+    return !held || held.get() == waiter;
+  });
+  if (it->second.empty()) remote_.erase(it);
+}
+
+void LocalHolders::notify_remote(const store::RecordId& id) {
+  std::vector<std::weak_ptr<Waiter>> woken;
+  {
+    std::lock_guard lock(mu_);
+    auto it = remote_.find(store::slot_key(id));
+    if (it == remote_.end()) return;
+    woken = it->second;  // each waiter removes itself once it stops waiting
+  }
+  for (auto& w : woken) {
+    if (auto waiter = w.lock()) waiter->wake();
+  }
+}
+
+void LocalHolders::notify_all_remote() {
+  std::vector<std::weak_ptr<Waiter>> woken;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [slot, waiters] : remote_)
+      woken.insert(woken.end(), waiters.begin(), waiters.end());
+  }
+  for (auto& w : woken) {
+    if (auto waiter = w.lock()) waiter->wake();
+  }
+}
+
 }  // namespace idemproxy::engine

@@ -18,15 +18,26 @@ using idempotent::Flow;
 using idempotent::Step;
 using ops::Outcome;
 
-// Wakes a request waiting on a key this process holds: cancels its timer on the
-// request's own executor (a strand), since timers are not thread-safe.
+// Wakes a waiting request: cancels its timer on the request's own executor (a
+// strand), since timers are not thread-safe. `woken` (touched only on that executor)
+// keeps a wake that lands before the request starts sleeping from being lost.
 class TimerWaiter final : public engine::Waiter, public std::enable_shared_from_this<TimerWaiter> {
  public:
   explicit TimerWaiter(const asio::any_io_executor& ex) : timer(ex) {}
   void wake() override {
-    asio::post(timer.get_executor(), [self = shared_from_this()] { self->timer.cancel(); });
+    asio::post(timer.get_executor(), [self = shared_from_this()] {
+      self->woken = true;
+      self->timer.cancel();
+    });
+  }
+  /// Sleeps until `until`, unless woken since `woken` was last cleared.
+  asio::awaitable<void> sleep_until(std::chrono::steady_clock::time_point until) {
+    if (woken) co_return;
+    timer.expires_at(until);
+    co_await timer.async_wait(use_nothrow);
   }
   asio::steady_timer timer;
+  bool woken = false;
 };
 
 // Interim answers (103 Early Hints, 102) go to the client as they arrive; the final
@@ -43,9 +54,28 @@ asio::awaitable<bool> respond(RequestContext& ctx, StringResponse& res) {
   co_return sent ? ctx.keep_alive : false;
 }
 
+// A key another instance executes: the store announces its finish (LISTEN/NOTIFY)
+// to the requests that watch it, so they sleep instead of polling. A listener that
+// reconnects wakes every such waiter (announcements may have been lost meanwhile);
+// a slow re-check (WaitBudget::next_fallback) is the last safety net.
+// False when the store cannot announce, and the caller polls instead.
+asio::awaitable<bool> wait_elsewhere(Flow& f, const std::shared_ptr<TimerWaiter>& waiter,
+                                     engine::WaitBudget& budget) {
+  using Elsewhere = engine::Coordinator::Elsewhere;
+  Runtime& rt = f.rt();
+  const store::RecordId& id = f.claim->id;
+  const Elsewhere how = co_await rt.blocking(
+      [&rt, &id, &waiter] { return rt.coordinator.wait_elsewhere(id, waiter); });
+  if (how == Elsewhere::announced) {
+    co_await waiter->sleep_until(budget.next_fallback(std::chrono::steady_clock::now()));
+  }
+  rt.coordinator.stop_waiting_elsewhere(id, waiter.get());
+  co_return how != Elsewhere::poll;
+}
+
 // Phase: claim, until the coordinator decides. With on_concurrent: wait, a request
-// that finds the key in flight sleeps until the holder in this process releases it
-// (or a backoff, for holders elsewhere), up to the lease.
+// that finds the key in flight sleeps until its holder, here or on another instance,
+// finishes it, up to the lease.
 asio::awaitable<Step> claim_phase(Flow& f) {
   Runtime& rt = f.rt();
   const store::ClaimRequest& claim = *f.claim;
@@ -66,17 +96,18 @@ asio::awaitable<Step> claim_phase(Flow& f) {
       const auto ex = co_await asio::this_coro::executor;
       waiter = std::make_shared<TimerWaiter>(ex);
     }
+    waiter->woken = false;
     if (!rt.coordinator.wait_here(claim.id, waiter)) {
-      // Held elsewhere: ask again after a backoff. Answered in the same group-commit
-      // batch as a holder here, this request may have looked before that holder
-      // marked the key: look once more before asking the store again.
-      waiter->timer.expires_at(budget.next_backoff(std::chrono::steady_clock::now()));
-      co_await waiter->timer.async_wait(use_nothrow);
+      if (co_await wait_elsewhere(f, waiter, budget)) continue;
+      // The store cannot announce finishes: ask again after a backoff. Answered in
+      // the same group-commit batch as a holder here, this request may have looked
+      // before that holder marked the key: look once more before asking again.
+      co_await waiter->sleep_until(budget.next_backoff(std::chrono::steady_clock::now()));
+      waiter->woken = false;
       if (!rt.coordinator.wait_here(claim.id, waiter)) continue;
     }
     // Held by this process: sleep until it releases the key; no database polling.
-    waiter->timer.expires_at(budget.deadline);
-    co_await waiter->timer.async_wait(use_nothrow);
+    co_await waiter->sleep_until(budget.deadline);
   }
 }
 

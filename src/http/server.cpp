@@ -294,7 +294,7 @@ void ProxyServer::Impl::note_not_ready(int attempt, const std::string& error) {
 
 // Retries prepare_store on the database pool with backoff (250 ms doubling to 5 s),
 // logging each try, so a proxy started before PostgreSQL becomes ready without a
-// restart. The purge listener and GC start only once the store is prepared.
+// restart. The notification listener and GC start only once the store is prepared.
 asio::awaitable<void> ProxyServer::Impl::prepare() {
   asio::steady_timer pause(io);
   for (int attempt = 2; prepare_store; ++attempt) {
@@ -315,8 +315,13 @@ asio::awaitable<void> ProxyServer::Impl::prepare() {
   }
   runtime.set_store_problem("");
   runtime.store_prepared = true;
-  runtime.record_store.watch_purges(
-      [this](const store::RecordId& id) { runtime.coordinator.forget(id); });
+  store::Store::Watchers watchers;
+  watchers.purged = [this](const store::RecordId& id) { runtime.coordinator.forget(id); };
+  watchers.finished = [this](const store::RecordId& id) {
+    runtime.coordinator.finished_elsewhere(id);
+  };
+  watchers.resumed = [this] { runtime.coordinator.announcements_resumed(); };
+  runtime.record_store.watch(std::move(watchers));
   co_await collect_garbage();
 }
 
@@ -362,7 +367,7 @@ int ProxyServer::run() {
   asio::co_spawn(s.control, s.accept_clients(), log_exception);
   asio::co_spawn(s.control, s.accept_admin(), log_exception);
   asio::co_spawn(s.control, s.handle_signals(), log_exception);
-  asio::co_spawn(s.control, s.prepare(), log_exception);  // then the purge listener and GC
+  asio::co_spawn(s.control, s.prepare(), log_exception);  // then the notification listener and GC
   // Leases are at least 1s and renewed at a third of it: a 100 ms beat is on time.
   asio::co_spawn(s.control, renew_leases(s.runtime, std::chrono::milliseconds{100}), log_exception);
   std::vector<std::thread> extra;
@@ -373,8 +378,8 @@ int ProxyServer::run() {
     spdlog::error("{} completion(s) could not be written before exit; their records stay in flight",
                   pending);
   }
-  s.runtime.record_store.watch_purges({});  // its callback uses the cache, about to go
-  s.runtime.db_pool.stop();  // abandons completion retries still waiting for the store
+  s.runtime.record_store.watch({});  // its callbacks use the cache, about to go
+  s.runtime.db_pool.stop();          // abandons completion retries still waiting for the store
   s.runtime.db_pool.join();
   spdlog::info("stopped");
   return 0;

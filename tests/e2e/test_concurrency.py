@@ -97,3 +97,81 @@ def test_storm_across_two_instances_on_one_database_executes_once(make_proxy, up
     assert upstream.executions.count(key=key) == 1
     assert set(r.status for r in responses) <= {201, 409}
     assert len({r.body for r in responses if r.status == 201}) == 1
+
+
+def test_waiters_on_another_instance_wake_on_the_holders_notify_without_polling(
+        make_proxy, upstream, key):
+    """Instance A executes the key for 2 s; 16 requests on instance B wait for it
+    (on_concurrent: wait). B's store calls: a claim, a watch and a claim again per
+    request (polling every 5-250 ms would be about ten times that), and B answers
+    within moments of A's completion, not at a fallback re-check (1 s and more)."""
+    import time
+    a = make_proxy(defaults={"on_concurrent": "wait", "lease": "10s"})
+    b = make_proxy(defaults={"on_concurrent": "wait", "lease": "10s"})
+    store_calls = lambda p: p.metric("idemproxy_store_duration_seconds_count")
+    held = {}
+
+    def hold():
+        held["response"] = a.post("/v1/orders?delay_ms=2000", '{"amount": 1}', key=key)
+        held["done"] = time.time()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    deadline = time.time() + 5
+    while upstream.executions.count(key=key) == 0 and time.time() < deadline:
+        time.sleep(0.01)  # A holds the key and the upstream is working
+    before = store_calls(b)
+
+    def wait_on_b(_):
+        r = b.post("/v1/orders?delay_ms=2000", '{"amount": 1}', key=key)
+        return r, time.time()
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(wait_on_b, range(16)))
+    holder.join()
+    assert upstream.executions.count(key=key) == 1
+    assert held["response"].status == 201
+    for r, _ in answers:
+        assert r.status == 201 and r.header("Idempotent-Replayed") == "true"
+        assert r.body == held["response"].body
+    latest = max(at for _, at in answers)
+    assert latest - held["done"] < 1.5, "B's waiters woke %.2f s after A finished" % (
+        latest - held["done"])
+    calls = store_calls(b) - before
+    assert calls <= 16 * 3 + 4, "B made %d store calls for 16 waiting requests" % calls
+
+
+def test_waiters_on_another_instance_survive_a_lost_notify(make_proxy, upstream, pg, key):
+    """B's listener connection is killed just before A completes, so the NOTIFY is
+    lost. The listener reconnects within a second and wakes B's waiters, which find
+    the answer: they do not sleep until the 5 s safety-net re-check."""
+    import time
+    a = make_proxy(defaults={"on_concurrent": "wait", "lease": "10s"})
+    b = make_proxy(defaults={"on_concurrent": "wait", "lease": "10s"})
+    held = {}
+
+    def hold():
+        held["response"] = a.post("/v1/orders?delay_ms=2000", '{"amount": 1}', key=key)
+        held["done"] = time.time()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    deadline = time.time() + 5
+    while upstream.executions.count(key=key) == 0 and time.time() < deadline:
+        time.sleep(0.01)
+    started = time.time()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        waiting = [pool.submit(b.post, "/v1/orders?delay_ms=2000", '{"amount": 1}', key=key) for _ in range(8)]
+        time.sleep(max(0.0, started + 1.8 - time.time()))
+        killed = pg.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                        " WHERE application_name = 'idemproxy listener'")
+        answers = [f.result() for f in waiting]
+        answered = time.time()
+    holder.join()
+    assert int(killed) >= 2  # A's and B's
+    assert upstream.executions.count(key=key) == 1
+    assert [r.status for r in answers] == [201] * 8, [r.body for r in answers]
+    assert all(r.body == held["response"].body for r in answers)
+    assert answered - held["done"] < 2.0, "B answered %.2f s after A finished" % (
+        answered - held["done"])
+    assert "notification listener: reconnected" in b.read_log()

@@ -74,8 +74,67 @@ class PgStoreTest : public ::testing::Test {
   std::string scope;
 };
 
+inline void wait_until_queued(PgStore& store, int n) {
+  for (int i = 0; i < 500 && store.batch_stats().queued < n; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(store.batch_stats().queued, n);
+}
+
+/// Holds a store's only connection busy, so the calls that follow queue up and run
+/// as one group-commit batch.
+class HeldConnection {
+ public:
+  // Claims `gate` on `store`, locks its row from another session, and starts a
+  // completion of it, which then waits on that lock with the store's only connection.
+  HeldConnection(PgStore& store, const ClaimRequest& gate)
+      : store_(store), gate_(gate), outside_(dsn()), lock_(outside_) {
+    const auto token = std::get<Claimed>(store.claim(gate).value()).token;
+    lock_.exec_params("SELECT 1 FROM idempotency_records WHERE scope = $1 AND key = $2 FOR UPDATE",
+                      gate.id.scope, gate.id.key);
+    completion_ = std::thread([this, token] {
+      completed_ = store_.complete(gate_.id, token, {201, {}, "gate"}, 1h).ok();
+    });
+    pqxx::connection watch(dsn());
+    for (int i = 0; i < 500; ++i) {
+      pqxx::nontransaction q(watch);
+      if (q.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                 " AND datname = current_database()")[0][0]
+              .as<int>() > 0) {
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "the gate completion never waited on the lock";
+  }
+
+  // Lets the held completion finish; true when it succeeded.
+  bool release() {
+    lock_.commit();
+    completion_.join();
+    return completed_;
+  }
+
+  // Runs work(0) .. work(n - 1), each on its own thread; once all n are queued behind
+  // the held connection, lets it go, and returns when all have finished.
+  void queue_and_release(int n, const std::function<void(int)>& work) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) threads.emplace_back(work, i);
+    wait_until_queued(store_, n);
+    EXPECT_TRUE(release());
+    for (auto& t : threads) t.join();
+  }
+
+ private:
+  PgStore& store_;
+  ClaimRequest gate_;
+  pqxx::connection outside_;
+  pqxx::work lock_;
+  std::thread completion_;
+  bool completed_ = false;
+};
+
 }  // namespace idemproxy::testing
 
 using idemproxy::testing::dsn;
+using idemproxy::testing::HeldConnection;
 using idemproxy::testing::PgStoreTest;
 using idemproxy::testing::ring;

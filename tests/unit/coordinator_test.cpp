@@ -345,3 +345,48 @@ TEST_F(CoordinatorTest, AConcurrentStormExecutesOnceAndEveryoneElseGetsTheCached
   }
   EXPECT_EQ(store.completes, 1);
 }
+
+// A key another instance executes: with a store that announces finishes, a waiter
+// registers, the record is watched, and it sleeps until the announcement (or until
+// the listener resumes after a gap); without one, it polls.
+TEST_F(CoordinatorTest, AKeyHeldElsewhereIsWaitedForByAnnouncementNotByPolling) {
+  using Elsewhere = Coordinator::Elsewhere;
+  const store::RecordId id{"", "k"}, other{"", "other"};
+  auto waiter = std::make_shared<ProbeWaiter>([] {});
+  EXPECT_EQ(coordinator.wait_elsewhere(id, waiter), Elsewhere::poll);
+  EXPECT_EQ(store.watches, 0);  // nothing asked of a store that cannot announce
+
+  store.announces = true;
+  EXPECT_EQ(coordinator.wait_elsewhere(id, waiter), Elsewhere::announced);
+  EXPECT_EQ(store.watches, 1);
+  coordinator.finished_elsewhere(other);
+  EXPECT_EQ(waiter->woken, 0);
+  coordinator.finished_elsewhere(id);
+  EXPECT_EQ(waiter->woken, 1);
+  coordinator.stop_waiting_elsewhere(id, waiter.get());
+  coordinator.finished_elsewhere(id);
+  EXPECT_EQ(waiter->woken, 1);  // it stopped waiting: not woken again
+
+  auto second = std::make_shared<ProbeWaiter>([] {});
+  EXPECT_EQ(coordinator.wait_elsewhere(id, waiter), Elsewhere::announced);
+  EXPECT_EQ(coordinator.wait_elsewhere(other, second), Elsewhere::announced);
+  coordinator.announcements_resumed();  // a gap: every waiter looks again
+  EXPECT_EQ(waiter->woken, 2);
+  EXPECT_EQ(second->woken, 1);
+  coordinator.stop_waiting_elsewhere(id, waiter.get());
+  coordinator.stop_waiting_elsewhere(other, second.get());
+
+  store.watch_answer = false;  // it finished before the watch: claim again at once
+  EXPECT_EQ(coordinator.wait_elsewhere(id, waiter), Elsewhere::finished);
+  coordinator.stop_waiting_elsewhere(id, waiter.get());
+  store.watch_answer = store::StoreError{store::StoreErrc::unavailable, "timeout"};
+  EXPECT_EQ(coordinator.wait_elsewhere(id, waiter), Elsewhere::poll);
+  coordinator.stop_waiting_elsewhere(id, waiter.get());
+}
+
+TEST_F(CoordinatorTest, TheFallbackReCheckStartsAtFiveSecondsAndStopsAtTheDeadline) {
+  WaitBudget budget{steady + std::chrono::seconds{12}};
+  EXPECT_EQ(budget.next_fallback(steady) - steady, std::chrono::seconds{5});
+  EXPECT_EQ(budget.next_fallback(steady) - steady, std::chrono::seconds{10});
+  EXPECT_EQ(budget.next_fallback(steady) - steady, std::chrono::seconds{12});
+}

@@ -20,6 +20,15 @@ class FaultyStore final : public store::Store {
   bool completes_fenced = false;
   bool complete_reply_lost = false;  // written, then the answer never arrives
   int completes = 0;
+  bool announces = false;  // as PgStore with LISTEN; the memory store does not
+  store::Result<bool> watch_answer = true;
+  int watches = 0;
+
+  bool announces_finishes() const override { return announces; }
+  store::Result<bool> watch_record(const store::RecordId& /*id*/) override {
+    ++watches;
+    return watch_answer;
+  }
 
   store::Result<store::ClaimResult> claim(const store::ClaimRequest& r) override {
     if (claims_unreadable) return store::StoreError{store::StoreErrc::unreadable, "no key 7"};

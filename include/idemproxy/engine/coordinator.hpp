@@ -58,8 +58,13 @@ struct WaitBudget {
   using Deadline = std::chrono::steady_clock::time_point;
   Deadline deadline;
   Duration backoff{5};
+  Duration fallback{5000};
   /// The next backoff sleep (doubling to 250 ms), never past the deadline.
   Deadline next_backoff(Deadline now);
+  /// The next re-check while the store announces the key's finish: a safety net
+  /// only (a listener that reconnects wakes every waiter itself), 5 s doubling to
+  /// 30 s, never past the deadline.
+  Deadline next_fallback(Deadline now);
 };
 
 /// What complete() did with the upstream's answer.
@@ -86,7 +91,7 @@ class Coordinator {
   };
 
   Coordinator(store::Store& store, ReplayCache& cache, ops::Metrics& metrics, Hooks hooks)
-      : engine_(store), cache_(cache), metrics_(metrics), hooks_(std::move(hooks)) {}
+      : store_(store), engine_(store), cache_(cache), metrics_(metrics), hooks_(std::move(hooks)) {}
 
   /// A cached answer for `id` on an enforcing route, if any. It replays a retry with
   /// the very same bytes (entry.request.same) or the same fingerprint; anything else
@@ -110,6 +115,26 @@ class Coordinator {
   bool wait_here(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
     return holders_.add(id, waiter);
   }
+
+  /// How a request waits for a key that another instance executes.
+  enum class Elsewhere {
+    announced,  // sleep until the finish is announced (finished_elsewhere), then claim again
+    finished,   // it is no longer in flight: claim again at once
+    poll,       // the store cannot announce it: re-check on WaitBudget::next_backoff
+  };
+  /// For a key held by another instance (database pool): registers `waiter`, then
+  /// asks the store to announce the key's finish (registering first, so an
+  /// announcement that arrives meanwhile is not missed). The caller must call
+  /// stop_waiting_elsewhere once it stops waiting.
+  Elsewhere wait_elsewhere(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter);
+  void stop_waiting_elsewhere(const store::RecordId& id, const Waiter* waiter) {
+    holders_.remove_remote(id, waiter);
+  }
+  /// The store announced that another instance finished `id`: wakes its waiters here.
+  void finished_elsewhere(const store::RecordId& id) { holders_.notify_remote(id); }
+  /// Announcements may have been lost (the store's listener reconnected): every
+  /// request waiting for another instance looks again.
+  void announcements_resumed() { holders_.notify_all_remote(); }
 
   /// Records the upstream's answer under `token` (database pool), in this order:
   /// the store, then the replay cache, then the waiters. Woken waiters find the
@@ -143,6 +168,7 @@ class Coordinator {
   Decision refuse(Refusal why, std::string detail, ops::Outcome outcome,
                   std::optional<int> retry_after = std::nullopt);
 
+  store::Store& store_;
   Engine engine_;
   ReplayCache& cache_;
   ops::Metrics& metrics_;

@@ -33,6 +33,14 @@ class LocalHolders {
   /// between.) False, and nothing kept, for a key held elsewhere.
   bool add(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter);
   bool held(const store::RecordId& id) const;
+
+  /// Requests here waiting for a key another instance executes: woken by
+  /// notify_remote (the store announced its finish), removed by remove_remote.
+  void add_remote(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter);
+  void remove_remote(const store::RecordId& id, const Waiter* waiter);
+  void notify_remote(const store::RecordId& id);
+  /// Wakes every request waiting for a key held elsewhere.
+  void notify_all_remote();
   /// Keys with registered waiters (entries must not outlive their holder).
   std::size_t waiting_keys() const;
 
@@ -40,6 +48,7 @@ class LocalHolders {
   mutable std::mutex mu_;
   std::unordered_map<std::string, int> held_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<Waiter>>> waiting_;
+  std::unordered_map<std::string, std::vector<std::weak_ptr<Waiter>>> remote_;
 };
 
 }  // namespace idemproxy::engine

@@ -58,11 +58,13 @@ class PgStore final : public Store {
   /// would travel as hex text.
   static constexpr std::size_t kBatchedBodyMax = std::size_t{64} << 10;
   /// LISTENs on its own connection (not through a transaction-pooling PgBouncer,
-  /// where sessions do not last: then purges elsewhere are not seen).
-  void watch_purges(std::function<void(const RecordId&)> fn) override;
+  /// where sessions do not last: then purges and finishes elsewhere are not seen).
+  void watch(Watchers watchers) override;
+  bool announces_finishes() const override;
+  Result<bool> watch_record(const RecordId& id) override;
 
  private:
-  struct Impl;  // src/store/pg/: pool, group commit, row codec, purge listener
+  struct Impl;  // src/store/pg/: pool, group commit, row codec, notification listener
   std::unique_ptr<Impl> impl_;
 };
 

@@ -156,11 +156,29 @@ class Store {
   virtual Result<std::int64_t> delete_expired(int limit) = 0;
   virtual Result<Done> ping() = 0;
 
-  /// Calls `fn` (from a background thread) whenever a record is purged, by any
-  /// instance or the CLI, so caches can drop it; an empty `fn` stops watching.
-  /// Stores that cannot watch ignore it.
+  /// What the store announces about records that any instance (or the CLI) changed.
+  /// Both are called from a background thread.
+  struct Watchers {
+    /// A record was purged: caches drop it.
+    std::function<void(const RecordId&)> purged;
+    /// A watched record (watch_record) finished: completed, released or marked
+    /// indeterminate. Requests waiting for it on this instance wake.
+    std::function<void(const RecordId&)> finished;
+    /// Announcements (re)started after a gap in which some may have been lost (the
+    /// listener's connection broke): every waiter should look again.
+    std::function<void()> resumed;
+  };
+  /// Starts announcing to `watchers`; empty watchers stop it. Stores that cannot
+  /// announce anything ignore it.
   // NOLINTNEXTLINE(performance-unnecessary-value-param): a sink; overrides keep it.
-  virtual void watch_purges(std::function<void(const RecordId&)> /*fn*/) {}
+  virtual void watch(Watchers /*watchers*/) {}
+  /// Whether Watchers::finished is called for watched records. When it is not,
+  /// requests waiting for another instance's key re-check it on a backoff.
+  virtual bool announces_finishes() const { return false; }
+  /// Asks for `id`'s finish to be announced: a request here waits for it while
+  /// another instance executes it. False when it is no longer in flight (the
+  /// waiter claims again at once).
+  virtual Result<bool> watch_record(const RecordId& /*id*/) { return false; }
 
   /// A figure the store reports about itself (pool, batching), rendered as a metric.
   struct Sample {

@@ -1,4 +1,4 @@
-#include "store/pg/purge_listener.hpp"
+#include "store/pg/notification_listener.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -6,32 +6,43 @@
 
 namespace idemproxy::store::pg {
 
-void PurgeListener::stop() {
+void NotificationListener::stop() {
   stopping_ = true;
   if (thread_.joinable()) thread_.join();
 }
 
-void PurgeListener::start(std::function<void(const RecordId&)> fn) {
+void NotificationListener::start(Store::Watchers watchers) {
   stop();
   stopping_ = false;
-  thread_ = std::thread([this, fn = std::move(fn)] {
+  thread_ = std::thread([this, watchers = std::move(watchers)] {
     struct Receiver final : pqxx::notification_receiver {
-      Receiver(pqxx::connection_base& c, std::function<void(const RecordId&)> f)
-          : pqxx::notification_receiver(c, "idemproxy_purge"), fn(std::move(f)) {}
-      // The payload is store::slot_key(id): scope '\n' key (statements.hpp, kPurge).
+      Receiver(pqxx::connection_base& c, const std::string& channel,
+               std::function<void(const RecordId&)> f)
+          : pqxx::notification_receiver(c, channel), fn(std::move(f)) {}
+      // The payload is store::slot_key(id): scope '\n' key (statements.hpp).
       void operator()(const std::string& payload, int) override {
         const auto nl = payload.find('\n');
-        if (nl != std::string::npos) fn({payload.substr(0, nl), payload.substr(nl + 1)});
+        if (fn && nl != std::string::npos) fn({payload.substr(0, nl), payload.substr(nl + 1)});
       }
       std::function<void(const RecordId&)> fn;
     };
+    bool lost = false;
     while (!stopping_) {
       try {
         pqxx::connection conn(dsn_);
-        Receiver receiver(conn, fn);
+        conn.set_variable("application_name", "'idemproxy listener'");
+        Receiver purged(conn, "idemproxy_purge", watchers.purged);
+        Receiver finished(conn, "idemproxy_done", watchers.finished);
+        if (lost) spdlog::info("notification listener: reconnected");
+        lost = false;
+        // Listening now; whatever finished before (or while the connection was
+        // down) was not heard: waiters look again.
+        if (watchers.resumed) watchers.resumed();
         while (!stopping_) conn.await_notification(0, 200'000);
       } catch (const std::exception& e) {
-        spdlog::warn("purge listener: {}; reconnecting", e.what());
+        // Meanwhile waiters fall back to re-checking on a backoff (idempotent_flow.cpp).
+        if (!lost) spdlog::warn("notification listener: {}; reconnecting", e.what());
+        lost = true;
         for (int i = 0; i < 10 && !stopping_; ++i) {
           std::this_thread::sleep_for(std::chrono::milliseconds{100});
         }

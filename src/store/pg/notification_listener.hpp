@@ -1,6 +1,7 @@
 #pragma once
-// LISTEN idemproxy_purge on a connection of its own, so purges by any instance or
-// the CLI reach this process's replay cache.
+// LISTEN on a connection of its own: idemproxy_purge, so purges by any instance or
+// the CLI reach this process's replay cache; idemproxy_done, so requests waiting here
+// for a key another instance executes wake when it finishes.
 #include <atomic>
 #include <functional>
 #include <string>
@@ -10,16 +11,17 @@
 
 namespace idemproxy::store::pg {
 
-class PurgeListener {
+class NotificationListener {
  public:
-  explicit PurgeListener(std::string dsn) : dsn_(std::move(dsn)) {}
-  ~PurgeListener() { stop(); }
-  PurgeListener(const PurgeListener&) = delete;
-  PurgeListener& operator=(const PurgeListener&) = delete;
+  explicit NotificationListener(std::string dsn) : dsn_(std::move(dsn)) {}
+  ~NotificationListener() { stop(); }
+  NotificationListener(const NotificationListener&) = delete;
+  NotificationListener& operator=(const NotificationListener&) = delete;
 
-  /// Calls `fn` from its own thread for every purged record, reconnecting after
-  /// failures, until stop() (one listener at a time: start() stops the last one).
-  void start(std::function<void(const RecordId&)> fn);
+  /// Calls the watchers from its own thread for every purged or finished (watched)
+  /// record, reconnecting after failures, until stop() (one listener at a time:
+  /// start() stops the last one).
+  void start(Store::Watchers watchers);
   void stop();
 
  private:

@@ -1,13 +1,13 @@
 // The PostgreSQL store: each call is one statement (or one member of a group-commit
 // batch) on a pooled connection. The parts: pool.hpp, group_commit.hpp,
-// row_codec.hpp, purge_listener.hpp; every statement is in statements.hpp.
+// row_codec.hpp, notification_listener.hpp; every statement is in statements.hpp.
 #include "idemproxy/store/pg_store.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include "idemproxy/common/hex.hpp"
 #include "store/pg/group_commit.hpp"
-#include "store/pg/purge_listener.hpp"
+#include "store/pg/notification_listener.hpp"
 #include "store/pg/row_codec.hpp"
 
 namespace idemproxy::store {
@@ -20,7 +20,7 @@ struct PgStore::Impl {
         pool(options),
         codec(options.sealer),
         batches(pool, options),
-        purges(options.dsn) {}
+        listener(options.dsn) {}
 
   /// Runs one statement on a pooled connection.
   template <class T>
@@ -44,24 +44,33 @@ struct PgStore::Impl {
   pg::Pool pool;
   pg::RowCodec codec;
   pg::GroupCommit batches;
-  pg::PurgeListener purges;
+  pg::NotificationListener listener;
 };
 
 PgStore::PgStore(PgOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 PgStore::~PgStore() = default;
 
-void PgStore::watch_purges(std::function<void(const RecordId&)> fn) {
-  impl_->purges.stop();  // one watcher at a time; an empty fn just stops it
-  if (!fn) return;
+void PgStore::watch(Watchers watchers) {
+  impl_->listener.stop();  // one watcher at a time; empty watchers just stop it
+  if (!watchers.purged && !watchers.finished) return;
   if (impl_->options.transaction_pooling) {
     spdlog::warn(
         "store.postgres.transaction_pooling: LISTEN does not survive a transaction "
         "pooler, so purges by other instances do not reach this one's replay cache "
-        "(set replay_cache.max_bytes: 0 if purges must act at once everywhere)");
+        "(set replay_cache.max_bytes: 0 if purges must act at once everywhere), and "
+        "requests waiting for another instance's key re-check it on a backoff");
     return;
   }
-  impl_->purges.start(std::move(fn));
+  impl_->listener.start(std::move(watchers));
+}
+
+bool PgStore::announces_finishes() const { return !impl_->options.transaction_pooling; }
+
+Result<bool> PgStore::watch_record(const RecordId& id) {
+  return impl_->with<bool>([&](Connection& c) -> Result<bool> {
+    return c.run(pg::kWatch, id.scope, id.key).affected_rows() > 0;
+  });
 }
 
 std::vector<Store::Sample> PgStore::stats() {

@@ -27,7 +27,8 @@ struct Statement {
   "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"            \
   "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"                 \
   "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at," \
-  "  completed_at = NULL, status = NULL, headers = NULL, body = NULL, key_id = EXCLUDED.key_id"   \
+  "  completed_at = NULL, status = NULL, headers = NULL, body = NULL, key_id = EXCLUDED.key_id,"  \
+  "  watched = false"                                                                             \
   " WHERE r.state = 'released' OR (r.expires_at <= now() AND"                                     \
   "  (r.state NOT IN ('in_flight', 'indeterminate') OR r.locked_until <= now()))"
 
@@ -59,13 +60,21 @@ inline constexpr Statement kClaim{
     ", false FROM idempotency_records"
     "  WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"};
 
+// A finished record that another instance's request waits for (watched, see kWatch)
+// tells it on channel idemproxy_done (payload scope '\n' key) once this commits.
+// CASE evaluates pg_notify only for watched rows: an unwatched commit queues nothing
+// and so never takes NOTIFY's database-wide commit lock.
+#define IDEMPROXY_NOTIFY_IF_WATCHED \
+  "CASE WHEN watched THEN pg_notify('idemproxy_done', scope || E'\\n' || key)::text END"
+
 inline constexpr Statement kComplete{
     "idemproxy_complete",
-    "UPDATE idempotency_records SET state = 'completed', status = $4, headers = $5, body = $6,"
-    " completed_at = now(), locked_until = NULL, key_id = $8,"
+    "WITH done AS (UPDATE idempotency_records SET state = 'completed', status = $4,"
+    " headers = $5, body = $6, completed_at = now(), locked_until = NULL, key_id = $8,"
     " expires_at = now() + $7::bigint * interval '1 millisecond'"
     " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
-    " RETURNING (extract(epoch from expires_at) * 1000)::bigint"};
+    " RETURNING scope, key, watched, (extract(epoch from expires_at) * 1000)::bigint AS exp_ms)"
+    " SELECT exp_ms, " IDEMPROXY_NOTIFY_IF_WATCHED " FROM done"};
 
 // The multi-row forms, for group commit (PgStore::run_batch). Each parameter is an
 // array with one element per record; $10 (retake) is shared by the batch. Rows come
@@ -116,17 +125,21 @@ inline constexpr Statement kCompleteMany{
     "  JOIN input ON scope = in_scope AND key = in_key"
     "  WHERE token = in_token AND state = 'in_flight'"
     "  ORDER BY scope, key FOR UPDATE OF idempotency_records)"
-    " UPDATE idempotency_records SET state = 'completed', status = in_status,"
+    " , done AS (UPDATE idempotency_records SET state = 'completed', status = in_status,"
     "  headers = in_headers, body = in_body, completed_at = now(), locked_until = NULL,"
     "  key_id = in_key_id, expires_at = now() + in_ttl_ms * interval '1 millisecond'"
     " FROM locked JOIN input ON l_scope = in_scope AND l_key = in_key"
     " WHERE scope = l_scope AND key = l_key AND token = in_token AND state = 'in_flight'"
-    " RETURNING (extract(epoch from expires_at) * 1000)::bigint, in_n"};
+    " RETURNING scope, key, watched, (extract(epoch from expires_at) * 1000)::bigint AS exp_ms,"
+    "  in_n)"
+    " SELECT exp_ms, in_n, " IDEMPROXY_NOTIFY_IF_WATCHED " FROM done"};
 
 inline constexpr Statement kRelease{
     "idemproxy_release",
-    "UPDATE idempotency_records SET state = 'released', locked_until = NULL"
-    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"};
+    "WITH done AS (UPDATE idempotency_records SET state = 'released', locked_until = NULL"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
+    " RETURNING scope, key, watched)"
+    " SELECT " IDEMPROXY_NOTIFY_IF_WATCHED " FROM done"};
 
 // The holder's heartbeat: extends its lease while it waits on the upstream.
 inline constexpr Statement kRenew{
@@ -137,8 +150,17 @@ inline constexpr Statement kRenew{
 
 inline constexpr Statement kMarkIndeterminate{
     "idemproxy_mark_indeterminate",
-    "UPDATE idempotency_records SET state = 'indeterminate'"
-    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"};
+    "WITH done AS (UPDATE idempotency_records SET state = 'indeterminate'"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
+    " RETURNING scope, key, watched)"
+    " SELECT " IDEMPROXY_NOTIFY_IF_WATCHED " FROM done"};
+
+// A request waiting (on_concurrent: wait) for a record in flight on another instance
+// marks it watched, so its finish is announced (IDEMPROXY_NOTIFY_IF_WATCHED). No row:
+// it finished already, and the waiter claims again at once.
+inline constexpr Statement kWatch{"idemproxy_watch",
+                                  "UPDATE idempotency_records SET watched = true"
+                                  " WHERE scope = $1 AND key = $2 AND state = 'in_flight'"};
 
 inline constexpr Statement kResolve{
     "idemproxy_resolve",
@@ -187,9 +209,10 @@ inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
 inline constexpr Statement kAll[] = {
     kClaim,   kComplete, kClaimMany, kCompleteMany, kRelease,       kRenew, kMarkIndeterminate,
-    kResolve, kFind,     kList,      kPurge,        kDeleteExpired, kPing};
+    kResolve, kFind,     kList,      kPurge,        kDeleteExpired, kPing,  kWatch};
 
 #undef IDEMPROXY_RECORD_COLUMNS
 #undef IDEMPROXY_CLAIM_TAKEOVER
+#undef IDEMPROXY_NOTIFY_IF_WATCHED
 
 }  // namespace idemproxy::store::pg
