@@ -29,7 +29,9 @@ std::string command_help(const std::string& verb) {
       {"serve",
        "usage: idemproxy [serve] --config FILE [--no-migrate]\n\n"
        "Runs the proxy: applies pending migrations (unless --no-migrate), then serves\n"
-       "listen and admin_listen until SIGTERM or SIGINT (a drain), reloading on SIGHUP.\n"},
+       "listen and admin_listen until SIGTERM or SIGINT (a drain), reloading on SIGHUP.\n"
+       "While PostgreSQL is unreachable it serves anyway, /readyz says 503, and the\n"
+       "migrations are retried with backoff.\n"},
       {"migrate",
        "usage: idemproxy migrate --config FILE\n\n"
        "Applies the pending migrations to store.postgres and exits; safe to run from many\n"
@@ -42,6 +44,13 @@ std::string command_help(const std::string& verb) {
        "usage: idemproxy gc --config FILE\n\n"
        "Deletes every expired record now, in batches of 1000 (serve does it every\n"
        "gc.interval).\n"},
+      {"keys",
+       "usage: idemproxy keys show|purge|resolve|list --config FILE ...\n\n"
+       "Inspects and repairs idempotency records (idemproxy keys COMMAND --help):\n"
+       "  show     print one record as JSON\n"
+       "  purge    delete one record; the next request with its key executes\n"
+       "  resolve  release an indeterminate or stale record\n"
+       "  list     the newest records, optionally in one state\n"},
       {"keys show",
        "usage: idemproxy keys show --config FILE --key K [--scope S]\n\n"
        "Prints one record as JSON: its state, fingerprint, times and stored response.\n"},
@@ -79,6 +88,10 @@ Args parse_args(const std::vector<std::string>& argv) {
     a.verb = argv[i++];
     a.verb_given = true;
     if (a.verb == "keys") {
+      if (i < argv.size() && (argv[i] == "--help" || argv[i] == "-h")) {
+        a.help = true;
+        return a;
+      }
       if (i >= argv.size() || argv[i].starts_with("-")) {
         throw UsageError("keys needs show, purge, resolve or list");
       }

@@ -22,7 +22,8 @@ def test_version_help_and_usage_errors():
     for command, words in [("serve", "SIGHUP"), ("migrate", "pending migrations"),
                            ("check-config", "FILE:LINE:COL"), ("gc", "expired"),
                            ("keys show", "Prints one record"), ("keys purge", "Deletes one"),
-                           ("keys resolve", "indeterminate"), ("keys list", "newest records")]:
+                           ("keys resolve", "indeterminate"), ("keys list", "newest records"),
+                           ("keys", "show     print one record")]:
         out = run(*command.split(), "--help")
         assert out.returncode == 0, (command, out.stderr)
         assert out.stdout.startswith("usage: idemproxy ") and words in out.stdout, out.stdout
