@@ -182,3 +182,25 @@ def test_reload_under_load_fails_no_request_and_drops_no_connection(make_proxy, 
     assert len(results) > 50 and set(results) == {201}
     assert p.metric("idemproxy_config_reloads_total", result="ok") == 12
     assert p.proc.poll() is None
+
+
+def test_curl_sees_the_admin_apis_answers_as_a_real_client(make_proxy, key):
+    """The same answers through curl (a real client, not the harness's own): a 401
+    with its Bearer challenge (RFC 6750 3), a 405 with Allow (RFC 9110 15.5.6), and a
+    purge that a second curl sees gone."""
+    from peers import curl
+    p = token_proxy(make_proxy)
+    assert p.post("/v1/orders", "{}", key=key).status == 201
+    base = "http://127.0.0.1:%d" % p.admin_port
+    status, headers, body, _ = curl(base + "/admin/keys/" + key)
+    assert status == 401 and headers["www-authenticate"].startswith("Bearer realm=")
+    assert headers["content-type"] == "application/problem+json"
+    auth = ["-H", "Authorization: Bearer " + TOKEN]
+    status, headers, body, _ = curl(*auth, "-X", "PUT", base + "/admin/keys")
+    assert status == 405 and headers["allow"] == "GET" and json.loads(body)["status"] == 405
+    status, _, body, _ = curl(*auth, base + "/admin/keys/" + key)
+    assert status == 200 and json.loads(body)["state"] == "completed"
+    status, _, _, _ = curl(*auth, "-X", "DELETE", base + "/admin/keys/" + key)
+    assert status == 200
+    status, _, body, _ = curl(*auth, base + "/admin/keys/" + key)
+    assert status == 404 and "no record" in json.loads(body)["detail"]
