@@ -1,5 +1,6 @@
 """Many requests with one key at once: the upstream must execute exactly once."""
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 
@@ -99,16 +100,9 @@ def test_storm_across_two_instances_on_one_database_executes_once(make_proxy, up
     assert len({r.body for r in responses if r.status == 201}) == 1
 
 
-def test_waiters_on_another_instance_wake_on_the_holders_notify_without_polling(
-        make_proxy, upstream, key):
-    """Instance A executes the key for 2 s; 16 requests on instance B wait for it
-    (on_concurrent: wait). B's store calls: a claim, a watch and a claim again per
-    request (polling every 5-250 ms would be about ten times that), and B answers
-    within moments of A's completion, not at a fallback re-check (1 s and more)."""
-    import time
-    a = make_proxy(defaults={"on_concurrent": "wait", "lease": "10s"})
-    b = make_proxy(defaults={"on_concurrent": "wait", "lease": "10s"})
-    store_calls = lambda p: p.metric("idemproxy_store_duration_seconds_count")
+def hold_for_two_seconds(a, upstream, key):
+    """Instance A executes `key` with a 2 s upstream, in the background; returns once
+    the upstream is working. held["response"] and held["done"] follow."""
     held = {}
 
     def hold():
@@ -119,7 +113,19 @@ def test_waiters_on_another_instance_wake_on_the_holders_notify_without_polling(
     holder.start()
     deadline = time.time() + 5
     while upstream.executions.count(key=key) == 0 and time.time() < deadline:
-        time.sleep(0.01)  # A holds the key and the upstream is working
+        time.sleep(0.01)
+    return holder, held
+
+
+def test_waiters_on_another_instance_wake_on_the_holders_notify_without_polling(
+        make_proxy, upstream, key):
+    """Instance A executes the key for 2 s; 16 requests on instance B wait for it
+    (on_concurrent: wait). B's store calls: a claim, a watch and a claim again per
+    request (polling every 5-250 ms would be about ten times that), and B answers
+    within moments of A's completion, not at a fallback re-check (1 s and more)."""
+    a, b = (make_proxy(defaults={"on_concurrent": "wait", "lease": "10s"}) for _ in range(2))
+    store_calls = lambda p: p.metric("idemproxy_store_duration_seconds_count")
+    holder, held = hold_for_two_seconds(a, upstream, key)
     before = store_calls(b)
 
     def wait_on_b(_):
@@ -147,20 +153,8 @@ def test_waiters_on_another_instance_survive_a_lost_notify(make_proxy, upstream,
     """B's listener connection is killed just before A completes, so the NOTIFY is
     lost. The listener reconnects within a second and wakes B's waiters, which find
     the answer: they do not sleep until the 5 s safety-net re-check."""
-    import time
-    a = make_proxy(defaults={"on_concurrent": "wait", "lease": "10s"})
-    b = make_proxy(defaults={"on_concurrent": "wait", "lease": "10s"})
-    held = {}
-
-    def hold():
-        held["response"] = a.post("/v1/orders?delay_ms=2000", '{"amount": 1}', key=key)
-        held["done"] = time.time()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    deadline = time.time() + 5
-    while upstream.executions.count(key=key) == 0 and time.time() < deadline:
-        time.sleep(0.01)
+    a, b = (make_proxy(defaults={"on_concurrent": "wait", "lease": "10s"}) for _ in range(2))
+    holder, held = hold_for_two_seconds(a, upstream, key)
     started = time.time()
     with ThreadPoolExecutor(max_workers=8) as pool:
         waiting = [pool.submit(b.post, "/v1/orders?delay_ms=2000", '{"amount": 1}', key=key) for _ in range(8)]
