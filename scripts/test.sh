@@ -121,7 +121,7 @@ fi
 
 if [ "$SANITIZE" = 1 ]; then
   echo "== store tests (ThreadSanitizer)"
-  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp"
   if build-tsan/tests/store_tests 2>&1 | tee "$WORK/tsan-store.log"; then :; else status=1; fi
   p=$(grep -oE 'PASSED  \] [0-9]+' "$WORK/tsan-store.log" | grep -oE '[0-9]+$' || echo 0)
   n=$(grep -oE 'FAILED  \] [0-9]+ test' "$WORK/tsan-store.log" | grep -oE '[0-9]+' || echo 0)
