@@ -1,6 +1,16 @@
 #include "idemproxy/engine/local_holders.hpp"
 
 namespace idemproxy::engine {
+namespace {
+
+// Wakes the waiters still alive; called after the lock is let go.
+void wake_all(const std::vector<std::weak_ptr<Waiter>>& waiters) {
+  for (const auto& w : waiters) {
+    if (auto waiter = w.lock()) waiter->wake();
+  }
+}
+
+}  // namespace
 
 void LocalHolders::hold(const store::RecordId& id) {
   std::lock_guard lock(mu_);
@@ -49,9 +59,7 @@ void LocalHolders::notify(const store::RecordId& id) {
     woken = std::move(it->second);
     waiting_.erase(it);
   }
-  for (auto& w : woken) {
-    if (auto waiter = w.lock()) waiter->wake();
-  }
+  wake_all(woken);
 }
 
 void LocalHolders::add_remote(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
@@ -78,9 +86,7 @@ void LocalHolders::notify_remote(const store::RecordId& id) {
     if (it == remote_.end()) return;
     woken = it->second;  // each waiter removes itself once it stops waiting
   }
-  for (auto& w : woken) {
-    if (auto waiter = w.lock()) waiter->wake();
-  }
+  wake_all(woken);
 }
 
 void LocalHolders::notify_all_remote() {
@@ -90,9 +96,7 @@ void LocalHolders::notify_all_remote() {
     for (const auto& [slot, waiters] : remote_)
       woken.insert(woken.end(), waiters.begin(), waiters.end());
   }
-  for (auto& w : woken) {
-    if (auto waiter = w.lock()) waiter->wake();
-  }
+  wake_all(woken);
 }
 
 }  // namespace idemproxy::engine
