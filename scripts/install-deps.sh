@@ -6,6 +6,7 @@
 #   scripts/install-deps.sh build    only what building and packaging (.deb) need,
 #                                    as the container image's build stage uses it
 #   scripts/install-deps.sh image    what building and running the image needs
+#   scripts/install-deps.sh citus    what building Citus from ../shared/vendor needs
 set -euo pipefail
 
 BUILD_PACKAGES=(
@@ -29,6 +30,11 @@ case "${1:-}" in
   build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
   # podman runs the image offline; mmdebstrap makes its Debian base (scripts/image.sh).
   image) PACKAGES+=(podman runc mmdebstrap uidmap) ;;
+  # Citus builds from source against Debian's PostgreSQL 15 (scripts/citus.sh).
+  citus)
+    PACKAGES+=(postgresql-server-dev-15 liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev
+      libxslt1-dev libpam0g-dev libreadline-dev)
+    ;;
 esac
 
 missing=()

@@ -9,7 +9,10 @@
 #      ledger) on a TSan build, with 4 I/O threads per proxy (skip with SANITIZE=0),
 #   6. the container image (scripts/image.sh, podman, offline) run against the test
 #      PostgreSQL, and its .deb installed into the bare Debian base (skip with IMAGE=0),
-#   7. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them).
+#   7. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them),
+#   8. after stage 3, the store tests and the behaviour table, storm, fault and ledger
+#      end-to-end tests again on a Citus cluster: a coordinator and two workers
+#      (scripts/citus.sh, built once from ../shared/vendor/citus; skip with CITUS=0).
 # The Kubernetes manifests are rendered and validated in stage 2 (test_kubernetes.py).
 # Before building, every C++ file is checked against .clang-format; after it,
 # clang-tidy (.clang-tidy) must find nothing in src/. The TSan stage also runs the
@@ -20,6 +23,7 @@ ROOT=$PWD
 SANITIZE=${SANITIZE:-1}
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 IMAGE=${IMAGE:-1}
+CITUS=${CITUS:-1}
 
 bash scripts/install-deps.sh image
 # The Kubernetes schema validator (tests/kubernetes), pinned by its package-lock.json.
@@ -38,6 +42,10 @@ if [ "$SANITIZE" = 1 ]; then
     -DIDEMPROXY_TSAN=ON >/dev/null
   cmake --build build-tsan -j2 --target idemproxy store_tests unit_tests
 fi
+citus_status=0
+if [ "$CITUS" = 1 ]; then
+  bash scripts/citus.sh build || citus_status=1
+fi
 image_status=0
 if [ "$IMAGE" = 1 ]; then
   bash scripts/image.sh test || image_status=1
@@ -47,6 +55,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-test.XXXXXX")
 chmod 755 "$WORK"
 cleanup() {
   bash "$ROOT/scripts/pg.sh" stop "$WORK/pg" || true
+  bash "$ROOT/scripts/citus.sh" stop "$WORK/citus" || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -73,6 +82,17 @@ run_ctest() {  # BUILD_DIR
   bad=$(grep -oE '[0-9]+ tests failed' "$log" | grep -oE '^[0-9]+' || echo 0)
   passed=$((passed + total - bad))
   failed=$((failed + bad))
+}
+
+run_gtest() {  # BINARY GTEST_FILTER: one GoogleTest binary on its own
+  local log="$WORK/gtest-$RANDOM.log" p n
+  echo "== $1 ($2)"
+  if "$1" --gtest_filter="$2" 2>&1 | tee "$log" | tail -3; then :; else status=1; fi
+  p=$(grep -oE 'PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  n=$(grep -oE 'FAILED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' || echo 0)
+  if [ "$p" = 0 ] && [ "$n" = 0 ]; then n=1; fi  # it did not run: count a failure
+  passed=$((passed + p))
+  failed=$((failed + n))
 }
 
 run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
@@ -104,6 +124,22 @@ else
   status=1
 fi
 
+if [ "$CITUS" = 1 ]; then
+  echo "== the store on Citus (a coordinator and two workers)"
+  if [ "$citus_status" = 0 ] && citus_dsn=$(bash scripts/citus.sh start "$WORK/citus"); then
+    IDEMPROXY_TEST_DSN=$citus_dsn IDEMPROXY_TEST_PGDIR="$WORK/citus/coordinator" \
+      IDEMPROXY_TEST_CITUS=1 run_gtest build/tests/store_tests 'PgStore*:PgWatch*:PgCitus*'
+    IDEMPROXY_TEST_DSN=$citus_dsn IDEMPROXY_TEST_PGDIR="$WORK/citus/coordinator" \
+      IDEMPROXY_TEST_CITUS=1 run_pytest build tests/e2e/test_behaviour_table.py \
+      tests/e2e/test_concurrency.py tests/e2e/test_faults.py tests/e2e/test_ledger_real_peers.py
+    bash scripts/citus.sh stop "$WORK/citus" || true
+  else
+    echo "== Citus: the build or the cluster failed (above)"
+    failed=$((failed + 1))
+    status=1
+  fi
+fi
+
 if [ "$IMAGE" = 1 ]; then
   if [ "$image_status" = 0 ]; then
     run_pytest build tests/e2e/test_image.py
@@ -120,22 +156,10 @@ if [ "$SANITIZE" = 1 ]; then
 fi
 
 if [ "$SANITIZE" = 1 ]; then
-  echo "== store tests (ThreadSanitizer)"
+  echo "== ThreadSanitizer: the store tests; the coordinator, lease schedule and replay cache unit tests"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp"
-  if build-tsan/tests/store_tests 2>&1 | tee "$WORK/tsan-store.log"; then :; else status=1; fi
-  p=$(grep -oE 'PASSED  \] [0-9]+' "$WORK/tsan-store.log" | grep -oE '[0-9]+$' || echo 0)
-  n=$(grep -oE 'FAILED  \] [0-9]+ test' "$WORK/tsan-store.log" | grep -oE '[0-9]+' || echo 0)
-  if [ "$p" = 0 ] && [ "$n" = 0 ]; then n=1; fi  # it did not run: count a failure
-  passed=$((passed + p))
-  failed=$((failed + n))
-  echo "== coordinator, lease schedule and replay cache unit tests (ThreadSanitizer)"
-  if build-tsan/tests/unit_tests --gtest_filter='Coordinator*:ReplayCache*:LeaseSchedule*' 2>&1 |
-     tee "$WORK/tsan-unit.log" | tail -3; then :; else status=1; fi
-  p=$(grep -oE 'PASSED  \] [0-9]+' "$WORK/tsan-unit.log" | grep -oE '[0-9]+$' || echo 0)
-  n=$(grep -oE 'FAILED  \] [0-9]+ test' "$WORK/tsan-unit.log" | grep -oE '[0-9]+' || echo 0)
-  if [ "$p" = 0 ] && [ "$n" = 0 ]; then n=1; fi
-  passed=$((passed + p))
-  failed=$((failed + n))
+  run_gtest build-tsan/tests/store_tests '*'
+  run_gtest build-tsan/tests/unit_tests 'Coordinator*:ReplayCache*:LeaseSchedule*'
   IDEMPROXY_TEST_THREADS=4 run_pytest build-tsan tests/e2e/test_concurrency.py \
     tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py \
     tests/e2e/test_operations.py tests/e2e/test_oversized.py tests/e2e/test_ledger_real_peers.py \

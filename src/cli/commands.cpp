@@ -26,9 +26,13 @@ store::PgStore open_pg(const config::Config& c) {
 }  // namespace
 
 store::PgOptions pg_options(const config::Config& c, int pool_size) {
-  store::PgOptions o{
-      c.store.dsn, pool_size,        c.store.statement_timeout, c.store.transaction_pooling,
-      nullptr,     c.store.batch_max};
+  store::PgOptions o{c.store.dsn,
+                     pool_size,
+                     c.store.statement_timeout,
+                     c.store.transaction_pooling,
+                     nullptr,
+                     c.store.batch_max,
+                     c.store.citus};
   if (!c.store.encryption_key_file.empty()) {
     o.sealer =
         std::make_shared<const store::Sealer>(store::read_key_file(c.store.encryption_key_file));
@@ -50,7 +54,7 @@ int migrate(const Args& args) {
     std::cout << "memory store: nothing to migrate\n";
     return kOk;
   }
-  const auto applied = store::apply_migrations(c.store.dsn);
+  const auto applied = store::apply_migrations(c.store.dsn, c.store.citus);
   for (const auto& name : applied) std::cout << "applied " << name << "\n";
   std::cout << (applied.empty() ? "schema is up to date\n" : "migrations complete\n");
   return kOk;

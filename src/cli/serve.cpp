@@ -25,8 +25,8 @@ int serve(const Args& args) {
   } else {
     if (!args.no_migrate) {
       // Applied by the server, retried until PostgreSQL answers (/readyz says 503).
-      prepare = [dsn = cfg.store.dsn] {
-        for (const auto& name : store::apply_migrations(dsn)) {
+      prepare = [dsn = cfg.store.dsn, citus = cfg.store.citus] {
+        for (const auto& name : store::apply_migrations(dsn, citus)) {
           spdlog::info("migration applied: {}", name);
         }
       };

@@ -16,6 +16,7 @@ std::string render(Duration d) { return std::to_string(d.count()) + "ms"; }
 std::string render(std::size_t n) { return std::to_string(n); }
 std::string render(int n) { return std::to_string(n); }
 std::string render(bool b) { return b ? "true" : "false"; }
+std::string render(std::optional<bool> b) { return b ? render(*b) : "detect"; }
 std::string render(const Endpoint& e) { return e.host + ":" + std::to_string(e.port); }
 std::string render(StoreConfig::Kind k) {
   return k == StoreConfig::Kind::memory ? "memory" : "postgres";
@@ -82,6 +83,7 @@ const std::vector<Key>& table() {
       IDEMPROXY_RESTART("store.postgres", "batch_max", store.batch_max),
       IDEMPROXY_RESTART("store.postgres", "statement_timeout", store.statement_timeout),
       IDEMPROXY_RESTART("store.postgres", "transaction_pooling", store.transaction_pooling),
+      IDEMPROXY_RESTART("store.postgres", "citus", store.citus),
       IDEMPROXY_RESTART("server", "threads", server.threads),
       {"server", "drain_timeout"},
       {"server", "idle_timeout"},

@@ -126,6 +126,7 @@ void read_store(const YAML::Node& root, const Reader& r, Config& c) {
     if (pg["transaction_pooling"])
       c.store.transaction_pooling =
           r.boolean(pg["transaction_pooling"], "store.postgres.transaction_pooling");
+    if (pg["citus"]) c.store.citus = r.boolean(pg["citus"], "store.postgres.citus");
     if (pg["statement_timeout"])
       c.store.statement_timeout =
           r.duration(pg["statement_timeout"], "store.postgres.statement_timeout");

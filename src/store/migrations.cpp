@@ -1,6 +1,7 @@
 #include "idemproxy/store/migrations.hpp"
 
 #include <pqxx/pqxx>
+#include <stdexcept>
 
 namespace idemproxy::store {
 namespace {
@@ -8,7 +9,7 @@ namespace {
 constexpr long long kMigrationLock = 0x1de4'0001;
 }  // namespace
 
-std::vector<std::string> apply_migrations(const std::string& dsn) {
+std::vector<std::string> apply_migrations(const std::string& dsn, std::optional<bool> citus) {
   // One transaction under a transaction-scoped advisory lock: instances starting at
   // once apply each migration exactly once, and it works through PgBouncer too.
   pqxx::connection conn(dsn);
@@ -26,6 +27,23 @@ std::vector<std::string> apply_migrations(const std::string& dsn) {
     tx.exec(m.sql);
     tx.exec_params("INSERT INTO idemproxy_schema_migrations (name) VALUES ($1)", m.name);
     applied.push_back(m.name);
+  }
+  const bool has_citus =
+      tx.exec("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")[0][0]
+          .as<bool>();
+  if (citus.value_or(false) && !has_citus) {
+    throw std::runtime_error(
+        "store.postgres.citus is true, but this database has no citus extension (run CREATE "
+        "EXTENSION citus on the coordinator, with citus in shared_preload_libraries)");
+  }
+  // Hashed on key, not scope: an empty scope is common and would put every record on
+  // one shard. The primary key (scope, key) includes the distribution column, as
+  // Citus requires of a unique constraint.
+  if (citus.value_or(has_citus) && tx.exec("SELECT 1 FROM pg_dist_partition"
+                                           " WHERE logicalrelid = 'idempotency_records'::regclass")
+                                       .empty()) {
+    tx.exec("SELECT create_distributed_table('idempotency_records', 'key')");
+    applied.emplace_back("citus: idempotency_records distributed by key");
   }
   tx.commit();
   return applied;

@@ -27,6 +27,8 @@ class Postgres:
             self.dsn = os.environ["IDEMPROXY_TEST_DSN"]
         with open(os.path.join(self.dir, "port")) as f:
             self.port = f.read().strip()
+        # IDEMPROXY_TEST_CITUS=1: the DSN is a Citus coordinator (scripts/citus.sh).
+        self.citus = os.environ.get("IDEMPROXY_TEST_CITUS") == "1"
 
     def _pg(self, *args):
         return subprocess.run(["bash", os.path.join(ROOT, "scripts", "pg.sh"), *args],

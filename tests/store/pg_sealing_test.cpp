@@ -85,10 +85,12 @@ TEST_F(PgStoreTest, ASealedBodyMovedToAnotherRecordDoesNotOpen) {
   {
     pqxx::connection c(dsn());
     pqxx::nontransaction tx(c);
-    tx.exec_params(
-        "UPDATE idempotency_records SET body = (SELECT body FROM idempotency_records"
-        " WHERE scope = $1 AND key = $2) WHERE scope = $1 AND key = $3",
-        a.id.scope, a.id.key, b.id.key);
+    // Read, then write: on Citus the two rows may live on different shards.
+    const pqxx::binarystring body(
+        tx.exec_params1("SELECT body FROM idempotency_records WHERE scope = $1 AND key = $2",
+                        a.id.scope, a.id.key)[0]);
+    tx.exec_params("UPDATE idempotency_records SET body = $3 WHERE scope = $1 AND key = $2",
+                   b.id.scope, b.id.key, body);
   }
   auto found = sealed.find(b.id);
   ASSERT_FALSE(found.ok());

@@ -44,6 +44,10 @@ inline std::string dsn() {
   return v ? v : "";
 }
 
+/// IDEMPROXY_TEST_CITUS=1: the DSN is a Citus coordinator (scripts/citus.sh), where
+/// the table is distributed and claims and completions are not batched.
+inline bool citus() { return std::getenv("IDEMPROXY_TEST_CITUS") != nullptr; }
+
 class PgStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -134,6 +138,7 @@ class HeldConnection {
 
 }  // namespace idemproxy::testing
 
+using idemproxy::testing::citus;
 using idemproxy::testing::dsn;
 using idemproxy::testing::HeldConnection;
 using idemproxy::testing::PgStoreTest;

@@ -4,6 +4,7 @@
 // completions. The parts live in src/store/pg/.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "idemproxy/store/sealer.hpp"
@@ -25,6 +26,9 @@ struct PgOptions {
   /// busy run together, up to this many in one transaction and one commit. Each
   /// caller gets its answer only after that commit. 1 commits each on its own.
   int batch_max = 64;
+  /// store.postgres.citus: idempotency_records is distributed by Citus (routed claims,
+  /// no multi-row statements). Unset: whether the database has the citus extension.
+  std::optional<bool> citus{};
 };
 
 class PgStore final : public Store {

@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "idemproxy/common/hex.hpp"
+#include "store/pg/array_text.hpp"
 
 namespace idemproxy::store::pg {
 
@@ -30,43 +30,6 @@ namespace idemproxy::store::pg {
 // multi-row statement fails (an SQL error, a timeout, a deadlock), it changed
 // nothing, and each of its members runs again on its own, so one bad request cannot
 // fail its neighbours.
-namespace {
-
-// PostgreSQL's text form of an array; std::nullopt elements are NULL.
-class ArrayText {
- public:
-  void add(std::string_view text) {
-    next();
-    out_ += '"';
-    for (char ch : text) {
-      if (ch == '"' || ch == '\\') out_ += '\\';
-      out_ += ch;
-    }
-    out_ += '"';
-  }
-  void add(long long n) {
-    next();
-    out_ += std::to_string(n);
-  }
-  void add(const char* text) { text ? add(std::string_view(text)) : add_null(); }
-  void add(const std::optional<std::string>& bytes, bool bytea) {
-    if (!bytes) return add_null();
-    bytea ? add("\\x" + to_hex(*bytes)) : add(*bytes);
-  }
-  void add_null() {
-    next();
-    out_ += "NULL";
-  }
-  std::string done() && { return std::move(out_) + '}'; }
-
- private:
-  void next() {
-    if (out_.size() > 1) out_ += ',';
-  }
-  std::string out_ = "{";
-};
-
-}  // namespace
 
 // Takes everything queued (up to batch_max), runs it unlocked, then wakes each
 // member. Called with `lock` held; returns with it held.
@@ -97,11 +60,14 @@ void GroupCommit::run_alone(Pending& p) {
     pqxx::nontransaction tx(c.raw());
     pqxx::result r;
     if (const ClaimParams* cl = p.claim) {
-      // Zero rows: a concurrent claim committed after our snapshot; it is visible now.
+      // Zero rows: a concurrent claim committed after our snapshot (or, routed, the
+      // live row went between the claim and the lookup); it is visible now.
+      const Statement& claim = c.distributed() ? kClaimRouted : kClaim;
       for (int attempt = 0; attempt < 3 && r.empty(); ++attempt) {
-        r = c.exec(tx, kClaim, cl->req.id.scope, cl->req.id.key, cl->fingerprint, cl->req.route,
+        r = c.exec(tx, claim, cl->req.id.scope, cl->req.id.key, cl->fingerprint, cl->req.route,
                    cl->req.method, cl->req.target, static_cast<long long>(cl->req.lease.count()),
                    static_cast<long long>(cl->req.ttl.count()), cl->req.retake_stale, cl->key_id);
+        if (r.empty() && c.distributed()) r = c.exec(tx, kFind, cl->req.id.scope, cl->req.id.key);
       }
     } else {
       const CompleteParams& co = *p.complete;
@@ -115,6 +81,7 @@ void GroupCommit::run_alone(Pending& p) {
         r = c.exec(tx, kComplete, co.id.scope, co.id.key, co.token, co.status, none, none,
                    co.ttl_ms, co.key_id);
       }
+      if (!r.empty() && r[0]["watched"].as<bool>()) c.announce(tx, kDoneChannel, {&co.id});
     }
     return Answer{r, r.empty() ? -1 : 0, false};
   });
@@ -160,7 +127,14 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members) {
           return c.exec(tx, kClaimMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
                         members.front()->claim->req.retake_stale);
         }
-        return c.exec(tx, kCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+        pqxx::result r = c.exec(tx, kCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+        std::vector<const RecordId*> watched;
+        for (const auto& row : r) {
+          if (row["watched"].as<bool>())
+            watched.push_back(&members[row["in_n"].as<std::size_t>() - 1]->id);
+        }
+        c.announce(tx, kDoneChannel, watched);
+        return r;
       });
   if (!rows.ok()) {
     // Not the error text: PostgreSQL may quote the arrays, and keys stay out of logs.
@@ -180,6 +154,11 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members) {
 
 void GroupCommit::run_batch(const std::vector<Pending*>& batch) {
   if (batch.size() == 1) return run_alone(*batch.front());
+  if (pool_.distributed()) {
+    // Citus would not route a multi-row statement to one shard (docs/SCALING.md).
+    for (Pending* p : batch) run_alone(*p);
+    return;
+  }
   // Claims by retake setting, each key once; completions; later claims of a key,
   // each with the first claim of its key.
   std::vector<Pending*> claims[2], completions;

@@ -79,7 +79,9 @@ class GroupCommit {
 
 template <class T>
 Result<T> GroupCommit::run(Pending& self, const std::function<Result<T>(const Answer&)>& decode) {
-  {
+  if (pool_.distributed()) {
+    run_alone(self);  // on Citus: one routed statement each, on any free connection
+  } else {
     std::unique_lock lock(mu_);
     queue_.push_back(&self);
     while (!self.done) {

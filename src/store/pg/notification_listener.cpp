@@ -4,6 +4,8 @@
 
 #include <pqxx/pqxx>
 
+#include "store/pg/statements.hpp"
+
 namespace idemproxy::store::pg {
 
 void NotificationListener::stop() {
@@ -31,8 +33,8 @@ void NotificationListener::start(Store::Watchers watchers) {
       try {
         pqxx::connection conn(dsn_);
         conn.set_variable("application_name", "'idemproxy listener'");
-        Receiver purged(conn, "idemproxy_purge", watchers.purged);
-        Receiver finished(conn, "idemproxy_done", watchers.finished);
+        Receiver purged(conn, kPurgeChannel, watchers.purged);
+        Receiver finished(conn, kDoneChannel, watchers.finished);
         if (lost) spdlog::info("notification listener: reconnected");
         lost = false;
         // Listening now; whatever finished before (or while the connection was

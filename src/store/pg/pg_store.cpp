@@ -28,14 +28,15 @@ struct PgStore::Impl {
     return pool.with_connection<T>(work);
   }
 
-  /// Runs `statement`, which changes the holder's row; fenced when it changed none.
-  Result<Done> fenced_update(const pg::Statement& statement, const RecordId& id,
+  /// Runs `statement`, which ends the holder's claim; fenced when it changed no row.
+  /// Announces the finish when another instance's request waits for it (watched).
+  Result<Done> fenced_finish(const pg::Statement& statement, const RecordId& id,
                              std::int64_t token) {
     return with<Done>([&](Connection& c) -> Result<Done> {
-      const pqxx::result r = c.run(statement, id.scope, id.key, static_cast<long long>(token));
-      if (r.affected_rows() == 0) {
-        return StoreError{StoreErrc::fenced, "the claim is no longer held"};
-      }
+      pqxx::nontransaction tx(c.raw());
+      const pqxx::result r = c.exec(tx, statement, id.scope, id.key, static_cast<long long>(token));
+      if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+      if (r[0]["watched"].as<bool>()) c.announce(tx, pg::kDoneChannel, {&id});
       return Done{};
     });
   }
@@ -145,11 +146,11 @@ Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
 }
 
 Result<Done> PgStore::release(const RecordId& id, std::int64_t token) {
-  return impl_->fenced_update(pg::kRelease, id, token);
+  return impl_->fenced_finish(pg::kRelease, id, token);
 }
 
 Result<Done> PgStore::mark_indeterminate(const RecordId& id, std::int64_t token) {
-  return impl_->fenced_update(pg::kMarkIndeterminate, id, token);
+  return impl_->fenced_finish(pg::kMarkIndeterminate, id, token);
 }
 
 Result<TimePoint> PgStore::renew(const RecordId& id, std::int64_t token, Duration lease) {
@@ -194,8 +195,15 @@ Result<std::vector<Record>> PgStore::list(std::optional<RecordState> state, int 
 }
 
 Result<bool> PgStore::purge(const RecordId& id) {
-  return impl_->with<bool>(
-      [&](Connection& c) -> Result<bool> { return !c.run(pg::kPurge, id.scope, id.key).empty(); });
+  // The deletion and its announcement commit together (on Citus, the NOTIFY is the
+  // coordinator's, where the listeners are).
+  return impl_->with<bool>([&](Connection& c) -> Result<bool> {
+    pqxx::work tx(c.raw());
+    const bool purged = c.exec(tx, pg::kPurge, id.scope, id.key).affected_rows() > 0;
+    if (purged) c.announce(tx, pg::kPurgeChannel, {&id});
+    tx.commit();
+    return purged;
+  });
 }
 
 Result<std::int64_t> PgStore::delete_expired(int limit) {

@@ -1,6 +1,7 @@
 #pragma once
 // The PostgreSQL store's connections: a fixed-size pool of libpq connections, each
 // with every statement prepared once, and reconnection after the server restarts.
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -43,11 +44,18 @@ class Connection {
     return exec(tx, statement, std::forward<Args>(args)...);
   }
 
+  /// Tells every listening instance about `ids` on `channel` (kAnnounce), inside `tx`.
+  void announce(pqxx::transaction_base& tx, const char* channel,
+                const std::vector<const RecordId*>& ids);
+
   pqxx::connection& raw() { return conn_; }
+  /// Whether idempotency_records is a Citus distributed table here (PgOptions::citus).
+  bool distributed() const { return distributed_; }
 
  private:
   pqxx::connection conn_;
   bool prepared_;
+  bool distributed_;
 };
 
 class Pool {
@@ -65,6 +73,8 @@ class Pool {
     int in_use = 0;  // running a statement now
   };
   Usage usage() const;
+  /// What the last connection opened found (Connection::distributed); false before any.
+  bool distributed() const { return distributed_.load(std::memory_order_relaxed); }
 
  private:
   std::unique_ptr<Connection> checkout();
@@ -76,6 +86,7 @@ class Pool {
   std::condition_variable available_;
   std::vector<std::unique_ptr<Connection>> idle_;
   int open_ = 0;
+  std::atomic<bool> distributed_{false};
 };
 
 template <class T>

@@ -1,6 +1,19 @@
 #pragma once
 // Every SQL statement the PostgreSQL store runs, by name. Each is prepared once
 // per connection. Times travel as epoch milliseconds.
+//
+// The same statements run on plain PostgreSQL and on Citus (idempotency_records
+// distributed by key; docs/SCALING.md), except the claim, which has a routed form,
+// and the multi-row forms, which Citus would not route to one shard. So each
+// statement keeps to what Citus runs as one single-shard router query:
+// - one table, filtered by `key = $n` (the distribution column), no data-modifying CTE;
+// - RETURNING and ON CONFLICT DO UPDATE use IMMUTABLE functions only. Citus evaluates
+//   now() and nextval() in VALUES, SET and WHERE on the coordinator, so the
+//   coordinator's clock stays the one clock and the fencing sequence the one
+//   sequence; RETURNING converts times with IDEMPROXY_MS, which is immutable, where
+//   extract(epoch from timestamptz) is only stable.
+// - NOTIFY is a statement of its own (kAnnounce), sent to the coordinator, where the
+//   listeners are; inside a routed statement it would fire on a worker.
 namespace idemproxy::store::pg {
 
 struct Statement {
@@ -8,91 +21,110 @@ struct Statement {
   const char* sql;
 };
 
-#define IDEMPROXY_RECORD_COLUMNS                                                              \
-  "fingerprint, state, token, route, method, target, "                                        \
-  "(extract(epoch from created_at) * 1000)::bigint AS created_ms, "                           \
-  "(extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint AS locked_ms, "    \
-  "(extract(epoch from expires_at) * 1000)::bigint AS expires_ms, "                           \
-  "expires_at <= now() AS expired, "                                                          \
-  "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, key_id, " \
-  "(extract(epoch from now()) * 1000)::bigint AS store_now_ms"
+// Epoch milliseconds of a timestamptz, with immutable functions only.
+#define IDEMPROXY_MS(t) "(extract(epoch from (" t ") - 'epoch'::timestamptz) * 1000)::bigint"
+
+// clang-format off
+#define IDEMPROXY_RECORD_COLUMNS                                                        \
+  "fingerprint, state, token, route, method, target, "                                  \
+  IDEMPROXY_MS("created_at") " AS created_ms, "                                         \
+  IDEMPROXY_MS("coalesce(locked_until, created_at)") " AS locked_ms, "                  \
+  IDEMPROXY_MS("expires_at") " AS expires_ms, expires_at <= now() AS expired, "         \
+  "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, "   \
+  "key_id, (extract(epoch from now()) * 1000)::bigint AS store_now_ms"
+
+// A row the claim just wrote: its clock is its created_at (now() when it ran), and it
+// is neither expired nor stale. Immutable functions only, for RETURNING on Citus.
+#define IDEMPROXY_CLAIMED_COLUMNS                                                       \
+  "true AS claimed, fingerprint, state, token, route, method, target, "                 \
+  IDEMPROXY_MS("created_at") " AS created_ms, "                                         \
+  IDEMPROXY_MS("locked_until") " AS locked_ms, "                                        \
+  IDEMPROXY_MS("expires_at") " AS expires_ms, false AS expired, false AS stale, "       \
+  "status, headers, body, key_id, "                                                     \
+  IDEMPROXY_MS("created_at") " AS store_now_ms, taken_over AS took_over"
+// clang-format on
 
 // How a claim takes over an existing row: when it was released; when it has expired
 // and no live holder has it (an in-flight row's TTL says nothing about its holder,
 // which renews its lease while it waits on the upstream: only a lease that ran out
 // frees it); or (with the retake parameter that follows) its lease ran out. Shared
-// by kClaim and kClaimMany, so single and batched claims decide alike.
-#define IDEMPROXY_CLAIM_TAKEOVER                                                                  \
-  " ON CONFLICT (scope, key) DO UPDATE SET"                                                       \
-  "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"            \
-  "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"                 \
-  "  created_at = now(), locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at," \
-  "  completed_at = NULL, status = NULL, headers = NULL, body = NULL, key_id = EXCLUDED.key_id,"  \
-  "  watched = false"                                                                             \
-  " WHERE r.state = 'released' OR (r.expires_at <= now() AND"                                     \
-  "  (r.state NOT IN ('in_flight', 'indeterminate') OR r.locked_until <= now()))"
+// by every claim form, so single, routed and batched claims decide alike. Times
+// compare with EXCLUDED.created_at, the claim's now(): Citus refuses now() here.
+// taken_over records whether a live holder was replaced (a lease takeover).
+#define IDEMPROXY_CLAIM_TAKEOVER                                                            \
+  " ON CONFLICT (scope, key) DO UPDATE SET"                                                 \
+  "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"      \
+  "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"           \
+  "  created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until,"               \
+  "  expires_at = EXCLUDED.expires_at, completed_at = NULL, status = NULL, headers = NULL," \
+  "  body = NULL, key_id = EXCLUDED.key_id, watched = false,"                               \
+  "  taken_over = r.state IN ('in_flight', 'indeterminate')"                                \
+  " WHERE r.state = 'released' OR (r.expires_at <= EXCLUDED.created_at AND"                 \
+  "  (r.state NOT IN ('in_flight', 'indeterminate') OR r.locked_until <= EXCLUDED.created_at))"
 
-// Claims (scope, key) in one statement. The row is taken over when it was released,
-// has expired, or (with $9, on_stale: retake) its lease ran out while in flight or
-// indeterminate; otherwise the live row is returned unchanged.
+#define IDEMPROXY_RETAKE_STALE(param) \
+  "  OR (" param                      \
+  " AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= EXCLUDED.created_at)"
+
+// The single-row claim of (scope, key). The row is inserted, or taken over when it
+// was released, has expired, or (with $9, on_stale: retake) its lease ran out while
+// in flight or indeterminate. $10 is the id of the key that sealed the fingerprint
+// (NULL when stored in the clear).
+#define IDEMPROXY_CLAIM_INSERT                                                                     \
+  "INSERT INTO idempotency_records AS r"                                                           \
+  "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"     \
+  "   expires_at, key_id)"                                                                         \
+  " VALUES ($1, $2, $3, 'in_flight', nextval('idempotency_fencing_token_seq'), $4, $5, $6, now()," \
+  "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 "             \
+  "millisecond', $10)" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$9")
+
+// Claims (scope, key) in one statement and one round trip, on plain PostgreSQL: the
+// claimed row, or else the live row unchanged (claimed false).
 // Every column is named, so bench/ can run this exact text under pgbench (\gset).
 // Zero rows means a concurrent claim committed after this statement's snapshot:
-// the caller runs it again and then sees that row. The last column tells whether the
-// claim took over a vanished holder's live record (a lease takeover). $10 is the id
-// of the key that sealed the fingerprint (NULL when stored in the clear).
+// the caller runs it again and then sees that row. took_over tells whether the
+// claim took over a vanished holder's live record (a lease takeover).
 inline constexpr Statement kClaim{
-    "idemproxy_claim",
-    "WITH previous AS (SELECT state IN ('in_flight', 'indeterminate')"
-    "  AS live FROM idempotency_records WHERE scope = $1 AND key = $2),"
-    " claimed AS ("
-    " INSERT INTO idempotency_records AS r"
-    "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"
-    "   expires_at, key_id)"
-    " VALUES ($1, $2, $3, 'in_flight', nextval('idempotency_fencing_token_seq'), $4, $5, $6, now(),"
-    "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 "
-    "millisecond', $10)" IDEMPROXY_CLAIM_TAKEOVER
-    "  OR ($9 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
-    " RETURNING r.*)"
-    " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
-    ", coalesce((SELECT live FROM previous), false) AS took_over FROM claimed"
-    " UNION ALL"
-    " SELECT false, " IDEMPROXY_RECORD_COLUMNS
-    ", false FROM idempotency_records"
-    "  WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"};
+    "idemproxy_claim", "WITH claimed AS (" IDEMPROXY_CLAIM_INSERT
+                       " RETURNING r.*)"
+                       " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
+                       ", taken_over AS took_over FROM claimed"
+                       " UNION ALL"
+                       " SELECT false, " IDEMPROXY_RECORD_COLUMNS
+                       ", false FROM idempotency_records"
+                       "  WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"};
 
-// A finished record that another instance's request waits for (watched, see kWatch)
-// tells it on channel idemproxy_done (payload scope '\n' key) once this commits.
-// CASE evaluates pg_notify only for watched rows: an unwatched commit queues nothing
-// and so never takes NOTIFY's database-wide commit lock.
-#define IDEMPROXY_NOTIFY_IF_WATCHED \
-  "CASE WHEN watched THEN pg_notify('idemproxy_done', scope || E'\\n' || key)::text END"
+// The claim on Citus: the INSERT alone, one single-shard router query. Citus plans a
+// data-modifying CTE as separate subplans run in turn, so kClaim's lookup of the
+// live row cannot share its statement; when this returns no row, the caller reads
+// the live row with kFind (a second round trip, for duplicates only).
+inline constexpr Statement kClaimRouted{
+    "idemproxy_claim_routed", IDEMPROXY_CLAIM_INSERT " RETURNING " IDEMPROXY_CLAIMED_COLUMNS};
 
+// Completion fences on the token. watched: another instance's request waits for
+// this record (kWatch); the caller then announces the finish (kAnnounce).
 inline constexpr Statement kComplete{
     "idemproxy_complete",
-    "WITH done AS (UPDATE idempotency_records SET state = 'completed', status = $4,"
+    "UPDATE idempotency_records SET state = 'completed', status = $4,"
     " headers = $5, body = $6, completed_at = now(), locked_until = NULL, key_id = $8,"
     " expires_at = now() + $7::bigint * interval '1 millisecond'"
     " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
-    " RETURNING scope, key, watched, (extract(epoch from expires_at) * 1000)::bigint AS exp_ms)"
-    " SELECT exp_ms, " IDEMPROXY_NOTIFY_IF_WATCHED " FROM done"};
+    " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched"};
 
-// The multi-row forms, for group commit (PgStore::run_batch). Each parameter is an
-// array with one element per record; $10 (retake) is shared by the batch. Rows come
-// back in any order and carry in_n, the 1-based position of their record in the
-// arrays. A record missing from the answer saw a concurrent claim commit after the
-// statement's snapshot; the caller runs kClaim for it. Keys must be distinct
-// (ON CONFLICT DO UPDATE cannot touch a row twice). Rows are inserted, and so
-// locked, in (scope, key) order, as kCompleteMany locks them, so concurrent batches
-// take their locks in one order.
+// The multi-row forms, for group commit on plain PostgreSQL (GroupCommit::run_many).
+// Each parameter is an array with one element per record; $10 (retake) is shared by
+// the batch. Rows come back in any order and carry in_n, the 1-based position of
+// their record in the arrays. A record missing from the answer saw a concurrent claim
+// commit after the statement's snapshot; the caller runs kClaim for it. Keys must be
+// distinct (ON CONFLICT DO UPDATE cannot touch a row twice). Rows are inserted, and
+// so locked, in (scope, key) order, as kCompleteMany locks them, so concurrent
+// batches take their locks in one order.
 inline constexpr Statement kClaimMany{
     "idemproxy_claim_many",
     "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],"
     "  $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[]) WITH ORDINALITY"
     "  AS i(in_scope, in_key, in_fingerprint, in_route, in_method, in_target, in_lease_ms,"
     "  in_ttl_ms, in_key_id, in_n)),"
-    " previous AS (SELECT scope AS p_scope, key AS p_key,"
-    "  state IN ('in_flight', 'indeterminate') AS live"
-    "  FROM idempotency_records JOIN input ON scope = in_scope AND key = in_key),"
     " claimed AS ("
     " INSERT INTO idempotency_records AS r"
     "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"
@@ -101,13 +133,10 @@ inline constexpr Statement kClaimMany{
     "nextval('idempotency_fencing_token_seq'),"
     "  in_route, in_method, in_target, now(), now() + in_lease_ms * interval '1 millisecond',"
     "  now() + in_ttl_ms * interval '1 millisecond', in_key_id FROM input ORDER BY in_scope, "
-    "in_key" IDEMPROXY_CLAIM_TAKEOVER
-    "  OR ($10 AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= now())"
-    " RETURNING r.*)"
+    "in_key" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$10") " RETURNING r.*)"
     " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
-    ", coalesce(live, false) AS took_over, in_n FROM claimed"
+    ", taken_over AS took_over, in_n FROM claimed"
     "  JOIN input ON scope = in_scope AND key = in_key"
-    "  LEFT JOIN previous ON p_scope = scope AND p_key = key"
     " UNION ALL"
     " SELECT false, " IDEMPROXY_RECORD_COLUMNS
     ", false, in_n FROM idempotency_records JOIN input ON scope = in_scope AND key = in_key"
@@ -125,42 +154,48 @@ inline constexpr Statement kCompleteMany{
     "  JOIN input ON scope = in_scope AND key = in_key"
     "  WHERE token = in_token AND state = 'in_flight'"
     "  ORDER BY scope, key FOR UPDATE OF idempotency_records)"
-    " , done AS (UPDATE idempotency_records SET state = 'completed', status = in_status,"
+    " UPDATE idempotency_records SET state = 'completed', status = in_status,"
     "  headers = in_headers, body = in_body, completed_at = now(), locked_until = NULL,"
     "  key_id = in_key_id, expires_at = now() + in_ttl_ms * interval '1 millisecond'"
     " FROM locked JOIN input ON l_scope = in_scope AND l_key = in_key"
     " WHERE scope = l_scope AND key = l_key AND token = in_token AND state = 'in_flight'"
-    " RETURNING scope, key, watched, (extract(epoch from expires_at) * 1000)::bigint AS exp_ms,"
-    "  in_n)"
-    " SELECT exp_ms, in_n, " IDEMPROXY_NOTIFY_IF_WATCHED " FROM done"};
+    " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched, in_n"};
 
 inline constexpr Statement kRelease{
     "idemproxy_release",
-    "WITH done AS (UPDATE idempotency_records SET state = 'released', locked_until = NULL"
-    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
-    " RETURNING scope, key, watched)"
-    " SELECT " IDEMPROXY_NOTIFY_IF_WATCHED " FROM done"};
+    "UPDATE idempotency_records SET state = 'released', locked_until = NULL"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight' RETURNING watched"};
 
 // The holder's heartbeat: extends its lease while it waits on the upstream.
 inline constexpr Statement kRenew{
     "idemproxy_renew",
     "UPDATE idempotency_records SET locked_until = now() + $4::bigint * interval '1 millisecond'"
     " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
-    " RETURNING (extract(epoch from locked_until) * 1000)::bigint"};
+    " RETURNING " IDEMPROXY_MS("locked_until")};
 
 inline constexpr Statement kMarkIndeterminate{
     "idemproxy_mark_indeterminate",
-    "WITH done AS (UPDATE idempotency_records SET state = 'indeterminate'"
-    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
-    " RETURNING scope, key, watched)"
-    " SELECT " IDEMPROXY_NOTIFY_IF_WATCHED " FROM done"};
+    "UPDATE idempotency_records SET state = 'indeterminate'"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight' RETURNING watched"};
 
 // A request waiting (on_concurrent: wait) for a record in flight on another instance
-// marks it watched, so its finish is announced (IDEMPROXY_NOTIFY_IF_WATCHED). No row:
-// it finished already, and the waiter claims again at once.
+// marks it watched, so its finish is announced (kAnnounce). No row: it finished
+// already, and the waiter claims again at once.
 inline constexpr Statement kWatch{"idemproxy_watch",
                                   "UPDATE idempotency_records SET watched = true"
                                   " WHERE scope = $1 AND key = $2 AND state = 'in_flight'"};
+
+// Tells every listening instance about records, once this commits: channel
+// idemproxy_done (a watched record finished) or idemproxy_purge (deleted); payload
+// scope '\n' key. $2 and $3 are arrays, one element per record. A finish is
+// announced only for watched records, so an unwatched commit never takes NOTIFY's
+// database-wide commit lock. Sent after the change commits: a process that dies in
+// between leaves its waiters to their fallback re-check.
+inline constexpr const char* kDoneChannel = "idemproxy_done";
+inline constexpr const char* kPurgeChannel = "idemproxy_purge";
+inline constexpr Statement kAnnounce{
+    "idemproxy_announce",
+    "SELECT pg_notify($1, s || E'\\n' || k) FROM unnest($2::text[], $3::text[]) AS a(s, k)"};
 
 inline constexpr Statement kResolve{
     "idemproxy_resolve",
@@ -185,34 +220,39 @@ inline constexpr Statement kList{
     " (extract(epoch from now()) * 1000)::bigint AS store_now_ms, scope, key"
     " FROM idempotency_records WHERE ($1 = '' OR state = $1) ORDER BY created_at DESC LIMIT $2"};
 
-// Deletes one record and tells every listening instance (channel idemproxy_purge,
-// payload scope '\n' key) once the deletion commits, so replay caches drop it.
-inline constexpr Statement kPurge{
-    "idemproxy_purge",
-    "WITH purged AS (DELETE FROM idempotency_records WHERE scope = $1 AND key = $2"
-    " RETURNING scope, key)"
-    " SELECT pg_notify('idemproxy_purge', scope || E'\\n' || key) FROM purged"};
+// Deletes one record; PgStore::purge announces it (kAnnounce, idemproxy_purge) in
+// the same transaction, so replay caches everywhere drop it once it commits.
+inline constexpr Statement kPurge{"idemproxy_purge",
+                                  "DELETE FROM idempotency_records WHERE scope = $1 AND key = $2"};
 
 // Deletes a bounded batch; rows under a live lease are left to their holder. The
 // transaction-scoped advisory lock lets one instance at a time delete (the others
-// delete nothing), and needs no session state, so it works through PgBouncer.
+// delete nothing), and needs no session state, so it works through PgBouncer. On
+// Citus the lock is the coordinator's, the batch is chosen across every shard, and
+// the deletion runs on each shard in parallel. The outer WHERE repeats the test: a
+// row claimed again after the batch was chosen is re-checked and kept.
 inline constexpr Statement kDeleteExpired{
     "idemproxy_delete_expired",
-    "WITH gc_lock AS (SELECT pg_try_advisory_xact_lock(484558602) AS held)"
-    " DELETE FROM idempotency_records WHERE (SELECT held FROM gc_lock) AND (scope, key) IN ("
-    " SELECT scope, key FROM idempotency_records"
-    " WHERE expires_at <= now()"
-    "  AND (state NOT IN ('in_flight', 'indeterminate') OR locked_until <= now())"
-    " LIMIT $1 FOR UPDATE SKIP LOCKED)"};
+    "WITH gc_lock AS (SELECT pg_try_advisory_xact_lock(484558602) AS held),"
+    " doomed AS (SELECT scope, key FROM idempotency_records"
+    "  WHERE expires_at <= now()"
+    "  AND (state NOT IN ('in_flight', 'indeterminate') OR locked_until <= now()) LIMIT $1)"
+    " DELETE FROM idempotency_records WHERE (SELECT held FROM gc_lock)"
+    " AND (scope, key) IN (SELECT scope, key FROM doomed) AND expires_at <= now()"
+    " AND (state NOT IN ('in_flight', 'indeterminate') OR locked_until <= now())"};
 
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
-inline constexpr Statement kAll[] = {
-    kClaim,   kComplete, kClaimMany, kCompleteMany, kRelease,       kRenew, kMarkIndeterminate,
-    kResolve, kFind,     kList,      kPurge,        kDeleteExpired, kPing,  kWatch};
+inline constexpr Statement kAll[] = {kClaim,         kClaimRouted, kComplete, kClaimMany,
+                                     kCompleteMany,  kRelease,     kRenew,    kMarkIndeterminate,
+                                     kResolve,       kFind,        kList,     kPurge,
+                                     kDeleteExpired, kPing,        kWatch,    kAnnounce};
 
+#undef IDEMPROXY_MS
 #undef IDEMPROXY_RECORD_COLUMNS
+#undef IDEMPROXY_CLAIMED_COLUMNS
 #undef IDEMPROXY_CLAIM_TAKEOVER
-#undef IDEMPROXY_NOTIFY_IF_WATCHED
+#undef IDEMPROXY_RETAKE_STALE
+#undef IDEMPROXY_CLAIM_INSERT
 
 }  // namespace idemproxy::store::pg

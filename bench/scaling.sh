@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Fresh-key throughput of idemproxy on one PostgreSQL node and on a Citus cluster (a
+# coordinator and two workers, scripts/citus.sh), on this machine, in one run; and
+# the database CPU each fresh key costs on each node, which feeds the N-worker model
+# in docs/SCALING.md.
+#   bench/scaling.sh           ROUNDS (3) rounds of BENCH_SECONDS (10) per store
+#   bench/scaling.sh --smoke   one round of 2 s: checks the harness works
+# Pinning, as bench/run.sh: idemproxy on CPU 1; wrk, the upstream and every
+# PostgreSQL server on CPU 0. So both stores get one core, and the comparison is
+# what Citus's routing costs on the same hardware, not what more machines buy.
+# Every server keeps PostgreSQL's durable defaults (fsync, synchronous_commit on).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_=${BENCH_SECONDS:-10}
+ROUNDS=${ROUNDS:-3}
+if [ "${1:-}" = "--smoke" ]; then SECONDS_=2; ROUNDS=1; fi
+
+bash scripts/install-deps.sh bench >/dev/null
+bash scripts/citus.sh build
+BUILD_DIR=build-bench bash scripts/build.sh -DIDEMPROXY_BENCH=ON -DIDEMPROXY_TESTS=OFF >/dev/null
+
+if [ "$(nproc)" -ge 2 ]; then SUT_CPU=1; LOAD_CPU=0; else SUT_CPU=0; LOAD_CPU=0; fi
+WORK=$(mktemp -d /tmp/idemproxy-scaling.XXXXXX)
+chmod 755 "$WORK"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  bash scripts/pg.sh stop "$WORK/pg" >/dev/null 2>&1 || true
+  bash scripts/citus.sh stop "$WORK/citus" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+
+PLAIN_DSN=$(taskset -c "$LOAD_CPU" bash scripts/pg.sh start "$WORK/pg" "" -c min_wal_size=1GB)
+CITUS_DSN=$(CITUS_DURABLE=1 taskset -c "$LOAD_CPU" bash scripts/citus.sh start "$WORK/citus")
+UP_PORT=$(free_port)
+taskset -c "$LOAD_CPU" build-bench/bench_upstream "$UP_PORT" & PIDS+=($!)
+wait_port "$UP_PORT"
+
+# proxy NAME DSN POOL: starts idemproxy on the store; sets PORT[NAME] and PID[NAME].
+declare -A PORT PID
+proxy() {
+  local name=$1 dsn=$2 pool=$3 port admin
+  port=$(free_port)
+  admin=$(free_port)
+  cat >"$WORK/$name.yaml" <<EOF
+listen: 127.0.0.1:$port
+admin_listen: 127.0.0.1:$admin
+upstream: {url: "http://127.0.0.1:$UP_PORT", max_idle_connections: 256}
+store: {postgres: {dsn: "$dsn", pool_size: $pool}}
+server: {threads: 1, max_connections: 100000}
+log: {level: warn}
+routes:
+  - {name: orders, path_prefix: /v1, on_concurrent: wait}
+EOF
+  taskset -c "$SUT_CPU" build-bench/idemproxy serve --config "$WORK/$name.yaml" \
+    >"$WORK/$name.log" 2>&1 & PIDS+=($!)
+  PID[$name]=${PIDS[-1]}
+  PORT[$name]=$port
+  wait_port "$port"
+  taskset -c "$LOAD_CPU" wrk -t1 -c16 -d1s -s bench/lua/keys.lua "http://127.0.0.1:$port/v1/warm" >/dev/null
+}
+proxy plain "$PLAIN_DSN" 8
+proxy citus8 "$CITUS_DSN" 8
+proxy citus16 "$CITUS_DSN" 16
+
+HZ=$(getconf CLK_TCK)
+# CPU ticks of one process, and of a PostgreSQL server: the postmaster, its live
+# backends, and the backends that have exited (the postmaster's children's time).
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+server_ticks() {
+  local pm total=0 c
+  pm=$(head -1 "$1/data/postmaster.pid")
+  total=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
+  for c in $(pgrep -P "$pm"); do total=$((total + $(ticks "$c" 2>/dev/null || echo 0))); done
+  echo "$total"
+}
+NODES=(pg citus/coordinator citus/worker1 citus/worker2)
+
+# measure NAME ROUND: fresh keys for SECONDS_ through proxy NAME.
+declare -A R
+measure() {
+  local name=$1 round=$2 out n p0 p1 node
+  declare -A n0
+  for node in "${NODES[@]}"; do n0[$node]=$(server_ticks "$WORK/$node"); done
+  p0=$(ticks "${PID[$name]}")
+  out=$(KEY_PREFIX="$name-$round-$$" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"${SECONDS_}s" \
+          --timeout 10s -s bench/lua/keys.lua "http://127.0.0.1:${PORT[$name]}/v1/orders")
+  p1=$(ticks "${PID[$name]}")
+  n=$(echo "$out" | awk '/requests in/ {print $1}')
+  if echo "$out" | grep -qE 'Non-2xx|Socket errors'; then
+    echo "$out" >&2
+    echo "scaling: $name had errors" >&2
+    exit 1
+  fi
+  R[$name.$round.rps]=$(echo "$out" | awk '/^Requests\/sec/ {printf "%.0f", $2}')
+  R[$name.$round.proxy]=$(awk -v t=$((p1 - p0)) -v hz="$HZ" -v n="$n" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+  for node in "${NODES[@]}"; do
+    R[$name.$round.$node]=$(awk -v t=$(($(server_ticks "$WORK/$node") - n0[$node])) -v hz="$HZ" -v n="$n" \
+      'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+  done
+  echo "scaling: $name round $round: ${R[$name.$round.rps]} fresh keys/s" >&2
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  for name in plain citus8 citus16; do measure "$name" "$round"; done
+done
+
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+col() {  # NAME FIELD: the median over the rounds
+  local v=() round
+  for round in $(seq 1 "$ROUNDS"); do v+=("${R[$1.$round.$2]}"); done
+  median "${v[@]}"
+}
+{
+  echo "## Fresh keys, one node against Citus ($(date -u +%Y-%m-%d), $ROUNDS × ${SECONDS_}s, medians)"
+  echo
+  echo "| store | fresh keys/s | rounds | proxy CPU µs/key | single node µs/key | coordinator µs/key | worker 1 µs/key | worker 2 µs/key |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for name in plain citus8 citus16; do
+    rounds=()
+    for round in $(seq 1 "$ROUNDS"); do rounds+=("${R[$name.$round.rps]}"); done
+    echo "| $name | $(col "$name" rps) | ${rounds[*]} | $(col "$name" proxy) | $(col "$name" pg) |" \
+      "$(col "$name" citus/coordinator) | $(col "$name" citus/worker1) | $(col "$name" citus/worker2) |"
+  done
+  echo
+  echo "plain: one PostgreSQL 15, pool 8 (group commit). citusN: coordinator and 2 workers,"
+  echo "pool N, one routed statement per claim and completion. Database CPU counts every"
+  echo "backend of each server, per fresh key (claim + completion + background work)."
+} | tee bench/results/scaling-latest.md

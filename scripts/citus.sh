@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# A private Citus cluster for tests and measurements: one coordinator and two workers
+# on this machine, each a scripts/pg.sh server on its own port.
+#   scripts/citus.sh build            builds and installs Citus (cached between runs)
+#   scripts/citus.sh start DIR [N]    starts a coordinator and N workers (default 2);
+#                                     prints the coordinator's DSN on stdout
+#   scripts/citus.sh add-worker DIR   starts one more worker and adds it to the cluster;
+#                                     prints its port
+#   scripts/citus.sh stop DIR
+# No registry these machines reach carries Citus: it builds from the source in
+# ../shared/vendor/citus (README there), about 75 s on 2 cores, once per machine.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+CITUS_VERSION=13.2.2
+cmd=${1:?usage: citus.sh build|start|add-worker|stop [DIR]}
+
+as_postgres() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+vendor_dir() {
+  local d
+  for d in "${CITUS_SRC:-}" "$here/../../shared/vendor/citus" /work/shared/vendor/citus; do
+    if [ -n "$d" ] && [ -f "$d/citus-$CITUS_VERSION-src.tar.gz" ]; then
+      echo "$d"
+      return
+    fi
+  done
+  echo "citus.sh: no citus-$CITUS_VERSION-src.tar.gz (set CITUS_SRC to its folder)" >&2
+  exit 1
+}
+
+installed() {
+  local lib
+  lib=$("$PGBIN/pg_config" --pkglibdir)/citus.so
+  [ -f "$lib" ] && grep -q "default_version = '${CITUS_VERSION%.*}" \
+    "$("$PGBIN/pg_config" --sharedir)/extension/citus.control" 2>/dev/null
+}
+
+build() {
+  if installed; then
+    return
+  fi
+  bash "$here/install-deps.sh" citus >&2
+  local cache=${IDEMPROXY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/idemproxy}/citus-$CITUS_VERSION
+  if [ ! -f "$cache/src/backend/distributed/citus.so" ]; then
+    local vendor
+    vendor=$(vendor_dir)
+    rm -rf "$cache" && mkdir -p "$cache"
+    tar -xzf "$vendor/citus-$CITUS_VERSION-src.tar.gz" -C "$cache" --strip-components=1
+    (cd "$cache" && patch -p1 -s <"$vendor/pg15.20-compat.patch" &&
+      ./configure -q --without-libcurl PG_CONFIG="$PGBIN/pg_config" >configure.log &&
+      make -s -j"$(nproc)" >make.log 2>&1) ||
+      {
+        tail -30 "$cache/make.log" "$cache/configure.log" 2>/dev/null >&2
+        exit 1
+      }
+  fi
+  (cd "$cache" && make -s install >install.log 2>&1) || {
+    tail -30 "$cache/install.log" >&2
+    exit 1
+  }
+  echo "citus.sh: Citus $CITUS_VERSION installed" >&2
+}
+
+# Every node: Citus preloaded; prepared transactions for its two-phase commits;
+# logical WAL so shards can move (citus_rebalance_start) while the proxies write.
+# Tests run without fsync; CITUS_DURABLE=1 (bench/scaling.sh) keeps PostgreSQL's
+# durable defaults, as bench/run.sh's single node does.
+NODE_OPTIONS=(-c shared_preload_libraries=citus -c max_prepared_transactions=200
+  -c wal_level=logical -c max_wal_senders=20 -c max_replication_slots=20)
+if [ "${CITUS_DURABLE:-0}" = 1 ]; then
+  NODE_OPTIONS+=(-c min_wal_size=1GB)
+else
+  NODE_OPTIONS+=(-c fsync=off -c synchronous_commit=off)
+fi
+
+psql_on() {
+  local port=$1
+  shift
+  as_postgres "$PGBIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d idemproxy -qAt \
+    -v ON_ERROR_STOP=1 "$@"
+}
+
+start_node() {
+  local dir=$1
+  bash "$here/pg.sh" start "$dir" "$(cat "$dir/port" 2>/dev/null || true)" "${NODE_OPTIONS[@]}" >/dev/null
+  psql_on "$(cat "$dir/port")" -c "CREATE EXTENSION IF NOT EXISTS citus" >/dev/null
+}
+
+add_worker() {
+  local dir=$1 worker=$2
+  start_node "$dir/$worker"
+  psql_on "$(cat "$dir/coordinator/port")" \
+    -c "SELECT citus_add_node('127.0.0.1', $(cat "$dir/$worker/port"))" >/dev/null
+}
+
+case "$cmd" in
+  build) build ;;
+  start)
+    dir=${2:?usage: citus.sh start DIR [WORKERS]}
+    workers=${3:-2}
+    build
+    mkdir -p "$dir"
+    start_node "$dir/coordinator"
+    coordinator=$(cat "$dir/coordinator/port")
+    psql_on "$coordinator" -c "SELECT citus_set_coordinator_host('127.0.0.1', $coordinator)" >/dev/null
+    for i in $(seq 1 "$workers"); do add_worker "$dir" "worker$i"; done
+    echo "postgresql://postgres@127.0.0.1:$coordinator/idemproxy"
+    ;;
+  add-worker)
+    dir=${2:?usage: citus.sh add-worker DIR}
+    n=1
+    while [ -d "$dir/worker$n" ]; do n=$((n + 1)); done
+    add_worker "$dir" "worker$n"
+    cat "$dir/worker$n/port"
+    ;;
+  stop)
+    dir=${2:?usage: citus.sh stop DIR}
+    for node in "$dir"/worker* "$dir/coordinator"; do
+      [ -d "$node" ] && bash "$here/pg.sh" stop "$node"
+    done
+    ;;
+  *)
+    echo "usage: citus.sh build|start|add-worker|stop [DIR]" >&2
+    exit 2
+    ;;
+esac
