@@ -18,7 +18,7 @@ PACKAGES=(
   "${BUILD_PACKAGES[@]}"
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev clang-format clang-tidy
-  postgresql-15 pgbouncer
+  postgresql-15 pgbouncer postgresql-15-auto-failover pg-auto-failover-cli
   python3 python3-pytest python3-prometheus-client python3-yaml
   curl procps openssl
   # Real peers for the outside-in tests: nginx and Node's http as upstreams, Node's

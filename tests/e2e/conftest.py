@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import ssl
 import socket
 import subprocess
@@ -164,7 +165,7 @@ def pytest_terminal_summary(terminalreporter):
 class PgBouncer:
     """A real PgBouncer in transaction-pooling mode in front of the test database."""
 
-    def __init__(self, pg):
+    def __init__(self, pg, settings=""):
         self.dir = tempfile.mkdtemp(prefix="idemproxy-pgbouncer-")
         os.chmod(self.dir, 0o755)
         with socket.socket() as s:
@@ -179,7 +180,7 @@ class PgBouncer:
                     "auth_type = trust\nauth_file = %s/userlist.txt\npool_mode = transaction\n"
                     "max_client_conn = 500\ndefault_pool_size = 8\nunix_socket_dir =\n"
                     "logfile = %s/pgbouncer.log\nignore_startup_parameters = extra_float_digits\n"
-                    % (pg.port, self.port, self.dir, self.dir))
+                    % (pg.port, self.port, self.dir, self.dir) + settings)
         cmd = ["/usr/sbin/pgbouncer", ini]
         if os.geteuid() == 0:  # PgBouncer refuses to run as root
             subprocess.run(["chown", "-R", "postgres", self.dir], check=True)
@@ -194,6 +195,16 @@ class PgBouncer:
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("pgbouncer did not start")
+
+    def repoint(self, port):
+        """Points the database at another server and reloads, as a failover hook does."""
+        ini = os.path.join(self.dir, "pgbouncer.ini")
+        with open(ini) as f:
+            text = f.read()
+        text = re.sub(r"port=\d+ dbname", "port=%s dbname" % port, text)
+        with open(ini, "w") as f:
+            f.write(text)
+        subprocess.run(["pkill", "-HUP", "-f", "pgbouncer " + ini], check=True)
 
     def close(self):
         self.proc.terminate()

@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -221,7 +222,6 @@ def problem(response):
 
 def post_in_background(proxy, path, key, results):
     """POSTs on a thread; results[key] gets the response, or the exception."""
-    import threading
 
     def send():
         try:
@@ -239,3 +239,48 @@ def wait_for_execution(upstream, key, timeout=5):
     while upstream.executions.count(key=key) == 0 and time.time() < deadline:
         time.sleep(0.01)
     assert upstream.executions.count(key=key) == 1
+
+
+def settle(proxy, key, path="/v1/orders", timeout=15):
+    """Retries until the key is no longer in flight; returns the last response."""
+    deadline = time.time() + timeout
+    while True:
+        r = proxy.post(path, "{}", key=key)
+        if r.status != 409 or problem(r)["type"].endswith("/outcome-unknown") or \
+                problem(r)["type"].endswith("/outcome-indeterminate") or time.time() > deadline:
+            return r
+        time.sleep(0.2)
+
+
+class Load:
+    """Clients posting fresh keys in a loop until stopped, or until the proxy refuses
+    connections. delivered[key] is the response, or None when the exchange failed.
+    With backoff, a client pauses that long after a 5xx."""
+
+    def __init__(self, proxy, key, path, clients, backoff=0.0):
+        self.delivered = {}
+        self.stopped = threading.Event()
+
+        def client(n):
+            i = 0
+            while not self.stopped.is_set():
+                k = "%s-%d-%d" % (key, n, i)
+                i += 1
+                try:
+                    self.delivered[k] = proxy.post(path, "{}", key=k)
+                    if backoff and self.delivered[k].status >= 500:
+                        time.sleep(backoff)  # as a client backs off while the store is down
+                except ConnectionRefusedError:
+                    self.stopped.set()
+                except (OSError, http.client.HTTPException):
+                    self.delivered[k] = None
+
+        self.threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def stop(self):
+        self.stopped.set()
+        for t in self.threads:
+            t.join()
+        return self.delivered

@@ -2,7 +2,6 @@
 stopped under load, upstreams that hang or reset, several instances, PgBouncer,
 expiry and GC, SIGTERM under load. Every case feeds the ledger (conftest.py), which
 reports requests executed more than once and responses lost or mismatched."""
-import http.client
 import json
 import signal
 import subprocess
@@ -10,18 +9,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import post_in_background, problem, wait_for_execution, SHORT_STATEMENTS
-
-
-def settle(proxy, key, path="/v1/orders", timeout=15):
-    """Retries until the key is no longer in flight; returns the last response."""
-    deadline = time.time() + timeout
-    while True:
-        r = proxy.post(path, "{}", key=key)
-        if r.status != 409 or problem(r)["type"].endswith("/outcome-unknown") or \
-                problem(r)["type"].endswith("/outcome-indeterminate") or time.time() > deadline:
-            return r
-        time.sleep(0.2)
+from harness import Load, post_in_background, problem, settle, wait_for_execution, SHORT_STATEMENTS
 
 
 def test_kill_9_mid_request_then_retry_is_told_the_outcome_is_unknown(make_proxy, upstream, key,
@@ -123,37 +111,6 @@ def test_completion_is_retried_until_the_store_returns(make_proxy, upstream, pg,
     final = settle(p, key, "/v1/orders?delay_ms=1000")
     assert final.header("Idempotent-Replayed") == "true"
     ledger.check(upstream, key, [results[key]], final)
-
-
-class Load:
-    """Clients posting fresh keys in a loop until stopped, or until the proxy refuses
-    connections. delivered[key] is the response, or None when the exchange failed."""
-
-    def __init__(self, proxy, key, path, clients):
-        self.delivered = {}
-        self.stopped = threading.Event()
-
-        def client(n):
-            i = 0
-            while not self.stopped.is_set():
-                k = "%s-%d-%d" % (key, n, i)
-                i += 1
-                try:
-                    self.delivered[k] = proxy.post(path, "{}", key=k)
-                except ConnectionRefusedError:
-                    self.stopped.set()
-                except (OSError, http.client.HTTPException):
-                    self.delivered[k] = None
-
-        self.threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
-        for t in self.threads:
-            t.start()
-
-    def stop(self):
-        self.stopped.set()
-        for t in self.threads:
-            t.join()
-        return self.delivered
 
 
 def test_postgres_stopped_and_restarted_under_load(make_proxy, upstream, pg, key, ledger):
