@@ -183,18 +183,23 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
 
 // After a final response on a connection whose request was not read to the end
 // (413, 431, 400), closing at once would make a client that is still sending see
-// a reset instead of the answer. Shut down our side and discard what arrives, for
-// a bounded time and amount, before closing (what nginx calls lingering close).
+// a reset instead of the answer: data arriving at a closed socket draws an RST,
+// which discards the answer the client has not read yet. RFC 9112 9.6: half-close,
+// then read until the client closes. Discard what arrives until the client closes,
+// stops sending for 2 s, or 10 s have passed (nginx's lingering close; its defaults
+// are 5 s and 30 s). Bounded by time only: a byte cap (1 MiB until now) reset every
+// client whose body outran it, however fast it sent.
 asio::awaitable<void> linger_and_close(ClientConnection& conn) {
   beast::error_code ec;
   conn.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   std::array<char, std::size_t{16} << 10> scratch;
-  std::size_t discarded = 0;
-  conn.stream.expires_after(std::chrono::seconds{2});
-  while (discarded < (std::size_t{1} << 20)) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  while (std::chrono::steady_clock::now() < until) {
+    conn.stream.expires_after(std::min<std::chrono::milliseconds>(
+        std::chrono::seconds{2}, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     until - std::chrono::steady_clock::now())));
     auto [rec, n] = co_await conn.stream.async_read_some(asio::buffer(scratch), use_nothrow);
     if (rec) break;
-    discarded += n;
   }
   conn.stream.socket().close(ec);
 }

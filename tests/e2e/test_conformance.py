@@ -3,8 +3,8 @@ and Python's http.server upstreams, curl, Node's fetch and urllib clients. Each 
 names the RFC section that decides it. Leases, caches and limits are in
 test_conformance_state.py."""
 import json
-import socket
 import os
+import socket
 import time
 import uuid
 
@@ -98,7 +98,7 @@ def test_an_http10_client_never_gets_a_1xx(make_proxy, node):
 # (defect 3: Beast's default body limit on the head parser).
 def test_large_content_length_streams_on_pass_through_and_gets_413_on_a_route(make_proxy, node):
     proxy = make_proxy(upstream_url=node.url, routes=ORDERS)
-    big = b"x" * (3 * 1024 * 1024)
+    big = b"x" * (12 * 1024 * 1024)
     status, _, body = urllib_post("http://127.0.0.1:%d/upload" % proxy.port, big,
                                   {"Content-Type": "application/octet-stream"})
     assert status == 201 and json.loads(body)["bytes"] == len(big)
@@ -108,6 +108,27 @@ def test_large_content_length_streams_on_pass_through_and_gets_413_on_a_route(ma
                                    "Idempotency-Key": key})
     assert status == 413 and json.loads(body)["type"].endswith("/body-too-large")
     assert node.executions(key) == 0
+
+
+# RFC 9112 9.6: after a final answer to a request it did not read to the end, the
+# proxy half-closes and reads on, so a client still sending (the 12 MiB above) gets
+# the 413 and not a reset. It reads for a bounded time: a client that goes quiet is
+# closed after 2 s without data.
+def test_a_client_that_stops_sending_after_a_413_is_closed_within_seconds(make_proxy, node):
+    proxy = make_proxy(upstream_url=node.url, routes=ORDERS)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
+        s.sendall(b"POST /v1/orders HTTP/1.1\r\nHost: t\r\nIdempotency-Key: quiet\r\n"
+                  b"Content-Length: 104857600\r\n\r\n" + b"x" * 1024)
+        started = time.time()
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        closed_after = time.time() - started
+    assert data.startswith(b"HTTP/1.1 413 ")
+    assert closed_after < 5
 
 
 # RFC 9110 8.6: "Content-Length: 2, 2" may be taken as 2; the proxy then sends the
