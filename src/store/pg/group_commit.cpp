@@ -87,7 +87,8 @@ void GroupCommit::run_alone(Pending& p) {
   });
 }
 
-// Runs `members` as one multi-row statement; false when it failed (nothing changed).
+// Runs `members` as one multi-row statement; false when it failed (nothing changed)
+// or the connection turned out to be a Citus coordinator.
 // Claims must have distinct keys and one retake setting.
 bool GroupCommit::run_many(const std::vector<Pending*>& members) {
   const bool claims = members.front()->claim != nullptr;
@@ -120,8 +121,14 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members) {
   std::vector<std::string> a;
   a.reserve(columns.size());
   for (auto& col : columns) a.push_back(std::move(col).done());
+  bool routed = false;
   const Result<pqxx::result> rows =
       pool_.with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
+        // The first connection decides: before it, the pool cannot know it is on Citus.
+        if (c.distributed()) {
+          routed = true;
+          return StoreError{StoreErrc::unavailable, "Citus: no multi-row statements"};
+        }
         pqxx::nontransaction tx(c.raw());
         if (claims) {
           return c.exec(tx, kClaimMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
@@ -136,6 +143,7 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members) {
         c.announce(tx, kDoneChannel, watched);
         return r;
       });
+  if (routed) return false;  // each runs alone, routed
   if (!rows.ok()) {
     // Not the error text: PostgreSQL may quote the arrays, and keys stay out of logs.
     spdlog::warn("store: a batch of {} {} failed; running each on its own", members.size(),
