@@ -2,7 +2,8 @@
 # The second README command: installs what is missing, builds, starts a throwaway
 # PostgreSQL, and runs every test:
 #   1. unit and store tests (ctest) on the Release build,
-#   2. end-to-end tests (pytest: the real binary, real PostgreSQL, a fake upstream),
+#   2. end-to-end tests (pytest: the real binary, real PostgreSQL, a fake upstream;
+#      test_failover.py starts a pg_auto_failover pair with scripts/failover.sh),
 #   3. the run-local smoke test (the first README command),
 #   4. stages 1 and 2 again on an ASan+UBSan build (skip with SANITIZE=0),
 #   5. the store tests and the concurrency end-to-end tests (with the real-peer
