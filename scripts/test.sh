@@ -88,7 +88,12 @@ run_ctest() {  # BUILD_DIR
 run_gtest() {  # BINARY GTEST_FILTER: one GoogleTest binary on its own
   local log="$WORK/gtest-$RANDOM.log" p n
   echo "== $1 ($2)"
-  if "$1" --gtest_filter="$2" 2>&1 | tee "$log" | tail -3; then :; else status=1; fi
+  if "$1" --gtest_filter="$2" >"$log" 2>&1; then
+    grep -E '^\[==========\] [0-9]+ tests|^\[  PASSED  \]' "$log" || true
+  else
+    status=1
+    tail -80 "$log"  # the failures, or what a sanitizer reported
+  fi
   p=$(grep -oE 'PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
   n=$(grep -oE 'FAILED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' || echo 0)
   if [ "$p" = 0 ] && [ "$n" = 0 ]; then n=1; fi  # it did not run: count a failure
