@@ -15,21 +15,8 @@ ROOT=$PWD
 SECONDS_=${BENCH_SECONDS:-10}
 if [ "${1:-}" = "--smoke" ]; then SECONDS_=2; fi
 
-bash scripts/install-deps.sh bench >/dev/null
-BUILD_DIR=build-bench bash scripts/build.sh -DIDEMPROXY_BENCH=ON -DIDEMPROXY_TESTS=OFF >/dev/null
-
-if [ "$(nproc)" -ge 2 ]; then SUT_CPU=1; LOAD_CPU=0; else SUT_CPU=0; LOAD_CPU=0; fi
-WORK=$(mktemp -d /tmp/idemproxy-bench.XXXXXX)
-chmod 755 "$WORK"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  bash scripts/pg.sh stop "$WORK/pg" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+WORK_NAME=bench
+. bench/common.sh
 
 # --- the components -------------------------------------------------------------
 # min_wal_size keeps recycled WAL segments, so no measurement pays for new ones.

@@ -1,0 +1,20 @@
+# Sourced by bench/run.sh and bench/scaling.sh: installs what the benchmarks need,
+# builds build-bench/, pins CPUs, makes the work folder and cleans it up on exit.
+# The caller sets WORK_NAME; it may add to CLEANUP (commands run at exit) and PIDS.
+bash scripts/install-deps.sh bench >/dev/null
+BUILD_DIR=build-bench bash scripts/build.sh -DIDEMPROXY_BENCH=ON -DIDEMPROXY_TESTS=OFF >/dev/null
+
+# The system under test on CPU 1; load, upstream and databases on CPU 0.
+if [ "$(nproc)" -ge 2 ]; then SUT_CPU=1; LOAD_CPU=0; else SUT_CPU=0; LOAD_CPU=0; fi
+WORK=$(mktemp -d "/tmp/idemproxy-$WORK_NAME.XXXXXX")
+chmod 755 "$WORK"
+PIDS=()
+CLEANUP=("bash scripts/pg.sh stop $WORK/pg")
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for c in "${CLEANUP[@]}"; do $c >/dev/null 2>&1 || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
