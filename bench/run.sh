@@ -59,22 +59,7 @@ taskset -c "$SUT_CPU" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" 2>/dev/
 wait_port "$NGINX_PORT"
 NGINX_PID=$(pgrep -P "${PIDS[-1]}" | head -1)  # the one worker
 
-PROXY_PORT=$(free_port)
-ADMIN_PORT=$(free_port)
-cat >"$WORK/idemproxy.yaml" <<EOF
-listen: 127.0.0.1:$PROXY_PORT
-admin_listen: 127.0.0.1:$ADMIN_PORT
-upstream: {url: "http://127.0.0.1:$UP_PORT", max_idle_connections: 256}
-store: {postgres: {dsn: "$DSN", pool_size: 8}}
-server: {threads: 1, max_connections: 100000}
-log: {level: warn}
-routes:
-  - {name: orders, path_prefix: /v1, on_concurrent: wait}
-EOF
-taskset -c "$SUT_CPU" build-bench/idemproxy serve --config "$WORK/idemproxy.yaml" \
-  >"$WORK/idemproxy.log" 2>&1 & PIDS+=($!)
-PROXY_PID=${PIDS[-1]}
-wait_port "$PROXY_PORT"
+start_proxy idemproxy "$DSN" 8
 
 # --- measuring --------------------------------------------------------------------
 HZ=$(getconf CLK_TCK)

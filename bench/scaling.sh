@@ -29,25 +29,10 @@ wait_port "$UP_PORT"
 # proxy NAME DSN POOL: starts idemproxy on the store; sets PORT[NAME] and PID[NAME].
 declare -A PORT PID
 proxy() {
-  local name=$1 dsn=$2 pool=$3 port admin
-  port=$(free_port)
-  admin=$(free_port)
-  cat >"$WORK/$name.yaml" <<EOF
-listen: 127.0.0.1:$port
-admin_listen: 127.0.0.1:$admin
-upstream: {url: "http://127.0.0.1:$UP_PORT", max_idle_connections: 256}
-store: {postgres: {dsn: "$dsn", pool_size: $pool}}
-server: {threads: 1, max_connections: 100000}
-log: {level: warn}
-routes:
-  - {name: orders, path_prefix: /v1, on_concurrent: wait}
-EOF
-  taskset -c "$SUT_CPU" build-bench/idemproxy serve --config "$WORK/$name.yaml" \
-    >"$WORK/$name.log" 2>&1 & PIDS+=($!)
-  PID[$name]=${PIDS[-1]}
-  PORT[$name]=$port
-  wait_port "$port"
-  taskset -c "$LOAD_CPU" wrk -t1 -c16 -d1s -s bench/lua/keys.lua "http://127.0.0.1:$port/v1/warm" >/dev/null
+  start_proxy "$1" "$2" "$3"
+  PID[$1]=$PROXY_PID
+  PORT[$1]=$PROXY_PORT
+  taskset -c "$LOAD_CPU" wrk -t1 -c16 -d1s -s bench/lua/keys.lua "http://127.0.0.1:$PROXY_PORT/v1/warm" >/dev/null
 }
 proxy plain "$PLAIN_DSN" 8
 proxy citus8 "$CITUS_DSN" 8
