@@ -200,8 +200,12 @@ def test_node_fetch_clients_each_get_their_own_answer(make_proxy, name):
         for i, a in enumerate(answers):
             assert a["status"] == 201, a
             assert json.loads(a["body"])["id"] == "f%d" % (i % 60)
-        assert all(a["headers"].get("idempotent-replayed") == "true" for a in answers[60:])
+        # Executions first: when a repeat is not marked replayed, this tells whether it
+        # executed again (CI once saw an unmarked repeat on Citus; see issue 13's note).
         for r in reqs:
             assert upstream.executions(r["headers"]["Idempotency-Key"]) == 1
+        unmarked = [(i, a["headers"]) for i, a in enumerate(answers[60:])
+                    if a["headers"].get("idempotent-replayed") != "true"]
+        assert unmarked == []
     finally:
         upstream.close()
