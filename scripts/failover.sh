@@ -118,7 +118,13 @@ EOF
     wait_for 120 primary secondary
     ;;
   fail)
-    port=$(primary)
+    port=""
+    for _ in $(seq 120); do  # a primary the monitor has settled (slower under ASan)
+      port=$(primary 2>/dev/null || true)
+      [ -n "$port" ] && break
+      sleep 0.5
+    done
+    [ -n "$port" ] || { echo "failover.sh: no settled primary to fail" >&2; exit 1; }
     for node in node1 node2; do
       if [ "$(cat "$dir/$node/port")" = "$port" ]; then
         pkill -9 -s "$(cat "$dir/$node/keeper.sid")" || true
