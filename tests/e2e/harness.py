@@ -284,3 +284,106 @@ class Load:
         for t in self.threads:
             t.join()
         return self.delivered
+
+
+class CuttingRelay:
+    """A TCP relay in front of PostgreSQL that loses an answer as a failing network or
+    a crashing primary does. Armed with cut(statement), it forwards the next execution
+    of that prepared statement (its Bind message) and the server's whole answer up to
+    ReadyForQuery, after the commit, then drops that answer and closes both sides: the
+    statement committed and the client never learns it. While refusing, it closes each
+    new connection at once, as a database that is not back yet."""
+
+    def __init__(self, port):
+        self.target = port
+        self.armed = None
+        self.refusing = False
+        self.cuts = 0
+        self.lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def dsn(self):
+        # In the clear, so the relay can read the protocol: Citus turns on TLS.
+        return "postgresql://postgres@127.0.0.1:%d/idemproxy?sslmode=disable" % self.port
+
+    def cut(self, statement, refuse=False):
+        with self.lock:
+            self.armed = b"\x00" + statement.encode() + b"\x00"
+            self.refuse_after = refuse
+
+    def admit(self):
+        self.refusing = False
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.refusing:
+                client.close()
+                continue
+            server = socket.create_connection(("127.0.0.1", self.target))
+            cut = threading.Event()
+            threading.Thread(target=self._up, args=(client, server, cut), daemon=True).start()
+            threading.Thread(target=self._down, args=(server, client, cut), daemon=True).start()
+
+    def _is_bind(self, data):
+        with self.lock:
+            if self.armed is None:
+                return False
+            at = data.find(self.armed)
+            if at < 5 or data[at - 5:at - 4] != b"B":
+                return False
+            self.armed = None
+            if self.refuse_after:
+                self.refusing = True
+            return True
+
+    def _up(self, client, server, cut):
+        try:
+            while True:
+                data = client.recv(65536)
+                if not data:
+                    break
+                if self._is_bind(data):
+                    cut.set()
+                server.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                server.shutdown(socket.SHUT_RDWR)  # the client left: so does the server side
+            except OSError:
+                pass
+
+    def _down(self, server, client, cut):
+        seen = b""
+        try:
+            while True:
+                data = server.recv(65536)
+                if not data:
+                    break
+                if cut.is_set():
+                    seen += data
+                    if b"Z\x00\x00\x00\x05" in seen:  # ReadyForQuery: it has committed
+                        self.cuts += 1
+                        break
+                    continue
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (client, server):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()

@@ -9,7 +9,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import Load, post_in_background, problem, settle, wait_for_execution, SHORT_STATEMENTS
+from harness import (CuttingRelay, Load, post_in_background, problem, settle, wait_for_execution,
+                     SHORT_STATEMENTS)
 
 
 def test_kill_9_mid_request_then_retry_is_told_the_outcome_is_unknown(make_proxy, upstream, key,
@@ -111,6 +112,63 @@ def test_completion_is_retried_until_the_store_returns(make_proxy, upstream, pg,
     final = settle(p, key, "/v1/orders?delay_ms=1000")
     assert final.header("Idempotent-Replayed") == "true"
     ledger.check(upstream, key, [results[key]], final)
+
+
+def claim_statement(pg):
+    return "idemproxy_claim_routed" if pg.citus else "idemproxy_claim"
+
+
+def test_a_claim_whose_answer_is_lost_is_sent_again_and_found_by_its_nonce(make_proxy, upstream,
+                                                                           pg, key, ledger):
+    """The claim commits and its connection breaks before the answer arrives (a
+    network cut, a primary that dies just after its standby confirmed). The store sends
+    the claim again on a new connection, which finds the row by the claim's nonce and
+    takes it: the request executes now, instead of meeting its own claim as a
+    concurrent request (409) until the lease runs out."""
+    relay = CuttingRelay(pg.port)
+    try:
+        p = make_proxy(store={"postgres": {"dsn": relay.dsn(), "pool_size": 1}})
+        relay.cut(claim_statement(pg))
+        first = p.post("/v1/orders", "{}", key=key)
+        assert relay.cuts == 1  # the claim committed, and its answer was lost
+        assert first.status == 201, first.body
+        assert upstream.executions.count(key=key) == 1
+        final = p.post("/v1/orders", "{}", key=key)
+        assert final.header("Idempotent-Replayed") == "true"
+        ledger.check(upstream, key, [first], final)
+    finally:
+        relay.close()
+
+
+def test_a_claim_that_stays_unanswered_is_withdrawn_so_its_retry_executes(make_proxy, upstream, pg,
+                                                                         key, ledger):
+    """As above, and the database stays away long enough that sending the claim again
+    fails too: the request gets 503 and never reaches the upstream, while its claim sits
+    committed in the table. Once the database answers, the store withdraws that claim
+    by its nonce before anything else, so the client's retry executes, once."""
+    relay = CuttingRelay(pg.port)
+    try:
+        p = make_proxy(store={"postgres": {"dsn": relay.dsn(), "pool_size": 1}})
+        relay.cut(claim_statement(pg), refuse=True)
+        first = p.post("/v1/orders", "{}", key=key)
+        assert relay.cuts == 1
+        assert first.status == 503, first.body
+        assert upstream.executions.count(key=key) == 0
+        # The claim did commit: without its withdrawal, the retry meets it for 30 s.
+        assert pg.sql("SELECT state FROM idempotency_records WHERE key = '%s'" % key) == \
+            "in_flight"
+        assert p.metric("idemproxy_db_withdrawals_pending") == 1
+        relay.admit()
+        retry = p.post("/v1/orders", "{}", key=key)
+        assert retry.status == 201, retry.body
+        assert upstream.executions.count(key=key) == 1
+        assert p.metric("idemproxy_db_withdrawals_total") == 1
+        assert p.metric("idemproxy_db_withdrawals_pending") == 0
+        final = p.post("/v1/orders", "{}", key=key)
+        assert final.header("Idempotent-Replayed") == "true"
+        ledger.check(upstream, key, [first, retry], final)
+    finally:
+        relay.close()
 
 
 def test_postgres_stopped_and_restarted_under_load(make_proxy, upstream, pg, key, ledger):

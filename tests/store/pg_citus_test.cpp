@@ -60,9 +60,10 @@ TEST_F(PgCitusTest, EveryRecordStatementIsASingleShardRouterQuery) {
   using namespace idemproxy::store::pg;
   const std::string s = "'" + scope + "'";
   const std::map<std::string, std::pair<Statement, std::string>> cases = {
-      {"claim", {kClaimRouted, s + ", 'k', 'fp', 'r', 'POST', '/', 30000, 60000, true, NULL"}},
+      {"claim", {kClaimRouted, s + ", 'k', 'fp', 'r', 'POST', '/', 30000, 60000, true, NULL, 42"}},
       {"complete", {kComplete, s + ", 'k', 1, 200, ''::bytea, ''::bytea, 60000, NULL"}},
       {"release", {kRelease, s + ", 'k', 1"}},
+      {"withdraw", {kWithdraw, s + ", 'k', 42"}},
       {"renew", {kRenew, s + ", 'k', 1, 30000"}},
       {"mark_indeterminate", {kMarkIndeterminate, s + ", 'k', 1"}},
       {"watch", {kWatch, s + ", 'k'"}},

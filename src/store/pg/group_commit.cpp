@@ -66,7 +66,8 @@ void GroupCommit::run_alone(Pending& p) {
       for (int attempt = 0; attempt < 3 && r.empty(); ++attempt) {
         r = c.exec(tx, claim, cl->req.id.scope, cl->req.id.key, cl->fingerprint, cl->req.route,
                    cl->req.method, cl->req.target, static_cast<long long>(cl->req.lease.count()),
-                   static_cast<long long>(cl->req.ttl.count()), cl->req.retake_stale, cl->key_id);
+                   static_cast<long long>(cl->req.ttl.count()), cl->req.retake_stale, cl->key_id,
+                   cl->nonce);
         if (r.empty() && c.distributed()) r = c.exec(tx, kFind, cl->req.id.scope, cl->req.id.key);
       }
     } else {
@@ -92,7 +93,7 @@ void GroupCommit::run_alone(Pending& p) {
 // Claims must have distinct keys and one retake setting.
 bool GroupCommit::run_many(const std::vector<Pending*>& members) {
   const bool claims = members.front()->claim != nullptr;
-  std::vector<ArrayText> columns(claims ? 9 : 8);
+  std::vector<ArrayText> columns(claims ? 10 : 8);
   for (const Pending* p : members) {
     if (claims) {
       const ClaimParams& cl = *p->claim;
@@ -106,6 +107,7 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members) {
       columns[6].add(static_cast<long long>(r.lease.count()));
       columns[7].add(static_cast<long long>(r.ttl.count()));
       columns[8].add(cl.key_id);
+      columns[9].add(cl.nonce);
     } else {
       const CompleteParams& co = *p->complete;
       columns[0].add(co.id.scope);
@@ -132,7 +134,7 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members) {
         pqxx::nontransaction tx(c.raw());
         if (claims) {
           return c.exec(tx, kClaimMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
-                        members.front()->claim->req.retake_stale);
+                        members.front()->claim->req.retake_stale, a[9]);
         }
         pqxx::result r = c.exec(tx, kCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
         std::vector<const RecordId*> watched;

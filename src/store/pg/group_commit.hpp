@@ -18,6 +18,7 @@ struct ClaimParams {
   const ClaimRequest& req;
   std::string fingerprint;  // as stored: sealed and hex-encoded under encryption
   const char* key_id;       // NULL in the clear
+  long long nonce;          // claim_nonce: finds this claim again after a lost answer
 };
 
 /// A completion's statement parameters, as stored.

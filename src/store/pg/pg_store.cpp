@@ -5,14 +5,25 @@
 
 #include <spdlog/spdlog.h>
 
+#include <random>
+
 #include "idemproxy/common/hex.hpp"
 #include "store/pg/group_commit.hpp"
 #include "store/pg/notification_listener.hpp"
 #include "store/pg/row_codec.hpp"
 
 namespace idemproxy::store {
+namespace {
 
 using pg::Connection;
+
+/// A claim's claim_nonce: random, so a claim sent again finds its own row and no other.
+long long claim_nonce() {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  return static_cast<long long>(random());
+}
+
+}  // namespace
 
 struct PgStore::Impl {
   explicit Impl(PgOptions o)
@@ -39,6 +50,21 @@ struct PgStore::Impl {
       if (r[0]["watched"].as<bool>()) c.announce(tx, pg::kDoneChannel, {&id});
       return Done{};
     });
+  }
+
+  /// Withdraws the claim of `id` with `nonce` (kWithdraw) on the pool's next working
+  /// connection. Tried again while it finds nothing, until the lease is over: a
+  /// connection that broke may leave its statement running a little longer.
+  void withdraw(const RecordId& id, long long nonce, Duration lease) {
+    spdlog::debug("store: a claim went unanswered; it is withdrawn once the database answers");
+    pool.defer({[id, nonce](Connection& c) {
+                  pqxx::nontransaction tx(c.raw());
+                  const pqxx::result r = c.exec(tx, pg::kWithdraw, id.scope, id.key, nonce);
+                  if (r.empty()) return false;
+                  if (r[0]["watched"].as<bool>()) c.announce(tx, pg::kDoneChannel, {&id});
+                  return true;
+                },
+                std::chrono::steady_clock::now() + lease});
   }
 
   PgOptions options;
@@ -84,6 +110,12 @@ std::vector<Store::Sample> PgStore::stats() {
        static_cast<double>(u.in_use)},
       {"idemproxy_db_pool_size", "Configured database pool size.",
        static_cast<double>(impl_->options.pool_size)},
+      {"idemproxy_db_withdrawals_pending",
+       "Unanswered claims waiting to be withdrawn when the database answers.",
+       static_cast<double>(u.owed)},
+      {"idemproxy_db_withdrawals_total",
+       "Unanswered claims found committed and withdrawn, so their retries could execute.",
+       static_cast<double>(u.repaired), true},
       {"idemproxy_db_batches_total",
        "Transactions that carried claims and completions (group commit).",
        static_cast<double>(b.batches), true},
@@ -104,9 +136,9 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
                                codec.sealing()
                                    ? to_hex(codec.stored(req.fingerprint, req.id, "fingerprint"))
                                    : req.fingerprint,
-                               codec.key_id()};
+                               codec.key_id(), claim_nonce()};
   pg::Pending self{req.id, &params, nullptr};
-  return impl_->batches.run<ClaimResult>(self, [&](const pg::Answer& a) -> Result<ClaimResult> {
+  auto decode = [&](const pg::Answer& a) -> Result<ClaimResult> {
     if (a.row < 0) {
       return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
     }
@@ -117,7 +149,17 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
       return ClaimResult{Claimed{record.token, record.locked_until, row[at.took_over].as<bool>()}};
     }
     return ClaimResult{std::move(record)};
-  });
+  };
+  Result<ClaimResult> result = impl_->batches.run<ClaimResult>(self, decode);
+  // Unanswered: the claim may still have committed (its connection broke after
+  // sending it, and sending it again failed too). The caller answers without the
+  // upstream, so withdraw it once the database answers, or the client's retry would
+  // find it in flight until its lease ran out. Withdrawing a claim that never
+  // committed changes nothing.
+  if (!result.ok() && result.error().code == StoreErrc::unavailable) {
+    impl_->withdraw(req.id, params.nonce, req.lease);
+  }
+  return result;
 }
 
 Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,

@@ -1,5 +1,10 @@
 #include "store/pg/pool.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <iterator>
+
 #include "store/pg/array_text.hpp"
 
 namespace idemproxy::store::pg {
@@ -67,9 +72,68 @@ void Pool::give_back(std::unique_ptr<Connection> conn) {
   available_.notify_one();
 }
 
+void Pool::defer(Repair repair) {
+  std::lock_guard lock(mu_);
+  // Bounded: a database away for long enough that this many claims lost their
+  // answers leaves the oldest to their leases.
+  constexpr std::size_t kMaxOwed = 10000;
+  if (repairs_.size() >= kMaxOwed) {
+    spdlog::warn("store: {} repairs are owed to the database; dropping the oldest", kMaxOwed);
+    repairs_.erase(repairs_.begin());
+  }
+  repairs_.push_back(std::move(repair));
+  owed_.store(true, std::memory_order_relaxed);
+}
+
+void Pool::run_repairs(Connection& c) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Repair> due;
+  {
+    std::lock_guard lock(mu_);
+    const auto later = std::stable_partition(repairs_.begin(), repairs_.end(),
+                                             [&](const Repair& r) { return r.next_try > now; });
+    due.assign(std::make_move_iterator(later), std::make_move_iterator(repairs_.end()));
+    repairs_.erase(later, repairs_.end());
+    owed_.store(!repairs_.empty(), std::memory_order_relaxed);
+  }
+  std::vector<Repair> again;
+  long long done = 0;
+  auto requeue = [&] {
+    std::lock_guard lock(mu_);
+    repaired_ += done;
+    for (auto& r : again) repairs_.push_back(std::move(r));
+    owed_.store(!repairs_.empty(), std::memory_order_relaxed);
+  };
+  std::size_t i = 0;
+  try {
+    for (; i < due.size(); ++i) {
+      bool finished = false;
+      try {
+        finished = due[i].run(c);
+      } catch (const pqxx::broken_connection&) {
+        throw;
+      } catch (const std::exception& e) {
+        spdlog::warn("store: a repair failed: {}", e.what());
+      }
+      if (finished) {
+        ++done;
+      } else if (now < due[i].until) {
+        due[i].next_try = now + std::chrono::seconds(1);
+        again.push_back(std::move(due[i]));
+      }
+    }
+  } catch (...) {
+    for (; i < due.size(); ++i) again.push_back(std::move(due[i]));
+    requeue();
+    throw;
+  }
+  requeue();
+}
+
 Pool::Usage Pool::usage() const {
   std::lock_guard lock(mu_);
-  return {open_, open_ - static_cast<int>(idle_.size())};
+  return {open_, open_ - static_cast<int>(idle_.size()), static_cast<int>(repairs_.size()),
+          repaired_};
 }
 
 }  // namespace idemproxy::store::pg

@@ -2,6 +2,7 @@
 // The PostgreSQL store's connections: a fixed-size pool of libpq connections, each
 // with every statement prepared once, and reconnection after the server restarts.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -68,9 +69,23 @@ class Pool {
   template <class T>
   Result<T> with_connection(const std::function<Result<T>(Connection&)>& work);
 
+  /// Work owed to the database that no caller waits for: the withdrawal of a claim
+  /// whose answer was lost (PgStore::claim). It runs on the next connection that
+  /// works, before that connection's own work, so it also runs before a retry's claim
+  /// of the same key. `run` returns whether it is done; if not, it runs again a
+  /// second later, until `until`. A broken connection keeps it queued.
+  struct Repair {
+    std::function<bool(Connection&)> run;
+    std::chrono::steady_clock::time_point until;
+    std::chrono::steady_clock::time_point next_try{};
+  };
+  void defer(Repair repair);
+
   struct Usage {
-    int open = 0;    // connections open now
-    int in_use = 0;  // running a statement now
+    int open = 0;            // connections open now
+    int in_use = 0;          // running a statement now
+    int owed = 0;            // repairs waiting for a connection that works (defer)
+    long long repaired = 0;  // repairs that reported done
   };
   Usage usage() const;
   /// What the last connection opened found (Connection::distributed); false before any.
@@ -80,12 +95,17 @@ class Pool {
   std::unique_ptr<Connection> checkout();
   /// Returns a connection; nullptr gives back the slot of one that was dropped.
   void give_back(std::unique_ptr<Connection> conn);
+  /// Runs the repairs that are due on `c`; rethrows a broken connection.
+  void run_repairs(Connection& c);
 
   const PgOptions& options_;
   mutable std::mutex mu_;
   std::condition_variable available_;
   std::vector<std::unique_ptr<Connection>> idle_;
   int open_ = 0;
+  std::vector<Repair> repairs_;
+  long long repaired_ = 0;
+  std::atomic<bool> owed_{false};  // repairs_ is not empty; read without the lock
   std::atomic<bool> distributed_{false};
 };
 
@@ -99,6 +119,7 @@ Result<T> Pool::with_connection(const std::function<Result<T>(Connection&)>& wor
       return StoreError{StoreErrc::unavailable, std::string("database unreachable: ") + e.what()};
     }
     try {
+      if (owed_.load(std::memory_order_relaxed)) run_repairs(*conn);
       Result<T> result = work(*conn);
       give_back(std::move(conn));
       return result;

@@ -47,20 +47,25 @@ struct Statement {
 // How a claim takes over an existing row: when it was released; when it has expired
 // and no live holder has it (an in-flight row's TTL says nothing about its holder,
 // which renews its lease while it waits on the upstream: only a lease that ran out
-// frees it); or (with the retake parameter that follows) its lease ran out. Shared
-// by every claim form, so single, routed and batched claims decide alike. Times
-// compare with EXCLUDED.created_at, the claim's now(): Citus refuses now() here.
-// taken_over records whether a live holder was replaced (a lease takeover).
-#define IDEMPROXY_CLAIM_TAKEOVER                                                            \
-  " ON CONFLICT (scope, key) DO UPDATE SET"                                                 \
-  "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"      \
-  "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"           \
-  "  created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until,"               \
-  "  expires_at = EXCLUDED.expires_at, completed_at = NULL, status = NULL, headers = NULL," \
-  "  body = NULL, key_id = EXCLUDED.key_id, watched = false,"                               \
-  "  taken_over = r.state IN ('in_flight', 'indeterminate')"                                \
-  " WHERE r.state = 'released' OR (r.expires_at <= EXCLUDED.created_at AND"                 \
-  "  (r.state NOT IN ('in_flight', 'indeterminate') OR r.locked_until <= EXCLUDED.created_at))"
+// frees it); when it is this very claim, sent again because the answer to the first
+// send was lost with its connection (the same claim_nonce; docs/RELIABILITY.md); or
+// (with the retake parameter that follows) its lease ran out. Shared by every claim
+// form, so single, routed and batched claims decide alike. Times compare with
+// EXCLUDED.created_at, the claim's now(): Citus refuses now() here. taken_over
+// records whether a live holder was replaced (a lease takeover).
+#define IDEMPROXY_CLAIM_TAKEOVER                                                                \
+  " ON CONFLICT (scope, key) DO UPDATE SET"                                                     \
+  "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"          \
+  "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"               \
+  "  created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until,"                   \
+  "  expires_at = EXCLUDED.expires_at, completed_at = NULL, status = NULL, headers = NULL,"     \
+  "  body = NULL, key_id = EXCLUDED.key_id, watched = false,"                                   \
+  "  claim_nonce = EXCLUDED.claim_nonce, taken_over = CASE"                                     \
+  "  WHEN r.claim_nonce = EXCLUDED.claim_nonce THEN r.taken_over"                               \
+  "  ELSE r.state IN ('in_flight', 'indeterminate') END"                                        \
+  " WHERE r.state = 'released' OR (r.expires_at <= EXCLUDED.created_at AND"                     \
+  "  (r.state NOT IN ('in_flight', 'indeterminate') OR r.locked_until <= EXCLUDED.created_at))" \
+  "  OR (r.state = 'in_flight' AND r.claim_nonce = EXCLUDED.claim_nonce)"
 
 #define IDEMPROXY_RETAKE_STALE(param) \
   "  OR (" param                      \
@@ -69,14 +74,14 @@ struct Statement {
 // The single-row claim of (scope, key). The row is inserted, or taken over when it
 // was released, has expired, or (with $9, on_stale: retake) its lease ran out while
 // in flight or indeterminate. $10 is the id of the key that sealed the fingerprint
-// (NULL when stored in the clear).
+// (NULL when stored in the clear); $11 the claim's nonce, random per claim.
 #define IDEMPROXY_CLAIM_INSERT                                                                     \
   "INSERT INTO idempotency_records AS r"                                                           \
   "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"     \
-  "   expires_at, key_id)"                                                                         \
+  "   expires_at, key_id, claim_nonce)"                                                            \
   " VALUES ($1, $2, $3, 'in_flight', nextval('idempotency_fencing_token_seq'), $4, $5, $6, now()," \
   "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 "             \
-  "millisecond', $10)" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$9")
+  "millisecond', $10, $11)" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$9")
 
 // Claims (scope, key) in one statement and one round trip, on plain PostgreSQL: the
 // claimed row, or else the live row unchanged (claimed false).
@@ -122,17 +127,18 @@ inline constexpr Statement kComplete{
 inline constexpr Statement kClaimMany{
     "idemproxy_claim_many",
     "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],"
-    "  $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[]) WITH ORDINALITY"
-    "  AS i(in_scope, in_key, in_fingerprint, in_route, in_method, in_target, in_lease_ms,"
-    "  in_ttl_ms, in_key_id, in_n)),"
+    "  $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $11::bigint[])"
+    "  WITH ORDINALITY AS i(in_scope, in_key, in_fingerprint, in_route, in_method, in_target,"
+    "  in_lease_ms, in_ttl_ms, in_key_id, in_nonce, in_n)),"
     " claimed AS ("
     " INSERT INTO idempotency_records AS r"
     "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"
-    "   expires_at, key_id)"
+    "   expires_at, key_id, claim_nonce)"
     " SELECT in_scope, in_key, in_fingerprint, 'in_flight', "
     "nextval('idempotency_fencing_token_seq'),"
     "  in_route, in_method, in_target, now(), now() + in_lease_ms * interval '1 millisecond',"
-    "  now() + in_ttl_ms * interval '1 millisecond', in_key_id FROM input ORDER BY in_scope, "
+    "  now() + in_ttl_ms * interval '1 millisecond', in_key_id, in_nonce FROM input"
+    " ORDER BY in_scope, "
     "in_key" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$10") " RETURNING r.*)"
     " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
     ", taken_over AS took_over, in_n FROM claimed"
@@ -160,6 +166,16 @@ inline constexpr Statement kCompleteMany{
     " FROM locked JOIN input ON l_scope = in_scope AND l_key = in_key"
     " WHERE scope = l_scope AND key = l_key AND token = in_token AND state = 'in_flight'"
     " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched, in_n"};
+
+// Withdraws a claim whose answer was lost with its connection, when sending it again
+// could not learn its fate either: the request was answered without reaching the
+// upstream, so the claim, if it committed, only blocks the client's retry until its
+// lease runs out. It is found by its nonce, so it never touches a later claim.
+inline constexpr Statement kWithdraw{
+    "idemproxy_withdraw",
+    "UPDATE idempotency_records SET state = 'released', locked_until = NULL"
+    " WHERE scope = $1 AND key = $2 AND claim_nonce = $3 AND state = 'in_flight'"
+    " RETURNING watched"};
 
 inline constexpr Statement kRelease{
     "idemproxy_release",
@@ -246,7 +262,8 @@ inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 inline constexpr Statement kAll[] = {kClaim,         kClaimRouted, kComplete, kClaimMany,
                                      kCompleteMany,  kRelease,     kRenew,    kMarkIndeterminate,
                                      kResolve,       kFind,        kList,     kPurge,
-                                     kDeleteExpired, kPing,        kWatch,    kAnnounce};
+                                     kDeleteExpired, kPing,        kWatch,    kAnnounce,
+                                     kWithdraw};
 
 #undef IDEMPROXY_MS
 #undef IDEMPROXY_RECORD_COLUMNS
