@@ -46,47 +46,54 @@ def fail_over_under_load(make_proxy, upstream, ha, key, ledger, store):
     time.sleep(1.5)
     old = failover("fail", d)
     failed_at = time.time()
-    # Writes resume when a fresh key executes again, through the new primary.
-    resumed = None
-    n = 0
-    while time.time() - failed_at < 60:
-        n += 1
-        r = p.post("/v1/orders", "{}", key="%s-probe-%d" % (key, n))
-        if r.status == 201:
-            resumed = time.time() - failed_at
-            break
-        time.sleep(0.1)
-    time.sleep(1.0)
-    delivered = load.stop()
-    new = failover("primary", d)
-    deadline = time.time() + 60  # until the monitor reports the promoted node settled
-    while new in ("", old) and time.time() < deadline:
-        time.sleep(0.5)
+    try:
+        # Writes resume when a fresh key executes again, through the new primary.
+        resumed = None
+        n = 0
+        while time.time() - failed_at < 60:
+            n += 1
+            r = p.post("/v1/orders", "{}", key="%s-probe-%d" % (key, n))
+            if r.status == 201:
+                resumed = time.time() - failed_at
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
+        delivered = load.stop()
         new = failover("primary", d)
-    print("failover: primary %s killed, %s promoted; writes resumed after %.1f s; %d keys"
-          % (old, new, resumed or -1, len(delivered)))
-    assert resumed is not None, "writes never resumed"
-    assert new != old
-    statuses = [r.status for r in delivered.values() if r is not None]
-    assert len(statuses) == len(delivered)  # every exchange got an answer
-    assert 201 in statuses and set(statuses) <= {201, 503}
-    for k, r in delivered.items():
-        if r.status == 503:
-            # fail_closed: a claim that could not be made never reached the upstream.
-            assert upstream.executions.count(key=k) == 0
-    # Every key retried: a 201 replays, a 503 executes now, once.
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        finals = dict(zip(delivered, pool.map(
-            lambda k: settle(p, k, "/v1/orders?delay_ms=20"), delivered)))
-    for k, r in delivered.items():
-        final = finals[k]
-        assert final.status == 201
-        if r.status == 201:
-            assert final.header("Idempotent-Replayed") == "true"
-        ledger.check(upstream, k, [r, final], final)
-    # The old primary rejoins as the secondary: the pair is whole for the next test.
-    failover("revive", d, old)
-    failover("wait", d)
+        deadline = time.time() + 60  # until the monitor reports the promoted node settled
+        while new in ("", old) and time.time() < deadline:
+            time.sleep(0.5)
+            new = failover("primary", d)
+        print("failover: primary %s killed, %s promoted; writes resumed after %.1f s; %d keys"
+              % (old, new, resumed or -1, len(delivered)))
+        assert resumed is not None, "writes never resumed"
+        assert new != old
+        statuses = [r.status for r in delivered.values() if r is not None]
+        assert len(statuses) == len(delivered)  # every exchange got an answer
+        assert 201 in statuses and set(statuses) <= {201, 503}
+        for k, r in delivered.items():
+            if r.status == 503:
+                # fail_closed: a claim that could not be made never reached the upstream.
+                assert upstream.executions.count(key=k) == 0
+        # Every key retried: a 201 replays, a 503 executes now, once.
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            finals = dict(zip(delivered, pool.map(
+                lambda k: settle(p, k, "/v1/orders?delay_ms=20"), delivered)))
+        for k, r in delivered.items():
+            final = finals[k]
+            assert final.status == 201
+            if r.status == 201:
+                assert final.header("Idempotent-Replayed") == "true"
+            ledger.check(upstream, k, [r, final], final)
+        # Claims that committed as the primary died, their answers lost: each was
+        # sent again or withdrawn, so its retry was not held off by it (test_faults).
+        print("failover: unanswered claims withdrawn: %d"
+              % p.metric("idemproxy_db_withdrawals_total"))
+    finally:
+        # The old primary rejoins as the secondary, also when an assertion failed: the
+        # pair is whole for the next test.
+        failover("revive", d, old)
+        failover("wait", d)
     return resumed
 
 
