@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "pg_store_fixture.hpp"
+#include "store/pg/shard_map.hpp"
 #include "store/pg/statements.hpp"
 
 namespace {
@@ -24,6 +25,36 @@ class PgCitusTest : public PgStoreTest {
 
   std::size_t active_workers() {
     return sql("SELECT count(*) FROM citus_get_active_worker_nodes()")[0][0].as<std::size_t>();
+  }
+
+  long long shard_id(const std::string& key) {
+    return sql("SELECT get_shard_id_for_distribution_column('idempotency_records', '" + key +
+               "')")[0][0]
+        .as<long long>();
+  }
+
+  // How many of n calls in `key`'s shard queue behind a HeldConnection with `gate`:
+  // all, when the gate's held call leads that shard's lane; else all but the first,
+  // which leads and waits for the connection.
+  int queued_behind(const std::string& gate, const std::string& key, int n) {
+    return shard_id(gate) == shard_id(key) ? n : n - 1;
+  }
+
+  // n keys that Citus places in one shard (asked of Citus itself).
+  std::vector<std::string> keys_of_one_shard(const std::string& prefix, std::size_t n) {
+    std::map<long long, std::vector<std::string>> by_shard;
+    for (int i = 0; i < 40 * static_cast<int>(n); ++i) {
+      const std::string key = prefix + std::to_string(i);
+      const auto shard =
+          sql("SELECT get_shard_id_for_distribution_column('idempotency_records', '" + key +
+              "')")[0][0]
+              .as<long long>();
+      auto& keys = by_shard[shard];
+      keys.push_back(key);
+      if (keys.size() == n) return keys;
+    }
+    ADD_FAILURE() << "no shard got " << n << " keys";
+    return {};
   }
 
   // The worker ports holding the shards of `scope`'s records.
@@ -85,6 +116,35 @@ TEST_F(PgCitusTest, EveryRecordStatementIsASingleShardRouterQuery) {
     EXPECT_EQ(plan.find("Subplan"), std::string::npos) << name << ":\n" << plan;
     EXPECT_EQ(plan.find("Task Count: 1\n"), plan.rfind("Task Count:")) << name << ":\n" << plan;
   }
+  // A batch of one shard's claims (claim_rows_sql) is one task as well.
+  {
+    const auto keys = keys_of_one_shard("explain-", 3);
+    std::string args;
+    for (const auto& k : keys) {
+      args += s + ", '" + k + "', 'fp', 'r', 'POST', '/', 30000, 60000, NULL, 7, ";
+    }
+    pqxx::nontransaction tx(c);
+    tx.exec("PREPARE claim_rows AS " + idemproxy::store::pg::claim_rows_sql(3));
+    std::string plan;
+    for (const auto& row : tx.exec("EXPLAIN (COSTS OFF) EXECUTE claim_rows(" + args + "true)")) {
+      plan += row[0].as<std::string>() + "\n";
+    }
+    EXPECT_NE(plan.find("Task Count: 1\n"), std::string::npos) << plan;
+    EXPECT_EQ(plan.find("Subplan"), std::string::npos) << plan;
+    // And so is a batch of its completions (complete_rows_sql).
+    std::string done_args;
+    for (const auto& k : keys)
+      done_args += s + ", '" + k + "', 1, 201, ''::bytea, ''::bytea, 60000, NULL, ";
+    done_args.resize(done_args.size() - 2);
+    tx.exec("PREPARE complete_rows AS " + idemproxy::store::pg::complete_rows_sql(3));
+    plan.clear();
+    for (const auto& row :
+         tx.exec("EXPLAIN (COSTS OFF) EXECUTE complete_rows(" + done_args + ")")) {
+      plan += row[0].as<std::string>() + "\n";
+    }
+    EXPECT_NE(plan.find("Task Count: 1\n"), std::string::npos) << plan;
+    EXPECT_EQ(plan.find("Subplan"), std::string::npos) << plan;
+  }
   // Why the claim has a routed form: plain PostgreSQL's kClaim reads the live row in
   // the same statement (a data-modifying CTE), which Citus splits into subplans.
   pqxx::nontransaction tx(c);
@@ -95,6 +155,119 @@ TEST_F(PgCitusTest, EveryRecordStatementIsASingleShardRouterQuery) {
     plan += row[0].as<std::string>() + "\n";
   }
   EXPECT_NE(plan.find("Distributed Subplan"), std::string::npos) << plan;
+}
+
+// Group commit batches claims per shard, so the proxy computes each key's shard
+// itself: its hash must be Citus's (worker_hash), byte for byte, at every length
+// around lookup3's 12-byte blocks and for UTF-8, and its shard Citus's shard.
+TEST_F(PgCitusTest, TheProxysShardOfAKeyIsCitussOwn) {
+  using idemproxy::store::pg::citus_hash;
+  using idemproxy::store::pg::ShardMap;
+  std::vector<std::pair<std::int32_t, std::int32_t>> ranges;
+  std::vector<long long> shard_ids;
+  for (const auto& row :
+       sql("SELECT shardid, shardminvalue::int, shardmaxvalue::int FROM pg_dist_shard"
+           " WHERE logicalrelid = 'idempotency_records'::regclass ORDER BY 2")) {
+    shard_ids.push_back(row[0].as<long long>());
+    ranges.emplace_back(row[1].as<std::int32_t>(), row[2].as<std::int32_t>());
+  }
+  const ShardMap map(ranges);
+  ASSERT_EQ(map.size(), shard_ids.size());
+  std::vector<std::string> keys = {"", "a", "order-42",
+                                   "\xc3\xa9t\xc3\xa9-\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87"};
+  for (int i = 0; i < 300; ++i) keys.push_back(std::string(i % 41, 'k') + std::to_string(i * 7919));
+  pqxx::connection c(dsn());
+  pqxx::nontransaction tx(c);
+  for (const auto& key : keys) {
+    const auto row = tx.exec_params1(
+        "SELECT worker_hash($1::text), "
+        "get_shard_id_for_distribution_column('idempotency_records', $1::text)",
+        key);
+    ASSERT_EQ(citus_hash(key), row[0].as<std::int32_t>()) << "key of " << key.size() << " bytes";
+    const int shard = map.shard_of(key);
+    ASSERT_GE(shard, 0) << key;
+    EXPECT_EQ(shard_ids[static_cast<std::size_t>(shard)], row[1].as<long long>()) << key;
+  }
+}
+
+// Claims of one shard queued behind a busy connection commit as one multi-row INSERT,
+// a router query on the shard's worker (measured: 4.6 times less database CPU per key
+// than one statement each; docs/SCALING.md). A claim of a live record in the batch
+// gets that record, and a key claimed twice in the batch has one winner.
+TEST_F(PgCitusTest, ClaimsOfOneShardQueuedTogetherCommitAsOneStatement) {
+  const auto keys = keys_of_one_shard("batched-", 21);
+  ASSERT_EQ(keys.size(), 21U);
+  const std::string& live = keys[20];  // completed before the batch
+  ASSERT_TRUE(
+      store->complete({scope, live}, claim_token(request(live)), {201, {}, "kept"}, 1h).ok());
+  PgStore one({dsn(), 1, 5s});
+  ASSERT_TRUE(one.ping().ok());  // the pool knows it is on Citus, and the shard map
+  HeldConnection held(one, request("gate"));
+  constexpr int kClaims = 22;  // keys[0..19], the live key, and keys[0] again
+  std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
+  const auto before = one.batch_stats();
+  held.queue_and_release(
+      kClaims, [&](int i) { results[i] = one.claim(request(keys[i < 21 ? i : 0])); },
+      queued_behind("gate", keys[0], kClaims));
+  const auto after = one.batch_stats();
+  EXPECT_EQ(after.multi_row - before.multi_row, 1);
+  EXPECT_EQ(after.fallbacks, 0);
+  std::set<std::int64_t> tokens;
+  int winners_of_key0 = 0;
+  for (int i = 0; i < kClaims; ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].error().detail;
+    const std::string& key = keys[i < 21 ? i : 0];
+    if (key == live) {
+      ASSERT_TRUE(std::holds_alternative<Record>(results[i].value()));
+      EXPECT_EQ(std::get<Record>(results[i].value()).response->body, "kept");
+      continue;
+    }
+    if (key == keys[0]) {
+      if (std::holds_alternative<Claimed>(results[i].value())) ++winners_of_key0;
+      continue;
+    }
+    ASSERT_TRUE(std::holds_alternative<Claimed>(results[i].value())) << i;
+    tokens.insert(std::get<Claimed>(results[i].value()).token);
+    auto found = store->find({scope, key});
+    ASSERT_TRUE(found.ok() && found.value());
+    EXPECT_EQ(found.value()->state, RecordState::in_flight);
+  }
+  EXPECT_EQ(winners_of_key0, 1);
+  EXPECT_EQ(tokens.size(), 19U);
+
+  // Their completions, queued the same way, commit as one UPDATE; one with a token
+  // that is not the holder's is fenced, and the rest are stored, NULs and all.
+  auto awkward = [](const std::string& key) { return std::string("body \0\xff ", 7) + key; };
+  std::vector<std::pair<std::string, std::int64_t>> held_keys;
+  for (int i = 1; i < 20; ++i) {
+    held_keys.emplace_back(keys[i], std::get<Claimed>(results[i].value()).token);
+  }
+  held_keys.front().second += 100000;  // not the holder
+  std::vector<std::optional<Result<TimePoint>>> done(held_keys.size());
+  HeldConnection again(one, request("gate-2"));
+  const auto mid = one.batch_stats();
+  again.queue_and_release(
+      static_cast<int>(held_keys.size()),
+      [&](int i) {
+        const auto& [key, token] = held_keys[i];
+        done[i] = one.complete({scope, key}, token, {201, {{"X-N", key}}, awkward(key)}, 1h);
+      },
+      queued_behind("gate-2", keys[0], static_cast<int>(held_keys.size())));
+  EXPECT_EQ(one.batch_stats().multi_row - mid.multi_row, 1);
+  for (std::size_t i = 0; i < held_keys.size(); ++i) {
+    const auto& key = held_keys[i].first;
+    if (i == 0) {
+      ASSERT_FALSE(done[i]->ok());
+      EXPECT_EQ(done[i]->error().code, StoreErrc::fenced);
+      continue;
+    }
+    ASSERT_TRUE(done[i]->ok()) << done[i]->error().detail;
+    const auto found = store->find({scope, key}).value();
+    ASSERT_TRUE(found && found->response);
+    EXPECT_EQ(found->state, RecordState::completed);
+    EXPECT_EQ(found->response->body, awkward(key));
+    EXPECT_EQ(found->response->headers, (std::vector<Header>{{"X-N", key}}));
+  }
 }
 
 TEST_F(PgCitusTest, RecordsOfOneScopeSpreadAcrossEveryWorker) {

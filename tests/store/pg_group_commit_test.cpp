@@ -5,7 +5,7 @@
 using idemproxy::testing::wait_until_queued;
 
 TEST_F(PgStoreTest, ClaimsQueuedBehindABusyConnectionCommitTogether) {
-  if (citus()) GTEST_SKIP() << "Citus runs no multi-row batches (docs/SCALING.md)";
+  if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
   PgStore one({dsn(), 1, 5s});
   HeldConnection held(one, request("gate"));
   constexpr int kClaims = 24;
@@ -32,7 +32,7 @@ TEST_F(PgStoreTest, ClaimsQueuedBehindABusyConnectionCommitTogether) {
 }
 
 TEST_F(PgStoreTest, OneKeyClaimedManyTimesInOneBatchHasExactlyOneWinner) {
-  if (citus()) GTEST_SKIP() << "Citus runs no multi-row batches (docs/SCALING.md)";
+  if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
   PgStore one({dsn(), 1, 5s});
   HeldConnection held(one, request("gate"));
   constexpr int kClaims = 16;
@@ -57,7 +57,7 @@ TEST_F(PgStoreTest, OneKeyClaimedManyTimesInOneBatchHasExactlyOneWinner) {
 }
 
 TEST_F(PgStoreTest, AFailingStatementDoesNotFailTheRestOfItsBatch) {
-  if (citus()) GTEST_SKIP() << "Citus runs no multi-row batches (docs/SCALING.md)";
+  if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
   PgStore one({dsn(), 1, 5s});
   HeldConnection held(one, request("gate"));
   // A claim and a completion that will share the batch with one bad statement.
@@ -84,7 +84,7 @@ TEST_F(PgStoreTest, AFailingStatementDoesNotFailTheRestOfItsBatch) {
 // text, an empty body and a status-only record: all survive one multi-row claim and
 // one multi-row completion byte for byte, in the clear and sealed.
 TEST_F(PgStoreTest, BatchedClaimsAndCompletionsRoundTripAwkwardBytes) {
-  if (citus()) GTEST_SKIP() << "Citus runs no multi-row batches (docs/SCALING.md)";
+  if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
   std::string binary;
   for (int i = 0; i < 3000; ++i) binary += static_cast<char>(i % 256);
   const std::vector<std::string> keys = {

@@ -100,8 +100,10 @@ class HeldConnection {
     pqxx::connection watch(dsn());
     for (int i = 0; i < 500; ++i) {
       pqxx::nontransaction q(watch);
-      if (q.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                 " AND datname = current_database()")[0][0]
+      // On Citus the completion waits on a worker, which citus_stat_activity shows.
+      if (q.exec(std::string("SELECT count(*) FROM ") +
+                 (citus() ? "citus_stat_activity" : "pg_stat_activity") +
+                 " WHERE wait_event_type = 'Lock' AND datname = current_database()")[0][0]
               .as<int>() > 0) {
         return;
       }
@@ -117,12 +119,13 @@ class HeldConnection {
     return completed_;
   }
 
-  // Runs work(0) .. work(n - 1), each on its own thread; once all n are queued behind
-  // the held connection, lets it go, and returns when all have finished.
-  void queue_and_release(int n, const std::function<void(int)>& work) {
+  // Runs work(0) .. work(n - 1), each on its own thread; once `queued` of them (all n
+  // by default) are queued behind the held connection, lets it go, and returns when
+  // all have finished.
+  void queue_and_release(int n, const std::function<void(int)>& work, int queued = -1) {
     std::vector<std::thread> threads;
     for (int i = 0; i < n; ++i) threads.emplace_back(work, i);
-    wait_until_queued(store_, n);
+    wait_until_queued(store_, queued < 0 ? n : queued);
     EXPECT_TRUE(release());
     for (auto& t : threads) t.join();
   }

@@ -26,8 +26,9 @@ struct PgOptions {
   /// busy run together, up to this many in one transaction and one commit. Each
   /// caller gets its answer only after that commit. 1 commits each on its own.
   int batch_max = 64;
-  /// store.postgres.citus: idempotency_records is distributed by Citus (routed claims,
-  /// no multi-row statements). Unset: whether the database has the citus extension.
+  /// store.postgres.citus: idempotency_records is distributed by Citus (routed
+  /// statements; claims batched per shard). Unset: whether the database has the citus
+  /// extension.
   std::optional<bool> citus{};
 };
 
@@ -55,6 +56,7 @@ class PgStore final : public Store {
     std::int64_t batches = 0;     // transactions run for claims and completions
     std::int64_t operations = 0;  // claims and completions they carried
     std::int64_t fallbacks = 0;   // batches that failed and ran again one statement each
+    std::int64_t multi_row = 0;   // multi-row statements that carried a batch
     int queued = 0;               // waiting for a connection now
   };
   BatchStats batch_stats();

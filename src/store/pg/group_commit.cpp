@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "idemproxy/common/hex.hpp"
 #include "store/pg/array_text.hpp"
 
 namespace idemproxy::store::pg {
@@ -25,33 +26,44 @@ namespace idemproxy::store::pg {
 // 5,500 fresh keys/s with 8 batches at once, 6,200 with 4, 6,400-6,900 with 2,
 // 5,900 with 1. The rest of the pool serves lookups, releases and garbage collection.
 //
+// On Citus, an array cannot be routed to one shard, so the batches are per shard:
+// each shard is a lane of its own, with one batch at a time, and its claims go as one
+// multi-row INSERT … VALUES (claim_rows_sql), a router query on the shard's worker
+// with one commit and no two-phase commit. Claims of other shards run meanwhile on the
+// rest of the pool; its completions likewise go as one UPDATE … FROM (VALUES …)
+// (complete_rows_sql). Measured on the test cluster, one connection: 8 claims of one
+// shard in one statement cost 140 µs of database CPU each, against 648 µs as single
+// statements, and 590 µs as one statement across shards (docs/SCALING.md).
+//
 // Two claims of one key in one batch: the first goes into the statement, and the
 // later one gets the record as the first left it, as if it had run just after. If a
 // multi-row statement fails (an SQL error, a timeout, a deadlock), it changed
 // nothing, and each of its members runs again on its own, so one bad request cannot
 // fail its neighbours.
 
-// Takes everything queued (up to batch_max), runs it unlocked, then wakes each
-// member. Called with `lock` held; returns with it held.
-void GroupCommit::lead(std::unique_lock<std::mutex>& lock, Pending& self) {
-  const auto n = std::min<std::size_t>(queue_.size(),
+// Takes everything queued in the lane (up to batch_max), runs it unlocked, then wakes
+// each member.
+void GroupCommit::lead(std::unique_lock<std::mutex>& lock, Lane& lane, Pending& self) {
+  auto& queue = lane.queue;
+  const auto n = std::min<std::size_t>(queue.size(),
                                        static_cast<std::size_t>(std::max(options_.batch_max, 1)));
-  std::vector<Pending*> batch(queue_.begin(), queue_.begin() + static_cast<long>(n));
-  queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(n));
-  ++running_;
+  std::vector<Pending*> batch(queue.begin(), queue.begin() + static_cast<long>(n));
+  queue.erase(queue.begin(), queue.begin() + static_cast<long>(n));
+  ++lane.running;
   // More queued and another connection free: let the next in line lead too.
-  if (!queue_.empty() && running_ < slots()) queue_.front()->wake.notify_one();
+  if (!queue.empty() && lane.running < lane.slots) queue.front()->wake.notify_one();
+  const int shard = lane.shard;
   lock.unlock();
-  run_batch(batch);
+  run_batch(batch, shard);
   lock.lock();
-  --running_;
+  --lane.running;
   ++stats_.batches;
   stats_.operations += static_cast<std::int64_t>(batch.size());
   for (Pending* p : batch) {
     p->done = true;
     if (p != &self) p->wake.notify_one();
   }
-  if (!queue_.empty()) queue_.front()->wake.notify_one();
+  if (!queue.empty()) queue.front()->wake.notify_one();
 }
 
 // One member on its own: the single-row statement, in autocommit.
@@ -91,8 +103,9 @@ void GroupCommit::run_alone(Pending& p) {
 // Runs `members` as one multi-row statement; false when it failed (nothing changed)
 // or the connection turned out to be a Citus coordinator.
 // Claims must have distinct keys and one retake setting.
-bool GroupCommit::run_many(const std::vector<Pending*>& members) {
+bool GroupCommit::run_many(const std::vector<Pending*>& members, int shard) {
   const bool claims = members.front()->claim != nullptr;
+  if (shard >= 0) return claims ? run_shard_claims(members) : run_shard_completions(members);
   std::vector<ArrayText> columns(claims ? 10 : 8);
   for (const Pending* p : members) {
     if (claims) {
@@ -146,14 +159,7 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members) {
         return r;
       });
   if (routed) return false;  // each runs alone, routed
-  if (!rows.ok()) {
-    // Not the error text: PostgreSQL may quote the arrays, and keys stay out of logs.
-    spdlog::warn("store: a batch of {} {} failed; running each on its own", members.size(),
-                 claims ? "claims" : "completions");
-    std::lock_guard lock(mu_);
-    ++stats_.fallbacks;
-    return false;
-  }
+  if (!batch_succeeded(rows, members.size(), claims)) return false;
   for (Pending* p : members) p->answer = Answer{rows.value(), -1, false};
   for (int i = 0; i < static_cast<int>(rows.value().size()); ++i) {
     const auto n = rows.value()[i]["in_n"].as<std::size_t>();
@@ -162,10 +168,131 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members) {
   return true;
 }
 
-void GroupCommit::run_batch(const std::vector<Pending*>& batch) {
+// The claims of one Citus shard as one multi-row INSERT … VALUES (claim_rows_sql):
+// a router query on the shard's worker, one commit, and no two-phase commit. Rows
+// come back for the records claimed; the others found a live row.
+bool GroupCommit::run_shard_claims(const std::vector<Pending*>& members) {
+  std::vector<std::string> numbers;  // the parameters' text that is not already held
+  numbers.reserve(members.size() * 3 + 1);
+  std::vector<const char*> params;
+  params.reserve(members.size() * 10 + 1);
+  for (const Pending* p : members) {
+    const ClaimParams& cl = *p->claim;
+    const ClaimRequest& r = cl.req;
+    numbers.push_back(std::to_string(r.lease.count()));
+    const char* lease = numbers.back().c_str();
+    numbers.push_back(std::to_string(r.ttl.count()));
+    const char* ttl = numbers.back().c_str();
+    numbers.push_back(std::to_string(cl.nonce));
+    params.insert(params.end(), {r.id.scope.c_str(), r.id.key.c_str(), cl.fingerprint.c_str(),
+                                 r.route.c_str(), r.method.c_str(), r.target.c_str(), lease, ttl,
+                                 cl.key_id, numbers.back().c_str()});
+  }
+  params.push_back(members.front()->claim->req.retake_stale ? "true" : "false");
+  bool plain = false;
+  const Result<pqxx::result> rows =
+      pool_.with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
+        if (!c.distributed()) {
+          plain = true;
+          return StoreError{StoreErrc::unavailable, "not on Citus"};
+        }
+        pqxx::nontransaction tx(c.raw());
+        return c.exec_rows(tx, "idemproxy_claim_rows", claim_rows_sql,
+                           static_cast<int>(members.size()), params);
+      });
+  if (plain || !batch_succeeded(rows, members.size(), true)) return false;
+  hand_out(members, rows.value());
+  return true;
+}
+
+// The completions of one Citus shard as one UPDATE … FROM (VALUES …)
+// (complete_rows_sql), routed to the shard's worker; then the announcement of the
+// watched ones, as kCompleteMany's.
+bool GroupCommit::run_shard_completions(const std::vector<Pending*>& members) {
+  std::vector<std::string> texts;  // the parameters' text that is not already held
+  texts.reserve(members.size() * 5);
+  std::vector<const char*> params;
+  params.reserve(members.size() * 8);
+  auto text = [&](std::string t) {
+    texts.push_back(std::move(t));
+    return texts.back().c_str();
+  };
+  for (const Pending* p : members) {
+    const CompleteParams& co = *p->complete;
+    const char* token = text(std::to_string(co.token));
+    const char* status = text(std::to_string(co.status));
+    // bytea in its text form; NULL for an answer too large to keep.
+    const char* headers = co.body ? text("\\x" + to_hex(co.headers.value_or(""))) : nullptr;
+    const char* body = co.body ? text("\\x" + to_hex(*co.body)) : nullptr;
+    const char* ttl = text(std::to_string(co.ttl_ms));
+    params.insert(params.end(), {co.id.scope.c_str(), co.id.key.c_str(), token, status, headers,
+                                 body, ttl, co.key_id});
+  }
+  bool plain = false;
+  const Result<pqxx::result> rows =
+      pool_.with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
+        if (!c.distributed()) {
+          plain = true;
+          return StoreError{StoreErrc::unavailable, "not on Citus"};
+        }
+        pqxx::nontransaction tx(c.raw());
+        pqxx::result r = c.exec_rows(tx, "idemproxy_complete_rows", complete_rows_sql,
+                                     static_cast<int>(members.size()), params);
+        std::vector<const RecordId*> watched;
+        for (const auto& row : r) {
+          if (!row["watched"].as<bool>()) continue;
+          for (const Pending* p : members) {
+            if (p->id.scope == row["in_scope"].c_str() && p->id.key == row["in_key"].c_str()) {
+              watched.push_back(&p->id);
+            }
+          }
+        }
+        c.announce(tx, kDoneChannel, watched);
+        return r;
+      });
+  if (plain || !batch_succeeded(rows, members.size(), false)) return false;
+  hand_out(members, rows.value());
+  return true;
+}
+
+// Gives each member its row of `rows`, found by scope and key (in_scope, in_key); a
+// member with no row gets -1.
+void GroupCommit::hand_out(const std::vector<Pending*>& members, const pqxx::result& rows) {
+  std::map<std::pair<std::string_view, std::string_view>, Pending*> by_id;
+  for (Pending* p : members) {
+    p->answer = Answer{rows, -1, false};
+    by_id.emplace(std::pair<std::string_view, std::string_view>{p->id.scope, p->id.key}, p);
+  }
+  const auto scope = rows.column_number("in_scope");
+  const auto key = rows.column_number("in_key");
+  for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+    const auto row = rows[i];
+    const std::pair<std::string_view, std::string_view> id{{row[scope].c_str(), row[scope].size()},
+                                                           {row[key].c_str(), row[key].size()}};
+    const auto at = by_id.find(id);
+    if (at != by_id.end()) at->second->answer.value().row = i;
+  }
+}
+
+// Counts a multi-row statement; false (and a fallback) when it failed.
+bool GroupCommit::batch_succeeded(const Result<pqxx::result>& rows, std::size_t size, bool claims) {
+  std::lock_guard lock(mu_);
+  if (!rows.ok()) {
+    // Not the error text: PostgreSQL may quote the arrays, and keys stay out of logs.
+    spdlog::warn("store: a batch of {} {} failed; running each on its own", size,
+                 claims ? "claims" : "completions");
+    ++stats_.fallbacks;
+    return false;
+  }
+  ++stats_.multi_row;
+  return true;
+}
+
+void GroupCommit::run_batch(const std::vector<Pending*>& batch, int shard) {
   if (batch.size() == 1) return run_alone(*batch.front());
-  if (pool_.distributed()) {
-    // Citus would not route a multi-row statement to one shard (docs/SCALING.md).
+  if (pool_.distributed() && shard < 0) {
+    // A batch that formed before the pool knew it was on Citus: its keys may span
+    // shards, which Citus would not route to one (docs/SCALING.md).
     for (Pending* p : batch) run_alone(*p);
     return;
   }
@@ -184,7 +311,7 @@ void GroupCommit::run_batch(const std::vector<Pending*>& batch) {
     }
   }
   for (auto* group : {&claims[0], &claims[1], &completions}) {
-    if (group->size() == 1 || (!group->empty() && !run_many(*group))) {
+    if (group->size() == 1 || (!group->empty() && !run_many(*group, shard))) {
       for (Pending* p : *group) run_alone(*p);
     }
   }
@@ -209,7 +336,7 @@ void GroupCommit::run_batch(const std::vector<Pending*>& batch) {
 PgStore::BatchStats GroupCommit::stats() {
   std::lock_guard lock(mu_);
   PgStore::BatchStats s = stats_;
-  s.queued = static_cast<int>(queue_.size());
+  for (const auto& [shard, lane] : lanes_) s.queued += static_cast<int>(lane.queue.size());
   return s;
 }
 

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -55,8 +56,9 @@ class GroupCommit {
  public:
   GroupCommit(Pool& pool, const PgOptions& options) : pool_(pool), options_(options) {}
 
-  /// Queues `self` for the next batch (leading it when a batch slot is free) and
-  /// decodes its answer once committed.
+  /// Queues `self` for the next batch of its lane (leading it when a batch slot is
+  /// free) and decodes its answer once committed. On plain PostgreSQL every call
+  /// shares one lane; on Citus each shard is a lane.
   template <class T>
   Result<T> run(Pending& self, const std::function<Result<T>(const Answer&)>& decode);
   /// `self` alone, now: the single-row statement in autocommit.
@@ -65,29 +67,50 @@ class GroupCommit {
   PgStore::BatchStats stats();
 
  private:
-  void lead(std::unique_lock<std::mutex>& lock, Pending& self);
-  void run_batch(const std::vector<Pending*>& batch);
-  bool run_many(const std::vector<Pending*>& members);
+  /// Calls waiting to be batched together, and the batches of them running now.
+  struct Lane {
+    std::deque<Pending*> queue;
+    int running = 0;
+    int slots = 1;   // batches at once
+    int shard = -1;  // the Citus shard whose calls this lane batches; -1: plain
+  };
+  /// Runs the next batch of `lane`: called with `lock` held; returns with it held.
+  void lead(std::unique_lock<std::mutex>& lock, Lane& lane, Pending& self);
+  /// `shard`: every member's key is in that Citus shard (-1: not on Citus).
+  void run_batch(const std::vector<Pending*>& batch, int shard);
+  bool run_many(const std::vector<Pending*>& members, int shard);
+  bool run_shard_claims(const std::vector<Pending*>& members);
+  bool run_shard_completions(const std::vector<Pending*>& members);
+  static void hand_out(const std::vector<Pending*>& members, const pqxx::result& rows);
+  bool batch_succeeded(const Result<pqxx::result>& rows, std::size_t size, bool claims);
+  /// On plain PostgreSQL, batches run on a quarter of the pool's connections.
   int slots() const { return std::max(1, options_.pool_size / 4); }
 
   Pool& pool_;
   const PgOptions& options_;
   std::mutex mu_;
-  std::deque<Pending*> queue_;
-  int running_ = 0;
+  std::map<int, Lane> lanes_;  // kPlainLane, or a Citus shard's index
   PgStore::BatchStats stats_;
+  static constexpr int kPlainLane = -1;
 };
 
 template <class T>
 Result<T> GroupCommit::run(Pending& self, const std::function<Result<T>(const Answer&)>& decode) {
-  if (pool_.distributed()) {
-    run_alone(self);  // on Citus: one routed statement each, on any free connection
+  const bool citus = pool_.distributed();
+  const int shard = citus ? pool_.shard_of(self.id.key) : kPlainLane;
+  if (citus && shard < 0) {
+    run_alone(self);  // no shard map yet: one routed statement, on any free connection
   } else {
     std::unique_lock lock(mu_);
-    queue_.push_back(&self);
+    Lane& lane = lanes_[shard];
+    // One batch per shard at a time: a shard's claims and completions queue behind
+    // it, while other shards' batches run on the rest of the pool.
+    lane.slots = citus ? 1 : slots();
+    lane.shard = shard;
+    lane.queue.push_back(&self);
     while (!self.done) {
-      if (running_ < slots() && !queue_.empty()) {
-        lead(lock, self);
+      if (lane.running < lane.slots && !lane.queue.empty()) {
+        lead(lock, lane, self);
         continue;
       }
       self.wake.wait(lock);

@@ -8,11 +8,13 @@
 #include <memory>
 #include <mutex>
 #include <pqxx/pqxx>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "idemproxy/store/pg_store.hpp"
+#include "store/pg/shard_map.hpp"
 #include "store/pg/statements.hpp"
 
 namespace idemproxy::store::pg {
@@ -45,6 +47,12 @@ class Connection {
     return exec(tx, statement, std::forward<Args>(args)...);
   }
 
+  /// Runs a statement made for `n` records (claim_rows_sql, complete_rows_sql) inside
+  /// `tx`: prepared once per size as `name`_n, or sent unnamed through a
+  /// transaction-pooling PgBouncer.
+  pqxx::result exec_rows(pqxx::transaction_base& tx, const char* name, std::string (*sql)(int),
+                         int n, const std::vector<const char*>& params);
+
   /// Tells every listening instance about `ids` on `channel` (kAnnounce), inside `tx`.
   void announce(pqxx::transaction_base& tx, const char* channel,
                 const std::vector<const RecordId*>& ids);
@@ -52,11 +60,15 @@ class Connection {
   pqxx::connection& raw() { return conn_; }
   /// Whether idempotency_records is a Citus distributed table here (PgOptions::citus).
   bool distributed() const { return distributed_; }
+  /// Its shards' hash ranges, read when this connection opened (empty unless distributed).
+  const ShardMap& shards() const { return shards_; }
 
  private:
   pqxx::connection conn_;
   bool prepared_;
   bool distributed_;
+  ShardMap shards_;
+  std::set<std::string> prepared_rows_;  // exec_rows statements prepared here
 };
 
 class Pool {
@@ -90,6 +102,9 @@ class Pool {
   Usage usage() const;
   /// What the last connection opened found (Connection::distributed); false before any.
   bool distributed() const { return distributed_.load(std::memory_order_relaxed); }
+  /// On Citus, the shard of `key` as the last connection opened read the shard map;
+  /// -1 elsewhere, or before any connection.
+  int shard_of(std::string_view key) const;
 
  private:
   std::unique_ptr<Connection> checkout();
@@ -107,6 +122,7 @@ class Pool {
   long long repaired_ = 0;
   std::atomic<bool> owed_{false};  // repairs_ is not empty; read without the lock
   std::atomic<bool> distributed_{false};
+  std::shared_ptr<const ShardMap> shards_;  // under mu_
 };
 
 template <class T>

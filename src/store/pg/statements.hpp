@@ -14,6 +14,8 @@
 //   extract(epoch from timestamptz) is only stable.
 // - NOTIFY is a statement of its own (kAnnounce), sent to the coordinator, where the
 //   listeners are; inside a routed statement it would fire on a worker.
+#include <string>
+
 namespace idemproxy::store::pg {
 
 struct Statement {
@@ -264,6 +266,64 @@ inline constexpr Statement kAll[] = {kClaim,         kClaimRouted, kComplete, kC
                                      kResolve,       kFind,        kList,     kPurge,
                                      kDeleteExpired, kPing,        kWatch,    kAnnounce,
                                      kWithdraw};
+
+// The claim of n records in one statement, for group commit on Citus when every key
+// falls in one shard: a multi-row INSERT … VALUES there is one router query on one
+// worker (an array, as kClaimMany takes, is not). Ten parameters per record, cast
+// because a multi-row VALUES list does not take its types from the target columns
+// ($1 scope, $2 key, $3 fingerprint, $4 route, $5 method, $6 target, $7 lease ms,
+// $8 TTL ms, $9 key id, $10 nonce, then $11 … for the next record), and last the
+// shared retake setting. Returns the claimed rows with their scope and key; a record
+// missing from the answer found a live row and runs kClaimRouted on its own.
+inline std::string claim_rows_sql(int n) {
+  std::string sql =
+      "INSERT INTO idempotency_records AS r"
+      "  (scope, key, fingerprint, state, token, route, method, target, created_at, "
+      "locked_until, expires_at, key_id, claim_nonce) VALUES ";
+  for (int i = 0; i < n; ++i) {
+    auto p = [&](int k, const char* type) {
+      return "$" + std::to_string(i * 10 + k) + "::" + type;
+    };
+    sql += (i == 0 ? "(" : ", (") + p(1, "text") + ", " + p(2, "text") + ", " + p(3, "text") +
+           ", 'in_flight', nextval('idempotency_fencing_token_seq'), " + p(4, "text") + ", " +
+           p(5, "text") + ", " + p(6, "text") + ", now(), now() + " + p(7, "bigint") +
+           " * interval '1 millisecond', now() + " + p(8, "bigint") +
+           " * interval '1 millisecond', " + p(9, "text") + ", " + p(10, "bigint") + ")";
+  }
+  const std::string retake = "$" + std::to_string(n * 10 + 1) + "::boolean";
+  return sql + IDEMPROXY_CLAIM_TAKEOVER "  OR (" + retake +
+         " AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= "
+         "EXCLUDED.created_at) RETURNING " IDEMPROXY_CLAIMED_COLUMNS
+         ", scope AS in_scope, key AS in_key";
+}
+
+// The completion of n records in one statement, for group commit on Citus when every
+// key falls in one shard: an UPDATE … FROM (VALUES …) that Citus routes to that
+// shard's worker because the keys are repeated as a list it can prune by. Eight
+// parameters per record ($1 scope, $2 key, $3 token, $4 status, $5 headers, $6 body,
+// $7 TTL ms, $8 key id, then $9 … for the next). The expiry is computed in VALUES,
+// where Citus evaluates now() on the coordinator (it refuses now() next to a column
+// in an UPDATE). Returns exp_ms first, as kComplete; a record missing from the answer
+// is no longer held by its token (fenced).
+inline std::string complete_rows_sql(int n) {
+  std::string values, keys;
+  for (int i = 0; i < n; ++i) {
+    auto p = [&](int k, const char* type) { return "$" + std::to_string(i * 8 + k) + "::" + type; };
+    values += (i == 0 ? "(" : ", (") + p(1, "text") + ", " + p(2, "text") + ", " + p(3, "bigint") +
+              ", " + p(4, "int") + ", " + p(5, "bytea") + ", " + p(6, "bytea") + ", now() + " +
+              p(7, "bigint") + " * interval '1 millisecond', " + p(8, "text") + ")";
+    keys += (i == 0 ? "" : ", ") + p(2, "text");
+  }
+  return "UPDATE idempotency_records AS t SET state = 'completed', status = v.status,"
+         " headers = v.headers, body = v.body, completed_at = now(), locked_until = NULL,"
+         " key_id = v.key_id, expires_at = v.expires_at FROM (VALUES " +
+         values +
+         ") AS v(scope, key, token, status, headers, body, expires_at, key_id)"
+         " WHERE t.scope = v.scope AND t.key = v.key AND t.token = v.token"
+         " AND t.state = 'in_flight' AND t.key IN (" +
+         keys + ") RETURNING " IDEMPROXY_MS("t.expires_at") " AS exp_ms, t.watched,"
+         " t.scope AS in_scope, t.key AS in_key";
+}
 
 #undef IDEMPROXY_MS
 #undef IDEMPROXY_RECORD_COLUMNS
