@@ -99,6 +99,6 @@ col() {  # NAME FIELD: the median over the rounds
   done
   echo
   echo "plain: one PostgreSQL 15, pool 8 (group commit). citusN: coordinator and 2 workers,"
-  echo "pool N, one routed statement per claim and completion. Database CPU counts every"
+  echo "pool N, group commit per worker. Database CPU counts every"
   echo "backend of each server, per fresh key (claim + completion + background work)."
 } | tee bench/results/scaling-latest.md

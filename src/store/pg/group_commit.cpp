@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "idemproxy/common/hex.hpp"
 #include "store/pg/array_text.hpp"
@@ -26,14 +28,17 @@ namespace idemproxy::store::pg {
 // 5,500 fresh keys/s with 8 batches at once, 6,200 with 4, 6,400-6,900 with 2,
 // 5,900 with 1. The rest of the pool serves lookups, releases and garbage collection.
 //
-// On Citus, an array cannot be routed to one shard, so the batches are per shard:
-// each shard is a lane of its own, with one batch at a time, and its claims go as one
-// multi-row INSERT … VALUES (claim_rows_sql), a router query on the shard's worker
-// with one commit and no two-phase commit. Claims of other shards run meanwhile on the
-// rest of the pool; its completions likewise go as one UPDATE … FROM (VALUES …)
-// (complete_rows_sql). Measured on the test cluster, one connection: 8 claims of one
-// shard in one statement cost 140 µs of database CPU each, against 648 µs as single
-// statements, and 590 µs as one statement across shards (docs/SCALING.md).
+// On Citus, an array cannot be routed to one shard, so the batches are per worker:
+// each worker is a lane of its own, with one batch at a time. Its claims go as one
+// multi-row INSERT … VALUES (claim_rows_sql), one task per shard, all on that worker;
+// its completions as one UPDATE … FROM (VALUES …) per shard (complete_rows_sql) in
+// one transaction. With citus.multi_shard_modify_mode = sequential, a batch uses one
+// connection to its worker and commits there once, with no two-phase commit. Other
+// workers' batches run meanwhile on the rest of the pool. Measured on the test
+// cluster, one connection, 8 claims per statement: 225 µs of database CPU per key
+// for one worker's keys, 140 µs for one shard's, 760 µs one statement each, and 700 µs
+// across workers (docs/SCALING.md). With the default 32 shards, lanes per shard
+// gathered too few requests to batch.
 //
 // Two claims of one key in one batch: the first goes into the statement, and the
 // later one gets the record as the first left it, as if it had run just after. If a
@@ -52,9 +57,9 @@ void GroupCommit::lead(std::unique_lock<std::mutex>& lock, Lane& lane, Pending& 
   ++lane.running;
   // More queued and another connection free: let the next in line lead too.
   if (!queue.empty() && lane.running < lane.slots) queue.front()->wake.notify_one();
-  const int shard = lane.shard;
+  const int worker = lane.worker;
   lock.unlock();
-  run_batch(batch, shard);
+  run_batch(batch, worker);
   lock.lock();
   --lane.running;
   ++stats_.batches;
@@ -103,9 +108,9 @@ void GroupCommit::run_alone(Pending& p) {
 // Runs `members` as one multi-row statement; false when it failed (nothing changed)
 // or the connection turned out to be a Citus coordinator.
 // Claims must have distinct keys and one retake setting.
-bool GroupCommit::run_many(const std::vector<Pending*>& members, int shard) {
+bool GroupCommit::run_many(const std::vector<Pending*>& members, int worker) {
   const bool claims = members.front()->claim != nullptr;
-  if (shard >= 0) return claims ? run_shard_claims(members) : run_shard_completions(members);
+  if (worker >= 0) return claims ? run_worker_claims(members) : run_worker_completions(members);
   std::vector<ArrayText> columns(claims ? 10 : 8);
   for (const Pending* p : members) {
     if (claims) {
@@ -159,7 +164,7 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members, int shard) {
         return r;
       });
   if (routed) return false;  // each runs alone, routed
-  if (!batch_succeeded(rows, members.size(), claims)) return false;
+  if (!batch_succeeded(rows.ok(), members.size(), claims)) return false;
   for (Pending* p : members) p->answer = Answer{rows.value(), -1, false};
   for (int i = 0; i < static_cast<int>(rows.value().size()); ++i) {
     const auto n = rows.value()[i]["in_n"].as<std::size_t>();
@@ -168,15 +173,17 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members, int shard) {
   return true;
 }
 
-// The claims of one Citus shard as one multi-row INSERT … VALUES (claim_rows_sql):
-// a router query on the shard's worker, one commit, and no two-phase commit. Rows
-// come back for the records claimed; the others found a live row.
-bool GroupCommit::run_shard_claims(const std::vector<Pending*>& members) {
+// The claims of one Citus worker as one multi-row INSERT … VALUES (claim_rows_sql):
+// one task per shard, all on that worker, run in turn on one connection to it
+// (citus.multi_shard_modify_mode = sequential), and one commit there, with no
+// two-phase commit. Rows come back for the records claimed; the others found a live
+// row.
+bool GroupCommit::run_worker_claims(const std::vector<Pending*>& members) {
   std::vector<std::string> numbers;  // the parameters' text that is not already held
   numbers.reserve(members.size() * 3 + 1);
   std::vector<const char*> params;
   params.reserve(members.size() * 10 + 1);
-  for (const Pending* p : members) {
+  for (const Pending* p : in_key_order(members)) {
     const ClaimParams& cl = *p->claim;
     const ClaimRequest& r = cl.req;
     numbers.push_back(std::to_string(r.lease.count()));
@@ -200,17 +207,55 @@ bool GroupCommit::run_shard_claims(const std::vector<Pending*>& members) {
         return c.exec_rows(tx, "idemproxy_claim_rows", claim_rows_sql,
                            static_cast<int>(members.size()), params);
       });
-  if (plain || !batch_succeeded(rows, members.size(), true)) return false;
+  if (plain || !batch_succeeded(rows.ok(), members.size(), true)) return false;
   hand_out(members, rows.value());
   return true;
 }
 
-// The completions of one Citus shard as one UPDATE … FROM (VALUES …)
-// (complete_rows_sql), routed to the shard's worker; then the announcement of the
-// watched ones, as kCompleteMany's.
-bool GroupCommit::run_shard_completions(const std::vector<Pending*>& members) {
-  std::vector<std::string> texts;  // the parameters' text that is not already held
-  texts.reserve(members.size() * 5);
+// The completions of one Citus worker: one UPDATE … FROM (VALUES …) per shard
+// (complete_rows_sql, a router query each), in one transaction, so one commit on the
+// worker; then the announcement of the watched ones, as kCompleteMany's.
+bool GroupCommit::run_worker_completions(const std::vector<Pending*>& members) {
+  std::map<int, std::vector<Pending*>> by_shard;  // in shard order, as Citus runs tasks
+  for (Pending* p : in_key_order(members)) by_shard[pool_.shard_of(p->id.key)].push_back(p);
+  std::vector<std::pair<const std::vector<Pending*>*, pqxx::result>> answers;
+  bool plain = false;
+  const Result<Done> done = pool_.with_connection<Done>([&](Connection& c) -> Result<Done> {
+    answers.clear();  // a retry on a fresh connection starts over
+    if (!c.distributed()) {
+      plain = true;
+      return StoreError{StoreErrc::unavailable, "not on Citus"};
+    }
+    pqxx::work tx(c.raw());
+    std::vector<const RecordId*> watched;
+    for (const auto& [shard, group] : by_shard) {
+      std::vector<std::string> texts;
+      pqxx::result r = c.exec_rows(tx, "idemproxy_complete_rows", complete_rows_sql,
+                                   static_cast<int>(group.size()), completion_params(group, texts));
+      for (const auto& row : r) {
+        if (!row["watched"].as<bool>()) continue;
+        for (const Pending* p : group) {
+          if (p->id.scope == row["in_scope"].c_str() && p->id.key == row["in_key"].c_str()) {
+            watched.push_back(&p->id);
+          }
+        }
+      }
+      answers.emplace_back(&group, std::move(r));
+    }
+    c.announce(tx, kDoneChannel, watched);
+    tx.commit();
+    return Done{};
+  });
+  if (plain || !batch_succeeded(done.ok(), members.size(), false)) return false;
+  for (const auto& [group, rows] : answers) hand_out(*group, rows);
+  return true;
+}
+
+// complete_rows_sql's parameters for `members`, pointing into `texts` for what the
+// members do not hold as text already.
+std::vector<const char*> GroupCommit::completion_params(const std::vector<Pending*>& members,
+                                                        std::vector<std::string>& texts) {
+  texts.reserve(texts.size() + members.size() * 5);  // never moves, so no pointer dangles
   std::vector<const char*> params;
   params.reserve(members.size() * 8);
   auto text = [&](std::string t) {
@@ -228,31 +273,17 @@ bool GroupCommit::run_shard_completions(const std::vector<Pending*>& members) {
     params.insert(params.end(), {co.id.scope.c_str(), co.id.key.c_str(), token, status, headers,
                                  body, ttl, co.key_id});
   }
-  bool plain = false;
-  const Result<pqxx::result> rows =
-      pool_.with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
-        if (!c.distributed()) {
-          plain = true;
-          return StoreError{StoreErrc::unavailable, "not on Citus"};
-        }
-        pqxx::nontransaction tx(c.raw());
-        pqxx::result r = c.exec_rows(tx, "idemproxy_complete_rows", complete_rows_sql,
-                                     static_cast<int>(members.size()), params);
-        std::vector<const RecordId*> watched;
-        for (const auto& row : r) {
-          if (!row["watched"].as<bool>()) continue;
-          for (const Pending* p : members) {
-            if (p->id.scope == row["in_scope"].c_str() && p->id.key == row["in_key"].c_str()) {
-              watched.push_back(&p->id);
-            }
-          }
-        }
-        c.announce(tx, kDoneChannel, watched);
-        return r;
-      });
-  if (plain || !batch_succeeded(rows, members.size(), false)) return false;
-  hand_out(members, rows.value());
-  return true;
+  return params;
+}
+
+// `members` sorted by scope and key: concurrent batches then lock the rows they share
+// in one order, as kClaimMany's ORDER BY does on plain PostgreSQL. A deadlock would
+// still be safe (the batch fails and its members run on their own), only slower.
+std::vector<Pending*> GroupCommit::in_key_order(std::vector<Pending*> members) {
+  std::sort(members.begin(), members.end(), [](const Pending* a, const Pending* b) {
+    return std::tie(a->id.scope, a->id.key) < std::tie(b->id.scope, b->id.key);
+  });
+  return members;
 }
 
 // Gives each member its row of `rows`, found by scope and key (in_scope, in_key); a
@@ -275,9 +306,9 @@ void GroupCommit::hand_out(const std::vector<Pending*>& members, const pqxx::res
 }
 
 // Counts a multi-row statement; false (and a fallback) when it failed.
-bool GroupCommit::batch_succeeded(const Result<pqxx::result>& rows, std::size_t size, bool claims) {
+bool GroupCommit::batch_succeeded(bool ok, std::size_t size, bool claims) {
   std::lock_guard lock(mu_);
-  if (!rows.ok()) {
+  if (!ok) {
     // Not the error text: PostgreSQL may quote the arrays, and keys stay out of logs.
     spdlog::warn("store: a batch of {} {} failed; running each on its own", size,
                  claims ? "claims" : "completions");
@@ -288,9 +319,9 @@ bool GroupCommit::batch_succeeded(const Result<pqxx::result>& rows, std::size_t 
   return true;
 }
 
-void GroupCommit::run_batch(const std::vector<Pending*>& batch, int shard) {
+void GroupCommit::run_batch(const std::vector<Pending*>& batch, int worker) {
   if (batch.size() == 1) return run_alone(*batch.front());
-  if (pool_.distributed() && shard < 0) {
+  if (pool_.distributed() && worker < 0) {
     // A batch that formed before the pool knew it was on Citus: its keys may span
     // shards, which Citus would not route to one (docs/SCALING.md).
     for (Pending* p : batch) run_alone(*p);
@@ -311,7 +342,7 @@ void GroupCommit::run_batch(const std::vector<Pending*>& batch, int shard) {
     }
   }
   for (auto* group : {&claims[0], &claims[1], &completions}) {
-    if (group->size() == 1 || (!group->empty() && !run_many(*group, shard))) {
+    if (group->size() == 1 || (!group->empty() && !run_many(*group, worker))) {
       for (Pending* p : *group) run_alone(*p);
     }
   }

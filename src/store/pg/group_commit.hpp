@@ -58,7 +58,7 @@ class GroupCommit {
 
   /// Queues `self` for the next batch of its lane (leading it when a batch slot is
   /// free) and decodes its answer once committed. On plain PostgreSQL every call
-  /// shares one lane; on Citus each shard is a lane.
+  /// shares one lane; on Citus each worker is a lane.
   template <class T>
   Result<T> run(Pending& self, const std::function<Result<T>(const Answer&)>& decode);
   /// `self` alone, now: the single-row statement in autocommit.
@@ -71,25 +71,28 @@ class GroupCommit {
   struct Lane {
     std::deque<Pending*> queue;
     int running = 0;
-    int slots = 1;   // batches at once
-    int shard = -1;  // the Citus shard whose calls this lane batches; -1: plain
+    int slots = 1;    // batches at once
+    int worker = -1;  // the Citus worker whose keys this lane batches; -1: plain
   };
   /// Runs the next batch of `lane`: called with `lock` held; returns with it held.
   void lead(std::unique_lock<std::mutex>& lock, Lane& lane, Pending& self);
-  /// `shard`: every member's key is in that Citus shard (-1: not on Citus).
-  void run_batch(const std::vector<Pending*>& batch, int shard);
-  bool run_many(const std::vector<Pending*>& members, int shard);
-  bool run_shard_claims(const std::vector<Pending*>& members);
-  bool run_shard_completions(const std::vector<Pending*>& members);
+  /// `worker`: every member's key is on that Citus worker (-1: not on Citus).
+  void run_batch(const std::vector<Pending*>& batch, int worker);
+  bool run_many(const std::vector<Pending*>& members, int worker);
+  bool run_worker_claims(const std::vector<Pending*>& members);
+  bool run_worker_completions(const std::vector<Pending*>& members);
   static void hand_out(const std::vector<Pending*>& members, const pqxx::result& rows);
-  bool batch_succeeded(const Result<pqxx::result>& rows, std::size_t size, bool claims);
+  static std::vector<Pending*> in_key_order(std::vector<Pending*> members);
+  bool batch_succeeded(bool ok, std::size_t size, bool claims);
+  static std::vector<const char*> completion_params(const std::vector<Pending*>& members,
+                                                    std::vector<std::string>& texts);
   /// On plain PostgreSQL, batches run on a quarter of the pool's connections.
   int slots() const { return std::max(1, options_.pool_size / 4); }
 
   Pool& pool_;
   const PgOptions& options_;
   std::mutex mu_;
-  std::map<int, Lane> lanes_;  // kPlainLane, or a Citus shard's index
+  std::map<int, Lane> lanes_;  // kPlainLane, or a Citus worker's group id
   PgStore::BatchStats stats_;
   static constexpr int kPlainLane = -1;
 };
@@ -97,16 +100,18 @@ class GroupCommit {
 template <class T>
 Result<T> GroupCommit::run(Pending& self, const std::function<Result<T>(const Answer&)>& decode) {
   const bool citus = pool_.distributed();
-  const int shard = citus ? pool_.shard_of(self.id.key) : kPlainLane;
-  if (citus && shard < 0) {
+  const int worker = citus ? pool_.worker_of(self.id.key) : kPlainLane;
+  if (citus && worker < 0) {
     run_alone(self);  // no shard map yet: one routed statement, on any free connection
   } else {
     std::unique_lock lock(mu_);
-    Lane& lane = lanes_[shard];
-    // One batch per shard at a time: a shard's claims and completions queue behind
-    // it, while other shards' batches run on the rest of the pool.
+    Lane& lane = lanes_[worker];
+    // On Citus, batches per worker, one at a time: a worker's claims and completions
+    // queue behind its running batch, while other workers' batches run on the rest of
+    // the pool. One slot per worker made bigger batches than a quarter of the pool:
+    // 734 fresh keys/s against 721 with pool 8, and 734 against 569 with pool 16.
     lane.slots = citus ? 1 : slots();
-    lane.shard = shard;
+    lane.worker = worker;
     lane.queue.push_back(&self);
     while (!self.done) {
       if (lane.running < lane.slots && !lane.queue.empty()) {

@@ -60,8 +60,10 @@ class Connection {
   pqxx::connection& raw() { return conn_; }
   /// Whether idempotency_records is a Citus distributed table here (PgOptions::citus).
   bool distributed() const { return distributed_; }
-  /// Its shards' hash ranges, read when this connection opened (empty unless distributed).
+  /// Its shards' hash ranges and workers, as read last (empty unless distributed).
   const ShardMap& shards() const { return shards_; }
+  /// Reads them again (pg_dist_shard, pg_dist_placement).
+  void read_shards(pqxx::transaction_base& tx);
 
  private:
   pqxx::connection conn_;
@@ -102,12 +104,20 @@ class Pool {
   Usage usage() const;
   /// What the last connection opened found (Connection::distributed); false before any.
   bool distributed() const { return distributed_.load(std::memory_order_relaxed); }
-  /// On Citus, the shard of `key` as the last connection opened read the shard map;
-  /// -1 elsewhere, or before any connection.
+  /// On Citus, the shard of `key`, and the worker that holds it, by the shard map
+  /// last read; -1 elsewhere, or before any connection. The map is read again once a
+  /// minute, so a rebalance that moved shards is seen. Until then a batch may span
+  /// two workers: slower (a two-phase commit), never wrong, since Citus places every
+  /// row itself.
   int shard_of(std::string_view key) const;
+  int worker_of(std::string_view key) const;
 
  private:
   std::unique_ptr<Connection> checkout();
+  std::shared_ptr<const ShardMap> shards() const;
+  /// Reads the shard map again on `c` when it is older than kShardsTtl.
+  void refresh_shards(Connection& c);
+  static constexpr std::chrono::seconds kShardsTtl{60};
   /// Returns a connection; nullptr gives back the slot of one that was dropped.
   void give_back(std::unique_ptr<Connection> conn);
   /// Runs the repairs that are due on `c`; rethrows a broken connection.
@@ -123,6 +133,7 @@ class Pool {
   std::atomic<bool> owed_{false};  // repairs_ is not empty; read without the lock
   std::atomic<bool> distributed_{false};
   std::shared_ptr<const ShardMap> shards_;  // under mu_
+  std::chrono::steady_clock::time_point shards_read_{};
 };
 
 template <class T>
@@ -136,6 +147,7 @@ Result<T> Pool::with_connection(const std::function<Result<T>(Connection&)>& wor
     }
     try {
       if (owed_.load(std::memory_order_relaxed)) run_repairs(*conn);
+      if (conn->distributed()) refresh_shards(*conn);
       Result<T> result = work(*conn);
       give_back(std::move(conn));
       return result;

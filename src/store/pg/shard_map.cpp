@@ -110,18 +110,23 @@ std::int32_t citus_hash(std::string_view text) {
   return static_cast<std::int32_t>(c);
 }
 
-ShardMap::ShardMap(std::vector<std::pair<std::int32_t, std::int32_t>> ranges)
-    : ranges_(std::move(ranges)) {
-  std::sort(ranges_.begin(), ranges_.end());
+ShardMap::ShardMap(std::vector<Shard> shards) : shards_(std::move(shards)) {
+  std::sort(shards_.begin(), shards_.end(),
+            [](const Shard& a, const Shard& b) { return a.min < b.min; });
 }
 
 int ShardMap::shard_of(std::string_view key) const {
   const std::int32_t h = citus_hash(key);
   // The first range whose max is at least h; it holds h if its min is at most h.
-  const auto at = std::lower_bound(ranges_.begin(), ranges_.end(), h,
-                                   [](const auto& r, std::int32_t v) { return r.second < v; });
-  if (at == ranges_.end() || at->first > h) return -1;
-  return static_cast<int>(at - ranges_.begin());
+  const auto at = std::lower_bound(shards_.begin(), shards_.end(), h,
+                                   [](const Shard& s, std::int32_t v) { return s.max < v; });
+  if (at == shards_.end() || at->min > h) return -1;
+  return static_cast<int>(at - shards_.begin());
+}
+
+int ShardMap::worker_of(std::string_view key) const {
+  const int shard = shard_of(key);
+  return shard < 0 ? -1 : shards_[static_cast<std::size_t>(shard)].worker;
 }
 
 }  // namespace idemproxy::store::pg
