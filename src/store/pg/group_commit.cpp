@@ -218,10 +218,8 @@ bool GroupCommit::run_worker_claims(const std::vector<Pending*>& members) {
 bool GroupCommit::run_worker_completions(const std::vector<Pending*>& members) {
   std::map<int, std::vector<Pending*>> by_shard;  // in shard order, as Citus runs tasks
   for (Pending* p : in_key_order(members)) by_shard[pool_.shard_of(p->id.key)].push_back(p);
-  std::vector<std::pair<const std::vector<Pending*>*, pqxx::result>> answers;
   bool plain = false;
   const Result<Done> done = pool_.with_connection<Done>([&](Connection& c) -> Result<Done> {
-    answers.clear();  // a retry on a fresh connection starts over
     if (!c.distributed()) {
       plain = true;
       return StoreError{StoreErrc::unavailable, "not on Citus"};
@@ -230,25 +228,19 @@ bool GroupCommit::run_worker_completions(const std::vector<Pending*>& members) {
     std::vector<const RecordId*> watched;
     for (const auto& [shard, group] : by_shard) {
       std::vector<std::string> texts;
-      pqxx::result r = c.exec_rows(tx, "idemproxy_complete_rows", complete_rows_sql,
-                                   static_cast<int>(group.size()), completion_params(group, texts));
-      for (const auto& row : r) {
-        if (!row["watched"].as<bool>()) continue;
-        for (const Pending* p : group) {
-          if (p->id.scope == row["in_scope"].c_str() && p->id.key == row["in_key"].c_str()) {
-            watched.push_back(&p->id);
-          }
-        }
+      // Handed out before the commit: if it fails, each member runs again on its own.
+      hand_out(group, c.exec_rows(tx, "idemproxy_complete_rows", complete_rows_sql,
+                                  static_cast<int>(group.size()), completion_params(group, texts)));
+      for (const Pending* p : group) {
+        const Answer& a = p->answer.value();
+        if (a.row >= 0 && a.rows[a.row]["watched"].as<bool>()) watched.push_back(&p->id);
       }
-      answers.emplace_back(&group, std::move(r));
     }
     c.announce(tx, kDoneChannel, watched);
     tx.commit();
     return Done{};
   });
-  if (plain || !batch_succeeded(done.ok(), members.size(), false)) return false;
-  for (const auto& [group, rows] : answers) hand_out(*group, rows);
-  return true;
+  return !plain && batch_succeeded(done.ok(), members.size(), false);
 }
 
 // complete_rows_sql's parameters for `members`, pointing into `texts` for what the

@@ -15,7 +15,6 @@ Connection::Connection(const PgOptions& options)
   distributed_ = options.citus.value_or(
       tx.exec("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")[0][0]
           .as<bool>());
-  if (distributed_) read_shards(tx);
   if (!prepared_) return;
   tx.exec("SET statement_timeout = " + std::to_string(options.statement_timeout.count()));
   // The multi-row statements take arrays; with the default plan cache mode each
@@ -35,7 +34,8 @@ Connection::Connection(const PgOptions& options)
   for (const auto& s : kAll) conn_.prepare(s.name, s.sql);
 }
 
-void Connection::read_shards(pqxx::transaction_base& tx) {
+ShardMap Connection::read_shards() {
+  pqxx::nontransaction tx(conn_);
   std::vector<ShardMap::Shard> shards;
   // One placement per shard (replication factor 1); with more, the lowest group.
   for (const auto& row : tx.exec(
@@ -45,7 +45,7 @@ void Connection::read_shards(pqxx::transaction_base& tx) {
            "p.groupid")) {
     shards.push_back({row[0].as<std::int32_t>(), row[1].as<std::int32_t>(), row[2].as<int>()});
   }
-  shards_ = ShardMap(std::move(shards));
+  return ShardMap(std::move(shards));
 }
 
 pqxx::result Connection::exec_rows(pqxx::transaction_base& tx, const char* name,
@@ -82,12 +82,6 @@ std::unique_ptr<Connection> Pool::checkout() {
   }
   try {
     auto conn = std::make_unique<Connection>(options_);
-    if (conn->distributed()) {
-      auto shards = std::make_shared<const ShardMap>(conn->shards());
-      std::lock_guard lock(mu_);
-      shards_ = std::move(shards);
-      shards_read_ = std::chrono::steady_clock::now();
-    }
     distributed_.store(conn->distributed(), std::memory_order_relaxed);
     return conn;
   } catch (...) {
@@ -185,12 +179,10 @@ void Pool::refresh_shards(Connection& c) {
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mu_);
-    if (now < shards_read_ + kShardsTtl) return;
+    if (shards_ && now < shards_read_ + kShardsTtl) return;
     shards_read_ = now;  // one refresh at a time
   }
-  pqxx::nontransaction tx(c.raw());
-  c.read_shards(tx);
-  auto shards = std::make_shared<const ShardMap>(c.shards());
+  auto shards = std::make_shared<const ShardMap>(c.read_shards());
   std::lock_guard lock(mu_);
   shards_ = std::move(shards);
 }

@@ -60,16 +60,13 @@ class Connection {
   pqxx::connection& raw() { return conn_; }
   /// Whether idempotency_records is a Citus distributed table here (PgOptions::citus).
   bool distributed() const { return distributed_; }
-  /// Its shards' hash ranges and workers, as read last (empty unless distributed).
-  const ShardMap& shards() const { return shards_; }
-  /// Reads them again (pg_dist_shard, pg_dist_placement).
-  void read_shards(pqxx::transaction_base& tx);
+  /// The shards' hash ranges and workers (pg_dist_shard, pg_dist_placement).
+  ShardMap read_shards();
 
  private:
   pqxx::connection conn_;
   bool prepared_;
   bool distributed_;
-  ShardMap shards_;
   std::set<std::string> prepared_rows_;  // exec_rows statements prepared here
 };
 
@@ -115,7 +112,8 @@ class Pool {
  private:
   std::unique_ptr<Connection> checkout();
   std::shared_ptr<const ShardMap> shards() const;
-  /// Reads the shard map again on `c` when it is older than kShardsTtl.
+  /// Reads the shard map on `c` when it is older than kShardsTtl: on the first
+  /// statement on Citus, then once a minute.
   void refresh_shards(Connection& c);
   static constexpr std::chrono::seconds kShardsTtl{60};
   /// Returns a connection; nullptr gives back the slot of one that was dropped.
