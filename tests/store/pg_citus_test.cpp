@@ -342,6 +342,30 @@ TEST_F(PgCitusTest, ClaimsQueuedBeforeTheFirstConnectionRunRouted) {
   EXPECT_EQ(fresh.batch_stats().fallbacks, 0);
 }
 
+// The store may know it is on Citus only once it also knows where the shards are.
+// Claims arriving one after another while the first connection opens and reads the
+// shard map all go through group commit, each counted there. Before the fix, the
+// pool said "Citus" between opening that connection and reading the map, and the
+// claims arriving then ran alone, outside group commit (CI saw 95 of 96 batched).
+TEST_F(PgCitusTest, ClaimsArrivingWhileTheShardMapIsReadAreGroupCommitted) {
+  for (int round = 0; round < 5; ++round) {
+    PgStore fresh(PgOptions{dsn(), 4, 5s});
+    constexpr int kClaims = 40;
+    std::atomic<int> claimed{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kClaims; ++t) {
+      threads.emplace_back([&, t] {
+        std::this_thread::sleep_for(t * 200us);
+        auto r =
+            fresh.claim(request("arriving-" + std::to_string(round) + "-" + std::to_string(t)));
+        if (r.ok() && std::holds_alternative<Claimed>(r.value())) ++claimed;
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(claimed.load(), kClaims);
+    EXPECT_EQ(fresh.batch_stats().operations, kClaims) << "round " << round;
+  }
+}
 // The routed claim reads what it replaced from the row it updated (taken_over).
 TEST_F(PgCitusTest, ALeaseTakeoverIsToldApartFromAReclaimOfAReleasedRecord) {
   claim_token(request("stale", 50ms));

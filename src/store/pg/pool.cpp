@@ -81,9 +81,7 @@ std::unique_ptr<Connection> Pool::checkout() {
     ++open_;
   }
   try {
-    auto conn = std::make_unique<Connection>(options_);
-    distributed_.store(conn->distributed(), std::memory_order_relaxed);
-    return conn;
+    return std::make_unique<Connection>(options_);
   } catch (...) {
     std::lock_guard lock(mu_);
     --open_;

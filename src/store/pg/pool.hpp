@@ -99,7 +99,8 @@ class Pool {
     long long repaired = 0;  // repairs that reported done
   };
   Usage usage() const;
-  /// What the last connection opened found (Connection::distributed); false before any.
+  /// What the last connection used found (Connection::distributed), set once the shard
+  /// map is read on it; false before any.
   bool distributed() const { return distributed_.load(std::memory_order_relaxed); }
   /// On Citus, the shard of `key`, and the worker that holds it, by the shard map
   /// last read; -1 elsewhere, or before any connection. The map is read again once a
@@ -146,6 +147,9 @@ Result<T> Pool::with_connection(const std::function<Result<T>(Connection&)>& wor
     try {
       if (owed_.load(std::memory_order_relaxed)) run_repairs(*conn);
       if (conn->distributed()) refresh_shards(*conn);
+      // Only now: on Citus, a caller told "distributed" can place its key
+      // (worker_of), so it joins its worker's batch instead of running alone.
+      distributed_.store(conn->distributed(), std::memory_order_relaxed);
       Result<T> result = work(*conn);
       give_back(std::move(conn));
       return result;
