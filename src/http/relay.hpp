@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "http/chunk.hpp"
 #include "http/stream.hpp"
 
 namespace idemproxy::http {
@@ -135,7 +136,7 @@ asio::awaitable<RelayError> relay(
     Stream& out, Duration in_timeout, Duration out_timeout, beast::error_code& error,
     std::string_view prefix = {},
     std::optional<std::chrono::steady_clock::time_point> in_deadline = std::nullopt) {
-  std::array<char, std::size_t{16} << 10> chunk;
+  Chunk chunk;
   const WideBodyRead room(in_buffer, p, isRequest);  // requests come from clients
   const bool chunked_out = p.get().chunked();
   const bool has_body = !p.is_done() || !prefix.empty();

@@ -6,6 +6,7 @@
 #include <array>
 #include <random>
 
+#include "http/chunk.hpp"
 #include "http/request_target.hpp"
 #include "http/trace_context.hpp"
 #include "idemproxy/ops/logging.hpp"
@@ -192,13 +193,13 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
 asio::awaitable<void> linger_and_close(ClientConnection& conn) {
   beast::error_code ec;
   conn.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  std::array<char, std::size_t{16} << 10> scratch;
+  Chunk scratch;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds{10};
   while (std::chrono::steady_clock::now() < until) {
     conn.stream.expires_after(std::min<std::chrono::milliseconds>(
         std::chrono::seconds{2}, std::chrono::duration_cast<std::chrono::milliseconds>(
                                      until - std::chrono::steady_clock::now())));
-    auto [rec, n] = co_await conn.stream.async_read_some(asio::buffer(scratch), use_nothrow);
+    auto [rec, n] = co_await conn.stream.async_read_some(asio::buffer(scratch.data(), scratch.size()), use_nothrow);
     if (rec) break;
   }
   conn.stream.socket().close(ec);

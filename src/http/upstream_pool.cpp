@@ -6,6 +6,7 @@
 #include <array>
 #include <cerrno>
 
+#include "http/chunk.hpp"
 #include "http/headers.hpp"
 #include "http/relay.hpp"
 #include "http/tls.hpp"
@@ -143,7 +144,7 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
                                         boost::none, interim);
     std::size_t read = 0;
     std::string body;
-    std::array<char, std::size_t{16} << 10> chunk;
+    Chunk chunk;
     const auto limit = config_.max_response_size;
     while (!rec && !parser->is_done()) {
       if (body.size() > limit || parser->content_length().value_or(0) > limit) {

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+namespace idemproxy::http {
+
+/// A 16 KiB buffer for relaying a body, from a free list of the running thread.
+/// Declared in a coroutine, a std::array of this size made each coroutine frame a
+/// 16 KiB allocation: a malloc and free outside glibc's per-thread cache, two per
+/// pass-through request, each able to consolidate the fast bins (docs/PERFORMANCE.md).
+/// A coroutine may resume on another I/O thread; its chunk then goes back to that
+/// thread's list, which only that thread touches.
+class Chunk {
+ public:
+  static constexpr std::size_t kSize = std::size_t{16} << 10;
+
+  Chunk() : block_(take()) {}
+  ~Chunk() { give_back(std::move(block_)); }
+  Chunk(const Chunk&) = delete;
+  Chunk& operator=(const Chunk&) = delete;
+
+  char* data() { return block_->data(); }
+  static constexpr std::size_t size() { return kSize; }
+
+ private:
+  using Block = std::array<char, kSize>;
+  // Blocks kept per thread: what 64 concurrent relays use, 1 MiB at most.
+  static constexpr std::size_t kKept = 64;
+
+  static std::vector<std::unique_ptr<Block>>& spare() {
+    thread_local std::vector<std::unique_ptr<Block>> blocks;
+    return blocks;
+  }
+  static std::unique_ptr<Block> take() {
+    auto& blocks = spare();
+    if (blocks.empty()) return std::make_unique<Block>();
+    auto block = std::move(blocks.back());
+    blocks.pop_back();
+    return block;
+  }
+  static void give_back(std::unique_ptr<Block> block) {
+    auto& blocks = spare();
+    if (block && blocks.size() < kKept) blocks.push_back(std::move(block));
+  }
+
+  std::unique_ptr<Block> block_;
+};
+
+}  // namespace idemproxy::http
