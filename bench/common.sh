@@ -19,8 +19,9 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 
-# start_proxy NAME DSN POOL: idemproxy on CPU SUT_CPU in front of the upstream on
-# UP_PORT, with the benchmarks' one route; sets PROXY_PORT and PROXY_PID.
+# start_proxy NAME DSN POOL [THREADS [CPUS]]: idemproxy with THREADS I/O threads (1)
+# on CPUS (SUT_CPU) in front of the upstream on UP_PORT, with the benchmarks' one
+# route; sets PROXY_PORT and PROXY_PID. PROXY_BIN picks another binary.
 start_proxy() {
   PROXY_PORT=$(free_port)
   local admin
@@ -30,12 +31,12 @@ listen: 127.0.0.1:$PROXY_PORT
 admin_listen: 127.0.0.1:$admin
 upstream: {url: "http://127.0.0.1:$UP_PORT", max_idle_connections: 256}
 store: {postgres: {dsn: "$2", pool_size: $3}}
-server: {threads: 1, max_connections: 100000}
+server: {threads: ${4:-1}, max_connections: 100000}
 log: {level: warn}
 routes:
   - {name: orders, path_prefix: /v1, on_concurrent: wait}
 EOC
-  taskset -c "$SUT_CPU" build-bench/idemproxy serve --config "$WORK/$1.yaml" \
+  taskset -c "${5:-$SUT_CPU}" "${PROXY_BIN:-build-bench/idemproxy}" serve --config "$WORK/$1.yaml" \
     >"$WORK/$1.log" 2>&1 & PIDS+=($!)
   PROXY_PID=${PIDS[-1]}
   wait_port "$PROXY_PORT"

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# A/B of two idemproxy binaries on one scenario, measured alternately so that the
+# machine's drift hits both alike (bench/run.sh's setup: SUT pinned to CPU 1):
+#   bench/ab.sh OLD_BINARY NEW_BINARY pass|fresh|replay [ROUNDS] [SECONDS]
+# Prints req/s and CPU µs per request of each round, then the medians and ratios.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OLD=$(realpath "$1") NEW=$(realpath "$2") SCENARIO=$3 ROUNDS=${4:-5} SECS=${5:-5}
+WORK_NAME=ab
+. bench/common.sh
+
+DSN=$(taskset -c "$LOAD_CPU" bash scripts/pg.sh start "$WORK/pg" "" -c min_wal_size=1GB)
+UP_PORT=$(free_port)
+taskset -c "$LOAD_CPU" build-bench/bench_upstream "$UP_PORT" & PIDS+=($!)
+wait_port "$UP_PORT"
+PROXY_BIN=$OLD start_proxy old "$DSN" 8
+OLD_PORT=$PROXY_PORT OLD_PID=$PROXY_PID
+PROXY_BIN=$NEW start_proxy new "$DSN" 8
+NEW_PORT=$PROXY_PORT NEW_PID=$PROXY_PID
+
+case $SCENARIO in
+  pass) path=/pass lua=post.lua ;;
+  fresh | replay) path=/v1/orders lua=keys.lua ;;
+  *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
+esac
+HZ=$(getconf CLK_TCK)
+# measure PORT PID TAG: prints "req/s cpu_us"
+measure() {
+  local env=() c0 c1 out n
+  case $SCENARIO in
+    fresh) env=(KEY_PREFIX="$3-$RANDOM$RANDOM") ;;
+    replay) env=(KEY_PREFIX="$3-replay" KEY_SPACE=64) ;;
+  esac
+  c0=$(awk '{print $14 + $15}' "/proc/$2/stat")
+  out=$(env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"${SECS}s" --timeout 10s \
+        -s "bench/lua/$lua" "http://127.0.0.1:$1$path")
+  c1=$(awk '{print $14 + $15}' "/proc/$2/stat")
+  n=$(echo "$out" | awk '/requests in/ {print $1}')
+  awk -v n="$n" -v s="$SECS" -v t=$((c1 - c0)) -v hz="$HZ" 'BEGIN {printf "%.0f %.1f\n", n / s, t / hz * 1e6 / n}'
+}
+measure "$OLD_PORT" "$OLD_PID" old >/dev/null  # warm both
+measure "$NEW_PORT" "$NEW_PID" new >/dev/null
+: >"$WORK/ab.txt"
+for r in $(seq "$ROUNDS"); do
+  # Alternate which goes first.
+  if [ $((r % 2)) = 1 ]; then
+    a=$(measure "$OLD_PORT" "$OLD_PID" old); b=$(measure "$NEW_PORT" "$NEW_PID" new)
+  else
+    b=$(measure "$NEW_PORT" "$NEW_PID" new); a=$(measure "$OLD_PORT" "$OLD_PID" old)
+  fi
+  echo "$a $b" | tee -a "$WORK/ab.txt" | awk '{printf "round: old %s req/s %s us, new %s req/s %s us\n", $1, $2, $3, $4}'
+done
+med() { awk "{print \$$1}" "$WORK/ab.txt" | sort -g | awk '{v[NR] = $1} END {m = (NR + 1) / 2; printf "%.1f", (v[int(m)] + v[int(m + 0.5)]) / 2}'; }
+echo "median: old $(med 1) req/s $(med 2) us/req; new $(med 3) req/s $(med 4) us/req"
+awk -v a="$(med 1)" -v b="$(med 3)" -v c="$(med 2)" -v d="$(med 4)" \
+  'BEGIN {printf "new/old: req/s %.3f, CPU per request %.3f\n", b / a, d / c}'

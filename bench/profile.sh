@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Profiles idemproxy under one scenario of bench/run.sh, with the same setup (SUT
+# pinned to CPU 1, load on CPU 0, private PostgreSQL, bench upstream):
+#   bench/profile.sh pass|fresh|replay [SECONDS]
+# Prints the CPU time per request, `perf report` (self time, top entries, by symbol
+# and by shared object) and `strace -c` over a second window of the same load.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SCENARIO=${1:?pass, fresh or replay}
+SECS=${2:-8}
+WORK_NAME=profile
+. bench/common.sh
+
+DSN=$(taskset -c "$LOAD_CPU" bash scripts/pg.sh start "$WORK/pg" "" -c min_wal_size=1GB)
+UP_PORT=$(free_port)
+taskset -c "$LOAD_CPU" build-bench/bench_upstream "$UP_PORT" & PIDS+=($!)
+wait_port "$UP_PORT"
+start_proxy idemproxy "$DSN" 8
+
+case $SCENARIO in
+  pass) path=/pass lua=post.lua env=() ;;
+  fresh) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="fresh-$$") ;;
+  replay) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="replay-$$" KEY_SPACE=64) ;;
+  *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
+esac
+load() {  # load SECONDS: prints wrk's request count
+  env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"$1s" --timeout 10s \
+    -s "bench/lua/$lua" "http://127.0.0.1:$PROXY_PORT$path" | awk '/requests in/ {print $1}'
+}
+load 2 >/dev/null  # warm: pool connections, prepared statements, WAL
+HZ=$(getconf CLK_TCK)
+# Context switches of all the proxy's threads, voluntary and not.
+switches() { cat /proc/"$PROXY_PID"/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'; }
+s0=$(switches)
+c0=$(awk '{print $14 + $15}' "/proc/$PROXY_PID/stat")
+perf record -q -g -F 999 -p "$PROXY_PID" -o "$WORK/perf.data" -- sleep "$SECS" 2>/dev/null &
+PERF=$!
+n=$(load "$SECS")
+wait "$PERF" || true
+c1=$(awk '{print $14 + $15}' "/proc/$PROXY_PID/stat")
+s1=$(switches)
+echo "== $SCENARIO: $n requests in ${SECS}s, $(awk -v t=$((c1 - c0)) -v hz="$HZ" -v n="$n" \
+  'BEGIN {printf "%.1f", t / hz * 1e6 / n}') us of CPU and $(awk -v s=$((s1 - s0)) -v n="$n" \
+  'BEGIN {printf "%.1f", s / n}') context switches per request (perf running)"
+echo "== perf: by shared object"
+perf report -i "$WORK/perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]' | sed -E 's/ +$//' | head -8 || true
+echo "== perf: top symbols, self time"
+perf report -i "$WORK/perf.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null \
+  | grep -E '^ +[0-9]' | sed -E 's/ +- +- *$//; s/ +$//' | cut -c1-150 | head -40 || true
+if [ -n "${CALLERS:-}" ]; then
+  echo "== callers of $CALLERS"
+  perf report -i "$WORK/perf.data" --no-children -S "$CALLERS" -G --stdio 2>/dev/null \
+    | grep -vE '^$|^#' | cut -c1-160 | head -60 || true
+fi
+echo "== strace -c, 4 s of the same load (system calls per request: divide by the count)"
+tids=$(ls /proc/"$PROXY_PID"/task | sed 's/^/-p /')
+# shellcheck disable=SC2086  # one -p per thread
+strace -c -o "$WORK/strace.txt" $tids 2>"$WORK/strace.err" & ST=$!
+sleep 0.5
+n=$(load 4)
+kill -INT "$ST" 2>/dev/null || true
+wait "$ST" 2>/dev/null || true
+echo "requests: $n"
+head -20 "$WORK/strace.txt" 2>/dev/null || cat "$WORK/strace.err"
