@@ -46,7 +46,17 @@ std::shared_ptr<const ReplayCache::Entry> Coordinator::cached(const RoutePolicy&
 }
 
 Admission Coordinator::claim(const store::ClaimRequest& claim) {
-  Admission verdict = engine_.admit(claim);
+  return admitted(claim, engine_.admit(claim));
+}
+
+void Coordinator::claim_async(const store::ClaimRequest& claim,
+                              std::function<void(Admission)> done) {
+  store_.claim_async(claim, [this, &claim, done = std::move(done)](auto result) {
+    done(admitted(claim, Engine::admission(claim, std::move(result))));
+  });
+}
+
+Admission Coordinator::admitted(const store::ClaimRequest& claim, Admission verdict) {
   if (verdict.kind == Kind::execute) holders_.hold(claim.id);
   if (verdict.took_over) metrics_.count_takeover();
   if (verdict.kind == Kind::store_failed) metrics_.count_store_error();
@@ -168,6 +178,29 @@ Completion Coordinator::complete(const store::ClaimRequest& claim, std::int64_t 
   // never outlives the record.
   const Deadline started = hooks_.steady_now();
   c.finish = engine_.finish(claim.id, token, route, answer, &c.expires_at, &stored);
+  return completed(claim, token, route, answer, std::move(form), started, c, std::move(stored));
+}
+
+void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t token,
+                                 const RoutePolicy& route, const store::StoredResponse& answer,
+                                 ReplayCache::Request form, std::function<void(Completion)> done) {
+  const Deadline started = hooks_.steady_now();  // as in complete()
+  auto kept = std::make_shared<store::StoredResponse>(Engine::kept(answer, route));
+  store_.complete_async(
+      claim.id, token, *kept, route.ttl,
+      [this, &claim, token, &route, &answer, kept, form = std::move(form), started,
+       done = std::move(done)](const store::Result<TimePoint>& result) mutable {
+        Completion c;
+        c.finish = Engine::finished(result, &c.expires_at);
+        done(completed(claim, token, route, answer, std::move(form), started, c,
+                       c.finish == Finish::stored ? std::move(*kept) : store::StoredResponse{}));
+      });
+}
+
+Completion Coordinator::completed(const store::ClaimRequest& claim, std::int64_t token,
+                                  const RoutePolicy& route, const store::StoredResponse& answer,
+                                  ReplayCache::Request form, Deadline started, Completion c,
+                                  store::StoredResponse stored) {
   if (c.finish == Finish::stored && answer.body_stored) {
     ReplayCache::Entry entry{
         claim.fingerprint, std::move(stored), c.expires_at, started + route.ttl, {},

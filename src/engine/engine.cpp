@@ -8,7 +8,10 @@
 namespace idemproxy::engine {
 
 Admission Engine::admit(const store::ClaimRequest& request) {
-  auto result = store_.claim(request);
+  return admission(request, store_.claim(request));
+}
+
+Admission Engine::admission(const store::ClaimRequest& request, store::Result<store::ClaimResult> result) {
   Admission a;
   if (!result.ok()) {
     // An unreadable record is known to exist: never treat it as an outage that
@@ -58,12 +61,21 @@ Finish Engine::finish(const store::RecordId& id, std::int64_t token, const Route
                       const store::StoredResponse& response, TimePoint* expires_at,
                       store::StoredResponse* stored) {
   if (!policy.stores_status(response.status)) return abandon(id, token);
-  store::StoredResponse kept{response.status, storable_headers(response.headers, policy),
-                             response.body, response.body_stored};
-  auto done = store_.complete(id, token, kept, policy.ttl);
+  store::StoredResponse as_kept = kept(response, policy);
+  const Finish f = finished(store_.complete(id, token, as_kept, policy.ttl), expires_at);
+  if (f == Finish::stored && stored) *stored = std::move(as_kept);
+  return f;
+}
+
+store::StoredResponse Engine::kept(const store::StoredResponse& response,
+                                   const RoutePolicy& policy) {
+  return {response.status, storable_headers(response.headers, policy), response.body,
+          response.body_stored};
+}
+
+Finish Engine::finished(const store::Result<TimePoint>& done, TimePoint* expires_at) {
   if (!done.ok()) return from_store(done.error());
   if (expires_at) *expires_at = done.value();
-  if (stored) *stored = std::move(kept);
   return Finish::stored;
 }
 

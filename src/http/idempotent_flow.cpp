@@ -88,8 +88,7 @@ asio::awaitable<Step> claim_phase(Flow& f) {
       if (f.hit && f.hit->fingerprint == claim.fingerprint)
         co_return co_await idempotent::replay_cached(f);
     }
-    engine::Admission verdict =
-        co_await rt.blocking([&rt, &claim] { return rt.coordinator.claim(claim); });
+    engine::Admission verdict = co_await rt.claim(claim);
     f.decision = rt.coordinator.decide(f.route(), claim, std::move(verdict), budget, f.form);
     if (f.decision.kind != Decision::Kind::wait) co_return Step::next;
     if (!waiter) {
@@ -185,10 +184,7 @@ asio::awaitable<Step> execute(Flow& f) {
     answer.headers.push_back({std::string(store::kTraceIdEntry), ctx.trace_id});
   }
   engine::ReplayCache::Request& form = f.form;
-  const engine::Completion done =
-      co_await rt.blocking([&rt, &claim, token, &route, &answer, &form] {
-        return rt.coordinator.complete(claim, token, route, answer, std::move(form));
-      });
+  const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
   rt.metrics.claim_ended();
   switch (done.finish) {
     case engine::Finish::stored:

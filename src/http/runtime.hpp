@@ -2,6 +2,7 @@
 // What every session shares: settings (swapped on reload), the store and the
 // coordinator in front of it, the database pool, the upstream pool and metrics.
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -78,6 +79,69 @@ class Runtime {
         asio::use_awaitable, std::move(fn));
   }
 
+  /// Calls `start` with a callback, which the store calls from a thread of its own
+  /// (Store::queues_calls), and resumes the calling coroutine on its own executor
+  /// with the value passed to it. Timed as a store call, like blocking().
+  template <class R, class Start>
+  asio::awaitable<R> queued(Start start) {
+    co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(R)>(
+        [this](auto handler, Start begin) {
+          auto io = asio::get_associated_executor(handler);
+          using Handler = decltype(handler);
+          using Guard = decltype(asio::make_work_guard(io));
+          struct Waiting {  // shared: std::function wants a copyable callback
+            Handler handler;
+            Guard guard;
+          };
+          auto waiting =
+              std::make_shared<Waiting>(Waiting{std::move(handler), asio::make_work_guard(io)});
+          const auto started = std::chrono::steady_clock::now();
+          calls_started();
+          begin([this, waiting, started](R result) {
+            metrics.observe_store(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+            auto ex = waiting->guard.get_executor();
+            asio::post(ex, [waiting, result = std::move(result)]() mutable {
+              std::move(waiting->handler)(std::move(result));
+            });
+            calls_answered();
+          });
+        },
+        asio::use_awaitable, std::move(start));
+  }
+
+  /// The claim of a keyed request, answered on the calling coroutine's executor. A
+  /// store that queues its calls (PostgreSQL's group commit) takes it from this
+  /// thread and answers from its own, so no database-pool thread waits per request:
+  /// that wait cost a context switch each way (docs/PERFORMANCE.md). Otherwise the
+  /// claim runs on the database pool.
+  asio::awaitable<engine::Admission> claim(const store::ClaimRequest& claim) {
+    if (!coordinator.queues_store_calls())
+      co_return co_await blocking([this, &claim] { return coordinator.claim(claim); });
+    co_return co_await queued<engine::Admission>(
+        [this, &claim](std::function<void(engine::Admission)> done) {
+          coordinator.claim_async(claim, std::move(done));
+        });
+  }
+
+  /// The completion of a claim with the upstream's answer, as claim() does it.
+  /// `form` is moved from.
+  asio::awaitable<engine::Completion> complete(const store::ClaimRequest& claim, std::int64_t token,
+                                               const engine::RoutePolicy& route,
+                                               const store::StoredResponse& answer,
+                                               engine::ReplayCache::Request& form) {
+    if (!coordinator.completes_async(route, answer)) {
+      co_return co_await blocking([this, &claim, token, &route, &answer, &form] {
+        return coordinator.complete(claim, token, route, answer, std::move(form));
+      });
+    }
+    co_return co_await queued<engine::Completion>(
+        [this, &claim, token, &route, &answer,
+         &form](std::function<void(engine::Completion)> done) {
+          coordinator.complete_async(claim, token, route, answer, std::move(form), std::move(done));
+        });
+  }
+
   store::Store& record_store;
   ops::Metrics& metrics;
   asio::thread_pool db_pool;
@@ -101,6 +165,14 @@ class Runtime {
   /// Reloads the config file (SIGHUP and POST /admin/reload); returns the error, if any.
   std::function<std::optional<std::string>()> reload;
 
+  /// Waits until the store has answered every call queued() handed it: its answers
+  /// are posted to the I/O executor, which must outlive them (as db_pool.join()
+  /// waits for blocking() calls).
+  void wait_for_queued_calls() {
+    std::unique_lock lock(queued_mu_);
+    all_answered_.wait(lock, [this] { return queued_calls_ == 0; });
+  }
+
  private:
   engine::Coordinator::Hooks coordinator_hooks() {
     engine::Coordinator::Hooks hooks;
@@ -113,8 +185,20 @@ class Runtime {
     return hooks;
   }
 
+  void calls_started() {
+    std::lock_guard lock(queued_mu_);
+    ++queued_calls_;
+  }
+  void calls_answered() {
+    std::lock_guard lock(queued_mu_);
+    if (--queued_calls_ == 0) all_answered_.notify_all();
+  }
+
   mutable std::mutex mu_;
   std::shared_ptr<const Settings> settings_;
+  std::mutex queued_mu_;
+  std::condition_variable all_answered_;
+  long queued_calls_ = 0;  // handed to the store by queued(), not answered yet
   std::string store_problem_ = "not prepared yet";
 };
 

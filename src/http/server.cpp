@@ -15,8 +15,9 @@ namespace idemproxy::http {
 namespace {
 
 // Database-pool threads. With PostgreSQL: one per connection, plus room for a full
-// batch of claims and completions to queue for the next free connection (a waiting
-// caller holds its thread; see PgStore's group commit).
+// batch of blocking calls to queue for the next free connection (claims and
+// completions of requests skip this pool: PgStore queues them itself, see
+// Runtime::queued; background completion retries and releases still wait here).
 int db_threads(const config::StoreConfig& store) {
   if (store.kind != config::StoreConfig::Kind::postgres) return 1;
   return store.pool_size + (store.batch_max > 1 ? store.batch_max : 0);
@@ -374,6 +375,7 @@ int ProxyServer::run() {
   for (int i = 1; i < s.threads; ++i) extra.emplace_back([&s] { s.io.run(); });
   s.io.run();
   for (auto& t : extra) t.join();
+  s.runtime.wait_for_queued_calls();  // their answers go to `io`, which must outlive them
   if (const auto pending = s.runtime.completions.pending(); pending > 0) {
     spdlog::error("{} completion(s) could not be written before exit; their records stay in flight",
                   pending);

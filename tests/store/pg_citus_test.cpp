@@ -38,13 +38,6 @@ class PgCitusTest : public PgStoreTest {
     return {row[0].as<long long>(), row[1].as<int>()};
   }
 
-  // How many of n calls for `key`'s worker queue behind a HeldConnection with `gate`:
-  // all, when the gate's held call leads that worker's lane; else all but the first,
-  // which leads and waits for the connection.
-  int queued_behind(const std::string& gate, const std::string& key, int n) {
-    return placement(gate).second == placement(key).second ? n : n - 1;
-  }
-
   // n keys that Citus places in one shard.
   std::vector<std::string> keys_of_one_shard(const std::string& prefix, std::size_t n) {
     std::map<long long, std::vector<std::string>> by_shard;
@@ -227,9 +220,8 @@ TEST_F(PgCitusTest, ClaimsForOneWorkerQueuedTogetherCommitTogether) {
   constexpr int kClaims = 22;  // keys[0..19], the live key, and keys[0] again
   std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
   const auto before = one.batch_stats();
-  held.queue_and_release(
-      kClaims, [&](int i) { results[i] = one.claim(request(keys[i < 21 ? i : 0])); },
-      queued_behind("gate", keys[0], kClaims));
+  held.queue_and_release(kClaims,
+                         [&](int i) { results[i] = one.claim(request(keys[i < 21 ? i : 0])); });
   const auto after = one.batch_stats();
   EXPECT_EQ(after.multi_row - before.multi_row, 1);
   EXPECT_EQ(after.fallbacks, 0);
@@ -268,13 +260,10 @@ TEST_F(PgCitusTest, ClaimsForOneWorkerQueuedTogetherCommitTogether) {
   std::vector<std::optional<Result<TimePoint>>> done(held_keys.size());
   HeldConnection again(one, request("gate-2"));
   const auto mid = one.batch_stats();
-  again.queue_and_release(
-      static_cast<int>(held_keys.size()),
-      [&](int i) {
-        const auto& [key, token] = held_keys[i];
-        done[i] = one.complete({scope, key}, token, {201, {{"X-N", key}}, awkward(key)}, 1h);
-      },
-      queued_behind("gate-2", keys[0], static_cast<int>(held_keys.size())));
+  again.queue_and_release(static_cast<int>(held_keys.size()), [&](int i) {
+    const auto& [key, token] = held_keys[i];
+    done[i] = one.complete({scope, key}, token, {201, {{"X-N", key}}, awkward(key)}, 1h);
+  });
   EXPECT_EQ(one.batch_stats().multi_row - mid.multi_row, 1);
   for (std::size_t i = 0; i < held_keys.size(); ++i) {
     const auto& key = held_keys[i].first;
@@ -366,6 +355,7 @@ TEST_F(PgCitusTest, ClaimsArrivingWhileTheShardMapIsReadAreGroupCommitted) {
     EXPECT_EQ(fresh.batch_stats().operations, kClaims) << "round " << round;
   }
 }
+
 // The routed claim reads what it replaced from the row it updated (taken_over).
 TEST_F(PgCitusTest, ALeaseTakeoverIsToldApartFromAReclaimOfAReleasedRecord) {
   claim_token(request("stale", 50ms));

@@ -140,3 +140,74 @@ TEST_F(PgStoreTest, BatchedClaimsAndCompletionsRoundTripAwkwardBytes) {
     }
   }
 }
+
+// The proxy's I/O thread hands its claims and completions to group commit and goes
+// on: claim_async and complete_async return while the database is busy, and their
+// answers come later, from a runner thread, once their batch committed. (Before
+// this, every call held a thread of the proxy's database pool until its batch had
+// run: a thread hop and a context switch each way, docs/PERFORMANCE.md.)
+TEST_F(PgStoreTest, QueuedCallsReturnAtOnceAndAreAnsweredFromARunnerThread) {
+  PgStore one({dsn(), 1, 5s});
+  ASSERT_TRUE(one.queues_calls());
+  HeldConnection held(one, request("gate"));
+  constexpr int kClaims = 12;
+  std::vector<ClaimRequest> requests;
+  for (int i = 0; i < kClaims; ++i) requests.push_back(request("async-" + std::to_string(i)));
+  std::mutex mu;
+  std::condition_variable answered;
+  std::vector<Result<ClaimResult>> results;
+  std::set<std::thread::id> answered_on;
+  const auto started = std::chrono::steady_clock::now();
+  for (const auto& r : requests) {
+    one.claim_async(r, [&](Result<ClaimResult> result) {
+      std::lock_guard lock(mu);
+      results.push_back(std::move(result));
+      answered_on.insert(std::this_thread::get_id());
+      answered.notify_one();
+    });
+  }
+  // The only connection is held: had a call waited for its answer, this would not
+  // be reached before the release.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 1s);
+  idemproxy::testing::wait_until_queued(one, kClaims);
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(results.empty());
+  }
+  EXPECT_TRUE(held.release());
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(answered.wait_for(lock, 10s, [&] { return results.size() == kClaims; }));
+  }
+  EXPECT_FALSE(answered_on.count(std::this_thread::get_id()));
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.error().detail;
+    ASSERT_TRUE(std::holds_alternative<Claimed>(r.value()));
+  }
+  // Their completions, queued the same way.
+  std::vector<std::pair<RecordId, std::int64_t>> held_keys;
+  for (const auto& r : requests) {
+    const auto found = store->find(r.id).value();
+    ASSERT_TRUE(found);
+    held_keys.emplace_back(r.id, found->token);
+  }
+  const StoredResponse response{201, {{"X-Async", "1"}}, "done"};
+  std::atomic<int> completed{0};
+  for (const auto& [id, token] : held_keys) {
+    one.complete_async(id, token, response, 1h, [&](Result<TimePoint> r) {
+      if (r.ok()) ++completed;
+      std::lock_guard lock(mu);
+      answered.notify_one();
+    });
+  }
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(answered.wait_for(lock, 10s, [&] { return completed.load() == kClaims; }));
+  }
+  for (const auto& [id, token] : held_keys) {
+    const auto found = store->find(id).value();
+    ASSERT_TRUE(found && found->response);
+    EXPECT_EQ(found->state, RecordState::completed);
+    EXPECT_EQ(found->response->body, "done");
+  }
+}

@@ -84,7 +84,8 @@ inline void wait_until_queued(PgStore& store, int n) {
 }
 
 /// Holds a store's only connection busy, so the calls that follow queue up and run
-/// as one group-commit batch.
+/// as one group-commit batch. (A store of one connection has one runner thread,
+/// which waits on the held call, so every call queues, whatever its lane.)
 class HeldConnection {
  public:
   // Claims `gate` on `store`, locks its row from another session, and starts a

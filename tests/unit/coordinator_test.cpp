@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "faulty_store.hpp"
@@ -121,6 +122,90 @@ TEST_F(CoordinatorTest, WaitersWakeOnlyAfterTheAnswerIsInTheCache) {
   EXPECT_EQ(hit->response.body, R"({"id":"ord_1"})");
   EXPECT_EQ(hit->head, "HTTP/1.1 prepared");  // readied by the transport's hook
   EXPECT_TRUE(hit->request.same("POST", "/v1/orders", "application/json", R"({"n":1})"));
+}
+
+// A store that queues its calls (PostgreSQL's group commit) answers a claim later,
+// on a thread of its own. The verdict is the one claim() gives, and the key is
+// marked held before the verdict is handed over, as claim() does it.
+TEST_F(CoordinatorTest, AQueuedClaimMarksTheKeyHeldBeforeItsVerdictIsHandedOver) {
+  store.queues = true;
+  ASSERT_TRUE(coordinator.queues_store_calls());
+  const auto c = claim("k");
+  std::optional<Admission> verdict;
+  bool held_when_answered = false;
+  coordinator.claim_async(c, [&](Admission a) {
+    held_when_answered = coordinator.wait_here(c.id, std::make_shared<ProbeWaiter>([] {}));
+    verdict = std::move(a);
+  });
+  EXPECT_FALSE(verdict);  // queued, not answered
+  EXPECT_FALSE(coordinator.wait_here(c.id, std::make_shared<ProbeWaiter>([] {})));
+  store.run_queued();
+  ASSERT_TRUE(verdict);
+  EXPECT_EQ(verdict->kind, Admission::Kind::execute);
+  EXPECT_TRUE(held_when_answered);
+  // The second claim of the key, queued the same way, finds it in flight.
+  std::optional<Admission> second;
+  coordinator.claim_async(c, [&](Admission a) { second = std::move(a); });
+  store.run_queued();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->kind, Admission::Kind::in_flight);
+}
+
+// A queued completion keeps complete()'s order: the store, then the replay cache,
+// then the waiters, and only then the caller's answer.
+TEST_F(CoordinatorTest, AQueuedCompletionCachesThenWakesThenAnswers) {
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  ASSERT_EQ(first.kind, DKind::execute);
+  int found_cached = 0;
+  auto waiter = std::make_shared<ProbeWaiter>([&] {
+    if (coordinator.cached(route, c.id)) ++found_cached;
+  });
+  ASSERT_TRUE(coordinator.wait_here(c.id, waiter));
+  store.queues = true;
+  const auto answer = created();
+  ASSERT_TRUE(coordinator.completes_async(route, answer));
+  std::optional<Completion> done;
+  int woken_when_answered = -1;
+  coordinator.complete_async(c, first.token, route, answer, form, [&](Completion d) {
+    woken_when_answered = waiter->woken;
+    done = d;
+  });
+  EXPECT_FALSE(done);
+  EXPECT_EQ(waiter->woken, 0);
+  EXPECT_FALSE(coordinator.cached(route, c.id));
+  store.run_queued();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->finish, Finish::stored);
+  EXPECT_GT(done->expires_at, TimePoint{});
+  EXPECT_EQ(found_cached, 1);
+  EXPECT_EQ(woken_when_answered, 1);
+  const auto hit = coordinator.cached(route, c.id);
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->response.body, R"({"id":"ord_1"})");
+  EXPECT_EQ(hit->head, "HTTP/1.1 prepared");
+}
+
+// A queued completion whose reply was lost is retried in the background and not
+// cached, as complete() does; a status the route does not store releases the key,
+// a blocking call, so it is not queued.
+TEST_F(CoordinatorTest, AQueuedCompletionWhoseReplyIsLostIsRetriedNotCached) {
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  store.queues = true;
+  store.complete_reply_lost = true;
+  std::optional<Completion> done;
+  coordinator.complete_async(c, first.token, route, created(), form,
+                             [&](Completion d) { done = d; });
+  store.run_queued();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->finish, Finish::store_failed);
+  EXPECT_TRUE(done->retrying);
+  ASSERT_EQ(retried.size(), 1u);
+  EXPECT_FALSE(coordinator.cached(route, c.id));
+  EXPECT_FALSE(coordinator.completes_async(route, {503, {}, "busy"}));
+  store.queues = false;
+  EXPECT_FALSE(coordinator.completes_async(route, created()));
 }
 
 TEST_F(CoordinatorTest, TheCachedAnswerLivesNoLongerThanTheRecordOnTheMonotonicClock) {

@@ -1,5 +1,6 @@
 #pragma once
 // A store for unit tests that fails on purpose, over the in-memory store.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,32 @@ class FaultyStore final : public store::Store {
     if (complete_reply_lost) return store::StoreError{store::StoreErrc::unavailable, "reset"};
     return r;
   }
+
+  // With `queues`, claim_async and complete_async hold their calls until
+  // run_queued(), as PgStore's group commit holds them until a batch runs.
+  bool queues = false;
+  std::vector<std::function<void()>> queued;
+  bool queues_calls() const override { return queues; }
+  void claim_async(const store::ClaimRequest& r, ClaimDone done) override {
+    if (!queues) return Store::claim_async(r, std::move(done));
+    queued.emplace_back([this, &r, done = std::move(done)] { done(claim(r)); });
+  }
+  void complete_async(const store::RecordId& id, std::int64_t token,
+                      const store::StoredResponse& response, Duration ttl,
+                      CompleteDone done) override {
+    if (!queues) return Store::complete_async(id, token, response, ttl, std::move(done));
+    // By value: the caller's arguments need only live until the call is answered,
+    // and PgStore copies them too.
+    queued.emplace_back([this, id, token, response, ttl, done = std::move(done)] {
+      done(complete(id, token, response, ttl));
+    });
+  }
+  void run_queued() {
+    auto calls = std::move(queued);
+    queued.clear();
+    for (auto& call : calls) call();
+  }
+
   store::Result<TimePoint> renew(const store::RecordId& id, std::int64_t t, Duration l) override {
     return inner.renew(id, t, l);
   }

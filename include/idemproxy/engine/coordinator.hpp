@@ -103,6 +103,11 @@ class Coordinator {
   /// returns: the losers of one group-commit batch are answered at the same moment
   /// as its winner, and must find the key held here, not poll for it.
   Admission claim(const store::ClaimRequest& claim);
+  /// claim() without a thread waiting for the store, when it queues its calls
+  /// (queues_store_calls()): `done` is called on the store's thread with the verdict.
+  /// `claim` must stay alive until then.
+  void claim_async(const store::ClaimRequest& claim, std::function<void(Admission)> done);
+  bool queues_store_calls() const { return store_.queues_calls(); }
 
   /// What the verdict means on `route`. A replay from the store is cached first,
   /// valid for what the store said was left of its lifetime; `form` is the request
@@ -143,6 +148,17 @@ class Coordinator {
   Completion complete(const store::ClaimRequest& claim, std::int64_t token,
                       const RoutePolicy& route, const store::StoredResponse& answer,
                       ReplayCache::Request form);
+  /// complete() without a thread waiting for the store, for an answer it stores
+  /// (completes_async()): `done` is called on the store's thread. Every argument but
+  /// `form` must stay alive until then.
+  void complete_async(const store::ClaimRequest& claim, std::int64_t token,
+                      const RoutePolicy& route, const store::StoredResponse& answer,
+                      ReplayCache::Request form, std::function<void(Completion)> done);
+  /// Whether complete_async() can carry this answer: the store queues its calls and
+  /// the answer is stored (others release the claim, a blocking call).
+  bool completes_async(const RoutePolicy& route, const store::StoredResponse& answer) const {
+    return store_.queues_calls() && route.stores_status(answer.status);
+  }
 
   /// Gives up a claim (database pool). Nothing was `sent`: released, a retry may
   /// execute. Sent without an answer: marked indeterminate, never released.
@@ -167,6 +183,14 @@ class Coordinator {
                              const ReplayCache::Request& form);
   Decision refuse(Refusal why, std::string detail, ops::Outcome outcome,
                   std::optional<int> retry_after = std::nullopt);
+  /// What claim() does with the verdict once the store answered.
+  Admission admitted(const store::ClaimRequest& claim, Admission verdict);
+  /// What complete() does once the store answered: the replay cache, a retry in the
+  /// background if the store failed, then the waiters.
+  Completion completed(const store::ClaimRequest& claim, std::int64_t token,
+                       const RoutePolicy& route, const store::StoredResponse& answer,
+                       ReplayCache::Request form, Deadline started, Completion c,
+                       store::StoredResponse stored);
 
   store::Store& store_;
   Engine engine_;

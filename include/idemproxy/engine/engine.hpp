@@ -50,6 +50,8 @@ class Engine {
 
   /// Claims the key or explains why the request must not execute now.
   Admission admit(const store::ClaimRequest& request);
+  /// What the store's answer to claiming `request` admits (admit() without the call).
+  static Admission admission(const store::ClaimRequest& request, store::Result<store::ClaimResult> result);
 
   /// Records the upstream's answer under `token`: stored when its status is
   /// storable (without hop-by-hop and denied headers), released otherwise.
@@ -58,6 +60,11 @@ class Engine {
   Finish finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
                 const store::StoredResponse& response, TimePoint* expires_at = nullptr,
                 store::StoredResponse* stored = nullptr);
+  /// finish() in parts, for a store call answered later (Store::complete_async): the
+  /// response as it is stored, then what the store's answer means.
+  static store::StoredResponse kept(const store::StoredResponse& response,
+                                    const RoutePolicy& policy);
+  static Finish finished(const store::Result<TimePoint>& done, TimePoint* expires_at);
 
   /// The holder's heartbeat: keeps the claim's lease running while the upstream
   /// works, so a short lease recovers fast from a crash and never frees the key of

@@ -121,7 +121,8 @@ class Result {
 struct Done {};
 
 /// Where idempotency records live. Implementations are thread-safe and may block;
-/// the proxy calls them from its database pool, never from an I/O thread.
+/// the proxy calls them from its database pool, never from an I/O thread (except
+/// claim_async and complete_async on a store that queues_calls()).
 class Store {
  public:
   virtual ~Store() = default;
@@ -134,6 +135,21 @@ class Store {
   /// Stores the response and starts the TTL; only the holder of `token` may.
   virtual Result<TimePoint> complete(const RecordId& id, std::int64_t token,
                                      const StoredResponse& response, Duration ttl) = 0;
+
+  /// claim() and complete() answered through a callback instead of a blocked
+  /// thread. A store that queues them (queues_calls()) returns at once and calls
+  /// `done` later, on a thread of its own, so the caller may be an I/O thread; the
+  /// arguments must stay alive until `done` is called. Otherwise `done` is called
+  /// here, after the blocking call.
+  using ClaimDone = std::function<void(Result<ClaimResult>)>;
+  using CompleteDone = std::function<void(Result<TimePoint>)>;
+  virtual void claim_async(const ClaimRequest& request, ClaimDone done) { done(claim(request)); }
+  virtual void complete_async(const RecordId& id, std::int64_t token,
+                              const StoredResponse& response, Duration ttl, CompleteDone done) {
+    done(complete(id, token, response, ttl));
+  }
+  /// Whether claim_async and complete_async return without blocking.
+  virtual bool queues_calls() const { return false; }
   /// Extends the holder's lease to now + `lease` (its heartbeat while the upstream
   /// works); returns the new end. Fenced when `token` no longer holds the record.
   virtual Result<TimePoint> renew(const RecordId& id, std::int64_t token, Duration lease) = 0;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "store/pg/pool.hpp"
@@ -48,21 +49,43 @@ struct Pending {
   const ClaimParams* claim;
   const CompleteParams* complete;
   Result<Answer> answer{StoreError{StoreErrc::unavailable, "not run"}};
-  bool done = false;
-  std::condition_variable wake;
+  /// Called once `answer` is final, on the runner thread that ran its batch, without
+  /// GroupCommit's lock. It may end the Pending's life.
+  std::function<void()> finished;
+};
+
+/// The threads that run batches: a caller only queues its claim or completion, so
+/// no thread waits per call (a thread hop and a context switch each way, measured
+/// as most of the proxy's CPU per fresh key; docs/PERFORMANCE.md).
+class Runners {
+ public:
+  explicit Runners(int threads);
+  /// Runs what is still queued, then joins.
+  ~Runners();
+  Runners(const Runners&) = delete;
+  Runners& operator=(const Runners&) = delete;
+  void post(std::function<void()> task);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
 };
 
 class GroupCommit {
  public:
-  GroupCommit(Pool& pool, const PgOptions& options) : pool_(pool), options_(options) {}
+  GroupCommit(Pool& pool, const PgOptions& options)
+      : pool_(pool), options_(options), runners_(std::max(1, options.pool_size)) {}
 
-  /// Queues `self` for the next batch of its lane (leading it when a batch slot is
-  /// free) and decodes its answer once committed. On plain PostgreSQL every call
-  /// shares one lane; on Citus each worker is a lane.
-  template <class T>
-  Result<T> run(Pending& self, const std::function<Result<T>(const Answer&)>& decode);
-  /// `self` alone, now: the single-row statement in autocommit.
-  void run_alone(Pending& self);
+  /// Queues `self` for the next batch of its lane and returns; a runner thread runs
+  /// the batch (at once when a batch slot is free) and calls self.finished once it
+  /// committed. On plain PostgreSQL every call shares one lane; on Citus each worker
+  /// is a lane.
+  void submit(Pending& self);
+  /// `self` alone, on a runner thread: the single-row statement in autocommit.
+  void submit_alone(Pending& self);
 
   PgStore::BatchStats stats();
 
@@ -74,8 +97,10 @@ class GroupCommit {
     int slots = 1;    // batches at once
     int worker = -1;  // the Citus worker whose keys this lane batches; -1: plain
   };
-  /// Runs the next batch of `lane`: called with `lock` held; returns with it held.
-  void lead(std::unique_lock<std::mutex>& lock, Lane& lane, Pending& self);
+  /// Runs batches of `lane` until its queue is empty, holding one of its slots.
+  void drain(Lane& lane);
+  /// `self` alone, now: the single-row statement in autocommit.
+  void run_alone(Pending& self);
   /// `worker`: every member's key is on that Citus worker (-1: not on Citus).
   void run_batch(const std::vector<Pending*>& batch, int worker);
   bool run_many(const std::vector<Pending*>& members, int worker);
@@ -95,40 +120,7 @@ class GroupCommit {
   std::map<int, Lane> lanes_;  // kPlainLane, or a Citus worker's group id
   PgStore::BatchStats stats_;
   static constexpr int kPlainLane = -1;
+  Runners runners_;  // last: its threads finish what is queued before the rest goes
 };
-
-template <class T>
-Result<T> GroupCommit::run(Pending& self, const std::function<Result<T>(const Answer&)>& decode) {
-  const bool citus = pool_.distributed();
-  const int worker = citus ? pool_.worker_of(self.id.key) : kPlainLane;
-  if (citus && worker < 0) {
-    run_alone(self);  // no shard map yet: one routed statement, on any free connection
-  } else {
-    std::unique_lock lock(mu_);
-    Lane& lane = lanes_[worker];
-    // On Citus, batches per worker, one at a time: a worker's claims and completions
-    // queue behind its running batch, while other workers' batches run on the rest of
-    // the pool. One slot per worker made bigger batches than a quarter of the pool:
-    // 734 fresh keys/s against 721 with pool 8, and 734 against 569 with pool 16.
-    lane.slots = citus ? 1 : slots();
-    lane.worker = worker;
-    lane.queue.push_back(&self);
-    while (!self.done) {
-      if (lane.running < lane.slots && !lane.queue.empty()) {
-        lead(lock, lane, self);
-        continue;
-      }
-      self.wake.wait(lock);
-    }
-  }
-  if (!self.answer.ok()) return self.answer.error();
-  try {
-    return decode(self.answer.value());
-  } catch (const UnreadableRecord& e) {
-    return StoreError{StoreErrc::unreadable, e.what()};
-  } catch (const std::exception& e) {
-    return StoreError{StoreErrc::unavailable, std::string("database error: ") + e.what()};
-  }
-}
 
 }  // namespace idemproxy::store::pg

@@ -5,6 +5,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <random>
 
 #include "idemproxy/common/hex.hpp"
@@ -130,62 +133,137 @@ std::vector<Store::Sample> PgStore::stats() {
 
 PgStore::BatchStats PgStore::batch_stats() { return impl_->batches.stats(); }
 
-Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
-  const pg::RowCodec& codec = impl_->codec;
-  const pg::ClaimParams params{req,
-                               codec.sealing()
-                                   ? to_hex(codec.stored(req.fingerprint, req.id, "fingerprint"))
-                                   : req.fingerprint,
-                               codec.key_id(), claim_nonce()};
-  pg::Pending self{req.id, &params, nullptr};
-  auto decode = [&](const pg::Answer& a) -> Result<ClaimResult> {
-    if (a.row < 0) {
-      return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
+// The group-commit calls. Each is a heap object that lives until its answer is
+// handed over: the caller may be an I/O thread that went on (claim_async).
+struct PgStore::ClaimCall {
+  ClaimCall(const ClaimRequest& req, const pg::RowCodec& codec, ClaimDone d)
+      : params{req,
+               codec.sealing() ? to_hex(codec.stored(req.fingerprint, req.id, "fingerprint"))
+                               : req.fingerprint,
+               codec.key_id(), claim_nonce()},
+        self{req.id, &params, nullptr},
+        done(std::move(d)) {}
+  pg::ClaimParams params;
+  pg::Pending self;
+  ClaimDone done;
+};
+
+struct PgStore::CompleteCall {
+  CompleteCall(const RecordId& id, std::int64_t token, const StoredResponse& response, Duration ttl,
+               const pg::RowCodec& codec, CompleteDone d)
+      : params{id,           static_cast<long long>(token),       response.status, std::nullopt,
+               std::nullopt, static_cast<long long>(ttl.count()), codec.key_id()},
+        self{id, nullptr, &params},
+        done(std::move(d)) {
+    // A response too large to keep is recorded by its status alone: NULL headers and
+    // body.
+    if (response.body_stored) {
+      params.headers = codec.stored(encode_headers(response.headers), id, "headers");
+      params.body = codec.stored(response.body, id, "body");
     }
-    const pg::Columns at(a.rows);
-    const pqxx::row row = a.rows[a.row];
-    Record record = codec.read(row, at, req.id);
-    if (row[at.claimed].as<bool>() && !a.repeat) {
-      return ClaimResult{Claimed{record.token, record.locked_until, row[at.took_over].as<bool>()}};
-    }
-    return ClaimResult{std::move(record)};
-  };
-  Result<ClaimResult> result = impl_->batches.run<ClaimResult>(self, decode);
-  // Unanswered: the claim may still have committed (its connection broke after
-  // sending it, and sending it again failed too). The caller answers without the
-  // upstream, so withdraw it once the database answers, or the client's retry would
-  // find it in flight until its lease ran out. Withdrawing a claim that never
-  // committed changes nothing.
-  if (!result.ok() && result.error().code == StoreErrc::unavailable) {
-    impl_->withdraw(req.id, params.nonce, req.lease);
   }
-  return result;
+  pg::CompleteParams params;
+  pg::Pending self;
+  CompleteDone done;
+};
+
+namespace {
+
+// Decodes a member's answer; a record that cannot be read, or a database error
+// while reading it, is the store's error, as for every other call.
+template <class T, class Decode>
+Result<T> decoded(const pg::Pending& self, Decode decode) {
+  if (!self.answer.ok()) return self.answer.error();
+  try {
+    return decode(self.answer.value());
+  } catch (const pg::UnreadableRecord& e) {
+    return StoreError{StoreErrc::unreadable, e.what()};
+  } catch (const std::exception& e) {
+    return StoreError{StoreErrc::unavailable, std::string("database error: ") + e.what()};
+  }
+}
+
+// Starts an asynchronous call with `start` and waits for its answer.
+template <class T, class Start>
+Result<T> wait_for(Start start) {
+  std::mutex mu;
+  std::condition_variable answered;
+  std::optional<Result<T>> out;
+  start([&](Result<T> r) {
+    std::lock_guard lock(mu);
+    out.emplace(std::move(r));
+    answered.notify_one();
+  });
+  std::unique_lock lock(mu);
+  answered.wait(lock, [&] { return out.has_value(); });
+  return std::move(*out);
+}
+
+}  // namespace
+
+Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
+  return wait_for<ClaimResult>([&](ClaimDone done) { claim_async(req, std::move(done)); });
+}
+
+void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
+  auto* call = new ClaimCall(req, impl_->codec, std::move(done));
+  call->self.finished = [this, call] {
+    const std::unique_ptr<ClaimCall> own(call);
+    const ClaimRequest& req = own->params.req;
+    const pg::RowCodec& codec = impl_->codec;
+    Result<ClaimResult> result =
+        decoded<ClaimResult>(own->self, [&](const pg::Answer& a) -> Result<ClaimResult> {
+          if (a.row < 0) {
+            return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
+          }
+          const pg::Columns at(a.rows);
+          const pqxx::row row = a.rows[a.row];
+          Record record = codec.read(row, at, req.id);
+          if (row[at.claimed].as<bool>() && !a.repeat) {
+            return ClaimResult{
+                Claimed{record.token, record.locked_until, row[at.took_over].as<bool>()}};
+          }
+          return ClaimResult{std::move(record)};
+        });
+    // Unanswered: the claim may still have committed (its connection broke after
+    // sending it, and sending it again failed too). The caller answers without the
+    // upstream, so withdraw it once the database answers, or the client's retry would
+    // find it in flight until its lease ran out. Withdrawing a claim that never
+    // committed changes nothing.
+    if (!result.ok() && result.error().code == StoreErrc::unavailable) {
+      impl_->withdraw(req.id, own->params.nonce, req.lease);
+    }
+    own->done(std::move(result));
+  };
+  impl_->batches.submit(call->self);
 }
 
 Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
                                     const StoredResponse& response, Duration ttl) {
-  const pg::RowCodec& codec = impl_->codec;
-  // A response too large to keep is recorded by its status alone: NULL headers and body.
-  pg::CompleteParams params{
-      id,           static_cast<long long>(token),       response.status, std::nullopt,
-      std::nullopt, static_cast<long long>(ttl.count()), codec.key_id()};
-  if (response.body_stored) {
-    params.headers = codec.stored(encode_headers(response.headers), id, "headers");
-    params.body = codec.stored(response.body, id, "body");
-  }
-  pg::Pending self{id, nullptr, &params};
-  auto decode = [](const pg::Answer& a) -> Result<TimePoint> {
-    if (a.row < 0) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
-    return pg::from_ms(a.rows[a.row][0]);
-  };
-  // Large bodies skip batching: in an array they would travel as hex text.
-  if (params.body && params.body->size() + params.headers->size() > kBatchedBodyMax) {
-    impl_->batches.run_alone(self);
-    if (!self.answer.ok()) return self.answer.error();
-    return decode(self.answer.value());
-  }
-  return impl_->batches.run<TimePoint>(self, decode);
+  return wait_for<TimePoint>(
+      [&](CompleteDone done) { complete_async(id, token, response, ttl, std::move(done)); });
 }
+
+void PgStore::complete_async(const RecordId& id, std::int64_t token, const StoredResponse& response,
+                             Duration ttl, CompleteDone done) {
+  auto* call = new CompleteCall(id, token, response, ttl, impl_->codec, std::move(done));
+  call->self.finished = [call] {
+    const std::unique_ptr<CompleteCall> own(call);
+    own->done(decoded<TimePoint>(own->self, [](const pg::Answer& a) -> Result<TimePoint> {
+      if (a.row < 0) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+      return pg::from_ms(a.rows[a.row][0]);
+    }));
+  };
+  const pg::CompleteParams& p = call->params;
+  // Large bodies skip batching: in an array they would travel as hex text.
+  if (p.body && p.body->size() + p.headers->size() > kBatchedBodyMax) {
+    impl_->batches.submit_alone(call->self);
+  } else {
+    impl_->batches.submit(call->self);
+  }
+}
+
+bool PgStore::queues_calls() const { return true; }
 
 Result<Done> PgStore::release(const RecordId& id, std::int64_t token) {
   return impl_->fenced_finish(pg::kRelease, id, token);
