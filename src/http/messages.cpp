@@ -240,7 +240,7 @@ asio::awaitable<bool> send_response(RequestContext& ctx, StringResponse& respons
   if (!ctx.request_id.empty()) response.set("X-Request-Id", ctx.request_id);
   ctx.status = response.result_int();
   ctx.client.stream.expires_after(ctx.settings->config.server.read_timeout);
-  auto [ec, n] = co_await bhttp::async_write(ctx.client.stream, response, use_nothrow);
+  auto [ec, n] = co_await write_whole(ctx.client.stream, response);
   co_return !ec;
 }
 

@@ -129,7 +129,7 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
       co_return out;
     }
     conn->stream.expires_after(config_.timeout);  // bounds the whole exchange
-    auto [wec, written] = co_await bhttp::async_write(conn->stream, request, use_nothrow);
+    auto [wec, written] = co_await write_whole(conn->stream, request);
     if (wec) {
       if (conn->reused && attempt == 0) continue;  // a stale keep-alive connection
       out.error = upstream_error(ProblemKind::upstream_unreachable,

@@ -26,6 +26,10 @@ class UnreadableRecord : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The session settings of a pooled connection (not sent through a
+/// transaction-pooling PgBouncer, where sessions do not last).
+std::vector<std::string> session_settings(const PgOptions& options, bool distributed);
+
 /// One libpq connection. Each statement runs in autocommit mode: prepared once per
 /// connection, or sent unnamed when a transaction-pooling PgBouncer is in the path
 /// (its server connections change between transactions).
