@@ -11,7 +11,8 @@ Admission Engine::admit(const store::ClaimRequest& request) {
   return admission(request, store_.claim(request));
 }
 
-Admission Engine::admission(const store::ClaimRequest& request, store::Result<store::ClaimResult> result) {
+Admission Engine::admission(const store::ClaimRequest& request,
+                            store::Result<store::ClaimResult> result) {
   Admission a;
   if (!result.ok()) {
     // An unreadable record is known to exist: never treat it as an outage that

@@ -199,7 +199,8 @@ asio::awaitable<void> linger_and_close(ClientConnection& conn) {
     conn.stream.expires_after(std::min<std::chrono::milliseconds>(
         std::chrono::seconds{2}, std::chrono::duration_cast<std::chrono::milliseconds>(
                                      until - std::chrono::steady_clock::now())));
-    auto [rec, n] = co_await conn.stream.async_read_some(asio::buffer(scratch.data(), scratch.size()), use_nothrow);
+    auto [rec, n] = co_await conn.stream.async_read_some(
+        asio::buffer(scratch.data(), scratch.size()), use_nothrow);
     if (rec) break;
   }
   conn.stream.socket().close(ec);

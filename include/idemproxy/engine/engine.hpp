@@ -51,7 +51,8 @@ class Engine {
   /// Claims the key or explains why the request must not execute now.
   Admission admit(const store::ClaimRequest& request);
   /// What the store's answer to claiming `request` admits (admit() without the call).
-  static Admission admission(const store::ClaimRequest& request, store::Result<store::ClaimResult> result);
+  static Admission admission(const store::ClaimRequest& request,
+                             store::Result<store::ClaimResult> result);
 
   /// Records the upstream's answer under `token`: stored when its status is
   /// storable (without hop-by-hop and denied headers), released otherwise.
