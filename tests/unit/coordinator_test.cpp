@@ -195,8 +195,8 @@ TEST_F(CoordinatorTest, AQueuedCompletionWhoseReplyIsLostIsRetriedNotCached) {
   store.queues = true;
   store.complete_reply_lost = true;
   std::optional<Completion> done;
-  coordinator.complete_async(c, first.token, route, created(), form,
-                             [&](Completion d) { done = d; });
+  const auto answer = created();  // alive until the queued call is answered
+  coordinator.complete_async(c, first.token, route, answer, form, [&](Completion d) { done = d; });
   store.run_queued();
   ASSERT_TRUE(done);
   EXPECT_EQ(done->finish, Finish::store_failed);
