@@ -127,7 +127,27 @@ EOF
     [ -n "$port" ] || { echo "failover.sh: no settled primary to fail" >&2; exit 1; }
     for node in node1 node2; do
       if [ "$(cat "$dir/$node/port")" = "$port" ]; then
-        pkill -9 -s "$(cat "$dir/$node/keeper.sid")" || true
+        # The host is lost: the keeper, its supervisor, the postmaster and every
+        # backend at once. PostgreSQL's children call setsid(), so they are not in the
+        # keeper's session: killing the session alone leaves the backends (and the
+        # walsender) running until they notice the postmaster gone, and a claim sent
+        # after this returned could still commit and be answered.
+        sid=$(cat "$dir/$node/keeper.sid")
+        pids=$(pgrep -s "$sid" || true)
+        kill -STOP $pids 2>/dev/null || true # no new backend forks while they are listed
+        kids=$(for p in $pids; do pgrep -P "$p" || true; done)
+        kill -9 $pids $kids 2>/dev/null || true
+        # Until every one is gone: SIGKILL takes effect when a process next runs.
+        for _ in $(seq 200); do
+          alive=0
+          for p in $pids $kids; do
+            if [ -e "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null; then
+              alive=1
+            fi
+          done
+          [ "$alive" = 0 ] && break
+          sleep 0.05
+        done
       fi
     done
     echo "$port"

@@ -39,6 +39,30 @@ def ha():
     failover("stop", d)
 
 
+def running_in(data_dir):
+    """Processes alive (not zombies) whose working directory is `data_dir`: every
+    PostgreSQL process of a node runs in its data directory."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink("/proc/%s/cwd" % pid) != data_dir:
+                continue
+            with open("/proc/%s/stat" % pid) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def node_dir(d, port):
+    for node in ("node1", "node2"):
+        with open(os.path.join(d, node, "port")) as f:
+            if f.read().strip() == port:
+                return os.path.join(d, node, "data")
+    raise AssertionError("no node on port %s" % port)
+
+
 def fail_over_under_load(make_proxy, upstream, ha, key, ledger, store):
     d = ha[0]
     p = make_proxy(store={"postgres": store})
@@ -46,6 +70,11 @@ def fail_over_under_load(make_proxy, upstream, ha, key, ledger, store):
     time.sleep(1.5)
     old = failover("fail", d)
     failed_at = time.time()
+    # The host is gone when `fail` returns, backends included: a backend left running
+    # until it noticed its postmaster gone could still commit a claim sent after this,
+    # and answer it, and the probe below would take that for writes resuming
+    # (CI, 2026-11-23: "resumed after 5.0 s", then 503s while nothing had failed over).
+    assert running_in(node_dir(d, old)) == []
     try:
         # Writes resume when a fresh key executes again, through the new primary.
         resumed = None
@@ -81,7 +110,7 @@ def fail_over_under_load(make_proxy, upstream, ha, key, ledger, store):
                 lambda k: settle(p, k, "/v1/orders?delay_ms=20"), delivered)))
         for k, r in delivered.items():
             final = finals[k]
-            assert final.status == 201
+            assert final.status == 201, (k, r.status, final.status, final.body)
             if r.status == 201:
                 assert final.header("Idempotent-Replayed") == "true"
             ledger.check(upstream, k, [r, final], final)
