@@ -3,6 +3,7 @@
 // coordinator in front of it, the database pool, the upstream pool and metrics.
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -84,7 +85,8 @@ class Runtime {
   /// with the value passed to it. Timed as a store call, like blocking().
   template <class R, class Start>
   asio::awaitable<R> queued(Start start) {
-    co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(R)>(
+    co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
+                                            void(std::exception_ptr, R)>(
         [this](auto handler, Start begin) {
           auto io = asio::get_associated_executor(handler);
           using Handler = decltype(handler);
@@ -96,16 +98,29 @@ class Runtime {
           auto waiting =
               std::make_shared<Waiting>(Waiting{std::move(handler), asio::make_work_guard(io)});
           const auto started = std::chrono::steady_clock::now();
-          calls_started();
-          begin([this, waiting, started](R result) {
-            metrics.observe_store(
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-            auto ex = waiting->guard.get_executor();
-            asio::post(ex, [waiting, result = std::move(result)]() mutable {
-              std::move(waiting->handler)(std::move(result));
+          queued_calls_.fetch_add(1, std::memory_order_relaxed);
+          try {
+            begin([this, waiting, started](R result) {
+              metrics.observe_store(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                      .count());
+              auto ex = waiting->guard.get_executor();
+              asio::post(ex, [waiting, result = std::move(result)]() mutable {
+                std::move(waiting->handler)(nullptr, std::move(result));
+              });
+              call_answered();
             });
-            calls_answered();
-          });
+          } catch (...) {
+            // Not queued (a store throws before it takes a call, never after), so
+            // nothing will answer it and shutdown must not wait for it. The caller's
+            // co_await throws it: escaping here, it would leave through io.run() (Asio
+            // 1.81 runs the initiation outside the coroutine) and stop the I/O thread.
+            call_answered();
+            auto ex = waiting->guard.get_executor();
+            asio::post(ex, [waiting, error = std::current_exception()]() mutable {
+              std::move(waiting->handler)(error, R{});
+            });
+          }
         },
         asio::use_awaitable, std::move(start));
   }
@@ -170,8 +185,10 @@ class Runtime {
   /// waits for blocking() calls).
   void wait_for_queued_calls() {
     std::unique_lock lock(queued_mu_);
-    all_answered_.wait(lock, [this] { return queued_calls_ == 0; });
+    all_answered_.wait(lock, [this] { return queued_calls_.load() == 0; });
   }
+  /// Calls queued() handed the store that it has not answered yet.
+  long queued_calls() const { return queued_calls_.load(); }
 
  private:
   engine::Coordinator::Hooks coordinator_hooks() {
@@ -185,20 +202,20 @@ class Runtime {
     return hooks;
   }
 
-  void calls_started() {
+  // One atomic operation per call; the lock only when the count reaches zero. The
+  // notification is made under the lock, so wait_for_queued_calls() returns (and the
+  // Runtime may go) only after the last answerer has let go of it.
+  void call_answered() {
+    if (queued_calls_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     std::lock_guard lock(queued_mu_);
-    ++queued_calls_;
-  }
-  void calls_answered() {
-    std::lock_guard lock(queued_mu_);
-    if (--queued_calls_ == 0) all_answered_.notify_all();
+    all_answered_.notify_all();
   }
 
   mutable std::mutex mu_;
   std::shared_ptr<const Settings> settings_;
   std::mutex queued_mu_;
   std::condition_variable all_answered_;
-  long queued_calls_ = 0;  // handed to the store by queued(), not answered yet
+  std::atomic<long> queued_calls_{0};  // handed to the store by queued(), not answered yet
   std::string store_problem_ = "not prepared yet";
 };
 

@@ -1,14 +1,20 @@
 // The http library's pure parts, linked as the proxy links them: request-target
 // normalisation (RFC 3986 and RFC 9112 cases), the one map from the coordinator's
-// refusals to problem+json responses, and the replay head serialized once.
+// refusals to problem+json responses, the replay head serialized once, and the
+// runtime's count of store calls it queued.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <thread>
 
 #include "http/headers.hpp"
 #include "http/problem.hpp"
 #include "http/request_target.hpp"
+#include "http/runtime.hpp"
 #include "http/trace_context.hpp"
+#include "idemproxy/common/clock.hpp"
+#include "idemproxy/store/memory_store.hpp"
 
 using namespace idemproxy;
 using namespace idemproxy::http;
@@ -138,4 +144,45 @@ TEST(TraceContext, ReplaysNeverSendTheStoredTraceId) {
   const auto res = replay_response(stored, TimePoint{}, 11, true);
   EXPECT_EQ(res.count(std::string(store::kTraceIdEntry)), 0U);
   EXPECT_EQ(res["Content-Type"], "application/json");
+}
+
+// Runtime::queued counts the calls it hands a queuing store, and the server waits
+// for that count to reach zero before its io_context goes. A store that throws
+// before taking a call never answers it: counted in, it would hold shutdown forever.
+TEST(RuntimeQueued, AStartThatThrowsIsNotWaitedForAndAnAnsweredOneIsCountedOut) {
+  asio::io_context io;
+  const auto settings = std::make_shared<const Settings>(
+      config::parse_config("upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\n"
+                           "routes: [{name: any, path_prefix: /any}]\n",
+                           "test.yaml", [](const std::string&) { return std::nullopt; }));
+  SystemClock clock;
+  store::MemoryStore store(clock);
+  ops::Metrics metrics;
+  Runtime runtime(io, settings, store, metrics, 1);
+  bool threw = false;
+  int answer = 0;
+  std::thread answerer;
+  std::thread* answering = &answerer;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        try {
+          co_await runtime.queued<int>(
+              [](const std::function<void(int)>&) { throw std::runtime_error("not taken"); });
+        } catch (const std::runtime_error&) {
+          threw = true;
+        }
+        EXPECT_EQ(runtime.queued_calls(), 0);
+        // Answered from a thread of the store's own, as group commit's runners do.
+        answer = co_await runtime.queued<int>([answering](std::function<void(int)> done) {
+          *answering = std::thread([done = std::move(done)] { done(7); });
+        });
+      },
+      asio::detached);
+  io.run();
+  answerer.join();
+  EXPECT_TRUE(threw);
+  EXPECT_EQ(answer, 7);
+  EXPECT_EQ(runtime.queued_calls(), 0);
+  runtime.wait_for_queued_calls();  // returns at once
 }
