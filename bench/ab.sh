@@ -9,10 +9,8 @@ OLD=$(realpath "$1") NEW=$(realpath "$2") SCENARIO=$3 ROUNDS=${4:-5} SECS=${5:-5
 WORK_NAME=ab
 . bench/common.sh
 
-DSN=$(taskset -c "$LOAD_CPU" bash scripts/pg.sh start "$WORK/pg" "" -c min_wal_size=1GB)
-UP_PORT=$(free_port)
-taskset -c "$LOAD_CPU" build-bench/bench_upstream "$UP_PORT" & PIDS+=($!)
-wait_port "$UP_PORT"
+DSN=$(start_pg "$WORK/pg")
+start_upstream
 PROXY_BIN=$OLD start_proxy old "$DSN" 8
 OLD_PORT=$PROXY_PORT OLD_PID=$PROXY_PID
 PROXY_BIN=$NEW start_proxy new "$DSN" 8

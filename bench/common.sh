@@ -1,4 +1,4 @@
-# Sourced by bench/run.sh and bench/scaling.sh: installs what the benchmarks need,
+# Sourced by bench/run.sh, scaling.sh, ab.sh and profile.sh: installs what the benchmarks need,
 # builds build-bench/, pins CPUs, makes the work folder and cleans it up on exit.
 # The caller sets WORK_NAME; it may add to CLEANUP (commands run at exit) and PIDS.
 bash scripts/install-deps.sh bench >/dev/null
@@ -18,6 +18,16 @@ cleanup() {
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+
+# start_pg DIR: a private PostgreSQL on LOAD_CPU; prints its DSN. min_wal_size keeps
+# recycled WAL segments, so no measurement pays for new ones.
+start_pg() { taskset -c "$LOAD_CPU" bash scripts/pg.sh start "$1" "" -c min_wal_size=1GB; }
+# start_upstream: the bench upstream on LOAD_CPU; sets UP_PORT.
+start_upstream() {
+  UP_PORT=$(free_port)
+  taskset -c "$LOAD_CPU" build-bench/bench_upstream "$UP_PORT" & PIDS+=($!)
+  wait_port "$UP_PORT"
+}
 
 # start_proxy NAME DSN POOL [THREADS [CPUS]]: idemproxy with THREADS I/O threads (1)
 # on CPUS (SUT_CPU) in front of the upstream on UP_PORT, with the benchmarks' one

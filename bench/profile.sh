@@ -11,10 +11,8 @@ SECS=${2:-8}
 WORK_NAME=profile
 . bench/common.sh
 
-DSN=$(taskset -c "$LOAD_CPU" bash scripts/pg.sh start "$WORK/pg" "" -c min_wal_size=1GB)
-UP_PORT=$(free_port)
-taskset -c "$LOAD_CPU" build-bench/bench_upstream "$UP_PORT" & PIDS+=($!)
-wait_port "$UP_PORT"
+DSN=$(start_pg "$WORK/pg")
+start_upstream
 start_proxy idemproxy "$DSN" 8
 
 case $SCENARIO in

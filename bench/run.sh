@@ -19,13 +19,10 @@ WORK_NAME=bench
 . bench/common.sh
 
 # --- the components -------------------------------------------------------------
-# min_wal_size keeps recycled WAL segments, so no measurement pays for new ones.
-DSN=$(taskset -c "$LOAD_CPU" bash scripts/pg.sh start "$WORK/pg" "" -c min_wal_size=1GB)
+DSN=$(start_pg "$WORK/pg")
 PSQL=(psql "$DSN" -qAt -v ON_ERROR_STOP=1)
 
-UP_PORT=$(free_port)
-taskset -c "$LOAD_CPU" build-bench/bench_upstream "$UP_PORT" & PIDS+=($!)
-wait_port "$UP_PORT"
+start_upstream
 
 NGINX_PORT=$(free_port)
 mkdir -p "$WORK/nginx"

@@ -20,11 +20,9 @@ WORK_NAME=scaling
 . bench/common.sh
 CLEANUP+=("bash scripts/citus.sh stop $WORK/citus")
 
-PLAIN_DSN=$(taskset -c "$LOAD_CPU" bash scripts/pg.sh start "$WORK/pg" "" -c min_wal_size=1GB)
+PLAIN_DSN=$(start_pg "$WORK/pg")
 CITUS_DSN=$(CITUS_DURABLE=1 taskset -c "$LOAD_CPU" bash scripts/citus.sh start "$WORK/citus")
-UP_PORT=$(free_port)
-taskset -c "$LOAD_CPU" build-bench/bench_upstream "$UP_PORT" & PIDS+=($!)
-wait_port "$UP_PORT"
+start_upstream
 
 # proxy NAME DSN POOL: starts idemproxy on the store; sets PORT[NAME] and PID[NAME].
 declare -A PORT PID
