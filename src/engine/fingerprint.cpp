@@ -19,7 +19,7 @@ std::string lower(std::string_view s) {
 
 class Sha256 {
  public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex2(ctx_, sha256_md(), nullptr); }
   ~Sha256() { EVP_MD_CTX_free(ctx_); }
   Sha256(const Sha256&) = delete;
   Sha256& operator=(const Sha256&) = delete;
@@ -78,7 +78,7 @@ std::string fingerprint(std::string_view method, std::string_view target,
 std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
   unsigned int n = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+  HMAC(sha256_md(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(data.data()), data.size(), md.data(), &n);
   return to_hex({reinterpret_cast<const char*>(md.data()), n});
 }

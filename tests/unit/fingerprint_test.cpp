@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <thread>
+#include <vector>
+
 using namespace idemproxy::engine;
 
 TEST(CanonicalJson, KeyOrderAndWhitespaceDoNotMatter) {
@@ -45,6 +49,32 @@ TEST(Fingerprint, PartsCannotBeShiftedIntoEachOther) {
 
 TEST(Sha256Hex, MatchesKnownVector) {
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // The empty string, after "abc" on the same thread: the reused context starts over.
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+// Each I/O thread digests with a context of its own, reused: threads digesting at
+// once get what one thread gets.
+TEST(Sha256Hex, ThreadsDigestingAtOnceAgreeWithOneThread) {
+  std::vector<std::string> inputs, expected;
+  for (int i = 0; i < 200; ++i) {
+    inputs.push_back("key-" + std::to_string(i) + std::string(static_cast<std::size_t>(i), 'x'));
+    expected.push_back(sha256_hex(inputs.back()));
+  }
+  std::vector<std::vector<std::string>> got(4);
+  std::vector<std::thread> threads;
+  for (auto& out : got) {
+    threads.emplace_back([&inputs, &out] {
+      for (int round = 0; round < 20; ++round) {
+        for (const auto& in : inputs) out.push_back(sha256_hex(in));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& out : got) {
+    ASSERT_EQ(out.size(), inputs.size() * 20);
+    for (std::size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], expected[i % inputs.size()]);
+  }
 }
 
 TEST(HmacSha256, MatchesRfc4231TestCase2) {
