@@ -38,10 +38,10 @@ tidy_status=0
 bash scripts/check-tidy.sh || tidy_status=1
 if [ "$SANITIZE" = 1 ]; then
   BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIDEMPROXY_SANITIZE=ON
-  echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy, store_tests and unit_tests)"
+  echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy, store_tests, unit_tests and http_tests)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 \
     -DIDEMPROXY_TSAN=ON >/dev/null
-  cmake --build build-tsan -j2 --target idemproxy store_tests unit_tests
+  cmake --build build-tsan -j2 --target idemproxy store_tests unit_tests http_tests
 fi
 citus_status=0
 if [ "$CITUS" = 1 ]; then
@@ -163,10 +163,11 @@ if [ "$SANITIZE" = 1 ]; then
 fi
 
 if [ "$SANITIZE" = 1 ]; then
-  echo "== ThreadSanitizer: the store tests; the coordinator, lease schedule and replay cache unit tests"
+  echo "== ThreadSanitizer: the store tests; the coordinator, lease schedule, replay cache and SHA-256 unit tests; the runtime's queued calls"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp"
   run_gtest build-tsan/tests/store_tests '*'
-  run_gtest build-tsan/tests/unit_tests 'Coordinator*:ReplayCache*:LeaseSchedule*'
+  run_gtest build-tsan/tests/unit_tests 'Coordinator*:ReplayCache*:LeaseSchedule*:Sha256*'
+  run_gtest build-tsan/tests/http_tests 'RuntimeQueued*'
   IDEMPROXY_TEST_THREADS=4 run_pytest build-tsan tests/e2e/test_concurrency.py \
     tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py \
     tests/e2e/test_operations.py tests/e2e/test_oversized.py tests/e2e/test_ledger_real_peers.py \
