@@ -202,13 +202,12 @@ class Runtime {
     return hooks;
   }
 
-  // One atomic operation per call; the lock only when the count reaches zero. The
-  // notification is made under the lock, so wait_for_queued_calls() returns (and the
-  // Runtime may go) only after the last answerer has let go of it.
+  // The count goes up without the lock, and down under it: wait_for_queued_calls()
+  // sees zero only once the last answerer is inside this lock, and returns (so the
+  // Runtime may go) only after it has let go of it.
   void call_answered() {
-    if (queued_calls_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     std::lock_guard lock(queued_mu_);
-    all_answered_.notify_all();
+    if (queued_calls_.fetch_sub(1, std::memory_order_acq_rel) == 1) all_answered_.notify_all();
   }
 
   mutable std::mutex mu_;
