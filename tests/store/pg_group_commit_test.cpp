@@ -196,8 +196,9 @@ TEST_F(PgStoreTest, QueuedCallsReturnAtOnceAndAreAnsweredFromARunnerThread) {
   std::atomic<int> completed{0};
   for (const auto& [id, token] : held_keys) {
     one.complete_async(id, token, response, 1h, [&](Result<TimePoint> r) {
-      std::lock_guard lock(
-          mu);  // the count too: the test ends, and `answered` goes, once it is full
+      // The count too, under the lock: the test ends, and `answered` goes, once the
+      // count is full, so no runner may still be about to notify it.
+      std::lock_guard lock(mu);
       if (r.ok()) ++completed;
       answered.notify_one();
     });
