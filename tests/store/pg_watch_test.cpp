@@ -125,6 +125,36 @@ TEST_F(PgWatchTest, ABatchOfCompletionsAnnouncesEveryWatchedMember) {
   for (const auto& k : heard_keys) EXPECT_TRUE(k == "k0" || k == "k2" || k == "k4") << k;
 }
 
+// Completions that share their batch's statement with claims (kClaimCompleteMany)
+// announce their watched members too, and no claim is announced.
+TEST_F(PgWatchTest, CompletionsBatchedWithClaimsAnnounceEveryWatchedMember) {
+  if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
+  PgStore one({dsn(), 1, 5s});
+  std::vector<std::int64_t> tokens;
+  for (int i = 0; i < 4; ++i) tokens.push_back(claim_token(request("m" + std::to_string(i))));
+  for (int i = 1; i < 4; i += 2)
+    ASSERT_TRUE(other->watch_record({scope, "m" + std::to_string(i)}).value());
+  HeldConnection held(one, request("gate"));
+  const auto before = one.batch_stats();
+  held.queue_and_release(8, [&](int i) {
+    if (i < 4) {
+      EXPECT_TRUE(one.complete({scope, "m" + std::to_string(i)},
+                               tokens[static_cast<std::size_t>(i)], {201, {}, "ok"}, 1h)
+                      .ok());
+    } else {
+      EXPECT_TRUE(one.claim(request("claim-" + std::to_string(i))).ok());
+    }
+  });
+  EXPECT_EQ(one.batch_stats().multi_row - before.multi_row, 1);
+  EXPECT_EQ(one.batch_stats().fallbacks, 0);
+  const auto marker = claim_token(request("marker"));
+  ASSERT_TRUE(other->watch_record({scope, "marker"}).value());
+  ASSERT_TRUE(store->release({scope, "marker"}, marker).ok());
+  auto heard_keys = finishes_until("marker");
+  std::sort(heard_keys.begin(), heard_keys.end());
+  EXPECT_EQ(heard_keys, (std::vector<std::string>{"m1", "m3", "marker"}));
+}
+
 TEST_F(PgWatchTest, ATakeoverClearsTheWatch) {
   const auto first = claim_token(request("k", 1s));
   ASSERT_TRUE(other->watch_record({scope, "k"}).value());

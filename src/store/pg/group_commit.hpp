@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "store/pg/array_text.hpp"
 #include "store/pg/pool.hpp"
 
 namespace idemproxy::store::pg {
@@ -104,11 +105,17 @@ class GroupCommit {
   /// `worker`: every member's key is on that Citus worker (-1: not on Citus).
   void run_batch(const std::vector<Pending*>& batch, int worker);
   bool run_many(const std::vector<Pending*>& members, int worker);
+  bool run_together(const std::vector<Pending*>& claims, const std::vector<Pending*>& completions);
+  static std::vector<std::string> claim_arrays(const std::vector<Pending*>& members);
+  static std::vector<std::string> completion_arrays(const std::vector<Pending*>& members);
+  static std::vector<std::string> done(std::vector<ArrayText>& columns);
+  static void announce_watched(Connection& c, pqxx::transaction_base& tx, const pqxx::result& rows,
+                               const std::vector<Pending*>& members, bool mixed);
   bool run_worker_claims(const std::vector<Pending*>& members);
   bool run_worker_completions(const std::vector<Pending*>& members);
   static void hand_out(const std::vector<Pending*>& members, const pqxx::result& rows);
   static std::vector<Pending*> in_key_order(std::vector<Pending*> members);
-  bool batch_succeeded(bool ok, std::size_t size, bool claims);
+  bool batch_succeeded(bool ok, std::size_t size, const char* what);
   static std::vector<const char*> completion_params(const std::vector<Pending*>& members,
                                                     std::vector<std::string>& texts);
   /// On plain PostgreSQL, batches run on a quarter of the pool's connections.

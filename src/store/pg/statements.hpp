@@ -118,6 +118,58 @@ inline constexpr Statement kComplete{
     " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
     " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched"};
 
+// clang-format off
+// The parts of the multi-row claim: its input, one row per record from the arrays
+// $1-$9 and $11 ($10, retake, is shared by the batch); the INSERT, in (scope, key)
+// order; and its answer, the claimed rows and then the live rows of the others.
+// `extra` puts columns in front of the answer's (kClaimCompleteMany's).
+#define IDEMPROXY_CLAIM_MANY_INPUT                                                           \
+  "input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],"           \
+  "  $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $11::bigint[])"         \
+  "  WITH ORDINALITY AS i(in_scope, in_key, in_fingerprint, in_route, in_method, in_target," \
+  "  in_lease_ms, in_ttl_ms, in_key_id, in_nonce, in_n))"
+#define IDEMPROXY_CLAIM_MANY_INSERT                                                            \
+  " claimed AS ("                                                                              \
+  " INSERT INTO idempotency_records AS r"                                                      \
+  "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until," \
+  "   expires_at, key_id, claim_nonce)"                                                        \
+  " SELECT in_scope, in_key, in_fingerprint, 'in_flight', "                                    \
+  "nextval('idempotency_fencing_token_seq'),"                                                  \
+  "  in_route, in_method, in_target, now(), now() + in_lease_ms * interval '1 millisecond',"   \
+  "  now() + in_ttl_ms * interval '1 millisecond', in_key_id, in_nonce FROM input"             \
+  " ORDER BY in_scope, in_key" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$10")          \
+  " RETURNING r.*)"
+#define IDEMPROXY_CLAIM_MANY_ANSWER(extra)                                                 \
+  " SELECT " extra "true AS claimed, " IDEMPROXY_RECORD_COLUMNS                            \
+  ", taken_over AS took_over, in_n FROM claimed"                                           \
+  "  JOIN input ON scope = in_scope AND key = in_key"                                      \
+  " UNION ALL"                                                                             \
+  " SELECT " extra "false, " IDEMPROXY_RECORD_COLUMNS                                      \
+  ", false, in_n FROM idempotency_records JOIN input ON scope = in_scope AND key = in_key" \
+  "  WHERE NOT EXISTS (SELECT 1 FROM claimed c"                                            \
+  "   WHERE c.scope = idempotency_records.scope AND c.key = idempotency_records.key)"
+
+// The parts of the multi-row completion: its input, from the arrays $a-$h, named
+// `cte`; the rows it completes, locked in (scope, key) order; and the UPDATE.
+#define IDEMPROXY_COMPLETE_MANY_INPUT(cte, a, b, c, d, e, f, g, h)                              \
+  cte " AS (SELECT * FROM unnest(" a "::text[], " b "::text[], " c "::bigint[], " d "::int[],"  \
+  "  " e "::bytea[], " f "::bytea[], " g "::bigint[], " h "::text[]) WITH ORDINALITY"           \
+  "  AS i(in_scope, in_key, in_token, in_status, in_headers, in_body, in_ttl_ms, in_key_id,"    \
+  "  in_n))"
+#define IDEMPROXY_COMPLETE_MANY_LOCKED(cte)                                                     \
+  " locked AS (SELECT scope AS l_scope, key AS l_key FROM idempotency_records"                  \
+  "  JOIN " cte " ON scope = in_scope AND key = in_key"                                         \
+  "  WHERE token = in_token AND state = 'in_flight'"                                            \
+  "  ORDER BY scope, key FOR UPDATE OF idempotency_records)"
+#define IDEMPROXY_COMPLETE_MANY_UPDATE(cte)                                                     \
+  " UPDATE idempotency_records SET state = 'completed', status = in_status,"                    \
+  "  headers = in_headers, body = in_body, completed_at = now(), locked_until = NULL,"          \
+  "  key_id = in_key_id, expires_at = now() + in_ttl_ms * interval '1 millisecond'"             \
+  " FROM locked JOIN " cte " ON l_scope = in_scope AND l_key = in_key"                          \
+  " WHERE scope = l_scope AND key = l_key AND token = in_token AND state = 'in_flight'"         \
+  " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched, in_n"
+// clang-format on
+
 // The multi-row forms, for group commit on plain PostgreSQL (GroupCommit::run_many).
 // Each parameter is an array with one element per record; $10 (retake) is shared by
 // the batch. Rows come back in any order and carry in_n, the 1-based position of
@@ -127,47 +179,39 @@ inline constexpr Statement kComplete{
 // so locked, in (scope, key) order, as kCompleteMany locks them, so concurrent
 // batches take their locks in one order.
 inline constexpr Statement kClaimMany{
-    "idemproxy_claim_many",
-    "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],"
-    "  $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $11::bigint[])"
-    "  WITH ORDINALITY AS i(in_scope, in_key, in_fingerprint, in_route, in_method, in_target,"
-    "  in_lease_ms, in_ttl_ms, in_key_id, in_nonce, in_n)),"
-    " claimed AS ("
-    " INSERT INTO idempotency_records AS r"
-    "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"
-    "   expires_at, key_id, claim_nonce)"
-    " SELECT in_scope, in_key, in_fingerprint, 'in_flight', "
-    "nextval('idempotency_fencing_token_seq'),"
-    "  in_route, in_method, in_target, now(), now() + in_lease_ms * interval '1 millisecond',"
-    "  now() + in_ttl_ms * interval '1 millisecond', in_key_id, in_nonce FROM input"
-    " ORDER BY in_scope, "
-    "in_key" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$10") " RETURNING r.*)"
-    " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
-    ", taken_over AS took_over, in_n FROM claimed"
-    "  JOIN input ON scope = in_scope AND key = in_key"
-    " UNION ALL"
-    " SELECT false, " IDEMPROXY_RECORD_COLUMNS
-    ", false, in_n FROM idempotency_records JOIN input ON scope = in_scope AND key = in_key"
-    "  WHERE NOT EXISTS (SELECT 1 FROM claimed c"
-    "   WHERE c.scope = idempotency_records.scope AND c.key = idempotency_records.key)"};
+    "idemproxy_claim_many", "WITH " IDEMPROXY_CLAIM_MANY_INPUT
+                            "," IDEMPROXY_CLAIM_MANY_INSERT IDEMPROXY_CLAIM_MANY_ANSWER("")};
 
 // $5 and $6 (headers, body) are NULL for an answer too large to keep.
 inline constexpr Statement kCompleteMany{
     "idemproxy_complete_many",
-    "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[],"
-    "  $5::bytea[], $6::bytea[], $7::bigint[], $8::text[]) WITH ORDINALITY"
-    "  AS i(in_scope, in_key, in_token, in_status, in_headers, in_body, in_ttl_ms, in_key_id, "
-    "in_n)),"
-    " locked AS (SELECT scope AS l_scope, key AS l_key FROM idempotency_records"
-    "  JOIN input ON scope = in_scope AND key = in_key"
-    "  WHERE token = in_token AND state = 'in_flight'"
-    "  ORDER BY scope, key FOR UPDATE OF idempotency_records)"
-    " UPDATE idempotency_records SET state = 'completed', status = in_status,"
-    "  headers = in_headers, body = in_body, completed_at = now(), locked_until = NULL,"
-    "  key_id = in_key_id, expires_at = now() + in_ttl_ms * interval '1 millisecond'"
-    " FROM locked JOIN input ON l_scope = in_scope AND l_key = in_key"
-    " WHERE scope = l_scope AND key = l_key AND token = in_token AND state = 'in_flight'"
-    " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched, in_n"};
+    "WITH " IDEMPROXY_COMPLETE_MANY_INPUT("input", "$1", "$2", "$3", "$4", "$5", "$6", "$7",
+                                          "$8") "," IDEMPROXY_COMPLETE_MANY_LOCKED("input")
+        IDEMPROXY_COMPLETE_MANY_UPDATE("input")};
+
+// A batch's claims and completions in one statement, so one round trip and one commit
+// (one WAL flush) where kClaimMany and kCompleteMany took two of each. The claims
+// take kClaimMany's parameters ($1-$11), the completions kCompleteMany's as $12-$19.
+// Each row says which it answers (completion) and carries in_n, its record's position
+// in its own arrays; exp_ms comes first, as in every completion's answer. A key must
+// not be both claimed and completed here: one statement cannot change a row twice
+// (PostgreSQL refuses it, "ON CONFLICT DO UPDATE command cannot affect row a second
+// time"), so GroupCommit::run_batch keeps such a batch apart. The claims' rows are
+// read with the statement's snapshot, which the completions' changes do not enter.
+inline constexpr Statement kClaimCompleteMany{
+    "idemproxy_claim_complete_many",
+    "WITH " IDEMPROXY_CLAIM_MANY_INPUT "," IDEMPROXY_CLAIM_MANY_INSERT
+    "," IDEMPROXY_COMPLETE_MANY_INPUT("done_input", "$12", "$13", "$14", "$15", "$16", "$17",
+                                      "$18", "$19") "," IDEMPROXY_COMPLETE_MANY_LOCKED("done_input")
+    ", completed AS (" IDEMPROXY_COMPLETE_MANY_UPDATE("done_input") ")"
+    " SELECT exp_ms, watched, true AS completion, NULL::boolean AS claimed,"
+    "  NULL::text AS fingerprint, NULL::text AS state, NULL::bigint AS token,"
+    "  NULL::text AS route, NULL::text AS method, NULL::text AS target,"
+    "  NULL::bigint AS created_ms, NULL::bigint AS locked_ms, NULL::bigint AS expires_ms,"
+    "  NULL::boolean AS expired, NULL::boolean AS stale, NULL::int AS status,"
+    "  NULL::bytea AS headers, NULL::bytea AS body, NULL::text AS key_id,"
+    "  NULL::bigint AS store_now_ms, NULL::boolean AS took_over, in_n FROM completed"
+    " UNION ALL" IDEMPROXY_CLAIM_MANY_ANSWER("NULL::bigint, NULL::boolean, false, ")};
 
 // Withdraws a claim whose answer was lost with its connection, when sending it again
 // could not learn its fate either: the request was answered without reaching the
@@ -261,11 +305,12 @@ inline constexpr Statement kDeleteExpired{
 
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
-inline constexpr Statement kAll[] = {kClaim,         kClaimRouted, kComplete, kClaimMany,
-                                     kCompleteMany,  kRelease,     kRenew,    kMarkIndeterminate,
-                                     kResolve,       kFind,        kList,     kPurge,
-                                     kDeleteExpired, kPing,        kWatch,    kAnnounce,
-                                     kWithdraw};
+inline constexpr Statement kAll[] = {kClaim,     kClaimRouted,   kComplete,
+                                     kClaimMany, kCompleteMany,  kClaimCompleteMany,
+                                     kRelease,   kRenew,         kMarkIndeterminate,
+                                     kResolve,   kFind,          kList,
+                                     kPurge,     kDeleteExpired, kPing,
+                                     kWatch,     kAnnounce,      kWithdraw};
 
 // The claim of n records in one statement, for group commit on Citus when every key
 // falls in one shard: a multi-row INSERT … VALUES there is one router query on one
@@ -331,5 +376,11 @@ inline std::string complete_rows_sql(int n) {
 #undef IDEMPROXY_CLAIM_TAKEOVER
 #undef IDEMPROXY_RETAKE_STALE
 #undef IDEMPROXY_CLAIM_INSERT
+#undef IDEMPROXY_CLAIM_MANY_INPUT
+#undef IDEMPROXY_CLAIM_MANY_INSERT
+#undef IDEMPROXY_CLAIM_MANY_ANSWER
+#undef IDEMPROXY_COMPLETE_MANY_INPUT
+#undef IDEMPROXY_COMPLETE_MANY_LOCKED
+#undef IDEMPROXY_COMPLETE_MANY_UPDATE
 
 }  // namespace idemproxy::store::pg
