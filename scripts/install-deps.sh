@@ -13,6 +13,7 @@ BUILD_PACKAGES=(
   cmake g++ make pkg-config dpkg-dev file
   libboost1.81-dev libboost-url1.81-dev
   libpqxx-dev libpq-dev libssl-dev nlohmann-json3-dev libspdlog-dev libyaml-cpp-dev
+  libtcmalloc-minimal4
 )
 PACKAGES=(
   "${BUILD_PACKAGES[@]}"
