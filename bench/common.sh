@@ -1,8 +1,17 @@
 # Sourced by bench/run.sh, scaling.sh, ab.sh and profile.sh: installs what the benchmarks need,
 # builds build-bench/, pins CPUs, makes the work folder and cleans it up on exit.
 # The caller sets WORK_NAME; it may add to CLEANUP (commands run at exit) and PIDS.
+# BENCH_BUILD names another build directory, already configured with
+# -DIDEMPROXY_BENCH=ON (scripts/test.sh's build/, for the smoke run): only the proxy
+# and the bench tools are built there, and its configuration is left as it is.
 bash scripts/install-deps.sh bench >/dev/null
-BUILD_DIR=build-bench bash scripts/build.sh -DIDEMPROXY_BENCH=ON -DIDEMPROXY_TESTS=OFF >/dev/null
+BENCH_BUILD=${BENCH_BUILD:-build-bench}
+if [ "$BENCH_BUILD" = build-bench ]; then
+  BUILD_DIR=build-bench bash scripts/build.sh -DIDEMPROXY_BENCH=ON -DIDEMPROXY_TESTS=OFF >/dev/null
+else
+  cmake --build "$BENCH_BUILD" -j2 --target idemproxy bench_upstream bench_openloop \
+    bench_pgbench_script >/dev/null
+fi
 
 # The system under test on CPU 1; load, upstream and databases on CPU 0.
 if [ "$(nproc)" -ge 2 ]; then SUT_CPU=1; LOAD_CPU=0; else SUT_CPU=0; LOAD_CPU=0; fi
@@ -25,7 +34,7 @@ start_pg() { taskset -c "$LOAD_CPU" bash scripts/pg.sh start "$1" "" -c min_wal_
 # start_upstream: the bench upstream on LOAD_CPU; sets UP_PORT.
 start_upstream() {
   UP_PORT=$(free_port)
-  taskset -c "$LOAD_CPU" build-bench/bench_upstream "$UP_PORT" & PIDS+=($!)
+  taskset -c "$LOAD_CPU" "$BENCH_BUILD/bench_upstream" "$UP_PORT" & PIDS+=($!)
   wait_port "$UP_PORT"
 }
 
@@ -46,7 +55,7 @@ log: {level: warn}
 routes:
   - {name: orders, path_prefix: /v1, on_concurrent: wait}
 EOC
-  taskset -c "${5:-$SUT_CPU}" "${PROXY_BIN:-build-bench/idemproxy}" serve --config "$WORK/$1.yaml" \
+  taskset -c "${5:-$SUT_CPU}" "${PROXY_BIN:-$BENCH_BUILD/idemproxy}" serve --config "$WORK/$1.yaml" \
     >"$WORK/$1.log" 2>&1 & PIDS+=($!)
   PROXY_PID=${PIDS[-1]}
   wait_port "$PROXY_PORT"

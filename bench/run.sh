@@ -4,7 +4,8 @@
 # machine, in one run. Prints a table of absolute figures and ratios; the ratios are
 # what count on a shared, noisy machine.
 #   bench/run.sh            10 s per measurement (BENCH_SECONDS to change)
-#   bench/run.sh --smoke    2 s per measurement: checks the harness works
+#   bench/run.sh --smoke    2 s per measurement: checks the harness works, and fails
+#                           unless every scenario ran (scripts/test.sh runs this)
 # Installs what it needs (nginx-light, wrk), builds into build-bench/, and starts a
 # private PostgreSQL 15 (fsync and synchronous_commit on, the defaults).
 # CPU pinning: the system under test (idemproxy or nginx) runs on CPU 1; wrk, the
@@ -105,7 +106,7 @@ run() {
 
 # The pgbench ceiling: idemproxy's exact claim and complete statements, one
 # transaction each, at the proxy's pool size (8 connections).
-build-bench/bench_pgbench_script >"$WORK/claim_complete.sql"
+"$BENCH_BUILD/bench_pgbench_script" >"$WORK/claim_complete.sql"
 # pgbench_ceiling SECONDS: sets PGB_TPS.
 pgbench_ceiling() {
   local out
@@ -182,7 +183,7 @@ RATE=$(( R[nginx.pass.rps] / 2 ))
 P99_ROUNDS=${BENCH_P99_ROUNDS:-15}
 P99_SECONDS=2
 if [ "${1:-}" = "--smoke" ]; then P99_ROUNDS=3; P99_SECONDS=1; fi
-openloop() { taskset -c "$LOAD_CPU" build-bench/bench_openloop "$1" /pass "$RATE" "$P99_SECONDS" 32 || true; }
+openloop() { taskset -c "$LOAD_CPU" "$BENCH_BUILD/bench_openloop" "$1" /pass "$RATE" "$P99_SECONDS" 32 || true; }
 ol_p99() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])["p99_ms"])' "$1"; }
 : >"$WORK/p99.txt"
 for _ in $(seq "$P99_ROUNDS"); do
@@ -258,5 +259,39 @@ row() {  # label name
   echo "| pass-through req/s, server.threads 2 on 2 CPUs ÷ 1 on 1 | $(ratio "${R[idem2.pass.rps]}" "${R[idem.pass.rps]}") | ≥ 1.80 |"
   echo "| peak RSS, 256 conns streaming 1 MiB (MiB) | ${R[idem.pass1m.rss]} | ≤ 64 |"
 } | tee "$WORK/table.md"
-mkdir -p bench/results
-cp "$WORK/table.md" bench/results/latest.md
+# A smoke run's two-second figures do not replace the last real ones.
+if [ "${1:-}" != "--smoke" ]; then
+  mkdir -p bench/results
+  cp "$WORK/table.md" bench/results/latest.md
+fi
+
+# --- the smoke check --------------------------------------------------------------
+# Two-second figures are not compared with anything; what is checked is that the
+# harness works: every scenario ran and idemproxy answered it without one error, the
+# database references ran, group commit carried the fresh keys (fewer commits than
+# requests), and the storm executed once.
+if [ "${1:-}" = "--smoke" ]; then
+  smoke_ok=0 smoke_bad=0
+  check() {  # DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@"; then smoke_ok=$((smoke_ok + 1)); else smoke_bad=$((smoke_bad + 1)); echo "bench smoke: FAILED: $what" >&2; fi
+  }
+  above() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 > b + 0) }'; }
+  below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
+  for name in nginx.pass nginx.direct nginx.pass64k nginx.pass1m; do
+    check "$name ran" above "${R[$name.rps]}" 0
+  done
+  for name in idem.pass idem2.pass idem.fresh idem.replay idem.pass64k idem.fresh64k idem.pass1m; do
+    check "$name ran" above "${R[$name.rps]}" 0
+    check "$name answered without errors" [ "${R[$name.errors]}" = 0 ]
+  done
+  check "the pgbench reference of our statements ran" above "${PGB_TPS:-0}" 0
+  check "the minimal pgbench reference ran" above "${MIN_TPS:-0}" 0
+  check "fresh keys were group-committed" below "${R[idem.fresh.commits]}" 1
+  check "the storm executed once" [ "$STORM_CALLS" = 1 ]
+  check "the storm answered 64 times 201" [ "$STORM_OK" = 64 ]
+  check "the open loop measured" above "$P99_IDEM" 0
+  echo "bench smoke: $smoke_ok passed, $smoke_bad failed"
+  [ "$smoke_bad" = 0 ]
+fi

@@ -4,7 +4,8 @@
 #   1. unit and store tests (ctest) on the Release build,
 #   2. end-to-end tests (pytest: the real binary, real PostgreSQL, a fake upstream;
 #      test_failover.py starts a pg_auto_failover pair with scripts/failover.sh),
-#   3. the run-local smoke test (the first README command),
+#   3. the run-local smoke test (the first README command), and the benchmark's
+#      smoke run (bench/run.sh --smoke: every scenario runs, idemproxy without errors),
 #   4. stages 1 and 2 again on an ASan+UBSan build (skip with SANITIZE=0),
 #   5. the store tests and the concurrency end-to-end tests (with the real-peer
 #      ledger) on a TSan build, with 4 I/O threads per proxy (skip with SANITIZE=0),
@@ -33,7 +34,8 @@ if [ ! -d tests/kubernetes/node_modules/kubernetes-models ]; then
 fi
 format_status=0
 bash scripts/check-format.sh || format_status=1
-bash scripts/build.sh
+# With the bench tools too: the benchmark's smoke run below uses this build.
+bash scripts/build.sh -DIDEMPROXY_BENCH=ON
 tidy_status=0
 bash scripts/check-tidy.sh || tidy_status=1
 if [ "$SANITIZE" = 1 ]; then
@@ -127,6 +129,20 @@ if PROXY_PORT=$(free_port) ADMIN_PORT=$(free_port) UPSTREAM_PORT=$(free_port) RU
 else
   cat "$WORK/smoke.log"
   failed=$((failed + 1))
+  status=1
+fi
+
+echo "== benchmark harness smoke (bench/run.sh --smoke: nginx, pgbench and idemproxy, 2 s each)"
+if BENCH_BUILD=build bash bench/run.sh --smoke >"$WORK/bench.log" 2>&1; then :; else status=1; fi
+line=$(grep -E '^bench smoke: [0-9]+ passed' "$WORK/bench.log" | tail -1 || true)
+if [ -n "$line" ]; then
+  echo "$line"
+  passed=$((passed + $(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+')))
+  failed=$((failed + $(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')))
+fi
+if [ -z "$line" ] || ! echo "$line" | grep -q ' 0 failed'; then
+  tail -40 "$WORK/bench.log"
+  [ -n "$line" ] || failed=$((failed + 1))
   status=1
 fi
 
