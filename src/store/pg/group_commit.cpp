@@ -196,13 +196,7 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members, int worker) {
   const std::vector<std::string> a = claims ? claim_arrays(members) : completion_arrays(members);
   bool routed = false;
   const Result<pqxx::result> rows =
-      pool_.with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
-        // The first connection decides: before it, the pool cannot know it is on Citus.
-        if (c.distributed()) {
-          routed = true;
-          return StoreError{StoreErrc::unavailable, "Citus: no multi-row statements"};
-        }
-        pqxx::nontransaction tx(c.raw());
+      run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
         if (claims) {
           return c.exec(tx, kClaimMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
                         members.front()->claim->req.retake_stale, a[9]);
@@ -230,19 +224,14 @@ bool GroupCommit::run_together(const std::vector<Pending*>& claims,
   const std::vector<std::string> d = completion_arrays(completions);
   bool routed = false;
   const Result<pqxx::result> rows =
-      pool_.with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
-        if (c.distributed()) {
-          routed = true;
-          return StoreError{StoreErrc::unavailable, "Citus: no multi-row statements"};
-        }
-        pqxx::nontransaction tx(c.raw());
+      run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
         pqxx::result r = c.exec(tx, kClaimCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6],
                                 a[7], a[8], claims.front()->claim->req.retake_stale, a[9], d[0],
                                 d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
         announce_watched(c, tx, r, completions, true);
         return r;
       });
-  if (routed) return false;
+  if (routed) return false;  // each runs alone, routed
   if (!batch_succeeded(rows.ok(), claims.size() + completions.size(), "claims and completions")) {
     return false;
   }
@@ -257,6 +246,20 @@ bool GroupCommit::run_together(const std::vector<Pending*>& claims,
     if (n >= 1 && n <= members.size()) members[n - 1]->answer.value().row = i;
   }
   return true;
+}
+
+// Runs `statement` in autocommit on a pooled connection to plain PostgreSQL. On a
+// Citus coordinator it runs nothing and sets `routed`: the first connection decides,
+// since before it the pool cannot know it is on Citus.
+Result<pqxx::result> GroupCommit::run_plain(bool& routed, const PlainStatement& statement) {
+  return pool_.with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
+    if (c.distributed()) {
+      routed = true;
+      return StoreError{StoreErrc::unavailable, "Citus: no multi-row statements"};
+    }
+    pqxx::nontransaction tx(c.raw());
+    return statement(c, tx);
+  });
 }
 
 // kClaimMany's arrays for `members`: $1-$9, then $11 (the nonces) last.

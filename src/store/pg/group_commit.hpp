@@ -106,6 +106,8 @@ class GroupCommit {
   void run_batch(const std::vector<Pending*>& batch, int worker);
   bool run_many(const std::vector<Pending*>& members, int worker);
   bool run_together(const std::vector<Pending*>& claims, const std::vector<Pending*>& completions);
+  using PlainStatement = std::function<pqxx::result(Connection&, pqxx::transaction_base&)>;
+  Result<pqxx::result> run_plain(bool& routed, const PlainStatement& statement);
   static std::vector<std::string> claim_arrays(const std::vector<Pending*>& members);
   static std::vector<std::string> completion_arrays(const std::vector<Pending*>& members);
   static std::vector<std::string> done(std::vector<ArrayText>& columns);
