@@ -27,9 +27,9 @@ namespace idemproxy::store::pg {
 // completions as another (kCompleteMany): one parse, one plan, one round trip and
 // one commit (one WAL flush) for many requests. A batch with both goes as one
 // statement (kClaimCompleteMany), so one commit per batch: 1.10 × the fresh keys per
-// second at 0.93 × the proxy's CPU per key (bench/ab.sh, 6 rounds). Every member's answer is handed
-// over only after its statement has committed, so a claim is durable before its
-// request goes upstream.
+// second at 0.93 × the proxy's CPU per key (bench/ab.sh, 6 rounds). Every member's
+// answer is handed over only after its statement has committed, so a claim is
+// durable before its request goes upstream.
 //
 // Batches run on a quarter of the pool's connections (at least one): fewer batches
 // at once means larger ones, and the database spends its time on rows rather than on
