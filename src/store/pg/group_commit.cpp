@@ -207,11 +207,7 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members, int worker) {
       });
   if (routed) return false;  // each runs alone, routed
   if (!batch_succeeded(rows.ok(), members.size(), claims ? "claims" : "completions")) return false;
-  for (Pending* p : members) p->answer = Answer{rows.value(), -1, false};
-  for (int i = 0; i < static_cast<int>(rows.value().size()); ++i) {
-    const auto n = rows.value()[i]["in_n"].as<std::size_t>();
-    if (n >= 1 && n <= members.size()) members[n - 1]->answer.value().row = i;
-  }
+  give_rows(rows.value(), members);
   return true;
 }
 
@@ -235,17 +231,27 @@ bool GroupCommit::run_together(const std::vector<Pending*>& claims,
   if (!batch_succeeded(rows.ok(), claims.size() + completions.size(), "claims and completions")) {
     return false;
   }
-  for (Pending* p : claims) p->answer = Answer{rows.value(), -1, false};
-  for (Pending* p : completions) p->answer = Answer{rows.value(), -1, false};
-  const pqxx::result& r = rows.value();
-  const auto completion = r.column_number("completion");
-  const auto in_n = r.column_number("in_n");
-  for (int i = 0; i < static_cast<int>(r.size()); ++i) {
-    const auto& members = r[i][completion].as<bool>() ? completions : claims;
-    const auto n = r[i][in_n].as<std::size_t>();
-    if (n >= 1 && n <= members.size()) members[n - 1]->answer.value().row = i;
-  }
+  give_rows(rows.value(), claims, &completions);
   return true;
+}
+
+// Gives every member `rows`, and its own row by in_n, the 1-based position of its
+// record in its statement's arrays: in `members`' order, or in `completions`' for the
+// rows that say they answer a completion (kClaimCompleteMany). A member with no row
+// gets -1.
+void GroupCommit::give_rows(const pqxx::result& rows, const std::vector<Pending*>& members,
+                            const std::vector<Pending*>* completions) {
+  for (Pending* p : members) p->answer = Answer{rows, -1, false};
+  if (completions != nullptr) {
+    for (Pending* p : *completions) p->answer = Answer{rows, -1, false};
+  }
+  const auto in_n = rows.column_number("in_n");
+  for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+    const auto& group =
+        completions != nullptr && rows[i]["completion"].as<bool>() ? *completions : members;
+    const auto n = rows[i][in_n].as<std::size_t>();
+    if (n >= 1 && n <= group.size()) group[n - 1]->answer.value().row = i;
+  }
 }
 
 // Runs `statement` in autocommit on a pooled connection to plain PostgreSQL. On a
@@ -485,22 +491,23 @@ void GroupCommit::run_batch(const std::vector<Pending*>& batch, int worker) {
   // On plain PostgreSQL, the claims (when they share one retake setting) and the
   // completions go as one statement, unless a key is in both: one statement must not
   // change a row twice. One commit per batch where there were two.
-  std::vector<Pending*>* together = nullptr;
-  if (worker < 0 && !completions.empty() && claims[0].empty() != claims[1].empty() &&
-      std::none_of(completions.begin(), completions.end(), [&](const Pending* p) {
-        return first_claims.count({p->id.scope, p->id.key}) > 0;
-      })) {
-    together = claims[0].empty() ? &claims[1] : &claims[0];
-    if (!run_together(*together, completions)) {
-      for (auto* group : {together, &completions}) {
-        for (Pending* p : *group) run_alone(*p);
+  const bool together = worker < 0 && !completions.empty() &&
+                        claims[0].empty() != claims[1].empty() &&
+                        std::none_of(completions.begin(), completions.end(), [&](const Pending* p) {
+                          return first_claims.count({p->id.scope, p->id.key}) > 0;
+                        });
+  if (together) {
+    auto& group = claims[0].empty() ? claims[1] : claims[0];
+    if (!run_together(group, completions)) {
+      for (auto* members : {&group, &completions}) {
+        for (Pending* p : *members) run_alone(*p);
       }
     }
-  }
-  for (auto* group : {&claims[0], &claims[1], &completions}) {
-    if (together != nullptr) break;
-    if (group->size() == 1 || (!group->empty() && !run_many(*group, worker))) {
-      for (Pending* p : *group) run_alone(*p);
+  } else {
+    for (auto* group : {&claims[0], &claims[1], &completions}) {
+      if (group->size() == 1 || (!group->empty() && !run_many(*group, worker))) {
+        for (Pending* p : *group) run_alone(*p);
+      }
     }
   }
   // A claim that saw no row (a concurrent claim committed after the statement's

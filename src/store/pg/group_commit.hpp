@@ -116,6 +116,8 @@ class GroupCommit {
   bool run_worker_claims(const std::vector<Pending*>& members);
   bool run_worker_completions(const std::vector<Pending*>& members);
   static void hand_out(const std::vector<Pending*>& members, const pqxx::result& rows);
+  static void give_rows(const pqxx::result& rows, const std::vector<Pending*>& members,
+                        const std::vector<Pending*>* completions = nullptr);
   static std::vector<Pending*> in_key_order(std::vector<Pending*> members);
   bool batch_succeeded(bool ok, std::size_t size, const char* what);
   static std::vector<const char*> completion_params(const std::vector<Pending*>& members,
