@@ -37,10 +37,10 @@ measure() {
     fresh) env=(KEY_PREFIX="$3-$RANDOM$RANDOM") ;;
     replay) env=(KEY_PREFIX="$3-replay" KEY_SPACE=64) ;;
   esac
-  c0=$(awk '{print $14 + $15}' "/proc/$2/stat")
+  c0=$(ticks "$2")
   out=$(env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"${SECS}s" --timeout 10s \
         -s "bench/lua/$lua" "http://127.0.0.1:$1$path")
-  c1=$(awk '{print $14 + $15}' "/proc/$2/stat")
+  c1=$(ticks "$2")
   n=$(echo "$out" | awk '/requests in/ {print $1}')
   awk -v n="$n" -v s="$SECS" -v t=$((c1 - c0)) -v hz="$HZ" 'BEGIN {printf "%.0f %.1f\n", n / s, t / hz * 1e6 / n}'
 }

@@ -1,4 +1,4 @@
-# Sourced by bench/run.sh, scaling.sh, ab.sh and profile.sh: installs what the benchmarks need,
+# Sourced by bench/run.sh, scaling.sh, ab.sh, profile.sh and dbcpu.sh: installs what the benchmarks need,
 # builds build-bench/, pins CPUs, makes the work folder and cleans it up on exit.
 # The caller sets WORK_NAME; it may add to CLEANUP (commands run at exit) and PIDS.
 # BENCH_BUILD names another build directory, already configured with
@@ -27,6 +27,36 @@ cleanup() {
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+
+# CPU ticks of one process, and of a PostgreSQL server in DIR: the postmaster, its live
+# backends, and the backends that have exited (the postmaster's children's time).
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+server_ticks() {
+  local pm total=0 c
+  pm=$(head -1 "$1/data/postmaster.pid")
+  total=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
+  for c in $(pgrep -P "$pm"); do total=$((total + $(ticks "$c" 2>/dev/null || echo 0))); done
+  echo "$total"
+}
+
+# The minimal reference (issue 14): what any keyed write needs at the least, two
+# single-row autocommit statements (an INSERT ... ON CONFLICT DO NOTHING and an
+# UPDATE) on a two-column table, 8 connections, pgbench's client on SUT_CPU.
+# minimal_reference DSN: makes its table and $WORK/minimal.sql.
+minimal_reference() {
+  psql "$1" -qAt -v ON_ERROR_STOP=1 \
+    -c "CREATE TABLE IF NOT EXISTS bench_minimal (k text PRIMARY KEY, v text NOT NULL)"
+  cat >"$WORK/minimal.sql" <<'EOS'
+\set n random(1, 1000000000000)
+INSERT INTO bench_minimal (k, v) VALUES (:client_id::text || '-' || :n::text, 'in_flight') ON CONFLICT DO NOTHING;
+UPDATE bench_minimal SET v = 'completed' WHERE k = :client_id::text || '-' || :n::text;
+EOS
+}
+# minimal_tps DSN SECONDS: runs the minimal reference; prints its keyed requests/s.
+minimal_tps() {
+  taskset -c "$SUT_CPU" pgbench -n -M prepared -c 8 -j 1 -T "$2" -f "$WORK/minimal.sql" "$1" 2>&1 \
+    | awk '/^tps/ {printf "%.0f", $3}'
+}
 
 # start_pg DIR: a private PostgreSQL on LOAD_CPU; prints its DSN. min_wal_size keeps
 # recycled WAL segments, so no measurement pays for new ones.

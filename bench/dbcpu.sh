@@ -14,38 +14,30 @@ WORK_NAME=dbcpu
 DSN=$(start_pg "$WORK/pg")
 start_upstream
 start_proxy idemproxy "$DSN" 8
-PGPID=$(head -1 "$WORK/pg/data/postmaster.pid")
 HZ=$(getconf CLK_TCK)
-pgcpu() { local t; t=$(awk '{print $14 + $15 + $16 + $17}' /proc/$PGPID/stat); for p in $(pgrep -P "$PGPID"); do t=$((t + $(awk '{print $14 + $15}' /proc/$p/stat 2>/dev/null || echo 0))); done; echo $t; }
-pcpu() { awk '{print $14 + $15}' /proc/$1/stat; }
+# CPU 0's busy and idle ticks (iowait counted idle).
 cpu0() { awk '/^cpu0 / {print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat; }
-psql "$DSN" -qAt -c "CREATE TABLE IF NOT EXISTS bench_minimal (k text PRIMARY KEY, v text NOT NULL)"
-cat >"$WORK/minimal.sql" <<'EOS'
-\set n random(1, 1000000000000)
-INSERT INTO bench_minimal (k, v) VALUES (:client_id::text || '-' || :n::text, 'in_flight') ON CONFLICT DO NOTHING;
-UPDATE bench_minimal SET v = 'completed' WHERE k = :client_id::text || '-' || :n::text;
-EOS
+minimal_reference "$DSN"
 # warm
 KEY_PREFIX=warm-$$ taskset -c $LOAD_CPU wrk -t1 -c64 -d"${SECS}s" -s bench/lua/keys.lua "http://127.0.0.1:$PROXY_PORT/v1/orders" >/dev/null
-taskset -c $SUT_CPU pgbench -n -M prepared -c 8 -j 1 -T "$SECS" -f "$WORK/minimal.sql" "$DSN" >/dev/null 2>&1
+minimal_tps "$DSN" "$SECS" >/dev/null
 for round in $(seq "$ROUNDS"); do
   psql "$DSN" -qAt -c CHECKPOINT
   sleep 1
-  g0=$(pgcpu); x0=$(pcpu $PROXY_PID); u0=$(pcpu ${PIDS[0]}); read b0 i0 < <(cpu0)
+  g0=$(server_ticks "$WORK/pg"); x0=$(ticks "$PROXY_PID"); u0=$(ticks "${PIDS[0]}"); read b0 i0 < <(cpu0)
   out=$(KEY_PREFIX=f$round-$$ taskset -c $LOAD_CPU wrk -t1 -c64 -d"${SECS}s" -s bench/lua/keys.lua "http://127.0.0.1:$PROXY_PORT/v1/orders")
-  g1=$(pgcpu); x1=$(pcpu $PROXY_PID); u1=$(pcpu ${PIDS[0]}); read b1 i1 < <(cpu0)
+  g1=$(server_ticks "$WORK/pg"); x1=$(ticks "$PROXY_PID"); u1=$(ticks "${PIDS[0]}"); read b1 i1 < <(cpu0)
   n=$(echo "$out" | awk '/requests in/ {print $1}')
   awk -v n=$n -v g=$((g1-g0)) -v x=$((x1-x0)) -v u=$((u1-u0)) -v b=$((b1-b0)) -v i=$((i1-i0)) -v hz=$HZ -v secs=$SECS 'BEGIN {
     printf "fresh: %d keys/s; per key: database %.1f us, proxy %.1f us, upstream %.1f us; CPU 0 busy %.0f%%, of it database %.0f%%, upstream %.0f%%, rest (wrk, system) %.0f%%\n",
       n/secs, g/hz*1e6/n, x/hz*1e6/n, u/hz*1e6/n, 100*b/(b+i), 100*g/b, 100*u/b, 100*(b-g-u)/b }'
   psql "$DSN" -qAt -c CHECKPOINT
   sleep 1  # earlier sessions' backends reaped: their CPU is in the postmaster's cutime
-  g0=$(pgcpu); read b0 i0 < <(cpu0)
-  out=$(taskset -c $SUT_CPU pgbench -n -M prepared -c 8 -j 1 -T "$SECS" -f "$WORK/minimal.sql" "$DSN" 2>&1)
+  g0=$(server_ticks "$WORK/pg"); read b0 i0 < <(cpu0)
+  t=$(minimal_tps "$DSN" "$SECS")
   read b1 i1 < <(cpu0)
   sleep 1  # pgbench's backends exit with it; wait until they are reaped
-  g1=$(pgcpu)
-  t=$(echo "$out" | awk '/^tps/ {printf "%.0f", $3}')
+  g1=$(server_ticks "$WORK/pg")
   awk -v t=$t -v g=$((g1-g0)) -v b=$((b1-b0)) -v i=$((i1-i0)) -v hz=$HZ -v secs=$SECS 'BEGIN {
     printf "minimal pgbench: %d keyed requests/s; database %.1f us per keyed request; CPU 0 busy %.0f%% (iowait counted idle), of it database %.0f%%\n",
       t, g/hz*1e6/(t*secs), 100*b/(b+i), 100*g/b }'

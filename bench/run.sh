@@ -67,7 +67,6 @@ start_proxy idemproxy "$DSN" 8
 
 # --- measuring --------------------------------------------------------------------
 HZ=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 reset_peak_rss() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null || true; }
 peak_rss_mib() { awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 # Commits of transactions that wrote, counted exactly and at once by the transaction
@@ -84,12 +83,12 @@ run() {
   shift 6
   reset_peak_rss "$pid"
   local c0 k0 out
-  c0=$(cpu_ticks "$pid")
+  c0=$(ticks "$pid")
   k0=$(commits)
   out=$(env "$@" taskset -c "$LOAD_CPU" wrk -t1 -c"$conns" -d"${SECONDS_}s" --timeout 10s --latency \
           -s "bench/lua/$lua" "http://127.0.0.1:$port$path")
   local c1
-  c1=$(cpu_ticks "$pid")
+  c1=$(ticks "$pid")
   local k1 requests errors
   k1=$(commits)
   requests=$(echo "$out" | awk '/requests in/ {print $1}')
@@ -118,19 +117,10 @@ pgbench_ceiling() {
   echo "bench: pgbench claim+complete: $PGB_TPS keyed requests/s" >&2
 }
 
-# The minimal reference (issue 14): what any keyed write needs at the least, two
-# single-row autocommit statements (an INSERT ... ON CONFLICT DO NOTHING and an
-# UPDATE) on a two-column table, 8 connections. pgbench_minimal SECONDS: sets MIN_TPS.
-"${PSQL[@]}" -c "CREATE TABLE IF NOT EXISTS bench_minimal (k text PRIMARY KEY, v text NOT NULL)"
-cat >"$WORK/minimal.sql" <<'EOF'
-\set n random(1, 1000000000000)
-INSERT INTO bench_minimal (k, v) VALUES (:client_id::text || '-' || :n::text, 'in_flight') ON CONFLICT DO NOTHING;
-UPDATE bench_minimal SET v = 'completed' WHERE k = :client_id::text || '-' || :n::text;
-EOF
+# The minimal reference (common.sh). pgbench_minimal SECONDS: sets MIN_TPS.
+minimal_reference "$DSN"
 pgbench_minimal() {
-  local out
-  out=$(taskset -c "$SUT_CPU" pgbench -n -M prepared -c 8 -j 1 -T "$1" -f "$WORK/minimal.sql" "$DSN" 2>&1)
-  MIN_TPS=$(echo "$out" | awk '/^tps/ {printf "%.0f", $3}')
+  MIN_TPS=$(minimal_tps "$DSN" "$1")
   echo "bench: pgbench minimal insert+update: $MIN_TPS keyed requests/s" >&2
 }
 

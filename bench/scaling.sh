@@ -37,16 +37,7 @@ proxy citus8 "$CITUS_DSN" 8
 proxy citus16 "$CITUS_DSN" 16
 
 HZ=$(getconf CLK_TCK)
-# CPU ticks of one process, and of a PostgreSQL server: the postmaster, its live
-# backends, and the backends that have exited (the postmaster's children's time).
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-server_ticks() {
-  local pm total=0 c
-  pm=$(head -1 "$1/data/postmaster.pid")
-  total=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
-  for c in $(pgrep -P "$pm"); do total=$((total + $(ticks "$c" 2>/dev/null || echo 0))); done
-  echo "$total"
-}
+# ticks and server_ticks (common.sh) measure the proxies and the database nodes.
 NODES=(pg citus/coordinator citus/worker1 citus/worker2)
 
 # measure NAME ROUND: fresh keys for SECONDS_ through proxy NAME.
