@@ -103,6 +103,16 @@ run_gtest() {  # BINARY GTEST_FILTER: one GoogleTest binary on its own
   failed=$((failed + n))
 }
 
+summary_counts() {  # LOG PREFIX: adds LOG's last "PREFIX: N passed, M failed" line; without one, a failure
+  local line p f
+  line=$(grep -E "^$2: [0-9]+ passed" "$1" | tail -1 || true)
+  p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+  f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 1)
+  passed=$((passed + p))
+  failed=$((failed + f))
+  [ "$f" = 0 ]
+}
+
 run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
   local build=$1 log="$WORK/pytest-$1.log" line p n
   shift
@@ -134,15 +144,9 @@ fi
 
 echo "== benchmark harness smoke (bench/run.sh --smoke: nginx, pgbench and idemproxy, 2 s each)"
 if BENCH_BUILD=build bash bench/run.sh --smoke >"$WORK/bench.log" 2>&1; then :; else status=1; fi
-line=$(grep -E '^bench smoke: [0-9]+ passed' "$WORK/bench.log" | tail -1 || true)
-if [ -n "$line" ]; then
-  echo "$line"
-  passed=$((passed + $(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+')))
-  failed=$((failed + $(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')))
-fi
-if [ -z "$line" ] || ! echo "$line" | grep -q ' 0 failed'; then
+grep -E '^bench smoke: ' "$WORK/bench.log" | tail -1 || true
+if ! summary_counts "$WORK/bench.log" "bench smoke"; then
   tail -40 "$WORK/bench.log"
-  [ -n "$line" ] || failed=$((failed + 1))
   status=1
 fi
 
@@ -194,11 +198,7 @@ fi
 if [ "$FUZZ_SECONDS" != 0 ]; then
   echo "== fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
   if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi
-  line=$(grep -E '^fuzz: [0-9]+ passed' "$WORK/fuzz.log" | tail -1 || true)
-  p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
-  f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 1)
-  passed=$((passed + p))
-  failed=$((failed + f))
+  summary_counts "$WORK/fuzz.log" fuzz || status=1
 fi
 
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
