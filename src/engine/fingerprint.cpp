@@ -7,6 +7,7 @@
 #include <cctype>
 
 #include "idemproxy/common/hex.hpp"
+#include "idemproxy/common/sha256.hpp"
 
 namespace idemproxy::engine {
 namespace {
@@ -17,13 +18,9 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+// The fingerprint's digest, on this thread's SHA-256 context (sha256_start).
 class Sha256 {
  public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex2(ctx_, sha256_md(), nullptr); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-
   // Each part is length-prefixed so ("ab","c") and ("a","bc") differ.
   void part(std::string_view data) {
     const std::string len = std::to_string(data.size()) + ":";
@@ -32,15 +29,10 @@ class Sha256 {
   }
   void raw(std::string_view data) { EVP_DigestUpdate(ctx_, data.data(), data.size()); }
 
-  std::string hex() {
-    std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(ctx_, md.data(), &n);
-    return to_hex({reinterpret_cast<const char*>(md.data()), n});
-  }
+  std::string hex() { return sha256_final_hex(ctx_); }
 
  private:
-  EVP_MD_CTX* ctx_;
+  EVP_MD_CTX* ctx_ = sha256_start();
 };
 
 }  // namespace

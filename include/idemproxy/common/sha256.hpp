@@ -19,16 +19,29 @@ inline const EVP_MD* sha256_md() {
   return md;
 }
 
-inline std::string sha256_hex(std::string_view data) {
-  // One context per thread, reset by each init: no allocation per digest.
+/// This thread's SHA-256 context, started anew: one context per thread, reset by each
+/// init, so no digest allocates one (EVP_MD_CTX_new and the provider's context were 3
+/// allocations per fresh key's fingerprint). A digest must end, with
+/// sha256_final_hex, before the thread starts the next.
+inline EVP_MD_CTX* sha256_start() {
   thread_local const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
                                                                                  &EVP_MD_CTX_free);
+  EVP_DigestInit_ex2(ctx.get(), sha256_md(), nullptr);
+  return ctx.get();
+}
+
+/// The digest of what `ctx` was given, in lower-case hex.
+inline std::string sha256_final_hex(EVP_MD_CTX* ctx) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
   unsigned int n = 0;
-  EVP_DigestInit_ex2(ctx.get(), sha256_md(), nullptr);
-  EVP_DigestUpdate(ctx.get(), data.data(), data.size());
-  EVP_DigestFinal_ex(ctx.get(), md.data(), &n);
+  EVP_DigestFinal_ex(ctx, md.data(), &n);
   return to_hex({reinterpret_cast<const char*>(md.data()), n});
+}
+
+inline std::string sha256_hex(std::string_view data) {
+  EVP_MD_CTX* ctx = sha256_start();
+  EVP_DigestUpdate(ctx, data.data(), data.size());
+  return sha256_final_hex(ctx);
 }
 
 }  // namespace idemproxy
