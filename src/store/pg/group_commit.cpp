@@ -241,14 +241,16 @@ bool GroupCommit::run_together(const std::vector<Pending*>& claims,
 // gets -1.
 void GroupCommit::give_rows(const pqxx::result& rows, const std::vector<Pending*>& members,
                             const std::vector<Pending*>* completions) {
-  for (Pending* p : members) p->answer = Answer{rows, -1, false};
+  const auto columns = std::make_shared<SharedColumns>();
+  for (Pending* p : members) p->answer = Answer{rows, -1, false, columns};
   if (completions != nullptr) {
-    for (Pending* p : *completions) p->answer = Answer{rows, -1, false};
+    for (Pending* p : *completions) p->answer = Answer{rows, -1, false, columns};
   }
   const auto in_n = rows.column_number("in_n");
+  const auto completion = completions != nullptr ? rows.column_number("completion") : 0;
   for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
     const auto& group =
-        completions != nullptr && rows[i]["completion"].as<bool>() ? *completions : members;
+        completions != nullptr && rows[i][completion].as<bool>() ? *completions : members;
     const auto n = rows[i][in_n].as<std::size_t>();
     if (n >= 1 && n <= group.size()) group[n - 1]->answer.value().row = i;
   }
@@ -320,9 +322,10 @@ void GroupCommit::announce_watched(Connection& c, pqxx::transaction_base& tx,
                                    bool mixed) {
   const auto watched_at = rows.column_number("watched");
   const auto in_n = rows.column_number("in_n");
+  const auto completion = mixed ? rows.column_number("completion") : 0;
   std::vector<const RecordId*> watched;
   for (const auto& row : rows) {
-    if (mixed && !row["completion"].as<bool>()) continue;
+    if (mixed && !row[completion].as<bool>()) continue;
     if (row[watched_at].as<bool>())
       watched.push_back(&members[row[in_n].as<std::size_t>() - 1]->id);
   }
@@ -438,8 +441,9 @@ std::vector<Pending*> GroupCommit::in_key_order(std::vector<Pending*> members) {
 // member with no row gets -1.
 void GroupCommit::hand_out(const std::vector<Pending*>& members, const pqxx::result& rows) {
   std::map<std::pair<std::string_view, std::string_view>, Pending*> by_id;
+  const auto columns = std::make_shared<SharedColumns>();
   for (Pending* p : members) {
-    p->answer = Answer{rows, -1, false};
+    p->answer = Answer{rows, -1, false, columns};
     by_id.emplace(std::pair<std::string_view, std::string_view>{p->id.scope, p->id.key}, p);
   }
   const auto scope = rows.column_number("in_scope");

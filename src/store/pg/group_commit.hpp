@@ -5,6 +5,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "store/pg/array_text.hpp"
 #include "store/pg/pool.hpp"
+#include "store/pg/row_codec.hpp"
 
 namespace idemproxy::store::pg {
 
@@ -34,12 +36,30 @@ struct CompleteParams {
   const char* key_id;
 };
 
+/// Where a result's record columns sit, found on first use and shared by every member
+/// the result answers: a batch of 64 claims looks its columns up once, not 64 times.
+class SharedColumns {
+ public:
+  const Columns& of(const pqxx::result& rows) {
+    std::call_once(once_, [&] { at_.emplace(rows); });
+    return *at_;
+  }
+
+ private:
+  std::once_flag once_;
+  std::optional<Columns> at_;
+};
+
 /// A member's rows: `row` indexes `rows` (-1: none came back); `repeat` says an
-/// earlier claim of the same key in the batch went first.
+/// earlier claim of the same key in the batch went first. `columns` is shared by the
+/// members answered by the same `rows`.
 struct Answer {
   pqxx::result rows;
   int row = -1;
   bool repeat = false;
+  std::shared_ptr<SharedColumns> columns = std::make_shared<SharedColumns>();
+
+  const Columns& at() const { return columns->of(rows); }
 };
 
 /// One claim or completion waiting for its batch.

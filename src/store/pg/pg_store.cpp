@@ -216,7 +216,7 @@ void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
           if (a.row < 0) {
             return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
           }
-          const pg::Columns at(a.rows);
+          const pg::Columns& at = a.at();
           const pqxx::row row = a.rows[a.row];
           Record record = codec.read(row, at, req.id);
           if (row[at.claimed].as<bool>() && !a.repeat) {
