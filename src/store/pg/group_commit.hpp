@@ -38,6 +38,7 @@ struct CompleteParams {
 
 /// Where a result's record columns sit, found on first use and shared by every member
 /// the result answers: a batch of 64 claims looks its columns up once, not 64 times.
+/// The first `rows` given decides, so share one only among Answers of the same rows.
 class SharedColumns {
  public:
   const Columns& of(const pqxx::result& rows) {
