@@ -1,4 +1,4 @@
-# Sourced by bench/run.sh, scaling.sh, ab.sh, profile.sh and dbcpu.sh: installs what the benchmarks need,
+# Sourced by bench/run.sh, scaling.sh, ab.sh, profile.sh, dbcpu.sh and stream.sh: installs what the benchmarks need,
 # builds build-bench/, pins CPUs, makes the work folder and cleans it up on exit.
 # The caller sets WORK_NAME; it may add to CLEANUP (commands run at exit) and PIDS.
 # BENCH_BUILD names another build directory, already configured with
@@ -31,6 +31,11 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 # CPU ticks of one process, and of a PostgreSQL server in DIR: the postmaster, its live
 # backends, and the backends that have exited (the postmaster's children's time).
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# switches PID: the voluntary and the involuntary context switches of all its threads.
+switches() {
+  cat /proc/"$1"/task/*/status |
+    awk '/^voluntary_ctxt_switches/ {v += $2} /^nonvoluntary_ctxt_switches/ {n += $2} END {print v, n}'
+}
 server_ticks() {
   local pm total=0 c
   pm=$(head -1 "$1/data/postmaster.pid")

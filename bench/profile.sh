@@ -27,16 +27,16 @@ load() {  # load SECONDS: prints wrk's request count
 }
 load 2 >/dev/null  # warm: pool connections, prepared statements, WAL
 HZ=$(getconf CLK_TCK)
-# Context switches of all the proxy's threads, voluntary and not.
-switches() { cat /proc/"$PROXY_PID"/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'; }
-s0=$(switches)
+# Context switches of all the proxy's threads, voluntary and not (common.sh).
+all_switches() { switches "$PROXY_PID" | awk '{print $1 + $2}'; }
+s0=$(all_switches)
 c0=$(ticks "$PROXY_PID")
 perf record -q -g -F 999 -p "$PROXY_PID" -o "$WORK/perf.data" -- sleep "$SECS" 2>/dev/null &
 PERF=$!
 n=$(load "$SECS")
 wait "$PERF" || true
 c1=$(ticks "$PROXY_PID")
-s1=$(switches)
+s1=$(all_switches)
 echo "== $SCENARIO: $n requests in ${SECS}s, $(awk -v t=$((c1 - c0)) -v hz="$HZ" -v n="$n" \
   'BEGIN {printf "%.1f", t / hz * 1e6 / n}') us of CPU and $(awk -v s=$((s1 - s0)) -v n="$n" \
   'BEGIN {printf "%.1f", s / n}') context switches per request (perf running)"

@@ -21,16 +21,8 @@ done
 DSN=$(start_pg "$WORK/pg")
 start_upstream
 HZ=$(getconf CLK_TCK)
-# counters PID: "cpu_ticks minor_faults voluntary_switches involuntary_switches",
-# summed over the process's threads.
-counters() {
-  local v=0 n=0 s
-  for s in /proc/"$1"/task/*/status; do
-    v=$((v + $(awk '/^voluntary_ctxt_switches/ {print $2}' "$s")))
-    n=$((n + $(awk '/^nonvoluntary_ctxt_switches/ {print $2}' "$s")))
-  done
-  echo "$(ticks "$1") $(awk '{print $10}' "/proc/$1/stat") $v $n"
-}
+# counters PID: "cpu_ticks minor_faults voluntary_switches involuntary_switches".
+counters() { echo "$(ticks "$1") $(awk '{print $10}' "/proc/$1/stat") $(switches "$1")"; }
 SYSCALLS=syscalls:sys_enter_recvmsg,syscalls:sys_enter_sendmsg,syscalls:sys_enter_epoll_wait
 for r in $(seq "$ROUNDS"); do
   PROXY_BIN=$BIN start_proxy "p$r" "$DSN" 8
