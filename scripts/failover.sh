@@ -30,9 +30,8 @@ as_postgres() {
   fi
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+# Outside the kernel's ephemeral range, so no outgoing connection takes it: see free_port.py.
+free_port() { python3 "$here/free_port.py"; }
 
 monitor_uri() { echo "postgres://autoctl_node@127.0.0.1:$(cat "$dir/monitor.port")/pg_auto_failover?sslmode=disable"; }
 

@@ -14,9 +14,8 @@ as_postgres() {
   if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+# Outside the kernel's ephemeral range, so no outgoing connection takes it: see free_port.py.
+free_port() { python3 "$(dirname "$0")/free_port.py"; }
 
 case "$cmd" in
   start)

@@ -131,8 +131,8 @@ run_ctest build
 run_pytest build tests/e2e --ignore=tests/e2e/test_image.py
 
 echo "== run-local smoke test (the first README command)"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-if PROXY_PORT=$(free_port) ADMIN_PORT=$(free_port) UPSTREAM_PORT=$(free_port) RUN_DIR="$WORK/local" \
+read -r proxy_port admin_port upstream_port <<<"$(python3 scripts/free_port.py 3 | tr '\n' ' ')"
+if PROXY_PORT=$proxy_port ADMIN_PORT=$admin_port UPSTREAM_PORT=$upstream_port RUN_DIR="$WORK/local" \
    bash scripts/run-local.sh --smoke >"$WORK/smoke.log" 2>&1; then
   tail -1 "$WORK/smoke.log"
   passed=$((passed + 1))

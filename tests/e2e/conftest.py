@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from fake_upstream import FakeUpstream
-from harness import ROOT, Proxy
+from harness import ROOT, Proxy, free_port
 from pki import Pki
 
 
@@ -168,9 +168,7 @@ class PgBouncer:
     def __init__(self, pg, settings=""):
         self.dir = tempfile.mkdtemp(prefix="idemproxy-pgbouncer-")
         os.chmod(self.dir, 0o755)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         ini = os.path.join(self.dir, "pgbouncer.ini")
         with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
             f.write('"postgres" ""\n')

@@ -5,6 +5,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -12,11 +13,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BINARY = os.environ.get("IDEMPROXY_BIN", os.path.join(ROOT, "build", "idemproxy"))
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from free_port import free_port  # noqa: E402  (ports outside the ephemeral range; see there)
 
 
 class Response:

@@ -13,6 +13,8 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from harness import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -58,9 +60,7 @@ class NginxUpstream:
 
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="idemproxy-nginx-")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.access_log = os.path.join(self.dir, "access.log")
         conf = os.path.join(self.dir, "nginx.conf")
         with open(conf, "w") as f:

@@ -1,0 +1,72 @@
+"""Free TCP ports on 127.0.0.1 for servers that a test or script starts itself.
+
+`bind(("127.0.0.1", 0))` hands back a port from the kernel's ephemeral range
+(net.ipv4.ip_local_port_range, 32768-60999 by default). Once that probe socket is
+closed, the kernel may give the same port to any outgoing connection as its local
+port: the proxy's own PostgreSQL pool, its upstream connections, a test client.
+A server started afterwards on that port then fails with "Address already in use".
+CI saw exactly that: idemproxy connected its pool between binding its proxy port and
+its admin port, and the admin port had become the local end of one of those
+connections.
+
+So the ports come from below the ephemeral range, which the kernel never hands out
+for connect(). Each candidate is still probed with a bind, without SO_REUSEADDR, so a
+port that anything listens on or still holds is skipped. In one process no port is
+handed out twice.
+
+Usage from a shell: python3 scripts/free_port.py [COUNT] prints COUNT distinct ports.
+"""
+import random
+import socket
+import sys
+
+_given = set()
+
+
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _candidates():
+    """The ports outside the ephemeral range, above the registered services most
+    machines run (PostgreSQL's 5432, 8080 and friends)."""
+    low, high = _ephemeral_range()
+    below = range(20000, low) if low > 21000 else range(0)
+    above = range(high + 1, 65536) if high < 64536 else range(0)
+    return list(below) + list(above)
+
+
+def _bindable(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port():
+    pool = _candidates()
+    for _ in range(200):
+        if not pool:
+            break
+        port = random.choice(pool)
+        if port not in _given and _bindable(port):
+            _given.add(port)
+            return port
+    # No room outside the ephemeral range on this machine: fall back to the kernel's pick.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _given.add(port)
+    return port
+
+
+if __name__ == "__main__":
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    print("\n".join(str(free_port()) for _ in range(count)))

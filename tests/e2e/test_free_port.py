@@ -1,0 +1,40 @@
+"""The test harness's ports come from outside the kernel's ephemeral range, so an
+outgoing connection (the proxy's PostgreSQL pool, a client) can never take a port
+between the probe and the server's bind. CI once failed on exactly that race:
+"cannot listen on 127.0.0.1:33765 (admin): Address already in use"."""
+import socket
+import subprocess
+import sys
+
+from harness import ROOT, free_port
+
+
+def ephemeral_range():
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = (int(x) for x in f.read().split())
+    return low, high
+
+
+def test_ports_are_outside_the_ephemeral_range_distinct_and_bindable():
+    low, high = ephemeral_range()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    for port in ports:
+        assert not low <= port <= high, (port, low, high)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_a_port_something_listens_on_is_never_handed_out():
+    with socket.create_server(("127.0.0.1", free_port())) as held:
+        taken = held.getsockname()[1]
+        assert all(free_port() != taken for _ in range(200))
+
+
+def test_the_shell_form_prints_distinct_ports_outside_the_range():
+    low, high = ephemeral_range()
+    out = subprocess.run([sys.executable, "%s/scripts/free_port.py" % ROOT, "3"],
+                         check=True, capture_output=True, text=True).stdout.split()
+    ports = [int(p) for p in out]
+    assert len(ports) == 3 and len(set(ports)) == 3
+    assert all(not low <= p <= high for p in ports)
