@@ -17,7 +17,7 @@ BUILD_PACKAGES=(
 )
 PACKAGES=(
   "${BUILD_PACKAGES[@]}"
-  libgtest-dev libgmock-dev
+  libgtest-dev libgmock-dev ccache
   clang libclang-rt-14-dev clang-format clang-tidy
   postgresql-15 pgbouncer postgresql-15-auto-failover pg-auto-failover-cli
   python3 python3-pytest python3-prometheus-client python3-yaml
