@@ -77,9 +77,8 @@ start_upstream() {
 # on CPUS (SUT_CPU) in front of the upstream on UP_PORT, with the benchmarks' one
 # route; sets PROXY_PORT and PROXY_PID. PROXY_BIN picks another binary.
 start_proxy() {
-  PROXY_PORT=$(free_port)
   local admin
-  admin=$(free_port)
+  read -r PROXY_PORT admin <<<"$(python3 scripts/free_port.py 2 | tr '\n' ' ')"  # distinct
   cat >"$WORK/$1.yaml" <<EOC
 listen: 127.0.0.1:$PROXY_PORT
 admin_listen: 127.0.0.1:$admin

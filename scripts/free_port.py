@@ -1,18 +1,20 @@
 """Free TCP ports on 127.0.0.1 for servers that a test or script starts itself.
 
-`bind(("127.0.0.1", 0))` hands back a port from the kernel's ephemeral range
-(net.ipv4.ip_local_port_range, 32768-60999 by default). Once that probe socket is
-closed, the kernel may give the same port to any outgoing connection as its local
-port: the proxy's own PostgreSQL pool, its upstream connections, a test client.
-A server started afterwards on that port then fails with "Address already in use".
-CI saw exactly that: idemproxy connected its pool between binding its proxy port and
-its admin port, and the admin port had become the local end of one of those
-connections.
+The old probe, `bind(("127.0.0.1", 0))` then close, had two races.
+- Two probes in a row may get the same port back: the first probe's socket is closed,
+  so the kernel is free to pick that port again. CI failed on exactly that: the proxy
+  and admin ports of one proxy were both 33765, and the proxy exited with "cannot
+  listen on 127.0.0.1:33765 (admin): Address already in use".
+- The probe's port comes from the kernel's ephemeral range
+  (net.ipv4.ip_local_port_range, 32768-60999 by default). Once the probe is closed,
+  the kernel may give that port to any outgoing connection as its local end (the
+  proxy's own PostgreSQL pool, an upstream connection, a test client) before the
+  server binds it.
 
-So the ports come from below the ephemeral range, which the kernel never hands out
-for connect(). Each candidate is still probed with a bind, without SO_REUSEADDR, so a
-port that anything listens on or still holds is skipped. In one process no port is
-handed out twice.
+So no port is handed out twice in one process, and the ports come from outside the
+ephemeral range (below it, or above it), which the kernel never uses for connect().
+Each candidate is still probed with a bind, without SO_REUSEADDR, so a port that
+anything listens on or still holds is skipped.
 
 Usage from a shell: python3 scripts/free_port.py [COUNT] prints COUNT distinct ports.
 """

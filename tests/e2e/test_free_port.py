@@ -1,7 +1,9 @@
-"""The test harness's ports come from outside the kernel's ephemeral range, so an
-outgoing connection (the proxy's PostgreSQL pool, a client) can never take a port
-between the probe and the server's bind. CI once failed on exactly that race:
-"cannot listen on 127.0.0.1:33765 (admin): Address already in use"."""
+"""The test harness's ports are distinct within a process and come from outside the
+kernel's ephemeral range. CI once failed because two probes in a row returned the same
+port, so one proxy's proxy and admin ports collided: "cannot listen on
+127.0.0.1:33765 (admin): Address already in use". Outside the ephemeral range, no
+outgoing connection (the proxy's PostgreSQL pool, a client) can take a port between
+the probe and the server's bind either."""
 import socket
 import subprocess
 import sys
