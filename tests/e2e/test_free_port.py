@@ -27,10 +27,32 @@ def test_ports_are_outside_the_ephemeral_range_distinct_and_bindable():
             s.bind(("127.0.0.1", port))
 
 
-def test_a_port_something_listens_on_is_never_handed_out():
-    with socket.create_server(("127.0.0.1", free_port())) as held:
-        taken = held.getsockname()[1]
-        assert all(free_port() != taken for _ in range(200))
+def test_a_port_something_listens_on_is_skipped(monkeypatch):
+    import free_port as module
+    low, _ = ephemeral_range()
+    held = socket.socket()
+    for port in range(low - 1, 20000, -1):  # a port of the module's range, not handed out
+        if port not in module._given:
+            try:
+                held.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                continue
+    held.listen()
+    taken = held.getsockname()[1]
+    draws = []
+    real_choice = module.random.choice
+
+    def choose(pool):  # offers the held port first, then any
+        draws.append(None)
+        return taken if len(draws) == 1 else real_choice(pool)
+
+    monkeypatch.setattr(module.random, "choice", choose)
+    try:
+        port = free_port()
+    finally:
+        held.close()
+    assert len(draws) >= 2 and port != taken
 
 
 def test_the_shell_form_prints_distinct_ports_outside_the_range():
