@@ -25,7 +25,8 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-free_port() { python3 scripts/free_port.py; }  # outside the ephemeral range: see the script
+# free_port [COUNT]: COUNT distinct ports on one line, outside the ephemeral range (see the script).
+free_port() { python3 scripts/free_port.py "$@"; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 
 # CPU ticks of one process, and of a PostgreSQL server in DIR: the postmaster, its live
@@ -78,7 +79,7 @@ start_upstream() {
 # route; sets PROXY_PORT and PROXY_PID. PROXY_BIN picks another binary.
 start_proxy() {
   local admin
-  read -r PROXY_PORT admin <<<"$(python3 scripts/free_port.py 2 | tr '\n' ' ')"  # distinct
+  read -r PROXY_PORT admin <<<"$(free_port 2)"
   cat >"$WORK/$1.yaml" <<EOC
 listen: 127.0.0.1:$PROXY_PORT
 admin_listen: 127.0.0.1:$admin

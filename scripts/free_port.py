@@ -16,8 +16,10 @@ ephemeral range (below it, or above it), which the kernel never uses for connect
 Each candidate is still probed with a bind, without SO_REUSEADDR, so a port that
 anything listens on or still holds is skipped.
 
-Usage from a shell: python3 scripts/free_port.py [COUNT] prints COUNT distinct ports.
+Usage from a shell: python3 scripts/free_port.py [COUNT] prints COUNT distinct ports on
+one line, separated by spaces (`read -r a b <<<"$(python3 scripts/free_port.py 2)"`).
 """
+import functools
 import random
 import socket
 import sys
@@ -25,7 +27,7 @@ import sys
 _given = set()
 
 
-def _ephemeral_range():
+def ephemeral_range():
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low, high = (int(x) for x in f.read().split())
@@ -34,13 +36,14 @@ def _ephemeral_range():
         return 32768, 60999
 
 
+@functools.lru_cache(maxsize=None)
 def _candidates():
     """The ports outside the ephemeral range, above the registered services most
     machines run (PostgreSQL's 5432, 8080 and friends)."""
-    low, high = _ephemeral_range()
+    low, high = ephemeral_range()
     below = range(20000, low) if low > 21000 else range(0)
     above = range(high + 1, 65536) if high < 64536 else range(0)
-    return list(below) + list(above)
+    return list(below) + list(above)  # built once per process, not per call
 
 
 def _bindable(port):
@@ -71,4 +74,4 @@ def free_port():
 
 if __name__ == "__main__":
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-    print("\n".join(str(free_port()) for _ in range(count)))
+    print(" ".join(str(free_port()) for _ in range(count)))

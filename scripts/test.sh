@@ -131,7 +131,7 @@ run_ctest build
 run_pytest build tests/e2e --ignore=tests/e2e/test_image.py
 
 echo "== run-local smoke test (the first README command)"
-read -r proxy_port admin_port upstream_port <<<"$(python3 scripts/free_port.py 3 | tr '\n' ' ')"
+read -r proxy_port admin_port upstream_port <<<"$(python3 scripts/free_port.py 3)"
 if PROXY_PORT=$proxy_port ADMIN_PORT=$admin_port UPSTREAM_PORT=$upstream_port RUN_DIR="$WORK/local" \
    bash scripts/run-local.sh --smoke >"$WORK/smoke.log" 2>&1; then
   tail -1 "$WORK/smoke.log"

@@ -8,13 +8,8 @@ import socket
 import subprocess
 import sys
 
-from harness import ROOT, free_port
-
-
-def ephemeral_range():
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low, high = (int(x) for x in f.read().split())
-    return low, high
+from harness import ROOT, free_port  # puts scripts/ on the path
+from free_port import ephemeral_range  # noqa: E402
 
 
 def test_ports_are_outside_the_ephemeral_range_distinct_and_bindable():
