@@ -6,6 +6,9 @@
 #                                     prints the coordinator's DSN on stdout
 #   scripts/citus.sh add-worker DIR   starts one more worker and adds it to the cluster;
 #                                     prints its port
+#   scripts/citus.sh remove-worker DIR PORT
+#                                     drains the worker on PORT (its shards move away
+#                                     by logical replication), removes it, stops it
 #   scripts/citus.sh stop DIR
 # No registry these machines reach carries Citus: it builds from the source in
 # ../shared/vendor/citus (README there), about 75 s on 2 cores, once per machine.
@@ -14,7 +17,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 CITUS_VERSION=13.2.2
-cmd=${1:?usage: citus.sh build|start|add-worker|stop [DIR]}
+cmd=${1:?usage: citus.sh build|start|add-worker|remove-worker|stop [DIR]}
 
 as_postgres() {
   if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
@@ -75,8 +78,14 @@ if [ "${CITUS_DURABLE:-0}" = 1 ]; then
   NODE_OPTIONS+=(-c min_wal_size=1GB)
 else
   # 8 shards rather than 32: test_citus.py's rebalance moves a few in seconds.
+  # synchronous_commit=off stays on purpose: the proxy must commit its own writes
+  # durably whatever the server's default is (docs/SCALING.md, "Shard moves").
   NODE_OPTIONS+=(-c fsync=off -c synchronous_commit=off -c citus.shard_count=8)
 fi
+# CITUS_NODE_OPTIONS adds settings to every node, e.g. for an investigation:
+#   "-c citus.log_remote_commands=on -c track_commit_timestamp=on"
+# shellcheck disable=SC2206
+NODE_OPTIONS+=(${CITUS_NODE_OPTIONS:-})
 
 psql_on() {
   local port=$1
@@ -118,6 +127,19 @@ case "$cmd" in
     add_worker "$dir" "worker$n"
     cat "$dir/worker$n/port"
     ;;
+  remove-worker)
+    dir=${2:?usage: citus.sh remove-worker DIR PORT}
+    port=${3:?usage: citus.sh remove-worker DIR PORT}
+    coordinator=$(cat "$dir/coordinator/port")
+    psql_on "$coordinator" -c "SELECT citus_drain_node('127.0.0.1', $port, shard_transfer_mode := 'force_logical')" >/dev/null
+    psql_on "$coordinator" -c "SELECT citus_remove_node('127.0.0.1', $port)" >/dev/null
+    for node in "$dir"/worker*; do
+      if [ "$(cat "$node/port" 2>/dev/null)" = "$port" ]; then
+        bash "$here/pg.sh" stop "$node"
+        rm -rf "$node"
+      fi
+    done
+    ;;
   stop)
     dir=${2:?usage: citus.sh stop DIR}
     for node in "$dir"/worker* "$dir/coordinator"; do
@@ -125,7 +147,7 @@ case "$cmd" in
     done
     ;;
   *)
-    echo "usage: citus.sh build|start|add-worker|stop [DIR]" >&2
+    echo "usage: citus.sh build|start|add-worker|remove-worker|stop [DIR]" >&2
     exit 2
     ;;
 esac
