@@ -47,10 +47,12 @@ struct PgStore::Impl {
   Result<Done> fenced_finish(const pg::Statement& statement, const RecordId& id,
                              std::int64_t token) {
     return with<Done>([&](Connection& c) -> Result<Done> {
-      pqxx::nontransaction tx(c.raw());
-      const pqxx::result r = c.exec(tx, statement, id.scope, id.key, static_cast<long long>(token));
+      pg::Write w(c);
+      const pqxx::result r =
+          c.exec(w.tx(), statement, id.scope, id.key, static_cast<long long>(token));
       if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
-      if (r[0]["watched"].as<bool>()) c.announce(tx, pg::kDoneChannel, {&id});
+      if (r[0]["watched"].as<bool>()) c.announce(w.tx(), pg::kDoneChannel, {&id});
+      w.commit();
       return Done{};
     });
   }
@@ -61,10 +63,11 @@ struct PgStore::Impl {
   void withdraw(const RecordId& id, long long nonce, Duration lease) {
     spdlog::debug("store: a claim went unanswered; it is withdrawn once the database answers");
     pool.defer({[id, nonce](Connection& c) {
-                  pqxx::nontransaction tx(c.raw());
-                  const pqxx::result r = c.exec(tx, pg::kWithdraw, id.scope, id.key, nonce);
+                  pg::Write w(c);
+                  const pqxx::result r = c.exec(w.tx(), pg::kWithdraw, id.scope, id.key, nonce);
                   if (r.empty()) return false;
-                  if (r[0]["watched"].as<bool>()) c.announce(tx, pg::kDoneChannel, {&id});
+                  if (r[0]["watched"].as<bool>()) c.announce(w.tx(), pg::kDoneChannel, {&id});
+                  w.commit();
                   return true;
                 },
                 std::chrono::steady_clock::now() + lease});
@@ -99,7 +102,7 @@ bool PgStore::announces_finishes() const { return !impl_->options.transaction_po
 
 Result<bool> PgStore::watch_record(const RecordId& id) {
   return impl_->with<bool>([&](Connection& c) -> Result<bool> {
-    return c.run(pg::kWatch, id.scope, id.key).affected_rows() > 0;
+    return c.write(pg::kWatch, id.scope, id.key).affected_rows() > 0;
   });
 }
 
@@ -276,9 +279,9 @@ Result<Done> PgStore::mark_indeterminate(const RecordId& id, std::int64_t token)
 Result<TimePoint> PgStore::renew(const RecordId& id, std::int64_t token, Duration lease) {
   return impl_->with<TimePoint>([&](Connection& c) -> Result<TimePoint> {
     const pqxx::result r =
-        c.run(pg::kRenew, id.scope, id.key, static_cast<long long>(token),
-              static_cast<long long>(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(lease).count()));
+        c.write(pg::kRenew, id.scope, id.key, static_cast<long long>(token),
+                static_cast<long long>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(lease).count()));
     if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
     return pg::from_ms(r[0][0]);
   });
@@ -286,7 +289,7 @@ Result<TimePoint> PgStore::renew(const RecordId& id, std::int64_t token, Duratio
 
 Result<bool> PgStore::resolve(const RecordId& id) {
   return impl_->with<bool>([&](Connection& c) -> Result<bool> {
-    return c.run(pg::kResolve, id.scope, id.key).affected_rows() > 0;
+    return c.write(pg::kResolve, id.scope, id.key).affected_rows() > 0;
   });
 }
 
@@ -318,17 +321,17 @@ Result<bool> PgStore::purge(const RecordId& id) {
   // The deletion and its announcement commit together (on Citus, the NOTIFY is the
   // coordinator's, where the listeners are).
   return impl_->with<bool>([&](Connection& c) -> Result<bool> {
-    pqxx::work tx(c.raw());
-    const bool purged = c.exec(tx, pg::kPurge, id.scope, id.key).affected_rows() > 0;
-    if (purged) c.announce(tx, pg::kPurgeChannel, {&id});
-    tx.commit();
+    pg::Write w(c, true);
+    const bool purged = c.exec(w.tx(), pg::kPurge, id.scope, id.key).affected_rows() > 0;
+    if (purged) c.announce(w.tx(), pg::kPurgeChannel, {&id});
+    w.commit();
     return purged;
   });
 }
 
 Result<std::int64_t> PgStore::delete_expired(int limit) {
   return impl_->with<std::int64_t>([&](Connection& c) -> Result<std::int64_t> {
-    return static_cast<std::int64_t>(c.run(pg::kDeleteExpired, limit).affected_rows());
+    return static_cast<std::int64_t>(c.write(pg::kDeleteExpired, limit).affected_rows());
   });
 }
 

@@ -36,7 +36,13 @@ std::vector<std::string> session_settings(const PgOptions& options, bool distrib
     // claims per statement, 225 µs of database CPU per key against 355 µs
     // (docs/SCALING.md). GC's multi-shard DELETE runs sequentially too.
     out.emplace_back("SET citus.multi_shard_modify_mode = 'sequential'");
+    // A Write's SET LOCAL synchronous_commit reaches the workers it writes on.
+    out.emplace_back("SET citus.propagate_set_commands = 'local'");
   }
+  // Never an asynchronous commit of the proxy's own (Write).
+  out.emplace_back(
+      "SELECT set_config('synchronous_commit', 'on', false)"
+      " WHERE current_setting('synchronous_commit') = 'off'");
   return out;
 }
 
@@ -46,10 +52,30 @@ Connection::Connection(const PgOptions& options)
   distributed_ = options.citus.value_or(
       tx.exec("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")[0][0]
           .as<bool>());
+  if (distributed_ || !prepared_) {
+    // The session's setting, or on when it is off: a stronger one (remote_apply, with
+    // synchronous standbys) is kept.
+    local_sync_ = tx.exec(
+                        "SELECT CASE current_setting('synchronous_commit') WHEN 'off' THEN 'on'"
+                        " ELSE current_setting('synchronous_commit') END")[0][0]
+                      .as<std::string>();
+  }
   if (!prepared_) return;
   for (const auto& setting : session_settings(options, distributed_)) tx.exec(setting);
   tx.commit();
   for (const auto& s : kAll) conn_.prepare(s.name, s.sql);
+}
+
+Write::Write(Connection& c, bool atomic) {
+  if (c.local_sync().empty() && !atomic) {
+    tx_ = std::make_unique<pqxx::nontransaction>(c.raw());
+    return;
+  }
+  tx_ = std::make_unique<pqxx::work>(c.raw());
+  if (c.local_sync().empty()) return;
+  // Behind a transaction pooler the session's propagation setting did not last.
+  tx_->exec((c.distributed() ? "SET LOCAL citus.propagate_set_commands = 'local'; " : "") +
+            std::string("SET LOCAL synchronous_commit = ") + c.local_sync());
 }
 
 ShardMap Connection::read_shards() {

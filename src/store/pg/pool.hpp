@@ -30,9 +30,9 @@ class UnreadableRecord : public std::runtime_error {
 /// transaction-pooling PgBouncer, where sessions do not last).
 std::vector<std::string> session_settings(const PgOptions& options, bool distributed);
 
-/// One libpq connection. Each statement runs in autocommit mode: prepared once per
-/// connection, or sent unnamed when a transaction-pooling PgBouncer is in the path
-/// (its server connections change between transactions).
+/// One libpq connection. Each statement runs in autocommit mode, or in a Write: prepared
+/// once per connection, or sent unnamed when a transaction-pooling PgBouncer is in the
+/// path (its server connections change between transactions).
 class Connection {
  public:
   explicit Connection(const PgOptions& options);
@@ -44,12 +44,17 @@ class Connection {
                      : tx.exec_params(statement.sql, std::forward<Args>(args)...);
   }
 
-  /// Runs `statement` on its own, committed when it returns.
+  /// Runs `statement`, which only reads, on its own.
   template <class... Args>
   pqxx::result run(const Statement& statement, Args&&... args) {
     pqxx::nontransaction tx(conn_);
     return exec(tx, statement, std::forward<Args>(args)...);
   }
+
+  /// Runs `statement`, which changes records, on its own in a Write: committed, and
+  /// durable, when it returns.
+  template <class... Args>
+  pqxx::result write(const Statement& statement, Args&&... args);
 
   /// Runs a statement made for `n` records (claim_rows_sql, complete_rows_sql) inside
   /// `tx`: prepared once per size as `name`_n, or sent unnamed through a
@@ -62,6 +67,9 @@ class Connection {
                 const std::vector<const RecordId*>& ids);
 
   pqxx::connection& raw() { return conn_; }
+  /// What a Write sets synchronous_commit to for its transaction (SET LOCAL), or empty
+  /// when this session's own setting already makes every commit durable.
+  const std::string& local_sync() const { return local_sync_; }
   /// Whether idempotency_records is a Citus distributed table here (PgOptions::citus).
   bool distributed() const { return distributed_; }
   /// The shards' hash ranges and workers (pg_dist_shard, pg_dist_placement).
@@ -71,8 +79,42 @@ class Connection {
   pqxx::connection conn_;
   bool prepared_;
   bool distributed_;
+  std::string local_sync_;
   std::set<std::string> prepared_rows_;  // exec_rows statements prepared here
 };
+
+/// The transaction of statements that change records: committed durably, whatever the
+/// servers' default synchronous_commit is (docs/SCALING.md, "Shard moves"). A claim
+/// committed asynchronously is visible before its commit record reaches the disk, so a
+/// crash can forget it, and a Citus shard move's final catch-up, which waits for the
+/// WAL's write position, can leave it behind on the old placement: either way its
+/// retry executes a second time.
+/// - On plain PostgreSQL the pooled session holds synchronous_commit (set to on when
+///   it is off), and the statements run in autocommit: this costs nothing.
+/// - On Citus the worker that commits a routed statement runs it in a session of the
+///   coordinator's, with the worker's defaults, so the setting goes with each
+///   transaction: BEGIN, SET LOCAL synchronous_commit, which Citus sends to every
+///   worker the transaction writes on (citus.propagate_set_commands = 'local'), the
+///   statements, COMMIT. Behind a transaction-pooling PgBouncer, where sessions do not
+///   last, likewise.
+class Write {
+ public:
+  /// `atomic`: its statements commit together on plain PostgreSQL too.
+  explicit Write(Connection& c, bool atomic = false);
+  pqxx::transaction_base& tx() { return *tx_; }
+  void commit() { tx_->commit(); }
+
+ private:
+  std::unique_ptr<pqxx::transaction_base> tx_;
+};
+
+template <class... Args>
+pqxx::result Connection::write(const Statement& statement, Args&&... args) {
+  Write w(*this);
+  pqxx::result r = exec(w.tx(), statement, std::forward<Args>(args)...);
+  w.commit();
+  return r;
+}
 
 class Pool {
  public:

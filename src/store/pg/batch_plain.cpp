@@ -1,0 +1,135 @@
+// Group commit on plain PostgreSQL: a batch's claims as one multi-row statement over
+// arrays (kClaimMany), its completions as another (kCompleteMany), or both as one
+// (kClaimCompleteMany). The design and its measurements: group_commit.cpp.
+#include <string>
+#include <vector>
+
+#include "store/pg/group_commit.hpp"
+
+namespace idemproxy::store::pg {
+
+// Runs `members` as one multi-row statement; false when it failed (nothing changed)
+// or the connection turned out to be a Citus coordinator.
+// Claims must have distinct keys and one retake setting.
+bool GroupCommit::run_many(const std::vector<Pending*>& members, int worker) {
+  const bool claims = members.front()->claim != nullptr;
+  if (worker >= 0) return claims ? run_worker_claims(members) : run_worker_completions(members);
+  const std::vector<std::string> a = claims ? claim_arrays(members) : completion_arrays(members);
+  bool routed = false;
+  const Result<pqxx::result> rows =
+      run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
+        if (claims) {
+          return c.exec(tx, kClaimMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
+                        members.front()->claim->req.retake_stale, a[9]);
+        }
+        pqxx::result r = c.exec(tx, kCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+        announce_watched(c, tx, r, members, false);
+        return r;
+      });
+  if (routed) return false;  // each runs alone, routed
+  if (!batch_succeeded(rows.ok(), members.size(), claims ? "claims" : "completions")) return false;
+  give_rows(rows.value(), members);
+  return true;
+}
+
+// `claims` (one retake setting, distinct keys) and `completions` (none of those keys)
+// as one statement, kClaimCompleteMany: one round trip and one commit for the batch.
+// False when it failed (nothing changed) or the connection is a Citus coordinator.
+bool GroupCommit::run_together(const std::vector<Pending*>& claims,
+                               const std::vector<Pending*>& completions) {
+  const std::vector<std::string> a = claim_arrays(claims);
+  const std::vector<std::string> d = completion_arrays(completions);
+  bool routed = false;
+  const Result<pqxx::result> rows =
+      run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
+        pqxx::result r = c.exec(tx, kClaimCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6],
+                                a[7], a[8], claims.front()->claim->req.retake_stale, a[9], d[0],
+                                d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+        announce_watched(c, tx, r, completions, true);
+        return r;
+      });
+  if (routed) return false;  // each runs alone, routed
+  if (!batch_succeeded(rows.ok(), claims.size() + completions.size(), "claims and completions")) {
+    return false;
+  }
+  give_rows(rows.value(), claims, &completions);
+  return true;
+}
+// Runs `statement` in a Write on a pooled connection to plain PostgreSQL. On a
+// Citus coordinator it runs nothing and sets `routed`: the first connection decides,
+// since before it the pool cannot know it is on Citus.
+Result<pqxx::result> GroupCommit::run_plain(bool& routed, const PlainStatement& statement) {
+  return pool_.with_connection<pqxx::result>([&](Connection& c) -> Result<pqxx::result> {
+    if (c.distributed()) {
+      routed = true;
+      return StoreError{StoreErrc::unavailable, "Citus: no multi-row statements"};
+    }
+    Write w(c);
+    pqxx::result r = statement(c, w.tx());
+    w.commit();
+    return r;
+  });
+}
+
+// kClaimMany's arrays for `members`: $1-$9, then $11 (the nonces) last.
+std::vector<std::string> GroupCommit::claim_arrays(const std::vector<Pending*>& members) {
+  std::vector<ArrayText> columns(10);
+  for (const Pending* p : members) {
+    const ClaimParams& cl = *p->claim;
+    const ClaimRequest& r = cl.req;
+    columns[0].add(r.id.scope);
+    columns[1].add(r.id.key);
+    columns[2].add(cl.fingerprint);
+    columns[3].add(r.route);
+    columns[4].add(r.method);
+    columns[5].add(r.target);
+    columns[6].add(static_cast<long long>(r.lease.count()));
+    columns[7].add(static_cast<long long>(r.ttl.count()));
+    columns[8].add(cl.key_id);
+    columns[9].add(cl.nonce);
+  }
+  return done(columns);
+}
+
+// kCompleteMany's arrays for `members`.
+std::vector<std::string> GroupCommit::completion_arrays(const std::vector<Pending*>& members) {
+  std::vector<ArrayText> columns(8);
+  for (const Pending* p : members) {
+    const CompleteParams& co = *p->complete;
+    columns[0].add(co.id.scope);
+    columns[1].add(co.id.key);
+    columns[2].add(co.token);
+    columns[3].add(static_cast<long long>(co.status));
+    columns[4].add(co.body ? co.headers : std::nullopt, true);
+    columns[5].add(co.body, true);
+    columns[6].add(co.ttl_ms);
+    columns[7].add(co.key_id);
+  }
+  return done(columns);
+}
+
+std::vector<std::string> GroupCommit::done(std::vector<ArrayText>& columns) {
+  std::vector<std::string> out;
+  out.reserve(columns.size());
+  for (auto& col : columns) out.push_back(std::move(col).done());
+  return out;
+}
+
+// Announces the completions in `rows` (their in_n indexes `members`) that another
+// instance's request watches (kAnnounce), after their statement committed. `mixed`:
+// the rows answer claims too (kClaimCompleteMany), and say which they answer.
+void GroupCommit::announce_watched(Connection& c, pqxx::transaction_base& tx,
+                                   const pqxx::result& rows, const std::vector<Pending*>& members,
+                                   bool mixed) {
+  const auto watched_at = rows.column_number("watched");
+  const auto in_n = rows.column_number("in_n");
+  const auto completion = mixed ? rows.column_number("completion") : 0;
+  std::vector<const RecordId*> watched;
+  for (const auto& row : rows) {
+    if (mixed && !row[completion].as<bool>()) continue;
+    if (row[watched_at].as<bool>())
+      watched.push_back(&members[row[in_n].as<std::size_t>() - 1]->id);
+  }
+  c.announce(tx, kDoneChannel, watched);
+}
+}  // namespace idemproxy::store::pg
