@@ -222,6 +222,16 @@ void read_housekeeping(const YAML::Node& root, const Reader& r, Config& c) {
 }
 
 // defaults and routes; needs tls, store and scope_key read first.
+// Where a route's `key` was set: in the route, else in defaults, else (the built-in
+// default) the route itself. Returned, never assigned to a Node variable: yaml-cpp's
+// `Node a = x; a = y;` writes y into x rather than naming y, and on an invalid node
+// (a key that is absent) it throws "invalid node", which hid the real error.
+YAML::Node origin(const YAML::Node& root, const YAML::Node& route, const char* key) {
+  if (route[key]) return route[key];
+  if (root["defaults"] && root["defaults"][key]) return root["defaults"][key];
+  return route;
+}
+
 void read_routes(const YAML::Node& root, const Reader& r, Config& c) {
   if (const YAML::Node d = root["defaults"]) r.policy(d, "defaults", c.defaults, false);
   if (const YAML::Node routes = root["routes"]) {
@@ -235,12 +245,12 @@ void read_routes(const YAML::Node& root, const Reader& r, Config& c) {
       if (!node["path_prefix"]) r.fail(node, "route \"" + p.name + "\" needs a path_prefix");
       if (!names.insert(p.name).second) r.fail(node, "duplicate route name \"" + p.name + "\"");
       if (p.scope_from == engine::ScopeFrom::client_cert && c.tls.client_ca_file.empty()) {
-        r.fail(node["scope"] ? node["scope"] : root["defaults"]["scope"],
+        r.fail(origin(root, node, "scope"),
                "scope: {from: client_cert} needs tls.client_ca_file (clients must present a "
                "verified certificate)");
       }
       if (p.scope_from == engine::ScopeFrom::authorization && c.scope_key.empty()) {
-        r.fail(node["scope"] ? node["scope"] : root["defaults"]["scope"],
+        r.fail(origin(root, node, "scope"),
                "scope: {from: authorization} needs scope_key (an HMAC key of 32+ characters, "
                "e.g. ${IDEMPROXY_SCOPE_KEY})");
       }
@@ -248,9 +258,7 @@ void read_routes(const YAML::Node& root, const Reader& r, Config& c) {
       // live holder would run out, and a retry would be told outcome-unknown (or,
       // with on_stale: retake, execute a second time).
       if (c.store.kind == StoreConfig::Kind::postgres && p.lease <= c.store.statement_timeout) {
-        YAML::Node at = node["lease"];
-        if (!at && root["defaults"] && root["defaults"]["lease"]) at = root["defaults"]["lease"];
-        r.fail(at ? at : YAML::Node(node),
+        r.fail(origin(root, node, "lease"),
                "route \"" + p.name + "\": lease (" + std::to_string(p.lease.count()) +
                    " ms) must be longer than store.postgres.statement_timeout, "
                    "which bounds each lease renewal");
@@ -338,10 +346,8 @@ std::optional<SecondDocument> second_document(const std::string& text) {
   return SecondDocument{starts.marks[1], starts.marks[1].pos <= starts.marks[0].pos};
 }
 
-}  // namespace
-
-Config parse_config(const std::string& text, const std::string& file, const EnvLookup& env) {
-  YAML::Node root;
+// The one YAML document in `text`.
+YAML::Node load_document(const std::string& text, const std::string& file) {
   try {
     // Load ignores whatever follows the first document, so count documents first.
     // Not with LoadAll: yaml-cpp 0.7's LoadAll loops forever on a document that starts
@@ -351,10 +357,16 @@ Config parse_config(const std::string& text, const std::string& file, const EnvL
                         second->stuck ? "this is not valid YAML (unexpected character)"
                                       : "the file holds more than one YAML document");
     }
-    root = YAML::Load(text);
+    return YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(file, std::max(e.mark.line, 0) + 1, std::max(e.mark.column, 0) + 1, e.msg);
   }
+}
+
+}  // namespace
+
+Config parse_config(const std::string& text, const std::string& file, const EnvLookup& env) {
+  const YAML::Node root = load_document(text, file);
   Reader reader(file, env);
   try {
     return parse_root(root, reader, file);

@@ -410,3 +410,25 @@ TEST(ConfigLease, CombinationsThatCannotHoldAreRejectedWithTheirPlace) {
       parse(base + "routes:\n  - name: o\n    path_prefix: /o\n    lease: 6s\n").routes.at(0).lease,
       6s);
 }
+
+// Issue 22: a lease set in defaults that the default statement_timeout (5s) outlasts
+// was reported as yaml-cpp's `invalid node; first invalid key: "lease"` at 1:1 (a Node
+// re-assigned in the loader); it is the lease's own error, at the defaults' lease.
+TEST(ConfigLease, ALeaseFromDefaultsIsReportedWithItsRealCauseAtItsPlace) {
+  const std::string base =
+      "upstream: {url: http://127.0.0.1:3000}\n"
+      "store:\n  postgres: {dsn: postgresql://x/y}\n";
+  EXPECT_EQ(error_of(base + "defaults: {lease: 3s}\nroutes: [{name: o, path_prefix: /o}]\n"),
+            "4:19: route \"o\": lease (3000 ms) must be longer than "
+            "store.postgres.statement_timeout, which bounds each lease renewal");
+  // The same lease on the route itself, with defaults that name other keys.
+  EXPECT_EQ(error_of(base + "defaults: {ttl: 1h}\nroutes:\n  - {name: o, path_prefix: /o, "
+                            "lease: 3s}\n"),
+            "6:39: route \"o\": lease (3000 ms) must be longer than "
+            "store.postgres.statement_timeout, which bounds each lease renewal");
+  // A scope from a client certificate, set in defaults, without a CA to verify it.
+  EXPECT_EQ(error_of(base + "defaults: {scope: {from: client_cert}}\n"
+                            "routes: [{name: o, path_prefix: /o}]\n")
+                .substr(0, 5),
+            "4:19:");
+}
