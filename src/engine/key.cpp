@@ -5,6 +5,13 @@ namespace {
 
 bool printable(char c) { return c >= 0x20 && c <= 0x7e; }
 
+// RFC 8941 §3.3: Idempotency-Key is an Item, so a List (members separated by commas,
+// §3.1; also what two field lines of it combine into, RFC 9110 §5.3), an Inner List
+// (in parentheses, §3.1.1) or a Dictionary (§3.2) is not a key.
+constexpr const char* kNotAnItem =
+    "the key field holds a list, an inner list or a dictionary, not one key "
+    "(RFC 8941 section 3.3: Idempotency-Key is an Item)";
+
 // RFC 8941 sf-string: DQUOTE *( unescaped / "\" ( DQUOTE / "\" ) ) DQUOTE
 std::variant<std::string, KeyError> parse_sf_string(std::string_view v) {
   std::string out;
@@ -16,8 +23,10 @@ std::variant<std::string, KeyError> parse_sf_string(std::string_view v) {
       }
       out += v[++i];
     } else if (c == '"') {
-      if (i + 1 != v.size()) return KeyError{"the key has characters after its closing quote"};
-      return out;
+      if (i + 1 == v.size()) return out;
+      const auto rest = v.find_first_not_of(" \t", i + 1);
+      if (rest != std::string_view::npos && v[rest] == ',') return KeyError{kNotAnItem};
+      return KeyError{"the key has characters after its closing quote"};
     } else if (!printable(c)) {
       return KeyError{"the key must be printable ASCII"};
     } else {
@@ -34,8 +43,16 @@ std::variant<std::string, KeyError> parse_key(std::string_view value) {
   if (!value.empty() && value.front() == '"') {
     parsed = parse_sf_string(value);
   } else {
+    // A bare key (as many clients send a UUID, unquoted) is kept as it is, but for
+    // what can only be structure: a comma separates List or Dictionary members, a
+    // leading parenthesis opens an Inner List, and a quote inside one is a member's
+    // string value (`k="v"`).
     for (char c : value) {
       if (!printable(c)) return KeyError{"the key must be printable ASCII"};
+    }
+    if (value.find_first_of(",\"") != std::string_view::npos ||
+        (!value.empty() && value.front() == '(')) {
+      return KeyError{kNotAnItem};
     }
     parsed = std::string(value);
   }

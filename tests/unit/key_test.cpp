@@ -76,3 +76,18 @@ TEST(HeaderScope, NoHeaderValueNamesAVerifiedScopeAndNoTwoValuesCollide) {
   for (const auto& v : values) scopes.insert(header_scope(v));
   EXPECT_EQ(scopes.size(), values.size());
 }
+
+// Issue 22: RFC 8941 §3.3 makes Idempotency-Key an Item. A List (what two field lines
+// combine into, RFC 9110 §5.3), an Inner List or a Dictionary is not one key.
+TEST(ParseKey, ListsInnerListsAndDictionariesAreNotKeys) {
+  for (const char* v : {"a, b", "a,b", "\"a\", \"b\"", "\"a\" ,b", "(a b)", "(\"a\")", "k=\"v\"",
+                        "a=1, b=2", "uuid-1, uuid-1"}) {
+    auto r = parse_key(v);
+    ASSERT_TRUE(std::holds_alternative<KeyError>(r)) << "accepted: " << v;
+    EXPECT_NE(std::get<KeyError>(r).reason.find("RFC 8941 section 3.3"), std::string::npos) << v;
+  }
+  // Bare keys with other punctuation stay keys: base64, paths, UUIDs.
+  EXPECT_EQ(ok("YWJjZA=="), "YWJjZA==");
+  EXPECT_EQ(ok("orders/42:retry"), "orders/42:retry");
+  EXPECT_EQ(ok("\"a, b\""), "a, b");  // a comma inside an sf-string is the key's own
+}

@@ -14,7 +14,9 @@ struct KeyError {
 };
 
 /// Accepts a bare token (`abc`) or an RFC 8941 sf-string (`"abc"`); both mean `abc`.
-/// The result is 1..255 printable ASCII characters.
+/// The result is 1..255 printable ASCII characters. A List, an Inner List or a
+/// Dictionary (`a, b`, `(a b)`, `k="v"`) is refused: the field is an Item (RFC 8941
+/// §3.3).
 std::variant<std::string, KeyError> parse_key(std::string_view header_value);
 
 /// The scope of a record whose route takes it from a header the client sets. Scopes
