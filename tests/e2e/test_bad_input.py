@@ -79,6 +79,19 @@ def test_two_key_headers_are_rejected(proxy, upstream, key):
     assert upstream.executions.count(key=key) == 0
 
 
+def test_a_key_field_that_is_a_list_is_400_bad_key_and_executes_nothing(proxy, upstream, pg,
+                                                                       key):
+    # RFC 8941 section 3.3: the field is an Item; a List, Inner List or Dictionary is not.
+    for value in ("%s, %s-b" % (key, key), '"%s", "x"' % key, "(%s x)" % key, 'k="%s"' % key):
+        r = proxy.post("/v1/orders", "{}", headers={"Idempotency-Key": value})
+        assert r.status == 400, value
+        assert problem(r)["type"].endswith("/bad-key")  # README: a bad key's stable type
+        assert "RFC 8941 section 3.3" in problem(r)["detail"]
+    assert upstream.executions.count(key=key) == 0
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key LIKE '%%%s%%'" % key) == "0"
+    assert still_serving(proxy, key)
+
+
 def test_client_disconnect_mid_body_leaves_no_record(proxy, upstream, pg, key):
     import socket
     with socket.create_connection(("127.0.0.1", proxy.port)) as s:
