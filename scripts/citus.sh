@@ -12,6 +12,10 @@
 #   scripts/citus.sh stop DIR
 # No registry these machines reach carries Citus: it builds from the source in
 # ../shared/vendor/citus (README there), about 75 s on 2 cores, once per machine.
+# CITUS_CATCHUP_FIX=1 builds and installs it with scripts/citus-catchup-insert-lsn.patch
+# (a shard move's catch-up waits for the WAL insert position; docs/SCALING.md, "Shard
+# moves"); without it the stock build is (re)installed. Tests run the stock build: the
+# proxy must be safe on the Citus its users run.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,11 +39,14 @@ vendor_dir() {
   exit 1
 }
 
+variant() { if [ "${CITUS_CATCHUP_FIX:-0}" = 1 ]; then echo catchup-fix; else echo stock; fi; }
+
 installed() {
   local lib
   lib=$("$PGBIN/pg_config" --pkglibdir)/citus.so
   [ -f "$lib" ] && grep -q "default_version = '${CITUS_VERSION%.*}" \
-    "$("$PGBIN/pg_config" --sharedir)/extension/citus.control" 2>/dev/null
+    "$("$PGBIN/pg_config" --sharedir)/extension/citus.control" 2>/dev/null &&
+    [ "$(cat "$lib.variant" 2>/dev/null || echo stock)" = "$(variant)" ]
 }
 
 build() {
@@ -48,12 +55,14 @@ build() {
   fi
   bash "$here/install-deps.sh" citus >&2
   local cache=${IDEMPROXY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/idemproxy}/citus-$CITUS_VERSION
+  if [ "$(variant)" != stock ]; then cache=$cache-$(variant); fi
   if [ ! -f "$cache/src/backend/distributed/citus.so" ]; then
     local vendor
     vendor=$(vendor_dir)
     rm -rf "$cache" && mkdir -p "$cache"
     tar -xzf "$vendor/citus-$CITUS_VERSION-src.tar.gz" -C "$cache" --strip-components=1
     (cd "$cache" && patch -p1 -s <"$vendor/pg15.20-compat.patch" &&
+      if [ "$(variant)" != stock ]; then patch -p1 -s <"$here/citus-catchup-insert-lsn.patch"; fi &&
       ./configure -q --without-libcurl PG_CONFIG="$PGBIN/pg_config" >configure.log &&
       make -s -j"$(nproc)" >make.log 2>&1) ||
       {
@@ -65,7 +74,8 @@ build() {
     tail -30 "$cache/install.log" >&2
     exit 1
   }
-  echo "citus.sh: Citus $CITUS_VERSION installed" >&2
+  variant >"$("$PGBIN/pg_config" --pkglibdir)/citus.so.variant"
+  echo "citus.sh: Citus $CITUS_VERSION ($(variant)) installed" >&2
 }
 
 # Every node: Citus preloaded; prepared transactions for its two-phase commits;

@@ -14,7 +14,9 @@
 #   7. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them),
 #   8. after stage 3, the store tests and the behaviour table, storm, fault and ledger
 #      end-to-end tests again on a Citus cluster: a coordinator and two workers
-#      (scripts/citus.sh, built once from ../shared/vendor/citus; skip with CITUS=0).
+#      (scripts/citus.sh, built once from ../shared/vendor/citus; skip with CITUS=0),
+#      then the rebalance test and the shard-move stress ledger (16 moves and 2
+#      add-worker/rebalance/drain cycles under load, at most 200 s of moving).
 # The Kubernetes manifests are rendered and validated in stage 2 (test_kubernetes.py).
 # Before building, every C++ file is checked against .clang-format; after it,
 # clang-tidy (.clang-tidy) must find nothing in src/. The TSan stage also runs the
@@ -158,7 +160,7 @@ if [ "$CITUS" = 1 ]; then
     IDEMPROXY_TEST_DSN=$citus_dsn IDEMPROXY_TEST_PGDIR="$WORK/citus/coordinator" \
       IDEMPROXY_TEST_CITUS=1 run_pytest build tests/e2e/test_behaviour_table.py \
       tests/e2e/test_concurrency.py tests/e2e/test_faults.py tests/e2e/test_ledger_real_peers.py \
-      tests/e2e/test_citus.py
+      tests/e2e/test_citus.py tests/e2e/test_citus_moves.py
     bash scripts/citus.sh stop "$WORK/citus" || true
   else
     echo "== Citus: the build or the cluster failed (above)"
