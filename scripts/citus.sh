@@ -8,7 +8,8 @@
 #                                     prints its port
 #   scripts/citus.sh remove-worker DIR PORT
 #                                     drains the worker on PORT (its shards move away
-#                                     by logical replication), removes it, stops it
+#                                     by logical replication), drops what the moves
+#                                     left there, removes it, stops it
 #   scripts/citus.sh stop DIR
 # No registry these machines reach carries Citus: it builds from the source in
 # ../shared/vendor/citus (README there), about 75 s on 2 cores, once per machine.
@@ -141,7 +142,23 @@ case "$cmd" in
     dir=${2:?usage: citus.sh remove-worker DIR PORT}
     port=${3:?usage: citus.sh remove-worker DIR PORT}
     coordinator=$(cat "$dir/coordinator/port")
+    group=$(psql_on "$coordinator" -c "SELECT groupid FROM pg_dist_node WHERE nodeport = $port")
     psql_on "$coordinator" -c "SELECT citus_drain_node('127.0.0.1', $port, shard_transfer_mode := 'force_logical')" >/dev/null
+    # The drained placements stay on the worker until a deferred cleanup drops them.
+    # Removed with those still recorded (pg_dist_cleanup), the node is gone but its
+    # records stay, and every later move of those shards fails for good ("the
+    # orphaned shard ... could not be cleaned up"). So drop them first.
+    left=1
+    for _ in $(seq 30); do
+      psql_on "$coordinator" -c "CALL citus_cleanup_orphaned_resources()" >/dev/null 2>&1 || true
+      left=$(psql_on "$coordinator" -c "SELECT count(*) FROM pg_dist_cleanup WHERE node_group_id = $group")
+      [ "$left" = 0 ] && break
+      sleep 1
+    done
+    if [ "$left" != 0 ]; then
+      echo "citus.sh: $left orphaned resources on the worker at $port could not be dropped; not removing it" >&2
+      exit 1
+    fi
     psql_on "$coordinator" -c "SELECT citus_remove_node('127.0.0.1', $port)" >/dev/null
     for node in "$dir"/worker*; do
       if [ "$(cat "$node/port" 2>/dev/null)" = "$port" ]; then
