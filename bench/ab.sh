@@ -3,13 +3,21 @@
 # machine's drift hits both alike (bench/run.sh's setup: SUT pinned to CPU 1):
 #   bench/ab.sh OLD_BINARY NEW_BINARY pass|pass64k|pass1m|fresh|replay [ROUNDS] [SECONDS]
 # Prints req/s and CPU µs per request of each round, then the medians and ratios.
+# AB_STORE=citus runs both on a Citus cluster (scripts/citus.sh, durable settings, its
+# servers on the load CPU) instead of one PostgreSQL node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD=$(realpath "$1") NEW=$(realpath "$2") SCENARIO=$3 ROUNDS=${4:-5} SECS=${5:-5}
 WORK_NAME=ab
 . bench/common.sh
 
-DSN=$(start_pg "$WORK/pg")
+if [ "${AB_STORE:-pg}" = citus ]; then
+  bash scripts/citus.sh build
+  CLEANUP+=("bash scripts/citus.sh stop $WORK/citus")
+  DSN=$(CITUS_DURABLE=1 taskset -c "$LOAD_CPU" bash scripts/citus.sh start "$WORK/citus")
+else
+  DSN=$(start_pg "$WORK/pg")
+fi
 start_upstream
 PROXY_BIN=$OLD start_proxy old "$DSN" 8
 OLD_PORT=$PROXY_PORT OLD_PID=$PROXY_PID
