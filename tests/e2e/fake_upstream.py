@@ -7,6 +7,7 @@ executed, and its behaviour is chosen per request through the path and query.
   /reset-after-read             reads the request, then drops the connection
   /echo                         echoes the body and the headers it received
 """
+import collections
 import hashlib
 import json
 import random
@@ -18,17 +19,29 @@ from urllib.parse import parse_qs, urlsplit
 
 
 class Executions:
+    """Every request the upstream executed. Counted through indexes by key and by
+    (method, path, key), so a ledger of tens of thousands of keys (the Citus soak)
+    costs one look-up per key, not a scan of the whole log."""
+
     def __init__(self):
         self._lock = threading.Lock()
         self._log = []  # (method, path, key, body_sha256, headers)
+        self._by_key = collections.Counter()
+        self._by_request = collections.Counter()  # (method, path, key)
 
     def record(self, entry):
         with self._lock:
             self._log.append(entry)
-            return sum(1 for e in self._log if e[:3] == entry[:3])
+            self._by_key[entry[2]] += 1
+            self._by_request[entry[:3]] += 1
+            return self._by_request[entry[:3]]
 
     def count(self, path=None, key=None, method=None):
         with self._lock:
+            if key is not None and path is None and method is None:
+                return self._by_key[key]
+            if key is not None and path is not None and method is not None:
+                return self._by_request[(method, path, key)]
             return sum(
                 1
                 for m, p, k, _, _ in self._log
