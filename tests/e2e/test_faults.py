@@ -154,16 +154,24 @@ def test_a_claim_that_stays_unanswered_is_withdrawn_so_its_retry_executes(make_p
         assert relay.cuts == 1
         assert first.status == 503, first.body
         assert upstream.executions.count(key=key) == 0
-        # The claim did commit: without its withdrawal, the retry meets it for 30 s.
-        assert pg.sql("SELECT state FROM idempotency_records WHERE key = '%s'" % key) == \
-            "in_flight"
+        state = pg.sql("SELECT state FROM idempotency_records WHERE key = '%s'" % key)
+        if pg.citus:
+            # On Citus a claim is a transaction (BEGIN, SET LOCAL synchronous_commit, the
+            # INSERT, COMMIT: docs/SCALING.md, "Shard moves"), and the cut answer was the
+            # INSERT's: COMMIT was never sent, so nothing committed. The withdrawal stays
+            # owed (the proxy cannot know) and finds nothing to withdraw.
+            assert state == ""
+        else:
+            # The claim did commit: without its withdrawal, the retry meets it for 30 s.
+            assert state == "in_flight"
         assert p.metric("idemproxy_db_withdrawals_pending") == 1
         relay.admit()
         retry = p.post("/v1/orders", "{}", key=key)
         assert retry.status == 201, retry.body
         assert upstream.executions.count(key=key) == 1
-        assert p.metric("idemproxy_db_withdrawals_total") == 1
-        assert p.metric("idemproxy_db_withdrawals_pending") == 0
+        if not pg.citus:
+            assert p.metric("idemproxy_db_withdrawals_total") == 1
+            assert p.metric("idemproxy_db_withdrawals_pending") == 0
         final = p.post("/v1/orders", "{}", key=key)
         assert final.header("Idempotent-Replayed") == "true"
         ledger.check(upstream, key, [first, retry], final)
