@@ -13,7 +13,7 @@ BUILD_PACKAGES=(
   cmake g++ make pkg-config dpkg-dev file
   libboost1.81-dev libboost-url1.81-dev
   libpqxx-dev libpq-dev libssl-dev nlohmann-json3-dev libspdlog-dev libyaml-cpp-dev
-  libtcmalloc-minimal4
+  libnghttp2-dev libtcmalloc-minimal4
 )
 PACKAGES=(
   "${BUILD_PACKAGES[@]}"
@@ -25,6 +25,9 @@ PACKAGES=(
   # Real peers for the outside-in tests: nginx and Node's http as upstreams, Node's
   # fetch and curl as clients; faketime for a proxy whose clock is off; prlimit.
   nginx-light nodejs faketime util-linux
+  # HTTP/2 peers: curl (above), h2load and nghttp, Python's h2 (hostile frames),
+  # grpcio (a gRPC client and server).
+  nghttp2-client python3-h2 python3-grpcio
 )
 case "${1:-}" in
   bench) PACKAGES+=(wrk) ;;

@@ -97,6 +97,7 @@ const std::vector<Key>& table() {
       {"server", "merge_slashes"},
       {"server", "escaped_slashes"},
       {"server", "max_json_depth"},
+      {"server", "http2"},
       {"gc", "interval"},
       {"gc", "batch_size"},
       {"gc", "max_batches"},

@@ -180,6 +180,7 @@ void read_server(const YAML::Node& root, const Reader& r, Config& c) {
       c.server.max_json_depth = static_cast<std::size_t>(
           r.integer(s["max_json_depth"], "server.max_json_depth", 1, 100000));
     }
+    if (s["http2"]) c.server.http2 = r.boolean(s["http2"], "server.http2");
     if (s["merge_slashes"])
       c.server.merge_slashes = r.boolean(s["merge_slashes"], "server.merge_slashes");
     if (const YAML::Node e = s["escaped_slashes"]) {

@@ -139,7 +139,7 @@ asio::awaitable<Step> fingerprint_phase(Flow& f) {
                                       route.on_stale == engine::OnStale::retake});
   if (f.hit && f.hit->fingerprint == f.claim->fingerprint) co_return co_await replay_cached(f);
   f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
-  prepare_forward(f.req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr, cfg.upstream);
+  prepare_forward(f.req, ctx.client.peer_ip, ctx.client.secure, cfg.upstream);
   f.req.prepare_payload();
   co_return Step::next;
 }

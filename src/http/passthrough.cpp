@@ -48,7 +48,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   req_parser.body_limit(cfg.server.max_stream_body);
   auto& req = req_parser.get();
   const bool is_head = req.method() == bhttp::verb::head;
-  prepare_forward(req, ctx.client.peer_ip, ctx.client.stream.tls() != nullptr, cfg.upstream);
+  prepare_forward(req, ctx.client.peer_ip, ctx.client.secure, cfg.upstream);
   set_relay_framing(req, req_parser, true);
 
   const auto upstream_started = std::chrono::steady_clock::now();

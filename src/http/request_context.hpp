@@ -17,9 +17,15 @@ namespace idemproxy::http {
 struct ClientConnection {
   /// TLS when `tls` is given (tls.cert_file); the session then starts with the handshake.
   ClientConnection(tcp::socket socket, ssl::context* tls)
-      : stream(tls ? Stream(std::move(socket), *tls) : Stream(std::move(socket))) {}
+      : stream(tls ? Stream(std::move(socket), *tls) : Stream(std::move(socket))),
+        secure(tls != nullptr) {}
   Stream stream;
   beast::flat_buffer buffer;
+  /// Whether the client reached the proxy over TLS (X-Forwarded-Proto). A stream of an
+  /// HTTP/2 connection is served over a local socket pair, so it inherits this, the
+  /// peer address and the certificate subject from the connection.
+  bool secure = false;
+  bool h2_stream = false;  // one HTTP/2 stream, bridged (h2_connection.hpp)
   std::string peer_ip;
   std::string peer_subject;            // the verified client certificate's subject (mTLS)
   std::atomic<bool> idle{true};        // waiting for the next request (drain may close it)

@@ -6,6 +6,7 @@
 #include "http/admin.hpp"
 #include "http/fd_limit.hpp"
 #include "http/session.hpp"
+#include "http/h2_connection.hpp"
 #include "http/tls.hpp"
 #include "idemproxy/http/proxy_server.hpp"
 #include "idemproxy/ops/records.hpp"
@@ -59,7 +60,10 @@ struct ProxyServer::Impl {
           "serving at most {}; raise `ulimit -n` to serve more",
           config.server.max_connections, connection_cap, connection_cap);
     }
-    if (config.tls.enabled()) tls = make_server_tls(config.tls);
+    if (config.tls.enabled()) {
+      tls = make_server_tls(config.tls);
+      offer_h2(*tls, runtime);
+    }
     runtime.metrics.set_gauges([this] {
       std::vector<ops::GaugeSample> samples;
       for (const auto& s : runtime.record_store.stats()) {

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "http/chunk.hpp"
+#include "http/h2_connection.hpp"
 #include "http/request_target.hpp"
 #include "http/trace_context.hpp"
 #include "idemproxy/ops/logging.hpp"
@@ -206,6 +207,24 @@ asio::awaitable<void> linger_and_close(ClientConnection& conn) {
   conn.stream.socket().close(ec);
 }
 
+// RFC 9113 §3.3: a cleartext connection that starts with the HTTP/2 preface speaks
+// HTTP/2 (prior knowledge); one that departs from it is HTTP/1.1. Reads only while
+// what has arrived is a proper prefix of the preface; the bytes stay in the buffer
+// for whichever protocol serves them.
+asio::awaitable<bool> starts_with_preface(ClientConnection& conn, Duration idle_timeout) {
+  for (;;) {
+    const std::string_view seen(static_cast<const char*>(conn.buffer.data().data()),
+                                conn.buffer.size());
+    const auto n = std::min(seen.size(), kH2Preface.size());
+    if (seen.substr(0, n) != kH2Preface.substr(0, n)) co_return false;
+    if (n == kH2Preface.size()) co_return true;
+    conn.stream.expires_after(idle_timeout);
+    auto [ec, got] = co_await conn.stream.async_read_some(conn.buffer.prepare(4096), use_nothrow);
+    if (ec) co_return false;  // the HTTP/1.1 loop meets the same end
+    conn.buffer.commit(got);
+  }
+}
+
 void log_request(const RequestContext& ctx) {
   ops::AccessRecord r;
   r.request_id = ctx.request_id;
@@ -273,8 +292,10 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
                                        SessionTracker& tracker) {
   tracker.add(conn);
   beast::error_code ec;
-  const auto remote = conn->stream.socket().remote_endpoint(ec);
-  conn->peer_ip = ec ? "unknown" : remote.address().to_string();
+  if (conn->peer_ip.empty()) {  // a bridged HTTP/2 stream has its connection's
+    const auto remote = conn->stream.socket().remote_endpoint(ec);
+    conn->peer_ip = ec ? "unknown" : remote.address().to_string();
+  }
   bool linger = false;
   if (auto* tls = conn->stream.tls()) {
     // The handshake counts against header_timeout, like the request head it precedes.
@@ -289,6 +310,17 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
     }
     conn->peer_subject = peer_subject(conn->stream);
   }
+  if (!conn->h2_stream && rt.settings()->config.server.http2) {
+    const bool h2 = conn->stream.tls() != nullptr
+                        ? alpn_chose_h2(conn->stream)
+                        : co_await starts_with_preface(*conn, rt.settings()->config.server.idle_timeout);
+    if (h2) {
+      conn->idle = false;
+      co_await serve_h2(conn, rt);
+      tracker.remove(conn);
+      co_return;
+    }
+  }
 
   for (;;) {
     RequestContext ctx(*conn, rt, rt.settings());
@@ -298,7 +330,8 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
     // run_idempotent check Content-Length (Beast's default of 1 MiB would answer 400).
     ctx.head.body_limit(boost::none);
     conn->idle = true;
-    if (rt.draining) break;
+    // A bridged HTTP/2 stream was admitted before the GOAWAY; it is served.
+    if (rt.draining && !conn->h2_stream) break;
     // Two clocks: idle_timeout for the next request to start, then header_timeout for
     // its head to arrive whole, so a client trickling bytes (slowloris) cannot hold
     // the connection for longer than header_timeout.

@@ -82,6 +82,7 @@ struct ServerConfig {
   bool merge_slashes = true;           // "//v1//orders" is routed and forwarded as "/v1/orders"
   bool reject_escaped_slashes = true;  // %2F, %5C and %00 in a path get 400
   std::size_t max_json_depth = 128;    // deeper JSON bodies are fingerprinted by their bytes
+  bool http2 = true;  // h2c with prior knowledge and ALPN h2 on `listen` (RFC 9113 3.3, 3.2)
 };
 
 /// In-process garbage collection of expired records.

@@ -1,0 +1,133 @@
+// The bridge between an HTTP/2 stream and the session that serves it. The session
+// reads one HTTP/1.1 request from a local socket pair and writes its answer back,
+// through the very phases an HTTP/1.1 client meets; here the stream's head and body
+// become that request, and the answer becomes the stream's HEADERS and DATA.
+// (Its cost, a socket pair and a second parse per stream, is issue 26's to remove.)
+#include <spdlog/spdlog.h>
+
+#include <array>
+
+#include "http/h2_detail.hpp"
+
+namespace idemproxy::http::h2 {
+namespace {
+
+void append_chunk(std::string& to, std::string_view data) {
+  char size[20];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  to.append(size, static_cast<std::size_t>(n));
+  to.append(data);
+  to.append("\r\n");
+}
+
+}  // namespace
+
+std::string request_head(const Stream& s) {
+  std::string head;
+  head.reserve(256);
+  head.append(s.method).append(" ").append(s.path).append(" HTTP/1.1\r\nhost: ");
+  head.append(s.authority).append("\r\n");
+  std::string cookie;
+  for (const auto& [name, value] : s.fields) {
+    // RFC 9113 §8.2.3: cookie crumbs are joined with "; " for HTTP/1.1. Host was
+    // checked against :authority; te (only "trailers" in HTTP/2) is hop-by-hop.
+    if (name == "host" || name == "te") continue;
+    if (name == "cookie") {
+      if (!cookie.empty()) cookie.append("; ");
+      cookie.append(value);
+      continue;
+    }
+    head.append(name).append(": ").append(value).append("\r\n");
+  }
+  if (!cookie.empty()) head.append("cookie: ").append(cookie).append("\r\n");
+  // A body of unknown length (no content-length; RFC 9113 §8.1.1) travels chunked.
+  if (s.has_body && !s.has_content_length) head.append("transfer-encoding: chunked\r\n");
+  // One request per session: it closes after the answer, which ends the bridge.
+  head.append("connection: close\r\n\r\n");
+  return head;
+}
+
+asio::awaitable<void> feed(std::shared_ptr<Connection> c, std::shared_ptr<Stream> s) {
+  const bool chunked = s->has_body && !s->has_content_length;
+  std::string pending = request_head(*s);
+  for (;;) {
+    while (!s->closed && s->body.empty() && !s->body_end && pending.empty()) {
+      co_await s->body_ready.wait();
+    }
+    if (s->closed) co_return;
+    std::size_t taken = 0;
+    if (!s->body.empty()) {
+      taken = s->body.size();
+      if (chunked) {
+        append_chunk(pending, s->body);
+      } else {
+        pending.append(s->body);
+      }
+      s->body.clear();
+    }
+    const bool last = s->body_end && s->body.empty();
+    if (last && chunked) pending.append("0\r\n\r\n");
+    if (!pending.empty()) {
+      auto [ec, n] = co_await asio::async_write(*s->pipe, asio::buffer(pending), use_nothrow);
+      if (ec) {
+        // The session stopped reading (it answered early, or the stream closed):
+        // what the client still sends is discarded, its window given back.
+        if (!s->closed) {
+          s->sink_gone = true;
+          c->consumed(*s, taken + s->body.size());
+          s->body.clear();
+        }
+        co_return;
+      }
+      pending.clear();
+      c->consumed(*s, taken);
+    }
+    if (last) co_return;
+  }
+}
+
+asio::awaitable<void> answer(std::shared_ptr<Connection> c, std::shared_ptr<Stream> s) {
+  beast::flat_buffer buffer;
+  std::array<char, 16 * 1024> scratch;
+  for (;;) {
+    bhttp::response_parser<bhttp::buffer_body> parser;
+    parser.header_limit(1 << 20);
+    parser.body_limit(boost::none);
+    if (s->method == "HEAD") parser.skip(true);
+    auto [ec, n] = co_await bhttp::async_read_header(*s->pipe, buffer, parser, use_nothrow);
+    if (ec) {
+      // The session ended without an answer: it saw the stream go, or failed.
+      if (!s->closed) c->reset(*s, NGHTTP2_INTERNAL_ERROR);
+      co_return;
+    }
+    const auto& head = parser.get();
+    const unsigned status = head.result_int();
+    if (status / 100 == 1) {
+      if (status != 101) c->submit_head(*s, status, head.base(), false, false);
+      continue;
+    }
+    const bool has_body = !parser.is_done();
+    c->submit_head(*s, status, head.base(), true, has_body);
+    while (!parser.is_done()) {
+      while (!s->closed && s->out.size() - s->out_at > kOutHighWater) co_await s->room.wait();
+      if (s->closed) co_return;
+      parser.get().body().data = scratch.data();
+      parser.get().body().size = scratch.size();
+      auto [rec, got] = co_await bhttp::async_read(*s->pipe, buffer, parser, use_nothrow);
+      if (rec && rec != bhttp::error::need_buffer) {
+        // The answer broke off (the upstream failed mid-body): the client must not
+        // take a truncated body for a whole one.
+        c->reset(*s, NGHTTP2_INTERNAL_ERROR);
+        co_return;
+      }
+      if (s->closed) co_return;
+      s->out.append(scratch.data(), scratch.size() - parser.get().body().size);
+      c->answer_more(*s);
+    }
+    s->out_end = true;
+    c->answer_more(*s);
+    co_return;
+  }
+}
+
+}  // namespace idemproxy::http::h2
