@@ -92,7 +92,8 @@ Connection::Connection(std::shared_ptr<ClientConnection> conn, Runtime& rt)
       writable_(conn_->stream.get_executor()),
       tasks_done_(conn_->stream.get_executor()),
       quiet_since_(std::chrono::steady_clock::now()),
-      tick_(conn_->stream.get_executor()) {
+      tick_(conn_->stream.get_executor()),
+      linger_(conn_->stream.get_executor()) {
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, begin_headers_cb);
@@ -410,26 +411,41 @@ void Connection::start(const std::shared_ptr<Stream>& s) {
 asio::awaitable<void> Connection::read_loop() {
   auto& buffer = conn_->buffer;
   for (;;) {
-    if (buffer.size() > 0) {
+    if (buffer.size() > 0 && !discarding_) {
       const auto* data = static_cast<const std::uint8_t*>(buffer.data().data());
       const auto used = nghttp2_session_mem_recv(session_, data, buffer.size());
       start_streams();
       wake_writer();
       if (used < 0) {
-        spdlog::debug("HTTP/2 client {}: {}", conn_->peer_ip, nghttp2_strerror(static_cast<int>(used)));
-        co_return;  // nghttp2 has queued the GOAWAY; the writer sends it and stops
+        // A connection error nghttp2 did not answer itself (a flood of SETTINGS or
+        // PING ACKs, too many CONTINUATIONs, a broken preface): end the session with
+        // a GOAWAY, which the writer sends before it stops.
+        const auto error = static_cast<int>(used);
+        spdlog::info("HTTP/2 client {}: {}; closing", conn_->peer_ip, nghttp2_strerror(error));
+        const bool flood = error == NGHTTP2_ERR_FLOODED || error == NGHTTP2_ERR_TOO_MANY_SETTINGS ||
+                           error == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS;
+        if (nghttp2_session_terminate_session(
+                session_, flood ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR) != 0) {
+          closing_ = true;
+        }
+        discarding_ = true;
       }
-      buffer.consume(buffer.size());
     }
-    if (closing_ || finished_) co_return;
+    // After the session ended, what still arrives is read and dropped until the
+    // client closes: closing on unread bytes would send a reset, which can destroy
+    // the GOAWAY before the client reads it (as in RFC 9112 §9.6 for HTTP/1.1).
+    buffer.consume(buffer.size());
+    if (closing_) break;
     auto [ec, n] = co_await conn_->stream.async_read_some(buffer.prepare(16 * 1024), use_nothrow);
     if (ec) {
       closing_ = true;
       wake_writer();
-      co_return;
+      break;
     }
     buffer.commit(n);
   }
+  reading_ = false;
+  linger_.cancel();
 }
 
 asio::awaitable<void> Connection::write_loop() {
@@ -498,12 +514,18 @@ asio::awaitable<void> Connection::run() {
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
   conn_->stream.expires_never();
+  reading_ = true;
   spawn(read_loop());
   spawn(watchdog());
   co_await write_loop();
   finished_ = true;
+  discarding_ = true;
   beast::error_code ec;
   conn_->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (reading_ && !closing_) {
+    linger_.expires_after(std::chrono::seconds{2});
+    co_await linger_.async_wait(use_nothrow);
+  }
   conn_->stream.socket().close(ec);
   tick_.cancel();
   // Streams still open end with the connection; their sessions finish what they

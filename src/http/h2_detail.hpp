@@ -137,9 +137,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closing_ = false;   // the socket failed or timed out: stop at once
   bool goaway_ = false;    // a graceful GOAWAY was submitted
   bool finished_ = false;  // run() is done with the socket
+  bool discarding_ = false;  // the session ended: bytes read are dropped
+  bool reading_ = false;     // read_loop() runs
   std::chrono::steady_clock::time_point write_since_{};  // a write is under way since
   std::chrono::steady_clock::time_point quiet_since_;    // no streams since
   asio::steady_timer tick_;
+  asio::steady_timer linger_;  // run() waits on it for the client to close, up to 2 s
 };
 
 /// The bridge of one stream: writes its request, as HTTP/1.1, to the session

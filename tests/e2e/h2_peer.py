@@ -150,20 +150,25 @@ class Client:
 class RawClient:
     """Writes frames as given, with no state machine to stop a hostile sequence."""
 
-    def __init__(self, port, timeout=10):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port, timeout=10, rcvbuf=None):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:  # a slow reader: the proxy's answers back up sooner
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect(("127.0.0.1", port))
         self.encoder = hpack.Encoder()
         self.decoder = hpack.Decoder()
         self.sock.sendall(PREFACE + hf.SettingsFrame(0).serialize())
         self.buffer = b""
         self.frames = []
         self.statuses = {}  # stream id -> the :status of its first HEADERS
+        self.eof = False
 
     def send(self, *frames):
         try:
             self.sock.sendall(b"".join(f.serialize() for f in frames))
             return True
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
             return False
 
     def block(self, fields):
@@ -172,6 +177,18 @@ class RawClient:
     def headers(self, sid, fields, end_stream=True, end_headers=True):
         flags = (["END_STREAM"] if end_stream else []) + (["END_HEADERS"] if end_headers else [])
         return hf.HeadersFrame(sid, data=self.block(fields), flags=flags)
+
+    def header_block(self, sid, fields, end_stream=True, size=16384):
+        """HEADERS and as many CONTINUATION frames as the block needs at `size` bytes each."""
+        block = self.block(fields)
+        pieces = [block[i:i + size] for i in range(0, len(block), size)] or [b""]
+        first = ["END_STREAM"] if end_stream else []
+        frames = [hf.HeadersFrame(sid, data=pieces[0],
+                                  flags=first + (["END_HEADERS"] if len(pieces) == 1 else []))]
+        for i, piece in enumerate(pieces[1:], start=2):
+            frames.append(hf.ContinuationFrame(
+                sid, data=piece, flags=["END_HEADERS"] if i == len(pieces) else []))
+        return frames
 
     def read_frames(self, timeout=5, until=None):
         """Reads frames until the connection closes, `until(frames)` holds, or time runs out."""
@@ -185,8 +202,10 @@ class RawClient:
             except socket.timeout:
                 break
             except ConnectionResetError:
+                self.eof = True
                 break
             if not data:
+                self.eof = True
                 break
             self.buffer += data
             while len(self.buffer) >= 9:

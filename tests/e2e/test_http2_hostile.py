@@ -1,0 +1,207 @@
+"""Hostile HTTP/2 input, written frame by frame with hyperframe and hpack (python3-h2's
+own layers): each attack gets a clear error on its stream or connection, never a
+crash, and never a stall of other clients. The ASan stage runs these too."""
+import time
+import uuid
+
+from hyperframe import frame as hf
+
+from h2_peer import (CANCEL, ENHANCE_YOUR_CALM, NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM,
+                     Client, RawClient)
+
+GET_OTHER = [(":method", "GET"), (":path", "/other"), (":scheme", "http"),
+             (":authority", "127.0.0.1")]
+
+
+def post_fields(key, extra=()):
+    return [(":method", "POST"), (":path", "/v1/orders"), (":scheme", "http"),
+            (":authority", "127.0.0.1"), ("idempotency-key", key)] + list(extra)
+
+
+def others_are_served(proxy, within=5.0):
+    """A fresh client, on its own connection, gets its answer in time."""
+    started = time.monotonic()
+    c = Client(proxy.port, timeout=within)
+    key = "bystander-" + uuid.uuid4().hex
+    r = c.wait(c.request("POST", "/v1/orders", b"{}", [("idempotency-key", key)]),
+               timeout=within)[0]
+    c.close()
+    assert r.status == 201 and time.monotonic() - started < within
+    return True
+
+
+def alive(proxy):
+    assert proxy.proc.poll() is None, proxy.read_log()[-3000:]
+
+
+def test_rapid_reset_is_cut_off_and_runs_nothing(proxy, upstream):
+    # CVE-2023-44487: open and cancel streams as fast as the socket takes them.
+    before = upstream.executions.count()
+    c = RawClient(proxy.port)
+    key = "reset-" + uuid.uuid4().hex
+    sent = 0
+    for batch in range(40):
+        frames = []
+        for i in range(100):
+            sid = 1 + 2 * (batch * 100 + i)
+            frames += [c.headers(sid, post_fields(key), end_stream=False),
+                       hf.RstStreamFrame(sid, error_code=CANCEL)]
+        if not c.send(*frames):
+            break
+        sent += 100
+    c.read_frames(timeout=5, until=lambda _: c.goaway() is not None)
+    goaway = c.goaway()
+    # nghttp2's reset rate limit (a burst of 1000, then 33 a second) ends the
+    # connection (its GOAWAY says INTERNAL_ERROR).
+    assert goaway is not None and goaway.error_code != NO_ERROR, (sent, c.frames[-5:])
+    c.close()
+    alive(proxy)
+    # Streams reset before they were served run nothing upstream.
+    assert upstream.executions.count(key=key) <= 1
+    assert others_are_served(proxy)
+    assert upstream.executions.count() - before <= 2
+
+
+def test_continuation_flood_is_refused(proxy, upstream):
+    # CVE-2024-27316 class: one header block in endless CONTINUATION frames.
+    c = RawClient(proxy.port)
+    first = hf.HeadersFrame(1, data=c.block(GET_OTHER), flags=["END_STREAM"])
+    frames = [first]
+    for i in range(5000):
+        frames.append(hf.ContinuationFrame(1, data=c.block([("x-flood-%d" % i, "v" * 100)])))
+    c.send(*frames[:200])
+    c.send(*frames[200:])
+    c.read_frames(timeout=5, until=lambda _: c.goaway() is not None)
+    goaway = c.goaway()
+    assert goaway is not None and goaway.error_code != NO_ERROR
+    c.close()
+    alive(proxy)
+    assert others_are_served(proxy)
+
+
+def test_oversized_header_lists_get_431_on_their_stream(make_proxy, upstream):
+    p = make_proxy(server={"max_header_size": "8KiB", "max_header_fields": 50})
+    c = RawClient(p.port)
+    big = c.header_block(1, GET_OTHER + [("x-big-%d" % i, "v" * 500) for i in range(40)])
+    many = c.header_block(3, GET_OTHER + [("x-n-%d" % i, "v") for i in range(80)])
+    fine = c.header_block(5, GET_OTHER)
+    assert len(big) == 2  # a HEADERS and a CONTINUATION
+    c.send(*big, *many, *fine)
+    c.read_frames(until=lambda _: len(c.statuses) == 3)
+    assert c.statuses == {1: 431, 3: 431, 5: 201}
+    c.close()
+    alive(p)
+
+
+def test_hpack_bomb_gets_431_and_costs_nothing_more(make_proxy, upstream):
+    # One 4 KiB field enters the HPACK table, then each 1-byte reference to it expands
+    # to 4 KiB: a few KiB on the wire become megabytes of header list.
+    p = make_proxy(server={"max_header_size": "16KiB"})
+    c = RawClient(p.port)
+    bomb = GET_OTHER + [("x-bomb", "b" * 4000)] * 2000
+    frame = c.headers(1, bomb)
+    assert len(frame.data) < 4 * 4096  # it fits in a frame or two on the wire
+    c.send(frame, c.headers(3, GET_OTHER))
+    c.read_frames(until=lambda _: len(c.statuses) == 2 or c.goaway() is not None)
+    assert c.statuses.get(1) == 431 and c.statuses.get(3) == 201, (c.statuses, c.goaway())
+    c.close()
+    alive(p)
+    assert others_are_served(p)
+
+
+def test_settings_and_ping_floods_end_the_connection(proxy, upstream):
+    for flood in (lambda: hf.SettingsFrame(0, settings={hf.SettingsFrame.INITIAL_WINDOW_SIZE:
+                                                        65535}),
+                  lambda: hf.PingFrame(0, opaque_data=b"12345678")):
+        # A client that sends without reading: the ACKs pile up in the proxy, and
+        # nghttp2 stops at 1000 queued (max_outbound_ack).
+        c = RawClient(proxy.port, timeout=3, rcvbuf=4096)
+        for _ in range(100):
+            if not c.send(*[flood() for _ in range(2000)]):
+                break
+        c.read_frames(timeout=15, until=lambda _: c.goaway() is not None)
+        assert c.goaway() is not None and c.goaway().error_code == ENHANCE_YOUR_CALM, \
+            (c.eof, c.frames[-3:])
+        c.close()
+        alive(proxy)
+        assert others_are_served(proxy)
+
+
+def test_window_update_flood_and_overflow(proxy, upstream):
+    c = RawClient(proxy.port)
+    c.send(*[hf.WindowUpdateFrame(0, window_increment=1) for _ in range(20000)])
+    c.send(hf.WindowUpdateFrame(0, window_increment=2 ** 31 - 1))
+    c.read_frames(timeout=5, until=lambda _: c.goaway() is not None)
+    # RFC 9113 §6.9.1: a window past 2^31-1 is a connection error FLOW_CONTROL_ERROR.
+    assert c.goaway() is not None and c.goaway().error_code == 0x3
+    c.close()
+    alive(proxy)
+    assert others_are_served(proxy)
+
+
+def test_a_zero_window_reader_stalls_nobody_else(proxy, upstream):
+    # A client that opens no window for answers (SETTINGS_INITIAL_WINDOW_SIZE 0) and
+    # asks for a large one: its stream waits; other streams and clients do not.
+    slow = Client(proxy.port, settings={hf.SettingsFrame.INITIAL_WINDOW_SIZE: 0})
+    stuck = slow.request("GET", "/big?bytes=4000000")
+    slow.pump(lambda: slow.streams[stuck].status is not None, timeout=5)
+    assert slow.streams[stuck].status == 200 and slow.streams[stuck].body == b""
+    assert others_are_served(proxy)
+    c = Client(proxy.port)
+    assert c.wait(c.request("GET", "/other"))[0].status == 201
+    c.close()
+    slow.close()
+    alive(proxy)
+
+
+def test_more_streams_than_max_concurrent_streams_are_refused(proxy, upstream):
+    c = RawClient(proxy.port)
+    c.read_frames(timeout=2, until=lambda f: any(isinstance(x, hf.SettingsFrame) for x in f))
+    settings = next(f for f in c.frames if isinstance(f, hf.SettingsFrame))
+    limit = settings.settings[hf.SettingsFrame.MAX_CONCURRENT_STREAMS]
+    assert limit == 128
+    time.sleep(0.2)  # our ACK of the server's SETTINGS arrives first
+    # Streams left open (no END_STREAM), on a route that answers them without a body.
+    frames = [c.headers(1 + 2 * i, [(":method", "GET"), (":path", "/v1/orders?delay_ms=1000"),
+                                    (":scheme", "http"), (":authority", "127.0.0.1"),
+                                    ("idempotency-key", "k-%d" % i)], end_stream=False)
+              for i in range(limit + 20)]
+    c.send(*frames)
+    c.read_frames(timeout=5, until=lambda _: c.goaway() is not None or len(c.resets()) >= 20)
+    # RFC 9113 §5.1.2: a stream error (REFUSED_STREAM) or, as nghttp2 chooses, a
+    # connection error PROTOCOL_ERROR whose GOAWAY shows no stream past the limit was
+    # processed.
+    goaway = c.goaway()
+    if goaway is not None:
+        assert goaway.error_code == PROTOCOL_ERROR
+        assert goaway.last_stream_id == 2 * limit - 1
+    else:
+        refused = {sid for sid, code in c.resets().items() if code == REFUSED_STREAM}
+        assert refused and min(refused) > 2 * limit - 1
+    c.close()
+    alive(proxy)
+    assert others_are_served(proxy)
+
+
+def test_data_beyond_content_length_is_a_stream_error(proxy, upstream):
+    c = RawClient(proxy.port)
+    key = "cl-" + uuid.uuid4().hex
+    c.send(c.headers(1, post_fields(key, [("content-length", "5")]), end_stream=False),
+           hf.DataFrame(1, data=b"0123456789", flags=["END_STREAM"]),
+           c.headers(3, GET_OTHER))
+    c.read_frames(until=lambda _: 1 in c.resets() and 3 in c.statuses)
+    # RFC 9113 §8.1.1: a malformed request, a stream error of type PROTOCOL_ERROR.
+    assert c.resets()[1] == PROTOCOL_ERROR and c.statuses[3] == 201
+    c.close()
+    time.sleep(0.3)
+    assert upstream.executions.count(key=key) == 0
+    alive(proxy)
+
+
+def test_garbage_after_the_preface_gets_goaway(proxy, upstream):
+    c = RawClient(proxy.port)
+    c.sock.sendall(b"\x00\x00\x04\xff\x00\x00\x00\x00\x00junk" + b"\xff" * 64)
+    c.read_frames(timeout=3, until=lambda _: c.goaway() is not None)
+    c.close()
+    alive(proxy)
+    assert others_are_served(proxy)
