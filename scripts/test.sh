@@ -131,6 +131,13 @@ run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
 
 run_ctest build
 run_pytest build tests/e2e --ignore=tests/e2e/test_image.py
+# The behaviour table, scopes, shadow mode, encryption, metrics, TLS (h2 by ALPN),
+# tracing and the replay cache again, every request on an HTTP/2 stream (harness.py).
+echo "== the next run sends every test request over HTTP/2 (IDEMPROXY_TEST_HTTP2=1)"
+IDEMPROXY_TEST_HTTP2=1 run_pytest build tests/e2e/test_behaviour_table.py \
+  tests/e2e/test_scopes.py tests/e2e/test_shadow_mode.py tests/e2e/test_encryption.py \
+  tests/e2e/test_metrics.py tests/e2e/test_tls.py tests/e2e/test_tracing.py \
+  tests/e2e/test_replay_cache.py
 
 echo "== run-local smoke test (the first README command)"
 read -r proxy_port admin_port upstream_port <<<"$(python3 scripts/free_port.py 3)"
@@ -193,7 +200,7 @@ if [ "$SANITIZE" = 1 ]; then
   IDEMPROXY_TEST_THREADS=4 run_pytest build-tsan tests/e2e/test_concurrency.py \
     tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py \
     tests/e2e/test_operations.py tests/e2e/test_oversized.py tests/e2e/test_ledger_real_peers.py \
-    tests/e2e/test_startup.py
+    tests/e2e/test_startup.py tests/e2e/test_http2.py tests/e2e/test_http2_hostile.py
   unset TSAN_OPTIONS
 fi
 

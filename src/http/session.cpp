@@ -211,16 +211,20 @@ asio::awaitable<void> linger_and_close(ClientConnection& conn) {
 // HTTP/2 (prior knowledge); one that departs from it is HTTP/1.1. Reads only while
 // what has arrived is a proper prefix of the preface; the bytes stay in the buffer
 // for whichever protocol serves them.
-asio::awaitable<bool> starts_with_preface(ClientConnection& conn, Duration idle_timeout) {
+enum class Opening { http1, http2, gone };
+
+asio::awaitable<Opening> sniff_preface(ClientConnection& conn, Duration idle_timeout) {
   for (;;) {
     const std::string_view seen(static_cast<const char*>(conn.buffer.data().data()),
                                 conn.buffer.size());
     const auto n = std::min(seen.size(), kH2Preface.size());
-    if (seen.substr(0, n) != kH2Preface.substr(0, n)) co_return false;
-    if (n == kH2Preface.size()) co_return true;
+    if (seen.substr(0, n) != kH2Preface.substr(0, n)) co_return Opening::http1;
+    if (n == kH2Preface.size()) co_return Opening::http2;
     conn.stream.expires_after(idle_timeout);
     auto [ec, got] = co_await conn.stream.async_read_some(conn.buffer.prepare(4096), use_nothrow);
-    if (ec) co_return false;  // the HTTP/1.1 loop meets the same end
+    // A client gone, a timeout, or drain (or the connection limit) closing an idle
+    // connection: nothing to serve.
+    if (ec) co_return Opening::gone;
     conn.buffer.commit(got);
   }
 }
@@ -311,10 +315,18 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
     conn->peer_subject = peer_subject(conn->stream);
   }
   if (!conn->h2_stream && rt.settings()->config.server.http2) {
-    const bool h2 = conn->stream.tls() != nullptr
-                        ? alpn_chose_h2(conn->stream)
-                        : co_await starts_with_preface(*conn, rt.settings()->config.server.idle_timeout);
-    if (h2) {
+    auto opening = Opening::http1;
+    if (conn->stream.tls() != nullptr) {
+      if (alpn_chose_h2(conn->stream)) opening = Opening::http2;
+    } else {
+      opening = co_await sniff_preface(*conn, rt.settings()->config.server.idle_timeout);
+    }
+    if (opening == Opening::gone) {
+      conn->stream.socket().close(ec);
+      tracker.remove(conn);
+      co_return;
+    }
+    if (opening == Opening::http2) {
       conn->idle = false;
       co_await serve_h2(conn, rt);
       tracker.remove(conn);
