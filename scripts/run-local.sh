@@ -79,6 +79,9 @@ idemproxy is running on $P in front of the demo API on $IDEMPROXY_UPSTREAM
   # 4. Forget the key on this route: 400 problem+json.
   curl -i -X POST $P/v1/orders -H 'Content-Type: application/json' -d '{"amount": 42}'
 
+  # 5. The same retry over HTTP/2 (h2c, prior knowledge): replayed too.
+  curl -i --http2-prior-knowledge -X POST $P/v1/orders -H 'Idempotency-Key: $KEY' -H 'Content-Type: application/json' -d '{"amount": 42}'
+
   # The upstream's own view: only one order was created.
   curl -s $IDEMPROXY_UPSTREAM/v1/orders
   # Metrics and the stored record:
@@ -104,6 +107,10 @@ grep -qi '^Idempotent-Replayed: true' "$RUN_DIR/headers" || fail "retry was not 
 [ "$(cat "$RUN_DIR/body")" = "$first" ] || fail "replayed body differs"
 [ "$(post -H "Idempotency-Key: $KEY" -d '{"amount": 99}')" = 422 ] || fail "key reuse was not 422"
 [ "$(post -d '{"amount": 42}')" = 400 ] || fail "missing key was not 400"
+[ "$(post --http2-prior-knowledge -H "Idempotency-Key: $KEY" -d '{"amount": 42}')" = 201 ] ||
+  fail "the HTTP/2 retry was not 201"
+grep -q '^HTTP/2 ' "$RUN_DIR/headers" || fail "the HTTP/2 retry was not answered over HTTP/2"
+grep -qi '^idempotent-replayed: true' "$RUN_DIR/headers" || fail "the HTTP/2 retry was not replayed"
 orders=$(curl -s "$IDEMPROXY_UPSTREAM/v1/orders" | grep -c '"id"')
 [ "$orders" = 1 ] || fail "the upstream created $orders orders, expected 1"
-echo "run-local smoke: ok (1 execution, replay identical, 422 and 400 as documented)"
+echo "run-local smoke: ok (1 execution, replay identical over HTTP/1.1 and HTTP/2, 422 and 400 as documented)"
