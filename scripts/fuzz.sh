@@ -18,7 +18,7 @@ BIN=build-fuzz/fuzz
 
 passed=0
 failed=0
-for target in key fingerprint config session forward; do
+for target in key fingerprint config session forward h2; do
   work="$FUZZ_OUT/$target"
   mkdir -p "$work/corpus"
   cp fuzz/corpus/"$target"/* "$work/corpus/"

@@ -194,16 +194,29 @@ int Connection::on_frame_recv(const nghttp2_frame& frame) {
 }
 
 int Connection::on_frame_send(const nghttp2_frame& frame) {
-  // RFC 9113 §8.1: a complete answer may come before the whole request (a 413, a
-  // 431); RST_STREAM NO_ERROR then tells the client to stop sending. It goes after
-  // the answer's last frame, or it would overtake the queued DATA.
+  // RFC 9113 §8.1: a complete answer may come before the whole request (a 400, a
+  // 413). The rest of the body is then taken and dropped for up to 2 s, as an
+  // HTTP/1.1 lingering close does, before RST_STREAM NO_ERROR tells the client to
+  // stop: clients (curl 7.88) report a reset that comes while they still send as a
+  // failure, answer or not.
   if ((frame.hd.type == NGHTTP2_DATA || frame.hd.type == NGHTTP2_HEADERS) &&
       (frame.hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
     if (auto s = find(frame.hd.stream_id); s && !s->body_end) {
-      nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+      s->answered_at = std::chrono::steady_clock::now();
     }
   }
   return 0;
+}
+
+void Connection::stop_lingering_streams(std::chrono::steady_clock::time_point now) {
+  for (const auto& [id, s] : streams_) {
+    if (!s->body_end && s->answered_at != std::chrono::steady_clock::time_point{} &&
+        now - s->answered_at > std::chrono::seconds{2}) {
+      nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+      s->answered_at = {};
+      wake_writer();
+    }
+  }
 }
 
 int Connection::on_data(std::int32_t id, const std::uint8_t* data, std::size_t size) {
@@ -437,6 +450,13 @@ asio::awaitable<void> Connection::read_loop() {
     buffer.consume(buffer.size());
     if (closing_) break;
     auto [ec, n] = co_await conn_->stream.async_read_some(buffer.prepare(16 * 1024), use_nothrow);
+    if (ec == asio::error::eof && !discarding_) {
+      // The client sent all it will (a half-close): streams with their whole request
+      // are still answered, as an HTTP/1.1 client that half-closes is; the others
+      // can never complete.
+      finish_after_eof();
+      break;
+    }
     if (ec) {
       closing_ = true;
       wake_writer();
@@ -446,6 +466,19 @@ asio::awaitable<void> Connection::read_loop() {
   }
   reading_ = false;
   linger_.cancel();
+}
+
+void Connection::finish_after_eof() {
+  for (const auto& [id, s] : streams_) {
+    if (!s->body_end) nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+  }
+  if (!goaway_) {
+    goaway_ = true;
+    nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                          nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                          nullptr, 0);
+  }
+  wake_writer();
 }
 
 asio::awaitable<void> Connection::write_loop() {
@@ -484,6 +517,7 @@ asio::awaitable<void> Connection::watchdog() {
     if (finished_) co_return;
     const auto& server = rt_.settings()->config.server;
     const auto now = std::chrono::steady_clock::now();
+    stop_lingering_streams(now);
     const bool quiet = streams_.empty() && bridged_.size() == 0 && now - quiet_since_ > server.idle_timeout;
     if (!goaway_ && (rt_.draining || quiet)) {
       // RFC 9113 §6.8: streams up to the last one processed still complete.

@@ -74,6 +74,7 @@ struct Stream {
   Signal room;
 
   bool answered = false;  // a final response was submitted
+  std::chrono::steady_clock::time_point answered_at{};  // answered whole, request unfinished
   bool closed = false;    // nghttp2 closed the stream: finished or reset
   std::optional<Pipe> pipe;  // the proxy's end of the bridge
 };
@@ -119,6 +120,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::awaitable<void> write_loop();
   asio::awaitable<void> watchdog();
   void start_streams();
+  void finish_after_eof();
+  void stop_lingering_streams(std::chrono::steady_clock::time_point now);
   void start(const std::shared_ptr<Stream>& s);
   template <class Task>
   void spawn(Task task);
