@@ -127,6 +127,7 @@ std::shared_ptr<Stream> Connection::find(std::int32_t id) const {
 }
 
 int Connection::on_begin_headers(std::int32_t id) {
+  rt_.metrics.count_http2_stream();
   streams_[id] = std::make_shared<Stream>(conn_->stream.get_executor(), id);
   return 0;
 }
@@ -194,6 +195,9 @@ int Connection::on_frame_recv(const nghttp2_frame& frame) {
 }
 
 int Connection::on_frame_send(const nghttp2_frame& frame) {
+  if (frame.hd.type == NGHTTP2_GOAWAY && frame.goaway.error_code != NGHTTP2_NO_ERROR) {
+    rt_.metrics.count_http2_goaway(frame.goaway.error_code);
+  }
   // RFC 9113 §8.1: a complete answer may come before the whole request (a 400, a
   // 413). The rest of the body is then taken and dropped for up to 2 s, as an
   // HTTP/1.1 lingering close does, before RST_STREAM NO_ERROR tells the client to
@@ -577,6 +581,7 @@ asio::awaitable<void> Connection::run() {
 }  // namespace h2
 
 asio::awaitable<void> serve_h2(std::shared_ptr<ClientConnection> conn, Runtime& rt) {
+  rt.metrics.count_http2_connection();
   auto c = std::make_shared<h2::Connection>(std::move(conn), rt);
   co_await c->run();
 }

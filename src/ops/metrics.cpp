@@ -179,6 +179,25 @@ std::string Metrics::render() const {
   counter("idemproxy_tls_handshake_failures_total",
           "Client TLS handshakes that failed (no or untrusted client certificate, bad TLS).",
           tls_handshake_failures_.load());
+  counter("idemproxy_http2_connections_total", "HTTP/2 client connections (h2c or h2).",
+          http2_connections_.load());
+  counter("idemproxy_http2_streams_total", "HTTP/2 request streams begun.",
+          http2_streams_.load());
+  {
+    // RFC 9113 §7; NO_ERROR is a graceful GOAWAY and not counted.
+    static constexpr const char* kCodes[] = {
+        "NO_ERROR",         "PROTOCOL_ERROR",    "INTERNAL_ERROR",      "FLOW_CONTROL_ERROR",
+        "SETTINGS_TIMEOUT", "STREAM_CLOSED",     "FRAME_SIZE_ERROR",    "REFUSED_STREAM",
+        "CANCEL",           "COMPRESSION_ERROR", "CONNECT_ERROR",       "ENHANCE_YOUR_CALM",
+        "INADEQUATE_SECURITY", "HTTP_1_1_REQUIRED", "OTHER"};
+    out << "# HELP idemproxy_http2_goaway_errors_total HTTP/2 connections the proxy ended "
+           "with an error, by the GOAWAY's error code.\n"
+           "# TYPE idemproxy_http2_goaway_errors_total counter\n";
+    for (std::uint32_t code = 1; code < kHttp2Codes; ++code) {
+      out << "idemproxy_http2_goaway_errors_total{code=\"" << kCodes[code] << "\"} "
+          << http2_goaways_[code].load() << "\n";
+    }
+  }
   counter("idemproxy_gc_deleted_total", "Expired records deleted by in-process GC.",
           gc_deleted_.load());
   out << "# HELP idemproxy_config_reloads_total Configuration reloads by result.\n"

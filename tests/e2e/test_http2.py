@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from h2_peer import Client, RawClient
-from harness import ROOT
+from harness import ROOT, wait_for
 from test_tls import client_tls, tls_proxy
 
 
@@ -62,6 +62,10 @@ def test_curl_h2c_prior_knowledge_gets_the_promise(proxy, upstream, key):
     assert forwarded["host"] == "127.0.0.1:%d" % proxy.port
     assert forwarded["idempotency-key"] == key
     assert not any(name.startswith(":") for name in forwarded)
+    # Four connections, a stream each, and no errors, in /metrics.
+    assert proxy.metric("idemproxy_http2_connections_total") == 4
+    assert proxy.metric("idemproxy_http2_streams_total") == 4
+    assert proxy.metric("idemproxy_http2_goaway_errors_total", code="PROTOCOL_ERROR") == 0
 
 
 def test_curl_h2_over_tls_is_chosen_by_alpn(make_proxy, upstream, pki, key):
@@ -258,3 +262,32 @@ def test_an_answer_before_the_whole_request_reaches_curl(proxy, upstream):
         rc, status, headers, body, version = h2c(proxy.port, "/v1/orders",
                                                  *post_args(None, '{"n":2}'))
         assert (rc, status) == (0, 400), body
+
+
+def test_drain_finishes_streams_in_flight_and_says_goaway(proxy, upstream, key, tmp_path):
+    # nghttp (nghttp2-client) as the client: python3-h2 4.1 drops a connection's
+    # streams on GOAWAY, which RFC 9113 §6.8 lets complete.
+    import signal
+    import time
+    body = tmp_path / "body.json"
+    body.write_text("{}")
+    running = subprocess.Popen(
+        ["nghttp", "-v", "-d", str(body), "-H", "idempotency-key: " + key,
+         "http://127.0.0.1:%d/v1/orders?delay_ms=1500" % proxy.port],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    idle = Client(proxy.port)  # a connection with no stream is closed at once
+    assert idle.pump(lambda: idle.conn.remote_settings.max_concurrent_streams == 128, timeout=5)
+    assert wait_for(lambda: upstream.executions.count(key=key) == 1, timeout=5)
+    proxy.signal(signal.SIGTERM)
+    out, _ = running.communicate(timeout=15)
+    # The stream that was running completes: its answer reaches the client whole,
+    # and the GOAWAY (NO_ERROR) names it as processed.
+    assert running.returncode == 0, out
+    assert ":status: 201" in out and '"key": "%s"' % key in out, out
+    goaway = [line for line in out.splitlines() if "recv GOAWAY" in line]
+    assert goaway, out
+    after = out[out.index("recv GOAWAY"):]
+    assert "error_code=NO_ERROR(0x00)" in after, after
+    assert idle.pump(lambda: idle.terminated is not None or idle.eof, timeout=5)
+    assert proxy.proc.wait(timeout=10) == 0
+    assert upstream.executions.count(key=key) == 1

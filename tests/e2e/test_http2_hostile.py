@@ -110,6 +110,7 @@ def test_hpack_bomb_gets_431_and_costs_nothing_more(make_proxy, upstream):
 
 
 def test_settings_and_ping_floods_end_the_connection(proxy, upstream):
+    floods = 0
     for flood in (lambda: hf.SettingsFrame(0, settings={hf.SettingsFrame.INITIAL_WINDOW_SIZE:
                                                         65535}),
                   lambda: hf.PingFrame(0, opaque_data=b"12345678")):
@@ -123,6 +124,10 @@ def test_settings_and_ping_floods_end_the_connection(proxy, upstream):
         assert c.goaway() is not None and c.goaway().error_code == ENHANCE_YOUR_CALM, \
             (c.eof, c.frames[-3:])
         c.close()
+        floods += 1
+        # Operators see each in /metrics.
+        assert proxy.metric("idemproxy_http2_goaway_errors_total",
+                            code="ENHANCE_YOUR_CALM") == floods
         alive(proxy)
         assert others_are_served(proxy)
 
@@ -175,6 +180,7 @@ def test_more_streams_than_max_concurrent_streams_are_refused(proxy, upstream):
     if goaway is not None:
         assert goaway.error_code == PROTOCOL_ERROR
         assert goaway.last_stream_id == 2 * limit - 1
+        assert proxy.metric("idemproxy_http2_goaway_errors_total", code="PROTOCOL_ERROR") == 1
     else:
         refused = {sid for sid, code in c.resets().items() if code == REFUSED_STREAM}
         assert refused and min(refused) > 2 * limit - 1

@@ -1,5 +1,6 @@
 #pragma once
 // Process-wide counters, rendered in the Prometheus text exposition format.
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -97,6 +98,12 @@ class Metrics {
   void count_lease_renewal() { lease_renewals_.fetch_add(1); }
   void count_refused_connection() { refused_connections_.fetch_add(1); }
   void count_tls_handshake_failure() { tls_handshake_failures_.fetch_add(1); }
+  void count_http2_connection() { http2_connections_.fetch_add(1); }
+  void count_http2_stream() { http2_streams_.fetch_add(1); }
+  /// A GOAWAY this process sent with an error: `code` is the RFC 9113 §7 error code.
+  void count_http2_goaway(std::uint32_t code) {
+    http2_goaways_[code < kHttp2Codes ? code : kHttp2Codes - 1].fetch_add(1);
+  }
   void count_cache_hit() { cache_hits_.fetch_add(1); }
   void count_gc_deleted(std::uint64_t n) { gc_deleted_.fetch_add(n); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_rejected_).fetch_add(1); }
@@ -121,6 +128,11 @@ class Metrics {
   std::atomic<std::uint64_t> lease_renewals_{0};
   std::atomic<std::uint64_t> refused_connections_{0};
   std::atomic<std::uint64_t> tls_handshake_failures_{0};
+  std::atomic<std::uint64_t> http2_connections_{0};
+  std::atomic<std::uint64_t> http2_streams_{0};
+  // By error code, NO_ERROR (0) to HTTP_1_1_REQUIRED (0xd); the last slot counts any other.
+  static constexpr std::uint32_t kHttp2Codes = 0xe + 1;
+  std::array<std::atomic<std::uint64_t>, kHttp2Codes> http2_goaways_{};
   std::atomic<std::uint64_t> cache_hits_{0};
   std::atomic<std::uint64_t> gc_deleted_{0};
   std::atomic<std::uint64_t> reloads_ok_{0};
