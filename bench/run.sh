@@ -25,7 +25,7 @@ PSQL=(psql "$DSN" -qAt -v ON_ERROR_STOP=1)
 
 start_upstream
 
-NGINX_PORT=$(free_port)
+read -r NGINX_PORT NGINX_H2_PORT <<<"$(free_port 2)"
 mkdir -p "$WORK/nginx"
 cat >"$WORK/nginx/nginx.conf" <<EOF
 worker_processes 1;
@@ -44,6 +44,8 @@ http {
   upstream bench { server 127.0.0.1:$UP_PORT; keepalive 64; }
   server {
     listen 127.0.0.1:$NGINX_PORT;
+    # HTTP/2 with prior knowledge (h2c), for h2load; the same upstream over HTTP/1.1.
+    listen 127.0.0.1:$NGINX_H2_PORT http2;
     client_max_body_size 2m;
     # nginx answering by itself, with the body the upstream sends for /v1/orders: the
     # reference for a replay, which needs no upstream either (issue 14's 2.0 goal).
@@ -103,6 +105,28 @@ run() {
   echo "bench: $name: ${R[$name.rps]} req/s, p99 ${R[$name.p99]} ms, errors ${R[$name.errors]}" >&2
 }
 
+# run_h2 NAME PID PORT PATH [h2load options...]: one h2load measurement (HTTP/2 with
+# prior knowledge; 8 connections of 32 streams each), POSTing the body post.lua
+# sends. Sets R[NAME.*] as run() does (no percentiles: h2load reports means).
+printf '%s' '{"amount":1000,"currency":"eur"}' >"$WORK/post.json"
+run_h2() {
+  local name=$1 pid=$2 port=$3 path=$4
+  shift 4
+  local c0 c1 out requests
+  c0=$(ticks "$pid")
+  out=$(taskset -c "$LOAD_CPU" h2load -c 8 -m 32 -D "$SECONDS_" -d "$WORK/post.json" \
+          -H 'content-type: application/json' "$@" "http://127.0.0.1:$port$path")
+  c1=$(ticks "$pid")
+  requests=$(echo "$out" | awk '/^requests:/ {print $8}')  # succeeded
+  R[$name.rps]=$(echo "$out" | awk '/^finished in/ {gsub(",", ""); printf "%.0f", $4}')
+  R[$name.cpu_us]=$(awk -v t=$((c1 - c0)) -v hz="$HZ" -v n="${requests:-0}" \
+    'BEGIN {if (n == 0) print "n/a"; else printf "%.1f", t / hz * 1e6 / n}')
+  R[$name.errors]=$(echo "$out" | awk '/^requests:/ {print $10 + $12 + $14}
+                                     /^status codes:/ {print $5 + $7 + $9}' | awk '{e += $1} END {print e + 0}')
+  R[$name.mean]=$(echo "$out" | awk '/^time for request:/ {print $6}')
+  echo "bench: $name: ${R[$name.rps]} req/s, mean ${R[$name.mean]}, errors ${R[$name.errors]}" >&2
+}
+
 # The pgbench ceiling: idemproxy's exact claim and complete statements, one
 # transaction each, at the proxy's pool size (8 connections).
 "$BENCH_BUILD/bench_pgbench_script" >"$WORK/claim_complete.sql"
@@ -151,6 +175,12 @@ run nginx.direct    "$N" "$NGINX_PORT" /direct   64 keys.lua KEY_PREFIX="direct-
 run nginx.pass64k   "$N" "$NGINX_PORT" /pass/64k 64 post.lua
 run idem.pass64k    "$P" "$PROXY_PORT" /pass/64k 64 post.lua
 run idem.fresh64k   "$P" "$PROXY_PORT" /v1/64k   64 keys.lua KEY_PREFIX="fresh64k-$$"
+# HTTP/2 from the client (h2load, 256 streams in flight over 8 connections); both
+# proxies reach the upstream over HTTP/1.1. Replay: one key, executed once, then
+# replayed to every later request.
+run_h2 nginx.h2pass  "$N" "$NGINX_H2_PORT" /pass
+run_h2 idem.h2pass   "$P" "$PROXY_PORT" /pass
+run_h2 idem.h2replay "$P" "$PROXY_PORT" /v1/orders -H "idempotency-key: h2replay-$$"
 
 # The same-key storm: 64 concurrent requests, one key, a 200 ms upstream.
 U0=$(upstream_count)
@@ -248,6 +278,21 @@ row() {  # label name
   echo "| added p99 ÷ nginx's added p99 (median of the rounds' ratios) | $ADDED_RATIO | ≤ 1.20 |"
   echo "| pass-through req/s, server.threads 2 on 2 CPUs ÷ 1 on 1 | $(ratio "${R[idem2.pass.rps]}" "${R[idem.pass.rps]}") | ≥ 1.80 |"
   echo "| peak RSS, 256 conns streaming 1 MiB (MiB) | ${R[idem.pass1m.rss]} | ≤ 64 |"
+  echo
+  echo "HTTP/2 from the client: h2load -c 8 -m 32 (h2c), ${SECONDS_} s each; both proxies"
+  echo "reach the upstream over HTTP/1.1. req/s, mean ms per request, CPU µs per request."
+  echo
+  echo "| scenario | req/s | mean | CPU µs/req | errors |"
+  echo "|---|---|---|---|---|"
+  for name in nginx.h2pass idem.h2pass idem.h2replay; do
+    echo "| $name | ${R[$name.rps]} | ${R[$name.mean]} | ${R[$name.cpu_us]} | ${R[$name.errors]} |"
+  done
+  echo
+  echo "| ratio | measured | goal (issue 23) |"
+  echo "|---|---|---|"
+  echo "| HTTP/2 pass-through req/s ÷ nginx's | $(ratio "${R[idem.h2pass.rps]}" "${R[nginx.h2pass.rps]}") | ≥ 0.90 |"
+  echo "| HTTP/2 pass-through CPU µs/req ÷ nginx's | $(ratio "${R[idem.h2pass.cpu_us]}" "${R[nginx.h2pass.cpu_us]}") | ≤ 1.20 |"
+  echo "| HTTP/2 replay req/s ÷ nginx's HTTP/2 pass-through | $(ratio "${R[idem.h2replay.rps]}" "${R[nginx.h2pass.rps]}") | ≥ 2.00 |"
 } | tee "$WORK/table.md"
 # A smoke run's two-second figures do not replace the last real ones.
 if [ "${1:-}" != "--smoke" ]; then
@@ -274,6 +319,10 @@ if [ "${1:-}" = "--smoke" ]; then
   done
   for name in idem.pass idem2.pass idem.fresh idem.replay idem.pass64k idem.fresh64k idem.pass1m; do
     check "$name ran" above "${R[$name.rps]}" 0
+    check "$name answered without errors" [ "${R[$name.errors]}" = 0 ]
+  done
+  for name in nginx.h2pass idem.h2pass idem.h2replay; do
+    check "$name ran" above "${R[$name.rps]:-0}" 0
     check "$name answered without errors" [ "${R[$name.errors]}" = 0 ]
   done
   check "the pgbench reference of our statements ran" above "${PGB_TPS:-0}" 0

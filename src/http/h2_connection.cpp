@@ -121,6 +121,15 @@ Connection::Connection(std::shared_ptr<ClientConnection> conn, Runtime& rt)
 
 Connection::~Connection() { nghttp2_session_del(session_); }
 
+// A connection with no stream open and no request running is idle, as an HTTP/1.1
+// connection between requests: drain, and a new client at server.max_connections,
+// may close it (SessionTracker cancels its read).
+void Connection::note_quiet() {
+  if (finished_ || !streams_.empty() || bridged_.size() > 0) return;
+  quiet_since_ = std::chrono::steady_clock::now();
+  conn_->idle = true;
+}
+
 std::shared_ptr<Stream> Connection::find(std::int32_t id) const {
   const auto it = streams_.find(id);
   return it == streams_.end() ? nullptr : it->second;
@@ -128,6 +137,7 @@ std::shared_ptr<Stream> Connection::find(std::int32_t id) const {
 
 int Connection::on_begin_headers(std::int32_t id) {
   rt_.metrics.count_http2_stream();
+  conn_->idle = false;
   streams_[id] = std::make_shared<Stream>(conn_->stream.get_executor(), id);
   return 0;
 }
@@ -250,7 +260,7 @@ int Connection::on_stream_close(std::int32_t id, std::uint32_t code) {
   }
   s->body_ready.notify();
   s->room.notify();
-  if (streams_.empty()) quiet_since_ = std::chrono::steady_clock::now();
+  note_quiet();
   if (code != NGHTTP2_NO_ERROR) spdlog::debug("HTTP/2 stream {} closed: {}", id, nghttp2_http2_strerror(code));
   return 0;
 }
@@ -349,6 +359,7 @@ void Connection::spawn(Task task) {
                      }
                    }
                    if (--self->tasks_ == 0) self->tasks_done_.notify();
+                   self->note_quiet();
                  });
 }
 
@@ -552,11 +563,13 @@ asio::awaitable<void> Connection::run() {
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
   conn_->stream.expires_never();
+  conn_->idle = true;  // until its first stream
   reading_ = true;
   spawn(read_loop());
   spawn(watchdog());
   co_await write_loop();
   finished_ = true;
+  conn_->idle = false;
   discarding_ = true;
   beast::error_code ec;
   conn_->stream.socket().shutdown(tcp::socket::shutdown_send, ec);

@@ -126,6 +126,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   template <class Task>
   void spawn(Task task);
   void wake_writer() { writable_.notify(); }
+  void note_quiet();
   std::shared_ptr<Stream> find(std::int32_t id) const;
 
   std::shared_ptr<ClientConnection> conn_;

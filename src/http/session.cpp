@@ -327,7 +327,6 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
       co_return;
     }
     if (opening == Opening::http2) {
-      conn->idle = false;
       co_await serve_h2(conn, rt);
       tracker.remove(conn);
       co_return;

@@ -291,3 +291,17 @@ def test_drain_finishes_streams_in_flight_and_says_goaway(proxy, upstream, key, 
     assert idle.pump(lambda: idle.terminated is not None or idle.eof, timeout=5)
     assert proxy.proc.wait(timeout=10) == 0
     assert upstream.executions.count(key=key) == 1
+
+
+def test_idle_http2_connections_make_room_at_max_connections(make_proxy, upstream, key):
+    # An HTTP/2 connection with no stream is idle, as a keep-alive HTTP/1.1 one
+    # between requests: at server.max_connections it is closed for a new client.
+    p = make_proxy(server={"max_connections": 3})
+    idle = [Client(p.port) for _ in range(3)]
+    for c in idle:
+        assert c.pump(lambda c=c: c.conn.remote_settings.max_concurrent_streams == 128, timeout=5)
+    rc, status, headers, body, version = h2c(p.port, "/v1/orders", *post_args(key, "{}"))
+    assert (rc, status) == (0, 201), body
+    assert p.metric("idemproxy_connections_refused_total") == 0
+    closed = sum(c.pump(lambda: False, timeout=2) or c.eof for c in idle)
+    assert closed >= 1
