@@ -305,3 +305,17 @@ def test_idle_http2_connections_make_room_at_max_connections(make_proxy, upstrea
     assert p.metric("idemproxy_connections_refused_total") == 0
     closed = sum(c.pump(lambda: False, timeout=2) or c.eof for c in idle)
     assert closed >= 1
+
+
+def test_expect_100_continue_is_answered_on_the_stream(proxy, upstream, key):
+    # RFC 9110 §10.1.1 over HTTP/2: the interim 100 is a HEADERS frame of its own,
+    # before the final answer on the same stream.
+    c = Client(proxy.port)
+    sid = c.request("POST", "/v1/orders", b"", [("idempotency-key", key), ("expect", "100-continue"),
+                                                ("content-length", "2")], end=False)
+    assert c.pump(lambda: c.streams[sid].informational, timeout=5)
+    assert c.streams[sid].informational == ["100"] and c.streams[sid].status is None
+    c.send_body(sid, b"{}")
+    r = c.wait(sid)[0]
+    assert r.status == 201 and upstream.executions.count(key=key) == 1
+    c.close()
