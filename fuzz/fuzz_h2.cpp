@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static World world(
       "timeout: 2s, max_response_size: 4KiB",
       "store: {memory: {}}\n"
-      "server: {header_timeout: 2s, read_timeout: 2s, idle_timeout: 2s, max_header_size: 4KiB,"
+      "server: {header_timeout: 2s, read_timeout: 1s, idle_timeout: 2s, max_header_size: 4KiB,"
       " max_header_fields: 20}\n"
       "defaults: {max_body: 8KiB}\n"
       "routes:\n"

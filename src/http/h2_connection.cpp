@@ -223,7 +223,20 @@ int Connection::on_frame_send(const nghttp2_frame& frame) {
 }
 
 void Connection::stop_lingering_streams(std::chrono::steady_clock::time_point now) {
+  const auto send_timeout = rt_.settings()->config.server.read_timeout;
   for (const auto& [id, s] : streams_) {
+    // A client that opens no window for an answer (a zero window held forever)
+    // gets the stream reset after server.read_timeout without progress, as an
+    // HTTP/1.1 client that stops reading gets its connection closed.
+    if (s->answered && s->out.size() > s->out_at && now - s->sent_at > send_timeout) {
+      spdlog::info("HTTP/2 client {}: stream {} took no answer bytes for {} ms: reset",
+                   conn_->peer_ip, id,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(send_timeout).count());
+      nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+      s->sent_at = now;
+      wake_writer();
+      continue;
+    }
     if (!s->body_end && s->answered_at != std::chrono::steady_clock::time_point{} &&
         now - s->answered_at > std::chrono::seconds{2}) {
       nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
@@ -281,6 +294,7 @@ ssize_t Connection::read_answer(std::int32_t id, std::uint8_t* buf, std::size_t 
   const std::size_t n = std::min(size, ready);
   std::memcpy(buf, s->out.data() + s->out_at, n);
   s->out_at += n;
+  s->sent_at = std::chrono::steady_clock::now();
   if (s->out_at == s->out.size()) {
     s->out.clear();
     s->out_at = 0;
@@ -315,6 +329,7 @@ void Connection::submit_head(Stream& s, unsigned status, const bhttp::fields& fi
     body.read_callback = answer_source_cb;
     nghttp2_submit_response(session_, s.id, nva.data(), nva.size(), has_body ? &body : nullptr);
     s.answered = true;
+    s.sent_at = std::chrono::steady_clock::now();
   }
   wake_writer();
 }

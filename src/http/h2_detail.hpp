@@ -75,6 +75,7 @@ struct Stream {
 
   bool answered = false;  // a final response was submitted
   std::chrono::steady_clock::time_point answered_at{};  // answered whole, request unfinished
+  std::chrono::steady_clock::time_point sent_at{};      // the answer last made progress
   bool closed = false;    // nghttp2 closed the stream: finished or reset
   std::optional<Pipe> pipe;  // the proxy's end of the bridge
 };

@@ -144,9 +144,11 @@ def test_window_update_flood_and_overflow(proxy, upstream):
     assert others_are_served(proxy)
 
 
-def test_a_zero_window_reader_stalls_nobody_else(proxy, upstream):
+def test_a_zero_window_reader_stalls_nobody_else(make_proxy, upstream):
     # A client that opens no window for answers (SETTINGS_INITIAL_WINDOW_SIZE 0) and
-    # asks for a large one: its stream waits; other streams and clients do not.
+    # asks for a large one: its stream waits; other streams and clients do not. After
+    # server.read_timeout without progress the stream is reset (CANCEL).
+    proxy = make_proxy(server={"read_timeout": "2s"})
     slow = Client(proxy.port, settings={hf.SettingsFrame.INITIAL_WINDOW_SIZE: 0})
     stuck = slow.request("GET", "/big?bytes=4000000")
     slow.pump(lambda: slow.streams[stuck].status is not None, timeout=5)
@@ -155,6 +157,9 @@ def test_a_zero_window_reader_stalls_nobody_else(proxy, upstream):
     c = Client(proxy.port)
     assert c.wait(c.request("GET", "/other"))[0].status == 201
     c.close()
+    started = time.monotonic()
+    assert slow.pump(lambda: slow.streams[stuck].reset is not None, timeout=10)
+    assert slow.streams[stuck].reset == CANCEL and time.monotonic() - started < 8
     slow.close()
     alive(proxy)
 
