@@ -30,8 +30,8 @@ int begin_headers_cb(nghttp2_session*, const nghttp2_frame* frame, void* user) {
 }
 
 int header_cb(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
-              std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
-              std::uint8_t, void* user) {
+              std::size_t namelen, const std::uint8_t* value, std::size_t valuelen, std::uint8_t,
+              void* user) {
   return self(user).on_header(*frame, {reinterpret_cast<const char*>(name), namelen},
                               {reinterpret_cast<const char*>(value), valuelen});
 }
@@ -70,7 +70,8 @@ bool hop_by_hop(std::string_view name, std::string_view connection) {
     auto end = connection.find(',', at);
     if (end == std::string_view::npos) end = connection.size();
     auto token = connection.substr(at, end - at);
-    while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+    while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
+      token.remove_prefix(1);
     while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
     if (!token.empty() && beast::iequals(name, token)) return true;
     at = end + 1;
@@ -274,7 +275,8 @@ int Connection::on_stream_close(std::int32_t id, std::uint32_t code) {
   s->body_ready.notify();
   s->room.notify();
   note_quiet();
-  if (code != NGHTTP2_NO_ERROR) spdlog::debug("HTTP/2 stream {} closed: {}", id, nghttp2_http2_strerror(code));
+  if (code != NGHTTP2_NO_ERROR)
+    spdlog::debug("HTTP/2 stream {} closed: {}", id, nghttp2_http2_strerror(code));
   return 0;
 }
 
@@ -391,12 +393,11 @@ void Connection::start_streams() {
 void Connection::start(const std::shared_ptr<Stream>& s) {
   const auto& server = rt_.settings()->config.server;
   if (s->header_bytes > server.max_header_size || s->field_count > server.max_header_fields) {
-    const std::string what =
-        s->field_count > server.max_header_fields
-            ? "more than " + std::to_string(server.max_header_fields) +
-                  " header fields (server.max_header_fields)"
-            : "the header list exceeds server.max_header_size (" +
-                  std::to_string(server.max_header_size) + " bytes)";
+    const std::string what = s->field_count > server.max_header_fields
+                                 ? "more than " + std::to_string(server.max_header_fields) +
+                                       " header fields (server.max_header_fields)"
+                                 : "the header list exceeds server.max_header_size (" +
+                                       std::to_string(server.max_header_size) + " bytes)";
     rt_.metrics.count_request("-", ops::Outcome::bad_request);
     respond(*s, problem_response({ProblemKind::header_too_large, what, std::nullopt}, 11, true));
     return;
@@ -416,8 +417,8 @@ void Connection::start(const std::shared_ptr<Stream>& s) {
   }
   if (!s->invalid.empty()) {
     rt_.metrics.count_request("-", ops::Outcome::bad_request);
-    respond(*s, problem_response({ProblemKind::malformed_request, s->invalid, std::nullopt}, 11,
-                                 true));
+    respond(*s,
+            problem_response({ProblemKind::malformed_request, s->invalid, std::nullopt}, 11, true));
     return;
   }
   if (bridged_.size() >= kMaxBridged) {
@@ -548,7 +549,8 @@ asio::awaitable<void> Connection::watchdog() {
     const auto& server = rt_.settings()->config.server;
     const auto now = std::chrono::steady_clock::now();
     stop_lingering_streams(now);
-    const bool quiet = streams_.empty() && bridged_.size() == 0 && now - quiet_since_ > server.idle_timeout;
+    const bool quiet =
+        streams_.empty() && bridged_.size() == 0 && now - quiet_since_ > server.idle_timeout;
     if (!goaway_ && (rt_.draining || quiet)) {
       // RFC 9113 §6.8: streams up to the last one processed still complete.
       goaway_ = true;
@@ -623,11 +625,13 @@ int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const un
   static constexpr unsigned char kH1[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   unsigned char* chosen = nullptr;
   if (rt->settings()->config.server.http2 &&
-      SSL_select_next_proto(&chosen, outlen, kH2, sizeof kH2, in, inlen) == OPENSSL_NPN_NEGOTIATED) {
+      SSL_select_next_proto(&chosen, outlen, kH2, sizeof kH2, in, inlen) ==
+          OPENSSL_NPN_NEGOTIATED) {
     *out = chosen;
     return SSL_TLSEXT_ERR_OK;
   }
-  if (SSL_select_next_proto(&chosen, outlen, kH1, sizeof kH1, in, inlen) == OPENSSL_NPN_NEGOTIATED) {
+  if (SSL_select_next_proto(&chosen, outlen, kH1, sizeof kH1, in, inlen) ==
+      OPENSSL_NPN_NEGOTIATED) {
     *out = chosen;
     return SSL_TLSEXT_ERR_OK;
   }

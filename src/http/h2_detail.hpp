@@ -73,10 +73,10 @@ struct Stream {
   bool out_deferred = false;  // nghttp2 waits for resume_data()
   Signal room;
 
-  bool answered = false;  // a final response was submitted
+  bool answered = false;                                // a final response was submitted
   std::chrono::steady_clock::time_point answered_at{};  // answered whole, request unfinished
   std::chrono::steady_clock::time_point sent_at{};      // the answer last made progress
-  bool closed = false;    // nghttp2 closed the stream: finished or reset
+  bool closed = false;       // nghttp2 closed the stream: finished or reset
   std::optional<Pipe> pipe;  // the proxy's end of the bridge
 };
 
@@ -97,8 +97,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int on_frame_send(const nghttp2_frame& frame);
   int on_data(std::int32_t id, const std::uint8_t* data, std::size_t size);
   int on_stream_close(std::int32_t id, std::uint32_t code);
-  ssize_t read_answer(std::int32_t id, std::uint8_t* buf, std::size_t size,
-                      std::uint32_t* flags);
+  ssize_t read_answer(std::int32_t id, std::uint8_t* buf, std::size_t size, std::uint32_t* flags);
 
   // For the bridge (h2_bridge.cpp).
   Runtime& runtime() { return rt_; }
@@ -135,13 +134,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   nghttp2_session* session_ = nullptr;
   std::map<std::int32_t, std::shared_ptr<Stream>> streams_;
   std::vector<std::shared_ptr<Stream>> starting_;  // heads completed during mem_recv
-  SessionTracker bridged_;  // the streams' sessions
+  SessionTracker bridged_;                         // the streams' sessions
   Signal writable_;
   Signal tasks_done_;
   std::size_t tasks_ = 0;
-  bool closing_ = false;   // the socket failed or timed out: stop at once
-  bool goaway_ = false;    // a graceful GOAWAY was submitted
-  bool finished_ = false;  // run() is done with the socket
+  bool closing_ = false;     // the socket failed or timed out: stop at once
+  bool goaway_ = false;      // a graceful GOAWAY was submitted
+  bool finished_ = false;    // run() is done with the socket
   bool discarding_ = false;  // the session ended: bytes read are dropped
   bool reading_ = false;     // read_loop() runs
   std::chrono::steady_clock::time_point write_since_{};  // a write is under way since

@@ -5,8 +5,8 @@
 
 #include "http/admin.hpp"
 #include "http/fd_limit.hpp"
-#include "http/session.hpp"
 #include "http/h2_connection.hpp"
+#include "http/session.hpp"
 #include "http/tls.hpp"
 #include "idemproxy/http/proxy_server.hpp"
 #include "idemproxy/ops/records.hpp"

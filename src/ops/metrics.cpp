@@ -181,15 +181,24 @@ std::string Metrics::render() const {
           tls_handshake_failures_.load());
   counter("idemproxy_http2_connections_total", "HTTP/2 client connections (h2c or h2).",
           http2_connections_.load());
-  counter("idemproxy_http2_streams_total", "HTTP/2 request streams begun.",
-          http2_streams_.load());
+  counter("idemproxy_http2_streams_total", "HTTP/2 request streams begun.", http2_streams_.load());
   {
     // RFC 9113 §7; NO_ERROR is a graceful GOAWAY and not counted.
-    static constexpr const char* kCodes[] = {
-        "NO_ERROR",         "PROTOCOL_ERROR",    "INTERNAL_ERROR",      "FLOW_CONTROL_ERROR",
-        "SETTINGS_TIMEOUT", "STREAM_CLOSED",     "FRAME_SIZE_ERROR",    "REFUSED_STREAM",
-        "CANCEL",           "COMPRESSION_ERROR", "CONNECT_ERROR",       "ENHANCE_YOUR_CALM",
-        "INADEQUATE_SECURITY", "HTTP_1_1_REQUIRED", "OTHER"};
+    static constexpr const char* kCodes[] = {"NO_ERROR",
+                                             "PROTOCOL_ERROR",
+                                             "INTERNAL_ERROR",
+                                             "FLOW_CONTROL_ERROR",
+                                             "SETTINGS_TIMEOUT",
+                                             "STREAM_CLOSED",
+                                             "FRAME_SIZE_ERROR",
+                                             "REFUSED_STREAM",
+                                             "CANCEL",
+                                             "COMPRESSION_ERROR",
+                                             "CONNECT_ERROR",
+                                             "ENHANCE_YOUR_CALM",
+                                             "INADEQUATE_SECURITY",
+                                             "HTTP_1_1_REQUIRED",
+                                             "OTHER"};
     out << "# HELP idemproxy_http2_goaway_errors_total HTTP/2 connections the proxy ended "
            "with an error, by the GOAWAY's error code.\n"
            "# TYPE idemproxy_http2_goaway_errors_total counter\n";
