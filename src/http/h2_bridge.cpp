@@ -88,7 +88,7 @@ asio::awaitable<void> feed(std::shared_ptr<Connection> c, std::shared_ptr<Stream
 
 asio::awaitable<void> answer(std::shared_ptr<Connection> c, std::shared_ptr<Stream> s) {
   beast::flat_buffer buffer;
-  std::array<char, 16 * 1024> scratch;
+  std::array<char, std::size_t{16} * 1024> scratch;
   for (;;) {
     bhttp::response_parser<bhttp::buffer_body> parser;
     parser.header_limit(1 << 20);

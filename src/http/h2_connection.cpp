@@ -19,8 +19,8 @@ constexpr std::int32_t kConnectionWindow = 1 << 20;
 // Sessions a connection may keep serving, counting those whose streams the client
 // reset while their exchange goes on (rapid reset, CVE-2023-44487): past it the
 // connection ends with ENHANCE_YOUR_CALM.
-constexpr std::size_t kMaxBridged = 2 * kMaxConcurrentStreams;
-constexpr std::size_t kWriteBatch = 64 * 1024;
+constexpr std::size_t kMaxBridged = std::size_t{2} * kMaxConcurrentStreams;
+constexpr std::size_t kWriteBatch = std::size_t{64} * 1024;
 
 Connection& self(void* user) { return *static_cast<Connection*>(user); }
 
@@ -367,7 +367,7 @@ template <class Task>
 void Connection::spawn(Task task) {
   ++tasks_;
   asio::co_spawn(conn_->stream.get_executor(), std::move(task),
-                 [self = shared_from_this()](std::exception_ptr e) {
+                 [self = shared_from_this()](const std::exception_ptr& e) {
                    if (e) {
                      try {
                        std::rethrow_exception(e);
@@ -480,7 +480,8 @@ asio::awaitable<void> Connection::read_loop() {
     // the GOAWAY before the client reads it (as in RFC 9112 §9.6 for HTTP/1.1).
     buffer.consume(buffer.size());
     if (closing_) break;
-    auto [ec, n] = co_await conn_->stream.async_read_some(buffer.prepare(16 * 1024), use_nothrow);
+    auto [ec, n] =
+        co_await conn_->stream.async_read_some(buffer.prepare(std::size_t{16} * 1024), use_nothrow);
     if (ec == asio::error::eof && !discarding_) {
       // The client sent all it will (a half-close): streams with their whole request
       // are still answered, as an HTTP/1.1 client that half-closes is; the others

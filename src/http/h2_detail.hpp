@@ -45,7 +45,7 @@ using Pipe = asio::local::stream_protocol::socket;
 /// stream holds here.
 inline constexpr std::uint32_t kStreamWindow = 128 * 1024;
 /// Response bytes a stream holds here before the bridge stops reading its answer.
-inline constexpr std::size_t kOutHighWater = 256 * 1024;
+inline constexpr std::size_t kOutHighWater = std::size_t{256} * 1024;
 
 /// One request stream: its head as received, the body on its way to the bridge, the
 /// answer on its way to nghttp2.
