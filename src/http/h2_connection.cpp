@@ -223,7 +223,7 @@ int Connection::on_frame_send(const nghttp2_frame& frame) {
   return 0;
 }
 
-void Connection::stop_lingering_streams(std::chrono::steady_clock::time_point now) {
+void Connection::reset_stalled_streams(std::chrono::steady_clock::time_point now) {
   const auto send_timeout = rt_.settings()->config.server.read_timeout;
   for (const auto& [id, s] : streams_) {
     // A client that opens no window for an answer (a zero window held forever)
@@ -549,7 +549,7 @@ asio::awaitable<void> Connection::watchdog() {
     if (finished_) co_return;
     const auto& server = rt_.settings()->config.server;
     const auto now = std::chrono::steady_clock::now();
-    stop_lingering_streams(now);
+    reset_stalled_streams(now);
     const bool quiet =
         streams_.empty() && bridged_.size() == 0 && now - quiet_since_ > server.idle_timeout;
     if (!goaway_ && (rt_.draining || quiet)) {

@@ -121,7 +121,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::awaitable<void> watchdog();
   void start_streams();
   void finish_after_eof();
-  void stop_lingering_streams(std::chrono::steady_clock::time_point now);
+  void reset_stalled_streams(std::chrono::steady_clock::time_point now);
   void start(const std::shared_ptr<Stream>& s);
   template <class Task>
   void spawn(Task task);
