@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       "timeout: 2s, max_response_size: 4KiB, max_idle_connections: 1",
       "store: {memory: {}}\n"
       "server: {header_timeout: 2s, read_timeout: 2s, idle_timeout: 2s, body_timeout: 2s,"
-      " max_header_size: 4KiB}\n"
+      " max_header_size: 4KiB, http2: false}\n"  // HTTP/1.1 only: the property is its framing
       "defaults: {max_body: 8KiB}\n"
       "routes:\n"
       "  - {name: orders, path_prefix: /v1/orders}\n",

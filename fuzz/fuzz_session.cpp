@@ -4,9 +4,11 @@
 // a loopback socket against the memory store.
 // Properties: no crash, no sanitizer report, no hang (the session ends once the
 // client has sent everything), and what the proxy writes back is HTTP: empty, or a
-// response head that parses, with a status from 100 to 599.
+// response head that parses, with a status from 100 to 599 (HTTP/2 frames, starting
+// with SETTINGS, after the HTTP/2 preface).
 #include <cstdio>
 
+#include "http/h2_connection.hpp"
 #include "session_harness.hpp"
 
 using namespace idemproxy::fuzz;
@@ -61,6 +63,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string out =
       world.run({reinterpret_cast<const char*>(data), size}, 0x7f010000u);  // 127.1.0.0/16
   if (std::getenv("IDEMPROXY_FUZZ_PRINT")) std::fprintf(stderr, "%s\n---\n", out.c_str());
+  // server.http2 is on: an input that opens with the HTTP/2 preface is served as
+  // HTTP/2 (fuzz_h2 checks those frames); any other is HTTP/1.1, including one that
+  // starts like the preface and departs from it.
+  const std::string_view input{reinterpret_cast<const char*>(data), size};
+  if (input.starts_with(idemproxy::http::kH2Preface)) {
+    if (!out.empty() && (out.size() < 9 || out[3] != 0x4)) std::abort();  // SETTINGS first
+    return 0;
+  }
   if (!looks_like_http(out)) std::abort();
   return 0;
 }
