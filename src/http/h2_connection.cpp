@@ -260,20 +260,25 @@ int Connection::on_data(std::int32_t id, const std::uint8_t* data, std::size_t s
   return 0;
 }
 
+// A stream is over: the bridge's coroutines wake and stop, and the session serving
+// it sees its client go, as with an HTTP/1.1 disconnect.
+void Connection::end(Stream& s) {
+  s.closed = true;
+  s.body.clear();
+  if (s.pipe) {
+    beast::error_code ec;
+    s.pipe->close(ec);
+  }
+  s.body_ready.notify();
+  s.room.notify();
+}
+
 int Connection::on_stream_close(std::int32_t id, std::uint32_t code) {
   const auto it = streams_.find(id);
   if (it == streams_.end()) return 0;
   auto s = it->second;
   streams_.erase(it);
-  s->closed = true;
-  s->body.clear();
-  if (s->pipe) {
-    // The session serving it sees its client go, as with an HTTP/1.1 disconnect.
-    beast::error_code ec;
-    s->pipe->close(ec);
-  }
-  s->body_ready.notify();
-  s->room.notify();
+  end(*s);
   note_quiet();
   if (code != NGHTTP2_NO_ERROR)
     spdlog::debug("HTTP/2 stream {} closed: {}", id, nghttp2_http2_strerror(code));
@@ -368,13 +373,7 @@ void Connection::spawn(Task task) {
   ++tasks_;
   asio::co_spawn(conn_->stream.get_executor(), std::move(task),
                  [self = shared_from_this()](const std::exception_ptr& e) {
-                   if (e) {
-                     try {
-                       std::rethrow_exception(e);
-                     } catch (const std::exception& ex) {
-                       spdlog::error("HTTP/2 stream task failed: {}", ex.what());
-                     }
-                   }
+                   log_exception(e);
                    if (--self->tasks_ == 0) self->tasks_done_.notify();
                    self->note_quiet();
                  });
@@ -599,12 +598,7 @@ asio::awaitable<void> Connection::run() {
   tick_.cancel();
   // Streams still open end with the connection; their sessions finish what they
   // started (an exchange under way completes and is recorded), then stop.
-  for (auto& [id, s] : streams_) {
-    s->closed = true;
-    if (s->pipe) s->pipe->close(ec);
-    s->body_ready.notify();
-    s->room.notify();
-  }
+  for (auto& [id, s] : streams_) end(*s);
   streams_.clear();
   while (tasks_ > 0) co_await tasks_done_.wait();
 }

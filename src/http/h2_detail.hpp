@@ -123,6 +123,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void finish_after_eof();
   void reset_stalled_streams(std::chrono::steady_clock::time_point now);
   void start(const std::shared_ptr<Stream>& s);
+  void end(Stream& s);
   template <class Task>
   void spawn(Task task);
   void wake_writer() { writable_.notify(); }

@@ -113,20 +113,6 @@ struct ProxyServer::Impl {
   LogLimiter accept_error_log;
 };
 
-namespace {
-
-// Sessions must never take the process down; an escaped exception is logged.
-void log_exception(const std::exception_ptr& e) {
-  if (!e) return;
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    spdlog::error("connection ended by an unexpected error: {}", ex.what());
-  }
-}
-
-}  // namespace
-
 void ProxyServer::Impl::bind(tcp::acceptor& acceptor, const config::Endpoint& at,
                              const char* what) {
   try {

@@ -251,6 +251,15 @@ void log_request(const RequestContext& ctx) {
 
 }  // namespace
 
+void log_exception(const std::exception_ptr& e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    spdlog::error("connection ended by an unexpected error: {}", ex.what());
+  }
+}
+
 void SessionTracker::add(const std::shared_ptr<ClientConnection>& c) {
   std::lock_guard lock(mu_);
   live_.insert(c);

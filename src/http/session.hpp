@@ -27,6 +27,10 @@ class SessionTracker {
   std::unordered_set<std::shared_ptr<ClientConnection>> live_;
 };
 
+/// The completion of a spawned session or task: sessions must never take the process
+/// down, so an escaped exception is logged.
+void log_exception(const std::exception_ptr& e);
+
 asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, Runtime& rt,
                                        SessionTracker& tracker);
 
