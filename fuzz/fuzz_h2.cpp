@@ -12,41 +12,6 @@
 
 using namespace idemproxy::fuzz;
 
-namespace {
-
-asio::awaitable<void> upstream_connection(tcp::socket socket) {
-  beast::tcp_stream stream(std::move(socket));
-  beast::flat_buffer buffer;
-  for (;;) {
-    StringRequest req;
-    stream.expires_after(std::chrono::seconds{5});
-    auto [ec, n] = co_await bhttp::async_read(stream, buffer, req, use_nothrow);
-    if (ec) co_return;
-    StringResponse res{bhttp::status::created, 11};
-    res.set(bhttp::field::content_type, "application/json");
-    res.body() = "{\"id\":1}";
-    res.keep_alive(req.keep_alive());
-    res.prepare_payload();
-    auto [wec, w] = co_await bhttp::async_write(stream, res, use_nothrow);
-    if (wec || !req.keep_alive()) co_return;
-  }
-}
-
-bool whole_frames(const std::string& out) {
-  if (out.empty()) return true;
-  if (out.size() < 9 || out[3] != 0x4) return false;  // the server's SETTINGS first
-  std::size_t at = 0;
-  while (at + 9 <= out.size()) {
-    const auto* h = reinterpret_cast<const unsigned char*>(out.data() + at);
-    const std::size_t length = (std::size_t{h[0]} << 16) | (std::size_t{h[1]} << 8) | h[2];
-    if (length > 16384) return false;  // SETTINGS_MAX_FRAME_SIZE's default (§4.2)
-    at += 9 + length;
-  }
-  return at == out.size();
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static World world(
       "timeout: 2s, max_response_size: 4KiB",
@@ -57,11 +22,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       "routes:\n"
       "  - {name: orders, path_prefix: /v1/orders, key_required: true}\n"
       "  - {name: shadow, path_prefix: /v1/shadow, mode: shadow}\n",
-      upstream_connection);
+      answer_created);
   std::string input(idemproxy::http::kH2Preface);
   input.append(reinterpret_cast<const char*>(data), size);
   const std::string out = world.run(input, 0x7f020000u);  // 127.2.0.0/16
   if (std::getenv("IDEMPROXY_FUZZ_PRINT")) std::fprintf(stderr, "%zu bytes out\n", out.size());
-  if (!whole_frames(out)) std::abort();
+  if (!whole_h2_frames(out)) std::abort();
   return 0;
 }

@@ -15,25 +15,6 @@ using namespace idemproxy::fuzz;
 
 namespace {
 
-// Answers every request it can parse with a small 201, keeping the connection.
-asio::awaitable<void> upstream_connection(tcp::socket socket) {
-  beast::tcp_stream stream(std::move(socket));
-  beast::flat_buffer buffer;
-  for (;;) {
-    StringRequest req;
-    stream.expires_after(std::chrono::seconds{5});
-    auto [ec, n] = co_await bhttp::async_read(stream, buffer, req, use_nothrow);
-    if (ec) co_return;
-    StringResponse res{bhttp::status::created, 11};
-    res.set(bhttp::field::content_type, "application/json");
-    res.body() = "{\"id\":1}";
-    res.keep_alive(req.keep_alive());
-    res.prepare_payload();
-    auto [wec, w] = co_await bhttp::async_write(stream, res, use_nothrow);
-    if (wec || !req.keep_alive()) co_return;
-  }
-}
-
 bool looks_like_http(const std::string& out) {
   if (out.empty()) return true;
   bhttp::response_parser<bhttp::empty_body> head;
@@ -59,16 +40,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       "  - {name: pay, path_prefix: /v1/pay, scope: {from: authorization}, on_concurrent: wait,"
       " lease: 1s}\n"
       "  - {name: shadow, path_prefix: /v1/shadow, mode: shadow}\n",
-      upstream_connection);
+      answer_created);
   const std::string out =
       world.run({reinterpret_cast<const char*>(data), size}, 0x7f010000u);  // 127.1.0.0/16
   if (std::getenv("IDEMPROXY_FUZZ_PRINT")) std::fprintf(stderr, "%s\n---\n", out.c_str());
   // server.http2 is on: an input that opens with the HTTP/2 preface is served as
-  // HTTP/2 (fuzz_h2 checks those frames); any other is HTTP/1.1, including one that
-  // starts like the preface and departs from it.
+  // HTTP/2; any other is HTTP/1.1, including one that starts like the preface and
+  // departs from it.
   const std::string_view input{reinterpret_cast<const char*>(data), size};
   if (input.starts_with(idemproxy::http::kH2Preface)) {
-    if (!out.empty() && (out.size() < 9 || out[3] != 0x4)) std::abort();  // SETTINGS first
+    if (!whole_h2_frames(out)) std::abort();
     return 0;
   }
   if (!looks_like_http(out)) std::abort();

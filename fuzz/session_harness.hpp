@@ -120,6 +120,41 @@ class World {
   std::uint32_t inputs_ = 0;
 };
 
+/// An upstream that answers every request it can parse with a small 201, keeping the
+/// connection (fuzz_session, fuzz_h2).
+inline asio::awaitable<void> answer_created(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    StringRequest req;
+    stream.expires_after(std::chrono::seconds{5});
+    auto [ec, n] = co_await bhttp::async_read(stream, buffer, req, use_nothrow);
+    if (ec) co_return;
+    StringResponse res{bhttp::status::created, 11};
+    res.set(bhttp::field::content_type, "application/json");
+    res.body() = "{\"id\":1}";
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    auto [wec, w] = co_await bhttp::async_write(stream, res, use_nothrow);
+    if (wec || !req.keep_alive()) co_return;
+  }
+}
+
+/// Whether `out` is whole HTTP/2 frames (RFC 9113 §4.1) starting with the server's
+/// SETTINGS (§3.4), or nothing.
+inline bool whole_h2_frames(const std::string& out) {
+  if (out.empty()) return true;
+  if (out.size() < 9 || out[3] != 0x4) return false;  // the server's SETTINGS first
+  std::size_t at = 0;
+  while (at + 9 <= out.size()) {
+    const auto* h = reinterpret_cast<const unsigned char*>(out.data() + at);
+    const std::size_t length = (std::size_t{h[0]} << 16) | (std::size_t{h[1]} << 8) | h[2];
+    if (length > 16384) return false;  // SETTINGS_MAX_FRAME_SIZE's default (§4.2)
+    at += 9 + length;
+  }
+  return at == out.size();
+}
+
 /// One request parsed from the front of `bytes` by an independent Beast parser.
 struct Parsed {
   beast::error_code error;
