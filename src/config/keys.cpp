@@ -18,6 +18,19 @@ std::string render(int n) { return std::to_string(n); }
 std::string render(bool b) { return b ? "true" : "false"; }
 std::string render(std::optional<bool> b) { return b ? render(*b) : "detect"; }
 std::string render(const Endpoint& e) { return e.host + ":" + std::to_string(e.port); }
+std::string render(UpstreamConfig::Protocol p) {
+  switch (p) {
+    case UpstreamConfig::Protocol::h2c:
+      return "h2c";
+    case UpstreamConfig::Protocol::h2:
+      return "h2";
+    case UpstreamConfig::Protocol::automatic:
+      return "auto";
+    case UpstreamConfig::Protocol::http1:
+      break;
+  }
+  return "http1";
+}
 std::string render(StoreConfig::Kind k) {
   return k == StoreConfig::Kind::memory ? "memory" : "postgres";
 }
@@ -67,6 +80,8 @@ const std::vector<Key>& table() {
       IDEMPROXY_RESTART("upstream", "timeout", upstream.timeout),
       IDEMPROXY_RESTART("upstream", "max_idle_connections", upstream.max_idle_connections),
       IDEMPROXY_RESTART("upstream", "max_response_size", upstream.max_response_size),
+      IDEMPROXY_RESTART("upstream", "protocol", upstream.protocol),
+      IDEMPROXY_RESTART("upstream", "http2_max_streams", upstream.http2_max_streams),
       {"upstream", "tls"},
       IDEMPROXY_RESTART("upstream.tls", "ca_file", upstream.tls.ca_file),
       IDEMPROXY_RESTART("upstream.tls", "server_name", upstream.tls.server_name),

@@ -87,6 +87,25 @@ void read_upstream(const YAML::Node& root, const Reader& r, Config& c) {
   }
   if (up["max_response_size"])
     c.upstream.max_response_size = r.size(up["max_response_size"], "upstream.max_response_size");
+  if (const YAML::Node p = up["protocol"]) {
+    using P = UpstreamConfig::Protocol;
+    c.upstream.protocol =
+        r.choice<P>(p, "upstream.protocol",
+                    {{"http1", P::http1}, {"h2c", P::h2c}, {"h2", P::h2}, {"auto", P::automatic}});
+    if (c.upstream.protocol == P::h2c && c.upstream.tls.enabled) {
+      r.fail(p, "upstream.protocol h2c is HTTP/2 in cleartext; an https:// upstream.url takes h2");
+    }
+    if ((c.upstream.protocol == P::h2 || c.upstream.protocol == P::automatic) &&
+        !c.upstream.tls.enabled) {
+      r.fail(p, "upstream.protocol " + r.text(p, "upstream.protocol") +
+                    " negotiates HTTP/2 by TLS ALPN and needs an https:// upstream.url "
+                    "(h2c speaks HTTP/2 in cleartext)");
+    }
+  }
+  if (up["http2_max_streams"]) {
+    c.upstream.http2_max_streams = static_cast<std::size_t>(
+        r.integer(up["http2_max_streams"], "upstream.http2_max_streams", 1, 10000));
+  }
 }
 
 // tls: TLS for clients (mTLS with client_ca_file).

@@ -58,7 +58,9 @@ ssize_t answer_source_cb(nghttp2_session*, std::int32_t id, std::uint8_t* buf, s
   return self(user).read_answer(id, buf, size, flags);
 }
 
-bool hop_by_hop(std::string_view name, std::string_view connection) {
+}  // namespace
+
+bool connection_specific(std::string_view name, std::string_view connection) {
   // RFC 9113 §8.2.2: connection-specific fields are not sent over HTTP/2, nor is
   // anything the Connection field names.
   static constexpr std::string_view kFields[] = {"connection", "keep-alive", "proxy-connection",
@@ -79,13 +81,11 @@ bool hop_by_hop(std::string_view name, std::string_view connection) {
   return false;
 }
 
-nghttp2_nv field(const std::string& name, const std::string& value) {
+nghttp2_nv nv(const std::string& name, const std::string& value) {
   return {reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
           reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(),
           value.size(), NGHTTP2_NV_FLAG_NONE};
 }
-
-}  // namespace
 
 Connection::Connection(std::shared_ptr<ClientConnection> conn, Runtime& rt)
     : conn_(std::move(conn)),
@@ -319,7 +319,7 @@ void Connection::submit_head(Stream& s, unsigned status, const bhttp::fields& fi
   owned.emplace_back(":status", std::to_string(status));
   const auto connection = fields[bhttp::field::connection];
   for (const auto& f : fields) {
-    if (hop_by_hop(f.name_string(), connection)) continue;
+    if (connection_specific(f.name_string(), connection)) continue;
     std::string name(f.name_string());
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -327,7 +327,7 @@ void Connection::submit_head(Stream& s, unsigned status, const bhttp::fields& fi
   }
   std::vector<nghttp2_nv> nva;
   nva.reserve(owned.size());
-  for (const auto& [name, value] : owned) nva.push_back(field(name, value));
+  for (const auto& [name, value] : owned) nva.push_back(nv(name, value));
   if (!final) {
     nghttp2_submit_headers(session_, NGHTTP2_FLAG_NONE, s.id, nullptr, nva.data(), nva.size(),
                            nullptr);

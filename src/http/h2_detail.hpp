@@ -47,6 +47,12 @@ inline constexpr std::uint32_t kStreamWindow = 128 * 1024;
 /// Response bytes a stream holds here before the bridge stops reading its answer.
 inline constexpr std::size_t kOutHighWater = std::size_t{256} * 1024;
 
+/// RFC 9113 §8.2.2: connection-specific fields, and those the Connection field
+/// names, are not sent over HTTP/2.
+bool connection_specific(std::string_view name, std::string_view connection);
+/// A name-value pair for nghttp2 that points into `name` and `value`.
+nghttp2_nv nv(const std::string& name, const std::string& value);
+
 /// One request stream: its head as received, the body on its way to the bridge, the
 /// answer on its way to nghttp2.
 struct Stream {

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "http/chunk.hpp"
+#include "http/h2_connection.hpp"
 #include "http/headers.hpp"
 #include "http/relay.hpp"
 #include "http/tls.hpp"
@@ -66,13 +67,21 @@ asio::awaitable<beast::error_code> read_final_head(UpstreamConnection& conn,
 UpstreamPool::UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config,
                            bool strands)
     : ex_(std::move(ex)), config_(config), strands_(strands) {
-  if (!config_.tls.enabled) return;
-  tls_ = make_upstream_tls(config_.tls);
-  if (config_.tls.insecure_skip_verify) {
-    spdlog::warn(
-        "upstream.tls.insecure_skip_verify: the certificate of {} is NOT verified; "
-        "anyone on the path can read and answer requests",
-        config_.url);
+  using Protocol = config::UpstreamConfig::Protocol;
+  if (config_.tls.enabled) {
+    tls_ = make_upstream_tls(config_.tls);
+    if (config_.protocol != Protocol::http1) {
+      offer_upstream_alpn(*tls_, config_.protocol == Protocol::automatic);
+    }
+    if (config_.tls.insecure_skip_verify) {
+      spdlog::warn(
+          "upstream.tls.insecure_skip_verify: the certificate of {} is NOT verified; "
+          "anyone on the path can read and answer requests",
+          config_.url);
+    }
+  }
+  if (config_.protocol != Protocol::http1) {
+    h2_ = std::make_unique<H2Upstream>(ex_, config_, tls_.get(), strands_);
   }
 }
 
@@ -91,24 +100,47 @@ UpstreamPool::acquire(bool fresh) {
       co_return std::make_pair(beast::error_code{}, std::move(conn));
     }
   }
+  co_return co_await connect();
+}
+
+asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>
+UpstreamPool::connect() {
+  using Protocol = config::UpstreamConfig::Protocol;
+  using Result = std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>;
   // Each connection has its own strand: Beast's timeout handler and the socket's
   // completions must not run concurrently when several I/O threads run.
   const asio::any_io_executor ex = strands_ ? asio::any_io_executor(asio::make_strand(ex_)) : ex_;
+  if (h2_ && (config_.protocol != Protocol::automatic || auto_h2_)) {
+    co_return co_await bridged(ex, nullptr);
+  }
   auto conn = std::make_unique<UpstreamConnection>(ex, tls_.get());
   prepare_upstream_tls(conn->stream, config_);
   tcp::resolver resolver(ex_);
   auto [rec, endpoints] = co_await resolver.async_resolve(config_.host, config_.port, use_nothrow);
-  if (rec) co_return std::make_pair(rec, std::unique_ptr<UpstreamConnection>{});
+  if (rec) co_return Result{rec, nullptr};
   conn->stream.expires_after(config_.connect_timeout);
   auto [cec, ep] = co_await conn->stream.transport().async_connect(endpoints, use_nothrow);
-  if (cec) co_return std::make_pair(cec, std::unique_ptr<UpstreamConnection>{});
+  if (cec) co_return Result{cec, nullptr};
   beast::error_code ignored;
   conn->stream.socket().set_option(tcp::no_delay(true), ignored);
   if (auto* tls = conn->stream.tls()) {
     auto [hec] = co_await tls->async_handshake(ssl::stream_base::client, use_nothrow);
-    if (hec) co_return std::make_pair(hec, std::unique_ptr<UpstreamConnection>{});
+    if (hec) co_return Result{hec, nullptr};
   }
-  co_return std::make_pair(beast::error_code{}, std::move(conn));
+  if (h2_ && alpn_chose_h2(conn->stream)) {
+    // auto: the upstream speaks HTTP/2; this connection becomes the first shared one.
+    auto_h2_ = true;
+    conn->stream.expires_never();
+    co_return co_await bridged(ex, std::make_unique<Stream>(std::move(conn->stream)));
+  }
+  co_return Result{beast::error_code{}, std::move(conn)};
+}
+
+asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>
+UpstreamPool::bridged(asio::any_io_executor ex, std::unique_ptr<Stream> established) {
+  auto [ec, socket] = co_await h2_->open(ex, std::move(established));
+  if (ec) co_return std::make_pair(ec, std::unique_ptr<UpstreamConnection>{});
+  co_return std::make_pair(ec, std::make_unique<UpstreamConnection>(std::move(*socket)));
 }
 
 void UpstreamPool::give_back(std::unique_ptr<UpstreamConnection> conn) {

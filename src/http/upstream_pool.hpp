@@ -1,12 +1,14 @@
 #pragma once
 // Keep-alive connections to the one upstream, and the buffered exchange that the
 // idempotent path uses. Pass-through streams over acquire()/give_back() directly.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "http/beast.hpp"
+#include "http/h2_upstream.hpp"
 #include "http/problem.hpp"
 #include "http/stream.hpp"
 #include "idemproxy/config/config.hpp"
@@ -16,6 +18,8 @@ namespace idemproxy::http {
 struct UpstreamConnection {
   UpstreamConnection(asio::any_io_executor ex, ssl::context* tls)
       : stream(tls ? Stream(std::move(ex), *tls) : Stream(std::move(ex))) {}
+  /// A socket bridged to an HTTP/2 connection (H2Upstream).
+  explicit UpstreamConnection(tcp::socket bridged) : stream(std::move(bridged)) {}
   Stream stream;
   beast::flat_buffer buffer;
   bool reused = false;
@@ -82,10 +86,19 @@ class UpstreamPool {
   const config::UpstreamConfig& config() const { return config_; }
 
  private:
+  /// A new connection: TCP (and TLS), or a socket bridged to HTTP/2.
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> connect();
+  /// A socket bridged to a shared HTTP/2 connection; `established`: see H2Upstream::open.
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> bridged(
+      asio::any_io_executor ex, std::unique_ptr<Stream> established);
+
   asio::any_io_executor ex_;
   config::UpstreamConfig config_;
   std::unique_ptr<ssl::context> tls_;  // https upstreams
   bool strands_;
+  std::unique_ptr<H2Upstream> h2_;  // upstream.protocol h2c, h2, auto
+  /// auto: whether ALPN chose h2 on the last connection; HTTP/1.1 until it does.
+  std::atomic<bool> auto_h2_{false};
   std::mutex mu_;
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;
 };

@@ -15,7 +15,9 @@ from harness import (CuttingRelay, Load, post_in_background, problem, settle, wa
 
 def test_kill_9_mid_request_then_retry_is_told_the_outcome_is_unknown(make_proxy, upstream, key,
                                                                       ledger):
-    p = make_proxy(defaults={"lease": "1s"}, store=SHORT_STATEMENTS)
+    # The lease outlives a restart under a sanitizer (which can take over a second),
+    # so the first retry still finds it running.
+    p = make_proxy(defaults={"lease": "3s"}, store=SHORT_STATEMENTS)
     results = {}
     t = post_in_background(p, "/v1/orders?delay_ms=1500", key, results)
     wait_for_execution(upstream, key)
@@ -25,7 +27,7 @@ def test_kill_9_mid_request_then_retry_is_told_the_outcome_is_unknown(make_proxy
     p.start()
     during = p.post("/v1/orders?delay_ms=1500", "{}", key=key)
     assert during.status == 409 and problem(during)["type"].endswith("/request-in-flight")
-    time.sleep(1.1)
+    time.sleep(3.1)
     after = p.post("/v1/orders?delay_ms=1500", "{}", key=key)
     assert after.status == 409 and problem(after)["type"].endswith("/outcome-unknown")
     assert json.loads(p.cli("keys", "show", "--key", key).stdout)["stale"] is True

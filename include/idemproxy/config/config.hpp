@@ -46,6 +46,9 @@ struct TlsConfig {
 };
 
 struct UpstreamConfig {
+  /// How requests reach the upstream: HTTP/1.1; HTTP/2 in cleartext with prior
+  /// knowledge (RFC 9113 §3.3); HTTP/2 over TLS by ALPN; or whatever ALPN picks.
+  enum class Protocol { http1, h2c, h2, automatic } protocol = Protocol::http1;
   std::string url;
   std::string host;
   std::string port;
@@ -54,6 +57,7 @@ struct UpstreamConfig {
   Duration timeout = std::chrono::seconds{30};
   std::size_t max_idle_connections = 64;
   std::size_t max_response_size = std::size_t{16} << 20;  // bodies read for storage
+  std::size_t http2_max_streams = 100;  // concurrent requests on one HTTP/2 connection
   UpstreamTls tls;
 };
 

@@ -1,0 +1,212 @@
+"""HTTP/2 to the upstream (upstream.protocol h2c, h2, auto) against a real HTTP/2
+server: Node's http2 module (tests/e2e/h2_upstream.js), which is nghttp2 inside.
+Requests from HTTP/1.1 and from HTTP/2 clients are translated (RFC 9113 §8.3.1:
+the request line and Host become pseudo-header fields; §8.1.1: a body without
+content-length is delimited by DATA frames, and becomes chunked on the way back)."""
+import concurrent.futures
+import hashlib
+import http.client
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from h2_peer import Client
+from harness import BINARY, Proxy, free_port, problem, request
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None,
+                                reason="Node is installed by install-deps.sh")
+SCRIPT = __file__.replace("test_http2_upstream.py", "h2_upstream.js")
+
+
+class NodeUpstream:
+    def __init__(self, *options):
+        self.port, self.control = free_port(), free_port()
+        self.proc = subprocess.Popen(["node", SCRIPT, str(self.port), str(self.control), *options],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert self.proc.stdout.readline().strip() == b"ready"
+
+    def _get(self, path):
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.control, path)) as r:
+            return json.loads(r.read())
+
+    def executions(self, key=None):
+        return [e for e in self._get("/executions") if key is None or e["key"] == key]
+
+    def sessions(self):
+        return self._get("/sessions")
+
+    def close_sessions(self):
+        self._get("/close-sessions")
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def h2c():
+    u = NodeUpstream()
+    yield u
+    u.close()
+
+
+def h2c_proxy(make_proxy, upstream, **extra):
+    return make_proxy(extra_top={"upstream": dict({"url": "http://127.0.0.1:%d" % upstream.port,
+                                                   "protocol": "h2c", "connect_timeout": "1s",
+                                                   "timeout": "10s"}, **extra)})
+
+
+def test_an_http1_client_reaches_an_h2c_upstream_and_retries_replay(make_proxy, h2c, key):
+    p = h2c_proxy(make_proxy, h2c)
+    first = p.post("/v1/orders", '{"sku":"a"}', key=key)
+    assert first.status == 201
+    seen = h2c.executions(key)
+    assert len(seen) == 1 and seen[0]["protocol"] == "2.0" and seen[0]["scheme"] == "http"
+    assert seen[0]["authority"] == "127.0.0.1:%d" % p.port  # Host became :authority
+    assert seen[0]["body_sha"] == hashlib.sha256(b'{"sku":"a"}').hexdigest()
+    retry = p.post("/v1/orders", '{"sku":"a"}', key=key)
+    assert retry.status == 201 and retry.header("Idempotent-Replayed") == "true"
+    assert retry.body == first.body and len(h2c.executions(key)) == 1
+    other = p.post("/v1/orders", '{"sku":"b"}', key=key)
+    assert other.status == 422 and len(h2c.executions(key)) == 1
+
+
+def test_http2_end_to_end_many_streams_each_get_their_own_answer(make_proxy, h2c):
+    p = h2c_proxy(make_proxy, h2c)
+    keys = ["e2e-" + uuid.uuid4().hex for _ in range(40)]
+    c = Client(p.port)
+    ids = [c.request("POST", "/v1/orders?delay_ms=%d" % (i % 5 * 20), b'{"n":%d}' % i,
+                     [("idempotency-key", k)]) for i, k in enumerate(keys)]
+    answers = c.wait(*ids, timeout=20)
+    c.close()
+    for k, r in zip(keys, answers):
+        assert r.status == 201 and r.ended
+        assert json.loads(r.body)["key"] == k  # never another stream's answer
+        assert len(h2c.executions(k)) == 1
+
+
+def test_concurrent_streams_per_upstream_connection_are_bounded(make_proxy):
+    upstream = NodeUpstream()
+    try:
+        p = h2c_proxy(make_proxy, upstream, http2_max_streams=4)
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda i: request(p.port, "GET", "/health?delay_ms=200"),
+                                    range(32)))
+        assert [r.status for r in answers] == [200] * 32, \
+            [r.body for r in answers if r.status != 200]
+        seen = upstream.sessions()
+        assert seen["max_concurrent"] <= 4  # the bound held on every connection
+        assert seen["sessions"] >= 4        # 16 at once needed several connections
+        # Connections are reused: sequential requests open none.
+        before = upstream.sessions()["sessions"]
+        for _ in range(20):
+            r = request(p.port, "GET", "/health")
+            assert r.status == 200, r.body
+        assert upstream.sessions()["sessions"] == before
+    finally:
+        upstream.close()
+
+
+def test_bodies_both_ways_and_an_answer_without_content_length(make_proxy, h2c):
+    p = h2c_proxy(make_proxy, h2c)
+    big = b"b" * (2 << 20)
+    up = request(p.port, "PUT", "/files/x", body=big)
+    assert up.status == 200 and json.loads(up.body)["body_sha"] == hashlib.sha256(big).hexdigest()
+    down = request(p.port, "GET", "/files/x?size=%d" % (3 << 20))
+    assert down.status == 200 and down.body == b"x" * (3 << 20)
+    c = Client(p.port)  # HTTP/2 on both sides
+    r = c.wait(c.request("GET", "/files/x?size=%d" % (1 << 20)), timeout=20)[0]
+    c.close()
+    assert r.status == 200 and r.ended and r.body == b"x" * (1 << 20)
+    head = request(p.port, "HEAD", "/health")
+    assert head.status == 200 and head.body == b""
+    assert request(p.port, "GET", "/health?status=204").status == 204
+
+
+def test_an_upstream_reset_mid_answer_is_never_a_whole_answer(make_proxy, h2c, key):
+    p = h2c_proxy(make_proxy, h2c)
+    try:
+        got = len(request(p.port, "GET", "/files/x?reset_after=100000").body)
+    except (http.client.HTTPException, ConnectionError):
+        got = None  # the client saw the answer break off
+    assert got != 100000
+    # On a covered route the record is not stored as complete: a retry is not a
+    # replay of a cut body.
+    first = p.post("/v1/orders?reset_after=1000", "{}", key=key)
+    assert first.status >= 500
+    retry = p.post("/v1/orders?reset_after=1000", "{}", key=key)
+    assert retry.header("Idempotent-Replayed") is None
+    # The shared connection survived the reset for everyone else.
+    assert request(p.port, "GET", "/health").status == 200
+
+
+def test_the_upstream_restarting_is_survived(make_proxy, key):
+    upstream = NodeUpstream()
+    try:
+        p = h2c_proxy(make_proxy, upstream)
+        assert request(p.port, "GET", "/health").status == 200
+        upstream.close_sessions()  # the shared connection ends under the proxy
+        time.sleep(0.3)
+        assert p.post("/v1/orders", "{}", key=key).status == 201
+        assert len(upstream.executions(key)) == 1
+    finally:
+        upstream.close()
+    # Nothing listens now: a clear 502, not a hang or a crash.
+    gone = p.post("/v1/orders", "{}", key=key + "-gone")
+    assert gone.status == 502 and problem(gone)["type"].endswith("/upstream-unreachable")
+
+
+def tls_upstream_config(pki, port, protocol):
+    return {"upstream": {"url": "https://localhost:%d" % port, "protocol": protocol,
+                         "connect_timeout": "1s", "timeout": "10s",
+                         "tls": {"ca_file": pki.ca}}}
+
+
+def test_h2_over_tls_by_alpn(make_proxy, pki, key):
+    upstream = NodeUpstream("--tls", *pki.server)
+    try:
+        p = make_proxy(extra_top=tls_upstream_config(pki, upstream.port, "h2"))
+        assert p.post("/v1/orders", "{}", key=key).status == 201
+        seen = upstream.executions(key)
+        assert seen[0]["protocol"] == "2.0" and seen[0]["scheme"] == "https"
+        assert p.post("/v1/orders", "{}", key=key).header("Idempotent-Replayed") == "true"
+    finally:
+        upstream.close()
+
+
+def test_auto_speaks_whatever_alpn_chooses(make_proxy, pki, tls_upstream, key):
+    h2 = NodeUpstream("--tls", *pki.server, "--http1")
+    try:
+        p = make_proxy(extra_top=tls_upstream_config(pki, h2.port, "auto"))
+        for i in range(3):
+            assert p.post("/v1/orders", "{}", key=key + str(i)).status == 201
+        assert [e["protocol"] for e in h2.executions()] == ["2.0"] * 3
+        assert h2.sessions()["sessions"] == 1  # the negotiating connection became the shared one
+    finally:
+        h2.close()
+    # An upstream that offers only http/1.1 (Python's ssl server, no ALPN h2).
+    p = make_proxy(extra_top=tls_upstream_config(pki, tls_upstream.port, "auto"))
+    assert p.post("/v1/orders", "{}", key=key).status == 201
+    # h2 alone against it is refused by ALPN: a clear 502.
+    strict = make_proxy(extra_top=tls_upstream_config(pki, tls_upstream.port, "h2"))
+    refused = strict.post("/v1/orders", "{}", key=key + "-h2")
+    assert refused.status == 502 and problem(refused)["type"].endswith("/upstream-unreachable")
+
+
+@pytest.mark.parametrize("url, protocol, message", [
+    ("https://127.0.0.1:1", "h2c", "h2c is HTTP/2 in cleartext"),
+    ("http://127.0.0.1:1", "h2", "needs an https:// upstream.url"),
+    ("http://127.0.0.1:1", "auto", "needs an https:// upstream.url"),
+    ("http://127.0.0.1:1", "spdy", "must be http1 or h2c or h2 or auto"),
+])
+def test_a_protocol_that_cannot_work_is_a_config_error(pg, url, protocol, message):
+    p = Proxy(url, pg.dsn, extra_top={"upstream": {"url": url, "protocol": protocol}})
+    out = subprocess.run([BINARY, "check-config", "--config", p.config_path], capture_output=True,
+                         text=True)
+    assert out.returncode != 0 and message in out.stderr
+    assert p.config_path + ":" in out.stderr  # file:line:col
