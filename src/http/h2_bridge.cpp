@@ -8,6 +8,7 @@
 #include <array>
 
 #include "http/h2_detail.hpp"
+#include "http/headers.hpp"
 
 namespace idemproxy::http::h2 {
 namespace {
@@ -106,24 +107,49 @@ asio::awaitable<void> answer(std::shared_ptr<Connection> c, std::shared_ptr<Stre
       if (status != 101) c->submit_head(*s, status, head.base(), false, false);
       continue;
     }
-    const bool has_body = !parser.is_done();
-    c->submit_head(*s, status, head.base(), true, has_body);
-    while (!parser.is_done()) {
-      while (!s->closed && s->out.size() - s->out_at > kOutHighWater) co_await s->room.wait();
-      if (s->closed) co_return;
+    const auto head_fields = static_cast<std::size_t>(std::distance(head.begin(), head.end()));
+    std::size_t got = 0;  // body bytes read before the head goes out
+    const auto read_some = [&]() -> asio::awaitable<bool> {
       parser.get().body().data = scratch.data();
       parser.get().body().size = scratch.size();
-      auto [rec, got] = co_await bhttp::async_read(*s->pipe, buffer, parser, use_nothrow);
-      if (rec && rec != bhttp::error::need_buffer) {
+      auto [rec, n] = co_await bhttp::async_read_some(*s->pipe, buffer, parser, use_nothrow);
+      got = scratch.size() - parser.get().body().size;
+      co_return !rec || rec == bhttp::error::need_buffer;
+    };
+    if (head[bhttp::field::content_type].starts_with("application/grpc")) {
+      // A gRPC answer that is only a status ("trailers-only" in gRPC's HTTP/2
+      // protocol) must be one HEADERS frame that ends the stream: the head waits for
+      // the first body byte or the end.
+      while (!parser.is_done() && got == 0) {
+        if (!co_await read_some()) {
+          c->reset(*s, NGHTTP2_INTERNAL_ERROR);
+          co_return;
+        }
+      }
+      if (parser.is_done() && got == 0) {
+        c->submit_head(*s, status, parser.get().base(), true, false);  // trailers included
+        co_return;
+      }
+    }
+    c->submit_head(*s, status, head.base(), true, got > 0 || !parser.is_done());
+    for (;;) {
+      if (got > 0) {
+        s->out.append(scratch.data(), got);
+        got = 0;
+        c->answer_more(*s);
+      }
+      if (parser.is_done()) break;
+      while (!s->closed && s->out.size() - s->out_at > kOutHighWater) co_await s->room.wait();
+      if (s->closed) co_return;
+      if (!co_await read_some()) {
         // The answer broke off (the upstream failed mid-body): the client must not
         // take a truncated body for a whole one.
         c->reset(*s, NGHTTP2_INTERNAL_ERROR);
         co_return;
       }
       if (s->closed) co_return;
-      s->out.append(scratch.data(), scratch.size() - parser.get().body().size);
-      c->answer_more(*s);
     }
+    s->trailers = trailers_after(parser.get(), head_fields);
     s->out_end = true;
     c->answer_more(*s);
     co_return;

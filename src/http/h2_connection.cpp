@@ -292,7 +292,7 @@ ssize_t Connection::read_answer(std::int32_t id, std::uint8_t* buf, std::size_t 
   const std::size_t ready = s->out.size() - s->out_at;
   if (ready == 0) {
     if (s->out_end) {
-      *flags |= NGHTTP2_DATA_FLAG_EOF;
+      end_answer(*s, flags);
       return 0;
     }
     s->out_deferred = true;
@@ -305,10 +305,29 @@ ssize_t Connection::read_answer(std::int32_t id, std::uint8_t* buf, std::size_t 
   if (s->out_at == s->out.size()) {
     s->out.clear();
     s->out_at = 0;
-    if (s->out_end) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (s->out_end) end_answer(*s, flags);
   }
   s->room.notify();
   return static_cast<ssize_t>(n);
+}
+
+void Connection::end_answer(Stream& s, std::uint32_t* flags) {
+  *flags |= NGHTTP2_DATA_FLAG_EOF;
+  if (s.trailers.empty()) return;
+  // RFC 9113 §8.1: trailers are a HEADERS frame that ends the stream after the DATA.
+  *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+  std::vector<std::pair<std::string, std::string>> owned;
+  owned.reserve(s.trailers.size());
+  for (const auto& [name, value] : s.trailers) {
+    std::string lower(name);
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    owned.emplace_back(std::move(lower), value);
+  }
+  std::vector<nghttp2_nv> nva;
+  nva.reserve(owned.size());
+  for (const auto& [name, value] : owned) nva.push_back(nv(name, value));
+  nghttp2_submit_trailer(session_, s.id, nva.data(), nva.size());
 }
 
 void Connection::submit_head(Stream& s, unsigned status, const bhttp::fields& fields, bool final,

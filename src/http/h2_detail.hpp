@@ -76,7 +76,8 @@ struct Stream {
   std::string out;  // the answer's body, not yet taken by nghttp2
   std::size_t out_at = 0;
   bool out_end = false;
-  bool out_deferred = false;  // nghttp2 waits for resume_data()
+  bool out_deferred = false;                                  // nghttp2 waits for resume_data()
+  std::vector<std::pair<std::string, std::string>> trailers;  // sent after the last DATA
   Signal room;
 
   bool answered = false;                                // a final response was submitted
@@ -104,6 +105,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int on_data(std::int32_t id, const std::uint8_t* data, std::size_t size);
   int on_stream_close(std::int32_t id, std::uint32_t code);
   ssize_t read_answer(std::int32_t id, std::uint8_t* buf, std::size_t size, std::uint32_t* flags);
+  /// The answer's body is all out: the stream ends, with the trailers when it has any.
+  void end_answer(Stream& s, std::uint32_t* flags);
 
   // For the bridge (h2_bridge.cpp).
   Runtime& runtime() { return rt_; }

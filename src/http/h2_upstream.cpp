@@ -464,12 +464,19 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
   owned.emplace_back(":scheme", tls_ != nullptr ? "https" : "http");
   owned.emplace_back(":authority", std::string(req[bhttp::field::host]));
   owned.emplace_back(":path", std::string(req.target()));
+  // gRPC servers require "te: trailers" (the gRPC HTTP/2 protocol); an HTTP/1.1 hop
+  // drops it as hop-by-hop, so it is restored here, as nginx's grpc_pass does.
+  const auto content_type = req[bhttp::field::content_type];
+  if (content_type.starts_with("application/grpc")) owned.emplace_back("te", "trailers");
   const auto connection = req[bhttp::field::connection];
   for (const auto& f : req.base()) {
     const auto name = f.name_string();
     if (connection_specific(name, connection) || beast::iequals(name, "host")) continue;
     // te is connection-specific too, but "trailers" may (and for gRPC must) pass.
-    if (beast::iequals(name, "te") && !beast::iequals(f.value(), "trailers")) continue;
+    if (beast::iequals(name, "te") &&
+        (!beast::iequals(f.value(), "trailers") || content_type.starts_with("application/grpc"))) {
+      continue;
+    }
     std::string lower(name);
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

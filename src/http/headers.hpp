@@ -23,6 +23,14 @@ void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip,
 
 std::vector<store::Header> to_headers(const bhttp::fields& fields);
 
+/// The trailer fields of a chunked message whose head had `head_fields` fields:
+/// Beast's parser appends trailers to the message's fields, after the head's.
+/// Fields a trailer must not carry (RFC 9110 6.5.1: framing, routing, connection
+/// control) are left out. Relayed on responses only: gRPC carries its status in
+/// them (grpc-status, grpc-message).
+std::vector<std::pair<std::string, std::string>> trailers_after(const bhttp::fields& fields,
+                                                                std::size_t head_fields);
+
 /// An IMF-fixdate (RFC 9110 5.6.7), e.g. "Sun, 06 Nov 1994 08:49:37 GMT".
 std::string http_date(TimePoint t);
 

@@ -2,6 +2,7 @@
 // says to a client that did not come verbatim from the upstream.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -175,6 +176,24 @@ std::vector<store::Header> to_headers(const bhttp::fields& fields) {
   std::vector<store::Header> out;
   for (const auto& f : fields)
     out.push_back({std::string(f.name_string()), std::string(f.value())});
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> trailers_after(const bhttp::fields& fields,
+                                                                std::size_t head_fields) {
+  static constexpr std::string_view kNever[] = {
+      "content-length", "transfer-encoding", "host",         "connection",
+      "keep-alive",     "proxy-connection",  "te",           "trailer",
+      "upgrade",        "content-encoding",  "content-type", "content-range"};
+  std::vector<std::pair<std::string, std::string>> out;
+  std::size_t at = 0;
+  for (const auto& f : fields) {
+    if (at++ < head_fields) continue;
+    const auto name = f.name_string();
+    const bool never = std::any_of(std::begin(kNever), std::end(kNever),
+                                   [&](std::string_view n) { return beast::iequals(name, n); });
+    if (!never) out.emplace_back(std::string(name), std::string(f.value()));
+  }
   return out;
 }
 

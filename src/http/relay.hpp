@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "http/chunk.hpp"
+#include "http/headers.hpp"
 #include "http/stream.hpp"
 
 namespace idemproxy::http {
@@ -136,9 +137,11 @@ void set_relay_framing(bhttp::header<isRequest>& h, const Parser& p, bool chunk_
 
 /// Writes p's header (framed by set_relay_framing), then `prefix` (body bytes already
 /// read from `in`), then the rest of the body as `in` delivers it. The proxy writes
-/// the chunk framing itself: chunk extensions and trailer fields are never relayed
-/// (RFC 9110 6.5.1: a recipient may discard trailers; merging them into the head,
-/// as a buffered parser does, is what RFC 9110 6.5 forbids). A message whose whole
+/// the chunk framing itself: chunk extensions are never relayed, nor are a request's
+/// trailer fields (RFC 9110 6.5.1: a recipient may discard trailers; merging them
+/// into the head, as a buffered parser does, is what RFC 9110 6.5 forbids). A
+/// response's trailers go on in the last chunk (trailers_after): gRPC's status
+/// travels in them. A message whose whole
 /// body has a length that fits one chunk (most API calls) goes out in one gathered
 /// write: Beast's serializer machinery cost more than the rest of a pass-through
 /// request's user-space work (docs/PERFORMANCE.md).
@@ -164,6 +167,7 @@ asio::awaitable<RelayError> relay(
   };
   const auto read_bytes = [&] { return chunk.size() - p.get().body().size; };
   std::string head = serialize_head<isRequest>(p.get());
+  const auto head_fields = static_cast<std::size_t>(std::distance(p.get().begin(), p.get().end()));
   if (prefix.empty() && !chunked_out &&
       (p.is_done() || p.content_length().value_or(chunk.size() + 1) <= chunk.size())) {
     std::size_t filled = 0;
@@ -215,7 +219,20 @@ asio::awaitable<RelayError> relay(
     }
     if (!data.empty()) buffers[count++] = asio::buffer(data);
     if (!data.empty() && chunked_out) buffers[count++] = asio::buffer(kCrlf);
-    if (last && chunked_out && has_body) buffers[count++] = asio::buffer(kLastChunk);
+    std::string last_chunk;
+    if (last && chunked_out && has_body) {
+      if constexpr (!isRequest) {
+        for (const auto& [name, value] : trailers_after(p.get(), head_fields)) {
+          last_chunk.append(name).append(": ").append(value).append("\r\n");
+        }
+      }
+      if (last_chunk.empty()) {
+        buffers[count++] = asio::buffer(kLastChunk);
+      } else {
+        last_chunk.insert(0, "0\r\n").append("\r\n");
+        buffers[count++] = asio::buffer(last_chunk);
+      }
+    }
     out.expires_after(out_timeout);
     auto [ec, n] = co_await asio::async_write(
         out, std::span<const asio::const_buffer>(buffers.data(), count), use_nothrow);
