@@ -126,6 +126,7 @@ const std::vector<Key>& table() {
       {"policy", "scope_header"},
       {"policy", "on_concurrent"},
       {"policy", "store_status"},
+      {"policy", "store_grpc_status"},
       {"policy", "store_unavailable"},
       {"policy", "max_body"},
       {"policy", "store_deny_headers"},

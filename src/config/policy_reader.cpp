@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "config/reader.hpp"
+#include "idemproxy/engine/grpc_status.hpp"
 
 namespace idemproxy::config::detail {
 namespace {
@@ -128,6 +129,23 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
           fail(s, name + " entries must be a status (201) or a class (2xx)");
         }
         p.store_status.push_back(range);
+      }
+    } else if (key == "store_grpc_status") {
+      if (!v.IsSequence()) fail(v, name + " must be a list, e.g. [OK, NOT_FOUND]");
+      p.store_grpc_status.clear();
+      for (const auto& s : v) {
+        const auto word = text(s, name);
+        const auto code = engine::grpc_status_code(word);
+        if (!code) {
+          fail(s, name + " entries must be gRPC status names (OK, NOT_FOUND, ...), not \"" + word +
+                      "\"");
+        }
+        if (engine::grpc_status_retryable(*code)) {
+          fail(s, name + ": " + word +
+                      " is never stored: it says \"try again\", so the claim is released "
+                      "and a retry runs the call");
+        }
+        p.store_grpc_status.push_back(*code);
       }
     } else if (key == "store_unavailable") {
       p.store_unavailable =

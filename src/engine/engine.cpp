@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+
+#include "idemproxy/engine/grpc_status.hpp"
 
 namespace idemproxy::engine {
 
@@ -56,16 +59,39 @@ namespace {
 Finish from_store(const store::StoreError& e) {
   return e.code == store::StoreErrc::fenced ? Finish::fenced : Finish::store_failed;
 }
+
+// A gRPC answer's status: its grpc-status field (a trailer, kept with the fields),
+// UNKNOWN when it has none or an unreadable one. nullopt for other answers.
+std::optional<int> grpc_status_of(const store::StoredResponse& response) {
+  bool grpc = false;
+  std::optional<int> status;
+  for (const auto& h : response.headers) {
+    if (strcasecmp(h.name.c_str(), "content-type") == 0) grpc = is_grpc_content_type(h.value);
+    if (strcasecmp(h.name.c_str(), "grpc-status") == 0) {
+      int code = 0;
+      const auto* end = h.value.data() + h.value.size();
+      const auto [at, ec] = std::from_chars(h.value.data(), end, code);
+      if (ec == std::errc{} && at == end) status = code;
+    }
+  }
+  if (!grpc) return std::nullopt;
+  return status.value_or(2);
+}
 }  // namespace
 
 Finish Engine::finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
                       const store::StoredResponse& response, TimePoint* expires_at,
                       store::StoredResponse* stored) {
-  if (!policy.stores_status(response.status)) return abandon(id, token);
+  if (!stores(policy, response)) return abandon(id, token);
   store::StoredResponse as_kept = kept(response, policy);
   const Finish f = finished(store_.complete(id, token, as_kept, policy.ttl), expires_at);
   if (f == Finish::stored && stored) *stored = std::move(as_kept);
   return f;
+}
+
+bool Engine::stores(const RoutePolicy& policy, const store::StoredResponse& response) {
+  const auto grpc = grpc_status_of(response);
+  return grpc ? policy.stores_grpc_status(*grpc) : policy.stores_status(response.status);
 }
 
 store::StoredResponse Engine::kept(const store::StoredResponse& response,

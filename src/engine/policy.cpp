@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "idemproxy/engine/grpc_status.hpp"
+
 namespace idemproxy::engine {
 
 bool RoutePolicy::covers_method(std::string_view method) const {
@@ -15,6 +17,12 @@ bool RoutePolicy::stores_status(int status) const {
   if (status == 408 || status == 409 || status == 425 || status == 429) return false;
   return std::any_of(store_status.begin(), store_status.end(),
                      [&](const StatusRange& r) { return status >= r.low && status <= r.high; });
+}
+
+bool RoutePolicy::stores_grpc_status(int code) const {
+  if (grpc_status_retryable(code)) return false;
+  return std::find(store_grpc_status.begin(), store_grpc_status.end(), code) !=
+         store_grpc_status.end();
 }
 
 bool RoutePolicy::denies_header(std::string_view name) const {

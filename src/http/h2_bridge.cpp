@@ -9,6 +9,7 @@
 
 #include "http/h2_detail.hpp"
 #include "http/headers.hpp"
+#include "idemproxy/engine/grpc_status.hpp"
 
 namespace idemproxy::http::h2 {
 namespace {
@@ -19,6 +20,29 @@ void append_chunk(std::string& to, std::string_view data) {
   to.append(size, static_cast<std::size_t>(n));
   to.append(data);
   to.append("\r\n");
+}
+
+// The fields a stored gRPC answer names in kTrailersField (upstream_pool.cpp),
+// taken out of its head to go out as trailers.
+std::vector<std::pair<std::string, std::string>> take_named_trailers(bhttp::fields& fields) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string names(fields[kTrailersField]);
+  fields.erase(kTrailersField);
+  std::string_view rest = names;
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    auto name = rest.substr(0, comma);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    if (name.empty()) continue;
+    for (auto it = fields.find(name); it != fields.end() && beast::iequals(it->name_string(), name);
+         it = fields.find(name)) {
+      out.emplace_back(std::string(name), std::string(it->value()));
+      fields.erase(it);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -116,7 +140,8 @@ asio::awaitable<void> answer(std::shared_ptr<Connection> c, std::shared_ptr<Stre
       got = scratch.size() - parser.get().body().size;
       co_return !rec || rec == bhttp::error::need_buffer;
     };
-    if (head[bhttp::field::content_type].starts_with("application/grpc")) {
+    std::vector<std::pair<std::string, std::string>> trailers;
+    if (engine::is_grpc_content_type(head[bhttp::field::content_type])) {
       // A gRPC answer that is only a status ("trailers-only" in gRPC's HTTP/2
       // protocol) must be one HEADERS frame that ends the stream: the head waits for
       // the first body byte or the end.
@@ -126,12 +151,17 @@ asio::awaitable<void> answer(std::shared_ptr<Connection> c, std::shared_ptr<Stre
           co_return;
         }
       }
-      if (parser.is_done() && got == 0) {
-        c->submit_head(*s, status, parser.get().base(), true, false);  // trailers included
+      // A stored answer names its trailers; they go out as trailers again, after a
+      // head that carries idempotent-replayed, even when the upstream sent them
+      // trailers-only.
+      trailers = take_named_trailers(parser.get().base());
+      if (parser.is_done() && got == 0 && trailers.empty()) {
+        c->submit_head(*s, status, head.base(), true, false);  // the trailers are in it
         co_return;
       }
     }
-    c->submit_head(*s, status, head.base(), true, got > 0 || !parser.is_done());
+    c->submit_head(*s, status, head.base(), true,
+                   got > 0 || !parser.is_done() || !trailers.empty());
     for (;;) {
       if (got > 0) {
         s->out.append(scratch.data(), got);
@@ -149,7 +179,8 @@ asio::awaitable<void> answer(std::shared_ptr<Connection> c, std::shared_ptr<Stre
       }
       if (s->closed) co_return;
     }
-    s->trailers = trailers_after(parser.get(), head_fields);
+    for (auto& t : trailers_after(parser.get(), head_fields)) trailers.push_back(std::move(t));
+    s->trailers = std::move(trailers);
     s->out_end = true;
     c->answer_more(*s);
     co_return;

@@ -13,6 +13,7 @@
 #include "http/h2_connection.hpp"
 #include "http/h2_detail.hpp"
 #include "http/tls.hpp"
+#include "idemproxy/engine/grpc_status.hpp"
 
 namespace idemproxy::http {
 namespace h2 {
@@ -467,14 +468,14 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
   // gRPC servers require "te: trailers" (the gRPC HTTP/2 protocol); an HTTP/1.1 hop
   // drops it as hop-by-hop, so it is restored here, as nginx's grpc_pass does.
   const auto content_type = req[bhttp::field::content_type];
-  if (content_type.starts_with("application/grpc")) owned.emplace_back("te", "trailers");
+  if (engine::is_grpc_content_type(content_type)) owned.emplace_back("te", "trailers");
   const auto connection = req[bhttp::field::connection];
   for (const auto& f : req.base()) {
     const auto name = f.name_string();
     if (connection_specific(name, connection) || beast::iequals(name, "host")) continue;
     // te is connection-specific too, but "trailers" may (and for gRPC must) pass.
     if (beast::iequals(name, "te") &&
-        (!beast::iequals(f.value(), "trailers") || content_type.starts_with("application/grpc"))) {
+        (!beast::iequals(f.value(), "trailers") || engine::is_grpc_content_type(content_type))) {
       continue;
     }
     std::string lower(name);

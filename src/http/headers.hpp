@@ -23,6 +23,10 @@ void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip,
 
 std::vector<store::Header> to_headers(const bhttp::fields& fields);
 
+/// Names the fields of a buffered gRPC answer that arrived as trailers; the HTTP/2
+/// bridge sends them as trailers again and drops this field.
+inline constexpr const char* kTrailersField = "Idemproxy-Trailers";
+
 /// The trailer fields of a chunked message whose head had `head_fields` fields:
 /// Beast's parser appends trailers to the message's fields, after the head's.
 /// Fields a trailer must not carry (RFC 9110 6.5.1: framing, routing, connection

@@ -126,6 +126,72 @@ StringResponse problem_response(const ProxyError& error, unsigned version, bool 
   return res;
 }
 
+namespace {
+
+int grpc_code(ProblemKind kind) {
+  switch (kind) {
+    case ProblemKind::malformed_request:
+    case ProblemKind::missing_key:
+    case ProblemKind::bad_key:
+      return 3;  // INVALID_ARGUMENT
+    case ProblemKind::key_mismatch:
+      return 9;  // FAILED_PRECONDITION
+    case ProblemKind::request_in_flight:
+    case ProblemKind::outcome_unknown:
+    case ProblemKind::outcome_indeterminate:
+    case ProblemKind::response_not_stored:
+      return 10;  // ABORTED
+    case ProblemKind::header_too_large:
+    case ProblemKind::body_too_large:
+      return 8;  // RESOURCE_EXHAUSTED
+    case ProblemKind::store_unavailable:
+    case ProblemKind::upstream_unreachable:
+    case ProblemKind::upstream_failed:
+      return 14;  // UNAVAILABLE
+    case ProblemKind::upstream_timeout:
+      return 4;  // DEADLINE_EXCEEDED
+    case ProblemKind::record_unreadable:
+    case ProblemKind::internal:
+      break;
+  }
+  return 13;  // INTERNAL
+}
+
+// grpc-message is percent-encoded UTF-8 (gRPC's HTTP/2 protocol): bytes outside
+// printable ASCII, and '%', become %XX.
+std::string grpc_message(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  for (const unsigned char c : text) {
+    if (c < 0x20 || c > 0x7e || c == '%') {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+StringResponse grpc_refusal(const ProxyError& error, unsigned version, bool keep_alive) {
+  StringResponse res{bhttp::status::ok, version};
+  res.set(bhttp::field::content_type, "application/grpc");
+  res.set("grpc-status", std::to_string(grpc_code(error.kind)));
+  // The problem type's last segment names the refusal, as it does over HTTP.
+  const auto type = problem_type(error.kind);
+  res.set("grpc-message", grpc_message(type.substr(type.rfind('/') + 1) + ": " + error.detail));
+  if (error.retry_after_seconds) {
+    res.set(bhttp::field::retry_after, std::to_string(*error.retry_after_seconds));
+  }
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  return res;
+}
+
 void strip_hop_by_hop(bhttp::fields& fields) {
   // Framing and Host must never be removed because Connection names them.
   static const std::set<std::string> kProtected = {"content-length", "transfer-encoding", "host"};
@@ -275,7 +341,8 @@ asio::awaitable<bool> continue_if_expected(RequestContext& ctx) {
 }
 
 asio::awaitable<bool> send_problem(RequestContext& ctx) {
-  auto res = problem_response(*ctx.error, ctx.version, ctx.keep_alive);
+  auto res = ctx.grpc ? grpc_refusal(*ctx.error, ctx.version, ctx.keep_alive)
+                      : problem_response(*ctx.error, ctx.version, ctx.keep_alive);
   const bool sent = co_await send_response(ctx, res);
   co_return ctx.keep_alive ? sent : false;
 }

@@ -41,4 +41,11 @@ ProxyError refusal_error(engine::Refusal why, std::string detail, std::optional<
 
 StringResponse problem_response(const ProxyError& error, unsigned version, bool keep_alive);
 
+/// A refusal for a gRPC client: a trailers-only answer (HTTP 200, grpc-status,
+/// grpc-message) with the gRPC status that means what the problem means, never
+/// problem+json: INVALID_ARGUMENT for a missing or invalid key, FAILED_PRECONDITION
+/// for another body, ABORTED in flight or when the outcome is unknown, UNAVAILABLE
+/// when the store or the upstream is, RESOURCE_EXHAUSTED when too large.
+StringResponse grpc_refusal(const ProxyError& error, unsigned version, bool keep_alive);
+
 }  // namespace idemproxy::http

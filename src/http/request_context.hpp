@@ -53,6 +53,7 @@ struct RequestContext {
   unsigned upstream_status = 0;
   double upstream_ms = 0;
   std::string key_hash;  // logged instead of the key
+  bool grpc = false;     // a gRPC call: refusals are gRPC statuses (grpc_refusal)
   std::chrono::steady_clock::time_point started;
 
   std::optional<ProxyError> error;  // set by fail(); sent by send_problem()

@@ -10,6 +10,7 @@
 #include "http/h2_connection.hpp"
 #include "http/request_target.hpp"
 #include "http/trace_context.hpp"
+#include "idemproxy/engine/grpc_status.hpp"
 #include "idemproxy/ops/logging.hpp"
 
 namespace idemproxy::http {
@@ -128,6 +129,7 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   ctx.keep_alive = req.keep_alive() && !ctx.rt.draining;
   ctx.method = std::string(req.method_string());
   ctx.target = std::string(req.target());
+  ctx.grpc = engine::is_grpc_content_type(req[bhttp::field::content_type]);
   ctx.request_id = request_id_for(req);
   ctx.head.get().set("X-Request-Id", ctx.request_id);  // forwarded to the upstream
   follow_trace(ctx);

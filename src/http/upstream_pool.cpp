@@ -11,6 +11,7 @@
 #include "http/headers.hpp"
 #include "http/relay.hpp"
 #include "http/tls.hpp"
+#include "idemproxy/engine/grpc_status.hpp"
 
 namespace idemproxy::http {
 namespace {
@@ -34,6 +35,23 @@ std::unique_ptr<StreamingParser> new_parser(bool head_request,
   parser->body_limit(body_limit);
   if (head_request) parser->skip(true);
   return parser;
+}
+
+// A gRPC answer's trailers (its status) end up among the fields of a buffered
+// answer; kTrailersField names them, so that they are stored with the record and
+// an HTTP/2 client gets them as trailers again (h2_bridge.cpp). (Trailer, RFC 9110
+// 6.6.2, is a connection header: it is never stored.)
+void name_grpc_trailers(bhttp::response_header<>& head, std::size_t head_fields) {
+  if (!engine::is_grpc_content_type(head[bhttp::field::content_type])) return;
+  auto trailers = trailers_after(head, head_fields);
+  // A trailers-only answer (a status, no message) carries its trailers in its only
+  // HEADERS frame: every field of it but the framing and content-type is one.
+  if (trailers.empty() && head.count("grpc-status") > 0) trailers = trailers_after(head, 0);
+  std::string names;
+  for (const auto& [name, value] : trailers) {
+    names.append(names.empty() ? "" : ", ").append(name);
+  }
+  if (!names.empty()) head.set(kTrailersField, names);
 }
 
 // A server sends few interim answers; an endless stream of them is an attack.
@@ -153,6 +171,13 @@ void UpstreamPool::give_back(std::unique_ptr<UpstreamConnection> conn) {
 asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
                                                  const InterimSink& interim) {
   Exchange out;
+  // A gRPC call's deadline (grpc-timeout) bounds the exchange when it is shorter.
+  auto timeout = config_.timeout;
+  if (engine::is_grpc_content_type(request[bhttp::field::content_type])) {
+    if (const auto deadline = engine::parse_grpc_timeout(request["grpc-timeout"])) {
+      timeout = std::min(timeout, *deadline);
+    }
+  }
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto [ec, conn] = co_await acquire(attempt > 0);
     if (ec) {
@@ -160,7 +185,7 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
                                  "cannot connect to the upstream: " + ec.message());
       co_return out;
     }
-    conn->stream.expires_after(config_.timeout);  // bounds the whole exchange
+    conn->stream.expires_after(timeout);  // bounds the whole exchange
     auto [wec, written] = co_await write_whole(conn->stream, request);
     if (wec) {
       if (conn->reused && attempt == 0) continue;  // a stale keep-alive connection
@@ -174,6 +199,9 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
     // The body is bounded below; an oversized one is streamed.
     auto rec = co_await read_final_head(*conn, parser, request.method() == bhttp::verb::head,
                                         boost::none, interim);
+    const auto head_fields =
+        rec ? 0
+            : static_cast<std::size_t>(std::distance(parser->get().begin(), parser->get().end()));
     std::size_t read = 0;
     std::string body;
     Chunk chunk;
@@ -203,6 +231,7 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
       out.oversized = Exchange::Oversized{std::move(conn), std::move(parser), std::move(body)};
       co_return out;
     }
+    name_grpc_trailers(parser->get(), head_fields);
     out.response = StringResponse(std::move(parser->get().base()), std::move(body));
     if (out.response.keep_alive()) give_back(std::move(conn));
     co_return out;

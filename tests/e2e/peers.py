@@ -58,7 +58,15 @@ class NginxUpstream:
     answers a stray byte sequence on a kept-alive connection with 400, as real
     servers do."""
 
-    def __init__(self):
+    # What the server answers unless told otherwise: every request, itself.
+    ANSWER = """    location / {
+      default_type application/json;
+      return 201 '{"id":"$http_x_ledger_id","uri":"$request_uri","host":"$host","protocol":"$server_protocol"}';
+    }"""
+
+    def __init__(self, locations=ANSWER, http2=False):
+        """`http2`: the port speaks HTTP/2 in cleartext (h2c with prior knowledge)
+        instead of HTTP/1.1; `locations`: the server's location blocks."""
         self.dir = tempfile.mkdtemp(prefix="idemproxy-nginx-")
         self.port = free_port()
         self.access_log = os.path.join(self.dir, "access.log")
@@ -82,14 +90,12 @@ http {
   keepalive_requests 100000;
   client_max_body_size 4m;
   server {
-    listen 127.0.0.1:%(port)d;
-    location / {
-      default_type application/json;
-      return 201 '{"id":"$http_x_ledger_id","uri":"$request_uri","host":"$host"}';
-    }
+    listen 127.0.0.1:%(port)d%(http2)s;
+%(locations)s
   }
 }
-""" % {"d": self.dir, "port": self.port})
+""" % {"d": self.dir, "port": self.port, "http2": " http2" if http2 else "",
+       "locations": locations})
         self.proc = subprocess.Popen(["nginx", "-c", conf, "-p", self.dir],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         _wait_port(self.port, self.proc, "nginx")

@@ -2,16 +2,26 @@
 grpcio server (the C core), HTTP/2 end to end (listen takes h2c; upstream.protocol
 h2c). Messages are raw bytes (generic handlers), so no protobuf code is generated.
 
-These calls are on a route no idempotency rule covers: they pass through. What they
-show is that gRPC's framing survives the proxy: the length-prefixed messages, the
-initial metadata, and the status in the trailers (grpc-status, grpc-message,
-grpc-status-details-bin, custom trailing metadata), including trailers-only answers
-(gRPC's HTTP/2 protocol; RFC 9113 §8.1)."""
+On a route no rule covers, calls pass through: gRPC's framing survives the proxy
+(the length-prefixed messages, the initial metadata, and the status in the trailers:
+grpc-status, grpc-message, grpc-status-details-bin, custom trailing metadata),
+including trailers-only answers (gRPC's HTTP/2 protocol; RFC 9113 §8.1).
+
+On a covered route, a unary call is an idempotent request: the key is the metadata
+the route's header names, the answer (messages, initial metadata, trailers) is
+stored by its grpc-status and replayed with idempotent-replayed: true, and every
+refusal is a gRPC status."""
 import concurrent.futures
+import json
+import shutil
 import threading
 import time
+import uuid
 
 import pytest
+
+from harness import request
+from peers import NginxUpstream
 
 grpc = pytest.importorskip("grpc")
 
@@ -28,6 +38,9 @@ class Backend:
             "Create": grpc.unary_unary_rpc_method_handler(self.create),
             "Fail": grpc.unary_unary_rpc_method_handler(self.fail),
             "Watch": grpc.unary_stream_rpc_method_handler(self.watch),
+            "Flaky": grpc.unary_unary_rpc_method_handler(self.flaky),
+            "Slow": grpc.unary_unary_rpc_method_handler(self.slow),
+            "Batch": grpc.stream_unary_rpc_method_handler(self.batch),
         }
         self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=16))
         self.server.add_generic_rpc_handlers(
@@ -50,6 +63,24 @@ class Backend:
         context.set_trailing_metadata((("x-why", "no such order"),
                                        ("grpc-status-details-bin", b"\x08\x05\x12\x03abc")))
         context.abort(grpc.StatusCode.NOT_FOUND, "order %s not found" % request.decode())
+
+    def flaky(self, request, context):
+        self._record(request, context)
+        context.abort(grpc.StatusCode.UNAVAILABLE, "try again")
+
+    def slow(self, request, context):
+        self._record(request, context)
+        time.sleep(1.5)
+        return b"slow:" + request
+
+    def batch(self, requests, context):
+        parts = list(requests)
+        self._record(b"|".join(parts), context)
+        return b"batch:" + b"+".join(parts)
+
+    def executions(self, key):
+        with self.lock:
+            return sum(1 for _, metadata in self.seen if metadata.get("idempotency-key") == key)
 
     def watch(self, request, context):
         self._record(request, context)
@@ -122,3 +153,170 @@ def test_large_messages_and_many_concurrent_calls(channel):
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda i: create(b"n%d" % i, timeout=20), range(64)))
     assert answers == [b"created:n%d" % i for i in range(64)]
+
+
+COVERED = [{"name": "orders", "path_prefix": "/test.Orders", "key_required": True,
+            "methods": ["POST"], "header": "Idempotency-Key", "max_body": "64KiB"}]
+
+
+@pytest.fixture
+def covered(make_proxy, backend):
+    def make(routes=COVERED, store=None):
+        p = make_proxy(routes=routes, store=store,
+                       extra_top={"upstream": {"url": "http://127.0.0.1:%d" % backend.port,
+                                               "protocol": "h2c", "connect_timeout": "1s",
+                                               "timeout": "10s"}})
+        return p, grpc.insecure_channel("127.0.0.1:%d" % p.port)
+    return make
+
+
+def keyed(key):
+    return (("idempotency-key", key),)  # gRPC metadata names are lower case
+
+
+def test_a_retried_call_is_replayed_with_its_messages_and_trailers(covered, backend):
+    _, ch = covered()
+    key = "grpc-" + uuid.uuid4().hex
+    first, call1 = method(ch, "Create").with_call(b"o-1", metadata=keyed(key), timeout=10)
+    again, call2 = method(ch, "Create").with_call(b"o-1", metadata=keyed(key), timeout=10)
+    assert first == again == b"created:o-1"
+    assert backend.executions(key) == 1
+    initial = dict(call2.initial_metadata())
+    assert initial.get("idempotent-replayed") == "true" and initial.get("x-initial") == "yes"
+    assert "idempotent-replayed" not in dict(call1.initial_metadata())
+    assert dict(call2.trailing_metadata()) == dict(call1.trailing_metadata())
+    assert dict(call2.trailing_metadata())["x-count-bin"] == b"\x00\x01"
+    # Another message under the same key: FAILED_PRECONDITION, never executed.
+    with pytest.raises(grpc.RpcError) as other:
+        method(ch, "Create")(b"o-2", metadata=keyed(key), timeout=10)
+    assert other.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert backend.executions(key) == 1
+
+
+def test_a_stored_error_status_is_replayed_whole(covered, backend):
+    _, ch = covered()
+    key = "grpc-" + uuid.uuid4().hex
+    errors = []
+    for _ in range(2):
+        with pytest.raises(grpc.RpcError) as raised:
+            method(ch, "Fail")(b"7", metadata=keyed(key), timeout=10)
+        errors.append(raised.value)
+    assert backend.executions(key) == 1  # NOT_FOUND is stored by default
+    for e in errors:
+        assert e.code() == grpc.StatusCode.NOT_FOUND and e.details() == "order 7 not found"
+        trailing = dict(e.trailing_metadata())
+        assert trailing["x-why"] == "no such order"
+        assert trailing["grpc-status-details-bin"] == b"\x08\x05\x12\x03abc"
+    assert dict(errors[1].initial_metadata()).get("idempotent-replayed") == "true"
+
+
+def test_statuses_that_say_try_again_are_never_stored(covered, backend):
+    _, ch = covered()
+    key = "grpc-" + uuid.uuid4().hex
+    for _ in range(2):
+        with pytest.raises(grpc.RpcError) as raised:
+            method(ch, "Flaky")(b"x", metadata=keyed(key), timeout=10)
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert backend.executions(key) == 2  # released: the retry ran the call again
+
+
+def test_store_grpc_status_decides_what_is_stored(covered, backend):
+    routes = [dict(COVERED[0], store_grpc_status=["OK"])]
+    _, ch = covered(routes=routes)
+    key = "grpc-" + uuid.uuid4().hex
+    for _ in range(2):
+        with pytest.raises(grpc.RpcError):
+            method(ch, "Fail")(b"8", metadata=keyed(key), timeout=10)
+    assert backend.executions(key) == 2  # NOT_FOUND is not in the list
+
+
+def test_refusals_are_grpc_statuses(covered, backend):
+    _, ch = covered()
+    with pytest.raises(grpc.RpcError) as missing:
+        method(ch, "Create")(b"no key", timeout=10)
+    assert missing.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "missing-key" in missing.value.details() or "key" in missing.value.details()
+    with pytest.raises(grpc.RpcError) as large:
+        method(ch, "Create")(b"x" * (128 << 10), metadata=keyed("big-" + uuid.uuid4().hex),
+                             timeout=10)
+    assert large.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    key = "grpc-" + uuid.uuid4().hex
+    slow = method(ch, "Slow").future(b"s", metadata=keyed(key), timeout=10)
+    deadline = time.monotonic() + 5
+    while backend.executions(key) == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.raises(grpc.RpcError) as in_flight:
+        method(ch, "Slow")(b"s", metadata=keyed(key), timeout=10)
+    assert in_flight.value.code() == grpc.StatusCode.ABORTED
+    assert "request-in-flight" in in_flight.value.details()
+    assert slow.result() == b"slow:s" and backend.executions(key) == 1
+
+
+def test_the_store_down_is_unavailable(covered, backend):
+    _, ch = covered(store={"postgres": {"dsn": "postgresql://127.0.0.1:1/none",
+                                        "pool_size": 1, "statement_timeout": "1s"}})
+    with pytest.raises(grpc.RpcError) as down:
+        method(ch, "Create")(b"x", metadata=keyed("grpc-" + uuid.uuid4().hex), timeout=10)
+    assert down.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_grpc_timeout_bounds_the_upstream_exchange(covered, backend):
+    _, ch = covered()  # upstream.timeout is 10 s; the call's deadline is 0.5 s
+    key = "grpc-" + uuid.uuid4().hex
+    with pytest.raises(grpc.RpcError) as late:
+        method(ch, "Slow")(b"t", metadata=keyed(key), timeout=0.5)
+    assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    time.sleep(1.6)  # the upstream has answered by now; the proxy stopped waiting at 0.5 s
+    with pytest.raises(grpc.RpcError) as retry:
+        method(ch, "Slow")(b"t", metadata=keyed(key), timeout=10)
+    assert retry.value.code() == grpc.StatusCode.ABORTED
+    assert "outcome-indeterminate" in retry.value.details()
+    assert backend.executions(key) == 1
+
+
+def test_streaming_calls_on_a_covered_route(covered, backend):
+    _, ch = covered()
+    key = "grpc-" + uuid.uuid4().hex
+    watch = method(ch, "Watch", stream=True)
+    first = list(watch(b"w", metadata=keyed(key), timeout=10))
+    again = watch(b"w", metadata=keyed(key), timeout=10)
+    assert list(again) == first == [b"event-0", b"event-1", b"event-2"]
+    assert dict(again.initial_metadata()).get("idempotent-replayed") == "true"
+    assert backend.executions(key) == 1  # the server-streaming answer was stored whole
+    # A client-streaming request is buffered whole, then fingerprinted.
+    key = "grpc-" + uuid.uuid4().hex
+    batch = ch.stream_unary("/%s/Batch" % SERVICE)
+    answers = [batch(iter([b"a", b"b", b"c"]), metadata=keyed(key), timeout=10) for _ in range(2)]
+    assert answers == [b"batch:a+b+c"] * 2 and backend.executions(key) == 1
+    with pytest.raises(grpc.RpcError) as other:
+        batch(iter([b"a", b"b"]), metadata=keyed(key), timeout=10)
+    assert other.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx comes from install-deps.sh")
+def test_nginx_as_the_http2_upstream_with_grpc_pass_behind_it(make_proxy, backend):
+    # nginx speaks HTTP/2 in cleartext: gRPC calls go on to the grpcio backend by
+    # grpc_pass, anything else nginx answers itself.
+    nginx = NginxUpstream(http2=True, locations="""
+    location /test.Orders/ { grpc_pass grpc://127.0.0.1:%d; }
+%s""" % (backend.port, NginxUpstream.ANSWER))
+    try:
+        p = make_proxy(routes=COVERED,
+                       extra_top={"upstream": {"url": "http://127.0.0.1:%d" % nginx.port,
+                                               "protocol": "h2c", "timeout": "10s"}})
+        plain = request(p.port, "POST", "/v1/x", body=b"{}")
+        assert plain.status == 201 and json.loads(plain.body)["protocol"] == "HTTP/2.0"
+        ch = grpc.insecure_channel("127.0.0.1:%d" % p.port)
+        key = "nginx-" + uuid.uuid4().hex
+        answers = [method(ch, "Create").with_call(b"n", metadata=keyed(key), timeout=10)
+                   for _ in range(2)]
+        assert [a for a, _ in answers] == [b"created:n"] * 2 and backend.executions(key) == 1
+        assert dict(answers[1][1].initial_metadata()).get("idempotent-replayed") == "true"
+        assert dict(answers[1][1].trailing_metadata())["x-trailing"] == "done"
+        with pytest.raises(grpc.RpcError) as failed:
+            method(ch, "Fail")(b"9", metadata=keyed("nginx-" + uuid.uuid4().hex), timeout=10)
+        assert failed.value.code() == grpc.StatusCode.NOT_FOUND
+        assert dict(failed.value.trailing_metadata())["x-why"] == "no such order"
+        ch.close()
+    finally:
+        nginx.close()

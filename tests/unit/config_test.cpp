@@ -242,6 +242,25 @@ TEST(ConfigErrors, BadValuesAreReportedAtTheValue) {
   EXPECT_EQ(where(std::string(kMinimal) + "listen: nowhere\n"), "5:9");
 }
 
+TEST(ConfigErrors, StoreGrpcStatusTakesNamesAndRefusesTryAgainStatuses) {
+  EXPECT_EQ(where(std::string(kMinimal) + "defaults:\n  store_grpc_status: [OK, NOTFOUND]\n"),
+            "6:27");
+  const auto never =
+      error_of(std::string(kMinimal) + "defaults:\n  store_grpc_status: [OK, UNAVAILABLE]\n");
+  EXPECT_NE(never.find("UNAVAILABLE is never stored"), std::string::npos) << never;
+}
+
+TEST(ConfigErrors, UpstreamProtocolMustFitTheUrl) {
+  EXPECT_NE(error_of("upstream:\n  url: https://a:1\n  protocol: h2c\nstore:\n  memory: {}\n")
+                .find("h2c is HTTP/2 in cleartext"),
+            std::string::npos);
+  EXPECT_NE(error_of("upstream:\n  url: http://a:1\n  protocol: auto\nstore:\n  memory: {}\n")
+                .find("needs an https:// upstream.url"),
+            std::string::npos);
+  EXPECT_EQ(where("upstream:\n  url: http://a:1\n  protocol: spdy\nstore:\n  memory: {}\n"),
+            "3:13");
+}
+
 TEST(ConfigErrors, StoreMustBeExactlyOne) {
   EXPECT_NE(error_of("upstream:\n  url: http://a:1\nstore:\n  memory: {}\n  postgres: {dsn: x}\n")
                 .find("exactly one"),

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "idemproxy/engine/grpc_status.hpp"
+
 using namespace idemproxy::engine;
 
 namespace {
@@ -63,6 +65,41 @@ TEST(RoutePolicy, RetryableStatusesAreNeverStored) {
   p.store_status = {{100, 599}};
   for (int s : {408, 409, 425, 429}) EXPECT_FALSE(p.stores_status(s)) << s;
   EXPECT_TRUE(p.stores_status(500));
+}
+
+TEST(RoutePolicy, GrpcStatusesThatSayTryAgainAreNeverStored) {
+  RoutePolicy p;
+  for (int code : {0, 3, 5, 6, 7, 9, 11, 12, 16}) EXPECT_TRUE(p.stores_grpc_status(code)) << code;
+  for (int code : {1, 2, 4, 8, 10, 13, 14, 15}) EXPECT_FALSE(p.stores_grpc_status(code)) << code;
+  p.store_grpc_status = {0, 14};  // a list that names UNAVAILABLE still never stores it
+  EXPECT_FALSE(p.stores_grpc_status(14));
+  EXPECT_FALSE(p.stores_grpc_status(5));
+}
+
+TEST(GrpcStatus, NamesAndContentTypes) {
+  EXPECT_EQ(grpc_status_code("NOT_FOUND"), 5);
+  EXPECT_EQ(grpc_status_code("UNAUTHENTICATED"), 16);
+  EXPECT_FALSE(grpc_status_code("not_found"));
+  EXPECT_EQ(grpc_status_name(14), "UNAVAILABLE");
+  EXPECT_EQ(grpc_status_name(17), "");
+  EXPECT_TRUE(is_grpc_content_type("application/grpc"));
+  EXPECT_TRUE(is_grpc_content_type("application/grpc+proto"));
+  EXPECT_TRUE(is_grpc_content_type("Application/GRPC+json"));
+  EXPECT_FALSE(is_grpc_content_type("application/grpc-web"));
+  EXPECT_FALSE(is_grpc_content_type("application/json"));
+}
+
+TEST(GrpcStatus, Timeouts) {
+  EXPECT_EQ(parse_grpc_timeout("1S"), idemproxy::Duration{1000});
+  EXPECT_EQ(parse_grpc_timeout("250m"), idemproxy::Duration{250});
+  EXPECT_EQ(parse_grpc_timeout("2M"), idemproxy::Duration{120000});
+  EXPECT_EQ(parse_grpc_timeout("100u"),
+            idemproxy::Duration{1});  // rounded up: never a zero deadline
+  EXPECT_EQ(parse_grpc_timeout("99999999H"), std::chrono::hours{99999999});
+  EXPECT_FALSE(parse_grpc_timeout("123456789S"));  // more than 8 digits
+  EXPECT_FALSE(parse_grpc_timeout("1s"));
+  EXPECT_FALSE(parse_grpc_timeout("S"));
+  EXPECT_FALSE(parse_grpc_timeout("-1S"));
 }
 
 TEST(RoutePolicy, DenyListIsCaseInsensitive) {

@@ -157,7 +157,7 @@ class Coordinator {
   /// Whether complete_async() can carry this answer: the store queues its calls and
   /// the answer is stored (others release the claim, a blocking call).
   bool completes_async(const RoutePolicy& route, const store::StoredResponse& answer) const {
-    return store_.queues_calls() && route.stores_status(answer.status);
+    return store_.queues_calls() && Engine::stores(route, answer);
   }
 
   /// Gives up a claim (database pool). Nothing was `sent`: released, a retry may

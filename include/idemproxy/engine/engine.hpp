@@ -61,6 +61,9 @@ class Engine {
   Finish finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
                 const store::StoredResponse& response, TimePoint* expires_at = nullptr,
                 store::StoredResponse* stored = nullptr);
+  /// Whether the route stores this answer: by its HTTP status, or a gRPC answer by
+  /// its grpc-status (store_grpc_status). Others release the claim.
+  static bool stores(const RoutePolicy& policy, const store::StoredResponse& response);
   /// finish() in parts, for a store call answered later (Store::complete_async): the
   /// response as it is stored, then what the store's answer means.
   static store::StoredResponse kept(const store::StoredResponse& response,

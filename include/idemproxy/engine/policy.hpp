@@ -45,6 +45,10 @@ struct RoutePolicy {
   OnStale on_stale = OnStale::fail;
   Mode mode = Mode::enforce;
   std::vector<StatusRange> store_status = {{200, 299}, {400, 499}};
+  /// gRPC calls are stored by their grpc-status, never by the HTTP status (always
+  /// 200): OK, INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
+  /// FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, UNAUTHENTICATED.
+  std::vector<int> store_grpc_status = {0, 3, 5, 6, 7, 9, 11, 12, 16};
   StoreUnavailable store_unavailable = StoreUnavailable::fail_closed;
   std::size_t max_body = std::size_t{1} << 20;
   std::vector<std::string> deny_headers = {"Set-Cookie"};
@@ -58,6 +62,9 @@ struct RoutePolicy {
   /// Whether a response with this status is stored and replayed. 408, 409, 425 and
   /// 429 say "try again later" and are never stored, whatever the ranges say.
   bool stores_status(int status) const;
+  /// Whether a gRPC answer with this status is stored; the statuses that say "try
+  /// again" (grpc_status_retryable) never are.
+  bool stores_grpc_status(int code) const;
   /// Whether a response header may be kept in the record (case-insensitive).
   bool denies_header(std::string_view name) const;
 };
