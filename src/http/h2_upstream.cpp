@@ -9,9 +9,11 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <sstream>
 
 #include "http/h2_connection.hpp"
 #include "http/h2_detail.hpp"
+#include "http/problem.hpp"
 #include "http/tls.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
 
@@ -22,6 +24,9 @@ namespace {
 constexpr std::int32_t kConnectionWindow = 1 << 20;
 constexpr std::size_t kWriteBatch = std::size_t{64} * 1024;
 constexpr std::size_t kMaxHeadBytes = std::size_t{1} << 20;
+// Request bodies up to this size are kept while their stream runs, so a stream the
+// upstream refuses unprocessed (GOAWAY, REFUSED_STREAM) can go again.
+constexpr std::size_t kResendBody = std::size_t{1} << 20;
 
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
@@ -51,6 +56,20 @@ void append_chunk(std::string& to, std::string_view data) {
   to.append("\r\n");
 }
 
+// Answers a request that never reached the upstream (no connection could carry
+// it, or the upstream refused its stream unprocessed, RFC 9113 §8.7): a 502 the
+// session takes for the upstream's, so the claim is released and a retry runs it.
+asio::awaitable<void> not_sent(Pipe& pipe, const std::string& why) {
+  spdlog::info("upstream HTTP/2: a request was not sent: {}", why);
+  auto res = problem_response(
+      {ProblemKind::upstream_unreachable, "the request was not sent: " + why, std::nullopt}, 11,
+      false);
+  std::ostringstream bytes;
+  bytes << res;
+  const std::string out = bytes.str();
+  co_await asio::async_write(pipe, asio::buffer(out), use_nothrow);
+}
+
 }  // namespace
 
 /// One request on its way up and its answer on its way back.
@@ -77,12 +96,50 @@ struct Call {
   Signal news;  // a head, body bytes, the end, or the close
 };
 
+class UpstreamLink;
+
+/// A request as sent on a stream: its fields, and its body while it is small enough
+/// to send again (kResendBody).
+struct Outgoing {
+  Fields fields;
+  std::string body;
+  bool resendable = true;
+  bool head_request = false;
+  bool keep_alive = true;
+};
+
+/// The upstream's HTTP/2 connections, shared by H2Upstream and by the links, which
+/// hand a request to another link when theirs can no longer carry it.
+struct Registry : std::enable_shared_from_this<Registry> {
+  Registry(asio::any_io_executor executor, const config::UpstreamConfig& upstream,
+           ssl::context* context, bool per_link_strands)
+      : ex(std::move(executor)), config(upstream), tls(context), strands(per_link_strands) {}
+
+  asio::any_io_executor ex;
+  const config::UpstreamConfig& config;
+  ssl::context* tls;
+  bool strands;
+  std::mutex mu;
+  std::vector<std::shared_ptr<UpstreamLink>> links;
+
+  /// A link with room for another stream (upstream.http2_max_streams), or a new one
+  /// (on `established`'s executor when given); its bridge count already includes
+  /// the caller.
+  std::shared_ptr<UpstreamLink> pick(const http::Stream* established);
+};
+
 /// One HTTP/2 connection to the upstream and the bridges that use it. Everything
 /// runs on its executor (a strand with several I/O threads).
 class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
  public:
-  UpstreamLink(asio::any_io_executor ex, const config::UpstreamConfig& config, ssl::context* tls)
-      : ex_(std::move(ex)), config_(config), tls_(tls), ready_(ex_), writable_(ex_) {}
+  UpstreamLink(asio::any_io_executor ex, const config::UpstreamConfig& config, ssl::context* tls,
+               std::weak_ptr<Registry> registry)
+      : ex_(std::move(ex)),
+        config_(config),
+        tls_(tls),
+        registry_(std::move(registry)),
+        ready_(ex_),
+        writable_(ex_) {}
   ~UpstreamLink() {
     if (session_ != nullptr) nghttp2_session_del(session_);
   }
@@ -96,6 +153,12 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
 
   asio::awaitable<std::pair<beast::error_code, std::optional<tcp::socket>>> open_bridge(
       asio::any_io_executor near_ex, std::unique_ptr<http::Stream> established);
+  /// Sends again, on this connection, a request another refused unprocessed.
+  asio::awaitable<void> resend(Pipe& pipe, Outgoing& request);
+  /// Carries one request read by another link's bridge (that link is closing), then
+  /// asks its session to close the socket pair.
+  asio::awaitable<void> carry(Pipe& pipe, beast::flat_buffer& buffer,
+                              bhttp::request_parser<bhttp::buffer_body>& parser);
 
   // nghttp2's callbacks.
   int on_header(const nghttp2_frame& frame, std::string_view name, std::string_view value);
@@ -105,13 +168,19 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   ssize_t read_body(std::int32_t id, std::uint8_t* buf, std::size_t size, std::uint32_t* flags);
 
  private:
+  /// Connects (or adopts `established`) once; every caller waits for the outcome.
+  asio::awaitable<beast::error_code> ready(std::unique_ptr<http::Stream> established);
   asio::awaitable<beast::error_code> connect();
   void start_session();
   asio::awaitable<void> read_loop();
   asio::awaitable<void> write_loop();
   asio::awaitable<void> bridge(std::shared_ptr<Pipe> pipe);
   asio::awaitable<bool> exchange(Pipe& pipe, beast::flat_buffer& buffer,
-                                 bhttp::request_parser<bhttp::buffer_body>& parser);
+                                 bhttp::request_parser<bhttp::buffer_body>& parser, bool last);
+  /// Submits a request's HEADERS (its body, if any, comes from the Call).
+  std::shared_ptr<Call> start_call(const Outgoing& request, bool has_body);
+  /// Writes a call's answer to the session as HTTP/1.1; false: the pair must close.
+  asio::awaitable<bool> relay_answer(Pipe& pipe, std::shared_ptr<Call> call, Outgoing& request);
   void fail(const char* why);
   std::shared_ptr<Call> find(std::int32_t id) const {
     const auto it = calls_.find(id);
@@ -122,6 +191,7 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   asio::any_io_executor ex_;
   const config::UpstreamConfig& config_;
   ssl::context* tls_;
+  std::weak_ptr<Registry> registry_;
   std::unique_ptr<http::Stream> stream_;
   nghttp2_session* session_ = nullptr;
   enum class State { fresh, connecting, ready, failed } state_ = State::fresh;
@@ -130,7 +200,6 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   Signal writable_;
   std::atomic<bool> closed_to_new_{false};
   std::map<std::int32_t, std::shared_ptr<Call>> calls_;
-  std::vector<std::weak_ptr<Pipe>> pipes_;  // closed when the connection fails
 };
 
 namespace {
@@ -304,8 +373,9 @@ void UpstreamLink::start_session() {
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
 }
 
-// The connection is gone: its streams fail, and so do the bridges waiting for a
-// request, so the pool sees their sockets closed before it reuses them.
+// The connection is gone: its streams fail. Its bridges stay: a request that comes
+// on one goes by another connection (bridge()), so none is lost to the race
+// between the pool's reuse of a socket pair and this.
 void UpstreamLink::fail(const char* why) {
   if (state_ == State::failed) return;
   state_ = State::failed;
@@ -319,13 +389,6 @@ void UpstreamLink::fail(const char* why) {
     call->news.notify();
     call->room.notify();
   }
-  for (auto& weak : pipes_) {
-    if (auto pipe = weak.lock()) {
-      beast::error_code ec;
-      pipe->close(ec);
-    }
-  }
-  pipes_.clear();
   beast::error_code ec;
   if (stream_) stream_->socket().close(ec);
   wake_writer();
@@ -377,9 +440,7 @@ asio::awaitable<void> UpstreamLink::write_loop() {
   }
 }
 
-asio::awaitable<std::pair<beast::error_code, std::optional<tcp::socket>>> UpstreamLink::open_bridge(
-    asio::any_io_executor near_ex, std::unique_ptr<http::Stream> established) {
-  using Result = std::pair<beast::error_code, std::optional<tcp::socket>>;
+asio::awaitable<beast::error_code> UpstreamLink::ready(std::unique_ptr<http::Stream> established) {
   if (state_ == State::fresh) {
     state_ = State::connecting;
     if (established) {
@@ -402,11 +463,14 @@ asio::awaitable<std::pair<beast::error_code, std::optional<tcp::socket>>> Upstre
     ready_.open();
   }
   co_await ready_.wait();
-  if (state_ != State::ready) {
-    co_return Result{
-        connect_error_ ? connect_error_ : beast::error_code(asio::error::connection_aborted),
-        std::nullopt};
-  }
+  if (state_ == State::ready) co_return beast::error_code{};
+  co_return connect_error_ ? connect_error_ : beast::error_code(asio::error::connection_aborted);
+}
+
+asio::awaitable<std::pair<beast::error_code, std::optional<tcp::socket>>> UpstreamLink::open_bridge(
+    asio::any_io_executor near_ex, std::unique_ptr<http::Stream> established) {
+  using Result = std::pair<beast::error_code, std::optional<tcp::socket>>;
+  if (auto ec = co_await ready(std::move(established))) co_return Result{ec, std::nullopt};
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) != 0) {
     co_return Result{beast::error_code(errno, boost::system::system_category()), std::nullopt};
@@ -416,9 +480,6 @@ asio::awaitable<std::pair<beast::error_code, std::optional<tcp::socket>>> Upstre
   near.assign(tcp::v4(), fds[0], ec);
   auto pipe = std::make_shared<Pipe>(ex_);
   pipe->assign(asio::local::stream_protocol(), fds[1], ec);
-  pipes_.erase(std::remove_if(pipes_.begin(), pipes_.end(), [](auto& w) { return w.expired(); }),
-               pipes_.end());
-  pipes_.push_back(pipe);
   ++bridges;
   asio::co_spawn(
       ex_,
@@ -445,21 +506,46 @@ asio::awaitable<void> UpstreamLink::bridge(std::shared_ptr<Pipe> pipe) {
     parser.header_limit(kMaxHeadBytes);
     parser.body_limit(boost::none);
     auto [ec, n] = co_await bhttp::async_read_header(*pipe, buffer, parser, use_nothrow);
-    if (ec || state_ != State::ready) break;
-    const bool again = co_await exchange(*pipe, buffer, parser);
-    if (!again) break;
+    if (ec) break;
+    if (state_ == State::ready && !closed_to_new_) {
+      if (!co_await exchange(*pipe, buffer, parser, false)) break;
+      continue;
+    }
+    // This connection takes no new streams (the upstream sent GOAWAY, or it is
+    // gone): another carries the request, and the socket pair ends after it.
+    auto registry = registry_.lock();
+    auto other = registry ? registry->pick(nullptr) : nullptr;
+    if (!other) {
+      co_await not_sent(*pipe, "the proxy is stopping");
+      break;
+    }
+    co_await asio::co_spawn(other->executor(), other->carry(*pipe, buffer, parser),
+                            asio::use_awaitable);
+    --other->bridges;
+    break;
   }
   beast::error_code ec;
   pipe->close(ec);
 }
 
+asio::awaitable<void> UpstreamLink::carry(Pipe& pipe, beast::flat_buffer& buffer,
+                                          bhttp::request_parser<bhttp::buffer_body>& parser) {
+  if (auto ec = co_await ready(nullptr)) {
+    co_await not_sent(pipe, "cannot connect to the upstream: " + ec.message());
+    co_return;
+  }
+  co_await exchange(pipe, buffer, parser, true);
+}
+
 asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buffer,
-                                             bhttp::request_parser<bhttp::buffer_body>& parser) {
+                                             bhttp::request_parser<bhttp::buffer_body>& parser,
+                                             bool last) {
   auto& req = parser.get();
-  const bool head_request = req.method() == bhttp::verb::head;
-  const bool keep_alive = req.keep_alive();
+  Outgoing request;
+  request.head_request = req.method() == bhttp::verb::head;
+  request.keep_alive = req.keep_alive() && !last;
   // RFC 9113 §8.3.1: the request line and Host become pseudo-header fields.
-  Fields owned;
+  Fields& owned = request.fields;
   owned.reserve(16);
   owned.emplace_back(":method", std::string(req.method_string()));
   owned.emplace_back(":scheme", tls_ != nullptr ? "https" : "http");
@@ -483,25 +569,14 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     owned.emplace_back(std::move(lower), std::string(f.value()));
   }
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(owned.size());
-  for (const auto& [name, value] : owned) nva.push_back(nv(name, value));
-
-  auto call = std::make_shared<Call>(ex_);
-  const bool has_body = !parser.is_done();
-  nghttp2_data_provider body{};
-  body.read_callback = body_source_cb;
-  call->out_end = !has_body;
-  call->id = nghttp2_submit_request(session_, nullptr, nva.data(), nva.size(),
-                                    has_body ? &body : nullptr, nullptr);
-  if (call->id < 0) {
-    spdlog::warn("upstream HTTP/2: cannot start a stream: {}", nghttp2_strerror(call->id));
-    co_return false;  // the session sees the connection end before an answer
+  auto call = start_call(request, !parser.is_done());
+  if (!call) {
+    co_await not_sent(pipe, "cannot start a stream");
+    co_return false;
   }
-  calls_[call->id] = call;
-  wake_writer();
 
-  // The request body, as the session writes it, within the stream's window.
+  // The request body, as the session writes it, within the stream's window. A copy
+  // is kept, up to kResendBody, in case the stream is refused unprocessed.
   std::array<char, std::size_t{16} * 1024> scratch;
   while (!parser.is_done() && !call->closed) {
     while (!call->closed && call->out.size() - call->out_at > kOutHighWater) {
@@ -510,14 +585,21 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
     if (call->closed) break;
     req.body().data = scratch.data();
     req.body().size = scratch.size();
-    auto [rec, got] = co_await bhttp::async_read(pipe, buffer, parser, use_nothrow);
+    auto [rec, got] = co_await bhttp::async_read_some(pipe, buffer, parser, use_nothrow);
     if (rec && rec != bhttp::error::need_buffer) {
       if (!call->closed)
         nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, call->id, NGHTTP2_CANCEL);
       wake_writer();
       co_return false;
     }
-    call->out.append(scratch.data(), scratch.size() - req.body().size);
+    const std::string_view piece(scratch.data(), scratch.size() - req.body().size);
+    call->out.append(piece);
+    if (request.resendable && request.body.size() + piece.size() <= kResendBody) {
+      request.body.append(piece);
+    } else {
+      request.resendable = false;
+      request.body.clear();
+    }
     if (parser.is_done()) call->out_end = true;
     if (call->out_deferred && !call->closed) {
       call->out_deferred = false;
@@ -525,7 +607,51 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
     }
     wake_writer();
   }
+  // Only a request read whole can go again.
+  request.resendable = request.resendable && parser.is_done();
+  co_return co_await relay_answer(pipe, call, request);
+}
 
+std::shared_ptr<Call> UpstreamLink::start_call(const Outgoing& request, bool has_body) {
+  std::vector<nghttp2_nv> nva;
+  nva.reserve(request.fields.size());
+  for (const auto& [name, value] : request.fields) nva.push_back(nv(name, value));
+  auto call = std::make_shared<Call>(ex_);
+  nghttp2_data_provider body{};
+  body.read_callback = body_source_cb;
+  call->out_end = !has_body;
+  call->id = nghttp2_submit_request(session_, nullptr, nva.data(), nva.size(),
+                                    has_body ? &body : nullptr, nullptr);
+  if (call->id < 0) {
+    spdlog::info("upstream HTTP/2: cannot start a stream: {}", nghttp2_strerror(call->id));
+    return nullptr;
+  }
+  calls_[call->id] = call;
+  wake_writer();
+  return call;
+}
+
+asio::awaitable<void> UpstreamLink::resend(Pipe& pipe, Outgoing& request) {
+  if (auto ec = co_await ready(nullptr)) {
+    co_await not_sent(pipe, "cannot connect to the upstream: " + ec.message());
+    co_return;
+  }
+  request.keep_alive = false;  // the socket pair belongs to the other connection
+  request.resendable = false;  // once
+  auto call = start_call(request, !request.body.empty());
+  if (!call) {
+    co_await not_sent(pipe, "cannot start a stream");
+    co_return;
+  }
+  call->out = std::move(request.body);
+  call->out_end = true;
+  co_await relay_answer(pipe, call, request);
+}
+
+asio::awaitable<bool> UpstreamLink::relay_answer(Pipe& pipe, std::shared_ptr<Call> call,
+                                                 Outgoing& request) {
+  const bool head_request = request.head_request;
+  const bool keep_alive = request.keep_alive;
   // The answer: interim heads, the final head, the body, the trailers.
   std::string pending;
   bool chunked = false;
@@ -593,6 +719,22 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
       }
     }
     if (whole) co_return keep_alive;
+    if (call->closed && !call->head && call->close_code == NGHTTP2_REFUSED_STREAM) {
+      // RFC 9113 §8.7: a refused stream (or one past a GOAWAY's last stream) was
+      // not processed, so it may go again, on another connection: once, when its
+      // whole body is at hand. Otherwise the session gets a 502 that releases the
+      // claim (not_sent).
+      auto registry = request.resendable ? registry_.lock() : nullptr;
+      auto other = registry ? registry->pick(nullptr) : nullptr;
+      if (!other) {
+        co_await not_sent(pipe, "the upstream refused the stream");
+        co_return false;
+      }
+      spdlog::info("upstream HTTP/2 stream {} refused unprocessed: sent again", call->id);
+      co_await asio::co_spawn(other->executor(), other->resend(pipe, request), asio::use_awaitable);
+      --other->bridges;
+      co_return false;
+    }
     if (call->closed && call->in.empty() && !call->in_end) {
       // Reset, or the connection failed, before the answer was whole: the session
       // sees the connection end, and never takes a cut body for a whole one.
@@ -603,37 +745,41 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
   }
 }
 
+std::shared_ptr<UpstreamLink> Registry::pick(const http::Stream* established) {
+  std::lock_guard lock(mu);
+  std::erase_if(links, [](const auto& l) { return l->closed_to_new(); });
+  std::shared_ptr<UpstreamLink> chosen;
+  if (!established) {
+    for (const auto& l : links) {
+      if (l->bridges.load() < config.http2_max_streams) {
+        chosen = l;
+        break;
+      }
+    }
+  }
+  if (!chosen) {
+    auto link_ex = established ? const_cast<http::Stream*>(established)->get_executor()
+                   : strands   ? asio::any_io_executor(asio::make_strand(ex))
+                               : ex;
+    // The links know the registry weakly: it goes first when the proxy stops.
+    chosen = std::make_shared<UpstreamLink>(link_ex, config, tls, weak_from_this());
+    links.push_back(chosen);
+  }
+  ++chosen->bridges;
+  return chosen;
+}
+
 }  // namespace h2
 
 H2Upstream::H2Upstream(asio::any_io_executor ex, const config::UpstreamConfig& config,
                        ssl::context* tls, bool strands)
-    : ex_(std::move(ex)), config_(config), tls_(tls), strands_(strands) {}
+    : registry_(std::make_shared<h2::Registry>(std::move(ex), config, tls, strands)) {}
 
 H2Upstream::~H2Upstream() = default;
 
 asio::awaitable<std::pair<beast::error_code, std::optional<tcp::socket>>> H2Upstream::open(
-    asio::any_io_executor ex, std::unique_ptr<http::Stream> established) {
-  std::shared_ptr<h2::UpstreamLink> chosen;
-  {
-    std::lock_guard lock(mu_);
-    std::erase_if(links_, [](const auto& l) { return l->closed_to_new(); });
-    if (!established) {
-      for (const auto& l : links_) {
-        if (l->bridges.load() < config_.http2_max_streams) {
-          chosen = l;
-          break;
-        }
-      }
-    }
-    if (!chosen) {
-      auto link_ex = established ? established->get_executor()
-                     : strands_  ? asio::any_io_executor(asio::make_strand(ex_))
-                                 : ex_;
-      chosen = std::make_shared<h2::UpstreamLink>(link_ex, config_, tls_);
-      links_.push_back(chosen);
-    }
-    ++chosen->bridges;  // held until the bridge starts, so others count it now
-  }
+    asio::any_io_executor ex, std::unique_ptr<Stream> established) {
+  auto chosen = registry_->pick(established.get());
   auto result = co_await asio::co_spawn(
       chosen->executor(), chosen->open_bridge(ex, std::move(established)), asio::use_awaitable);
   --chosen->bridges;

@@ -6,7 +6,6 @@
 // HTTP/1.1: protocol translation, as nginx does between its two sides. Framing,
 // HPACK and flow control are libnghttp2's.
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -18,7 +17,7 @@
 namespace idemproxy::http {
 
 namespace h2 {
-class UpstreamLink;
+struct Registry;
 }
 
 class H2Upstream {
@@ -38,12 +37,7 @@ class H2Upstream {
       asio::any_io_executor ex, std::unique_ptr<Stream> established = nullptr);
 
  private:
-  asio::any_io_executor ex_;
-  const config::UpstreamConfig& config_;
-  ssl::context* tls_;
-  bool strands_;
-  std::mutex mu_;
-  std::vector<std::shared_ptr<h2::UpstreamLink>> links_;
+  std::shared_ptr<h2::Registry> registry_;
 };
 
 /// Offers ALPN on an upstream TLS context: h2 alone, or h2 then http/1.1 (auto).

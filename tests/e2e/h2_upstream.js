@@ -10,6 +10,7 @@
 //   the answer: JSON {order, key, protocol, method, path, authority, scheme, body_bytes,
 //               body_sha}, or the bytes asked for; header x-upstream-protocol.
 // Control:  GET /executions   every request, in order
+//           GET /goaway       every connection gets GOAWAY (its streams complete)
 //           GET /sessions     {sessions, max_concurrent: the most streams one session
 //                              had open at once}
 'use strict';
@@ -88,8 +89,11 @@ const server = tlsAt >= 0
   ? http2.createSecureServer({cert: fs.readFileSync(args[tlsAt + 1]),
                               key: fs.readFileSync(args[tlsAt + 2]), allowHTTP1}, onRequest)
   : http2.createServer({}, onRequest);
+const liveSessions = new Set();
 server.on('session', (session) => {
   ++sessions;
+  liveSessions.add(session);
+  session.on('close', () => liveSessions.delete(session));
   let open = 0;
   session.on('stream', (stream) => {
     maxConcurrent = Math.max(maxConcurrent, ++open);
@@ -104,6 +108,10 @@ http.createServer((req, res) => {
     res.end(JSON.stringify(executions));
   } else if (req.url === '/sessions') {
     res.end(JSON.stringify({sessions, max_concurrent: maxConcurrent}));
+  } else if (req.url === '/goaway') {
+    // A graceful restart: GOAWAY, the streams under way complete, then the close.
+    for (const session of liveSessions) session.close();
+    res.end('{}');
   } else if (req.url === '/close-sessions') {
     // Ends every connection, as an upstream restart does.
     for (const c of [...openSockets]) c.destroy();

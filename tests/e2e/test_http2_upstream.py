@@ -6,6 +6,7 @@ content-length is delimited by DATA frames, and becomes chunked on the way back)
 import concurrent.futures
 import hashlib
 import http.client
+import threading
 import json
 import shutil
 import subprocess
@@ -39,6 +40,9 @@ class NodeUpstream:
 
     def sessions(self):
         return self._get("/sessions")
+
+    def goaway(self):
+        self._get("/goaway")
 
     def close_sessions(self):
         self._get("/close-sessions")
@@ -159,6 +163,49 @@ def test_the_upstream_restarting_is_survived(make_proxy, key):
     # Nothing listens now: a clear 502, not a hang or a crash.
     gone = p.post("/v1/orders", "{}", key=key + "-gone")
     assert gone.status == 502 and problem(gone)["type"].endswith("/upstream-unreachable")
+
+
+def test_a_graceful_upstream_restart_loses_no_request(make_proxy, key):
+    """GOAWAY (RFC 9113 §6.8) while requests run and socket pairs bound to the old
+    connection wait in the pool: each request goes by a new connection or completes
+    on the old one; none fails and none runs twice."""
+    upstream = NodeUpstream()
+    try:
+        p = h2c_proxy(make_proxy, upstream)
+        slow = {}
+        t = threading.Thread(target=lambda: slow.update(
+            r=p.post("/v1/orders?delay_ms=1500", "{}", key=key + "-slow")))
+        t.start()
+        time.sleep(0.3)
+        upstream.goaway()  # the slow stream keeps the old connection open meanwhile
+        results, stop = [], threading.Event()
+
+        def load(worker):
+            n = 0
+            while not stop.is_set():
+                k = "%s-%d-%d" % (key, worker, n)
+                n += 1
+                results.append((k, p.post("/v1/orders?delay_ms=20", "{}", key=k).status))
+        workers = [threading.Thread(target=load, args=(i,)) for i in range(6)]
+        for w in workers:
+            w.start()
+        for _ in range(8):
+            time.sleep(0.15)
+            upstream.goaway()
+        stop.set()
+        for w in workers:
+            w.join()
+        t.join()
+        assert slow["r"].status == 201
+        assert len(results) > 50
+        assert [s for _, s in results if s != 201] == []
+        executed = {}
+        for e in upstream.executions():
+            executed[e["key"]] = executed.get(e["key"], 0) + 1
+        assert all(executed.get(k) == 1 for k, _ in results)
+        assert upstream.sessions()["sessions"] > 1
+    finally:
+        upstream.close()
 
 
 def tls_upstream_config(pki, port, protocol):
