@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "http/h2_detail.hpp"
+#include "idemproxy/engine/grpc_status.hpp"
 
 namespace idemproxy::http {
 namespace h2 {
@@ -150,6 +151,8 @@ int Connection::on_header(const nghttp2_frame& frame, std::string_view name,
   const auto& server = rt_.settings()->config.server;
   s->header_bytes += name.size() + value.size() + 32;
   ++s->field_count;
+  // Known before any limit: a gRPC client is refused with a gRPC status.
+  if (name == "content-type") s->grpc = engine::is_grpc_content_type(value);
   if (frame.headers.cat != NGHTTP2_HCAT_REQUEST) {
     // Trailers of the request: counted against the same limits, not forwarded.
     if (s->header_bytes > server.max_header_size) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
@@ -366,6 +369,10 @@ void Connection::respond(Stream& s, const StringResponse& response) {
   submit_head(s, response.result_int(), response.base(), true, !s.out.empty());
 }
 
+void Connection::refuse(Stream& s, const ProxyError& error) {
+  respond(s, s.grpc ? grpc_refusal(error, 11, true) : problem_response(error, 11, true));
+}
+
 void Connection::answer_more(Stream& s) {
   if (s.closed) return;
   if (s.out_deferred) {
@@ -417,7 +424,7 @@ void Connection::start(const std::shared_ptr<Stream>& s) {
                                  : "the header list exceeds server.max_header_size (" +
                                        std::to_string(server.max_header_size) + " bytes)";
     rt_.metrics.count_request("-", ops::Outcome::bad_request);
-    respond(*s, problem_response({ProblemKind::header_too_large, what, std::nullopt}, 11, true));
+    refuse(*s, {ProblemKind::header_too_large, what, std::nullopt});
     return;
   }
   if (s->method == "CONNECT") {
@@ -435,8 +442,7 @@ void Connection::start(const std::shared_ptr<Stream>& s) {
   }
   if (!s->invalid.empty()) {
     rt_.metrics.count_request("-", ops::Outcome::bad_request);
-    respond(*s,
-            problem_response({ProblemKind::malformed_request, s->invalid, std::nullopt}, 11, true));
+    refuse(*s, {ProblemKind::malformed_request, s->invalid, std::nullopt});
     return;
   }
   if (bridged_.size() >= kMaxBridged) {
@@ -450,7 +456,7 @@ void Connection::start(const std::shared_ptr<Stream>& s) {
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) != 0) {
     spdlog::warn("HTTP/2 stream {}: socketpair failed: {}", s->id, std::strerror(errno));
     rt_.metrics.count_request("-", ops::Outcome::bad_request);
-    respond(*s, problem_response({ProblemKind::internal, "out of file descriptors", 1}, 11, true));
+    refuse(*s, {ProblemKind::internal, "out of file descriptors", 1});
     return;
   }
   const auto ex = conn_->stream.get_executor();

@@ -66,6 +66,7 @@ struct Stream {
   std::size_t field_count = 0;
   std::string invalid;  // why the head cannot be served (400), when it cannot
   bool has_content_length = false;
+  bool grpc = false;     // content-type application/grpc…: refusals are gRPC statuses
   bool has_body = true;  // false when HEADERS ended the stream
 
   std::string body;  // received, not yet written to the bridge
@@ -117,6 +118,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                    bool has_body);
   /// Answers a stream without the bridge (a head that cannot be served).
   void respond(Stream& s, const StringResponse& response);
+  /// respond() with a refusal: problem+json, or a gRPC status for a gRPC call.
+  void refuse(Stream& s, const ProxyError& error);
   /// Tells nghttp2 that s.out grew or ended.
   void answer_more(Stream& s);
   /// Returns `size` bytes of the stream's window to the client.

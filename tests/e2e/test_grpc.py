@@ -320,3 +320,13 @@ def test_nginx_as_the_http2_upstream_with_grpc_pass_behind_it(make_proxy, backen
         ch.close()
     finally:
         nginx.close()
+
+
+def test_a_head_refused_before_any_route_is_a_grpc_status_too(channel):
+    # More metadata entries than server.max_header_fields (100): over HTTP that is a
+    # 431; a gRPC client gets RESOURCE_EXHAUSTED.
+    metadata = tuple(("x-m%d" % i, "v") for i in range(120))
+    with pytest.raises(grpc.RpcError) as refused:
+        method(channel, "Create")(b"x", metadata=metadata, timeout=10)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "header-too-large" in refused.value.details()
