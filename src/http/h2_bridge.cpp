@@ -14,14 +14,6 @@
 namespace idemproxy::http::h2 {
 namespace {
 
-void append_chunk(std::string& to, std::string_view data) {
-  char size[20];
-  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-  to.append(size, static_cast<std::size_t>(n));
-  to.append(data);
-  to.append("\r\n");
-}
-
 // The fields a stored gRPC answer names in kTrailersField (upstream_pool.cpp),
 // taken out of its head to go out as trailers.
 std::vector<std::pair<std::string, std::string>> take_named_trailers(bhttp::fields& fields) {

@@ -88,6 +88,28 @@ nghttp2_nv nv(const std::string& name, const std::string& value) {
           value.size(), NGHTTP2_NV_FLAG_NONE};
 }
 
+std::vector<nghttp2_nv> nv_list(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::vector<nghttp2_nv> nva;
+  nva.reserve(fields.size());
+  for (const auto& [name, value] : fields) nva.push_back(nv(name, value));
+  return nva;
+}
+
+std::string lower_case(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return lower;
+}
+
+void append_chunk(std::string& to, std::string_view data) {
+  char size[20];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  to.append(size, static_cast<std::size_t>(n));
+  to.append(data);
+  to.append("\r\n");
+}
+
 Connection::Connection(std::shared_ptr<ClientConnection> conn, Runtime& rt)
     : conn_(std::move(conn)),
       rt_(rt),
@@ -321,15 +343,8 @@ void Connection::end_answer(Stream& s, std::uint32_t* flags) {
   *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
   std::vector<std::pair<std::string, std::string>> owned;
   owned.reserve(s.trailers.size());
-  for (const auto& [name, value] : s.trailers) {
-    std::string lower(name);
-    std::transform(lower.begin(), lower.end(), lower.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    owned.emplace_back(std::move(lower), value);
-  }
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(owned.size());
-  for (const auto& [name, value] : owned) nva.push_back(nv(name, value));
+  for (const auto& [name, value] : s.trailers) owned.emplace_back(lower_case(name), value);
+  const auto nva = nv_list(owned);
   nghttp2_submit_trailer(session_, s.id, nva.data(), nva.size());
 }
 
@@ -342,14 +357,9 @@ void Connection::submit_head(Stream& s, unsigned status, const bhttp::fields& fi
   const auto connection = fields[bhttp::field::connection];
   for (const auto& f : fields) {
     if (connection_specific(f.name_string(), connection)) continue;
-    std::string name(f.name_string());
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    owned.emplace_back(std::move(name), std::string(f.value()));
+    owned.emplace_back(lower_case(f.name_string()), std::string(f.value()));
   }
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(owned.size());
-  for (const auto& [name, value] : owned) nva.push_back(nv(name, value));
+  const auto nva = nv_list(owned);
   if (!final) {
     nghttp2_submit_headers(session_, NGHTTP2_FLAG_NONE, s.id, nullptr, nva.data(), nva.size(),
                            nullptr);

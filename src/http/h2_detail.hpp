@@ -52,6 +52,12 @@ inline constexpr std::size_t kOutHighWater = std::size_t{256} * 1024;
 bool connection_specific(std::string_view name, std::string_view connection);
 /// A name-value pair for nghttp2 that points into `name` and `value`.
 nghttp2_nv nv(const std::string& name, const std::string& value);
+/// nv() for each field, in order; the strings must outlive the list.
+std::vector<nghttp2_nv> nv_list(const std::vector<std::pair<std::string, std::string>>& fields);
+/// A field name as HTTP/2 sends it: lower case (RFC 9113 §8.2.1).
+std::string lower_case(std::string_view name);
+/// Appends one HTTP/1.1 chunk (RFC 9112 §7.1) holding `data` to `to`.
+void append_chunk(std::string& to, std::string_view data);
 
 /// One request stream: its head as received, the body on its way to the bridge, the
 /// answer on its way to nghttp2.

@@ -48,14 +48,6 @@ class Latch {
   bool open_ = false;
 };
 
-void append_chunk(std::string& to, std::string_view data) {
-  char size[20];
-  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-  to.append(size, static_cast<std::size_t>(n));
-  to.append(data);
-  to.append("\r\n");
-}
-
 // Answers a request that never reached the upstream (no connection could carry
 // it, or the upstream refused its stream unprocessed, RFC 9113 §8.7): a 502 the
 // session takes for the upstream's, so the claim is released and a retry runs it.
@@ -564,10 +556,7 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
         (!beast::iequals(f.value(), "trailers") || engine::is_grpc_content_type(content_type))) {
       continue;
     }
-    std::string lower(name);
-    std::transform(lower.begin(), lower.end(), lower.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    owned.emplace_back(std::move(lower), std::string(f.value()));
+    owned.emplace_back(lower_case(name), std::string(f.value()));
   }
   auto call = start_call(request, !parser.is_done());
   if (!call) {
@@ -613,9 +602,7 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
 }
 
 std::shared_ptr<Call> UpstreamLink::start_call(const Outgoing& request, bool has_body) {
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(request.fields.size());
-  for (const auto& [name, value] : request.fields) nva.push_back(nv(name, value));
+  const auto nva = nv_list(request.fields);
   auto call = std::make_shared<Call>(ex_);
   nghttp2_data_provider body{};
   body.read_callback = body_source_cb;
