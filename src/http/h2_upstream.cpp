@@ -98,6 +98,9 @@ struct Outgoing {
   bool resendable = true;
   bool head_request = false;
   bool keep_alive = true;
+  /// The client takes trailers (te: trailers; every gRPC call): the answer goes on
+  /// chunked even when it has a content-length, which cannot carry them.
+  bool trailers = false;
 };
 
 /// The upstream's HTTP/2 connections, shared by H2Upstream and by the links, which
@@ -546,7 +549,8 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
   // gRPC servers require "te: trailers" (the gRPC HTTP/2 protocol); an HTTP/1.1 hop
   // drops it as hop-by-hop, so it is restored here, as nginx's grpc_pass does.
   const auto content_type = req[bhttp::field::content_type];
-  if (engine::is_grpc_content_type(content_type)) owned.emplace_back("te", "trailers");
+  request.trailers = engine::is_grpc_content_type(content_type);
+  if (request.trailers) owned.emplace_back("te", "trailers");
   const auto connection = req[bhttp::field::connection];
   for (const auto& f : req.base()) {
     const auto name = f.name_string();
@@ -556,6 +560,7 @@ asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buf
         (!beast::iequals(f.value(), "trailers") || engine::is_grpc_content_type(content_type))) {
       continue;
     }
+    if (beast::iequals(name, "te")) request.trailers = true;
     owned.emplace_back(lower_case(name), std::string(f.value()));
   }
   auto call = start_call(request, !parser.is_done());
@@ -658,15 +663,19 @@ asio::awaitable<bool> UpstreamLink::relay_answer(Pipe& pipe, std::shared_ptr<Cal
     if (call->head && !call->head_taken) {
       call->head_taken = true;
       const auto& [status, fields] = *call->head;
-      bool has_length = false;
+      const bool bodiless = head_request || status == 204 || status == 304;
+      const bool has_length = std::any_of(
+          fields.begin(), fields.end(), [](const auto& f) { return f.first == "content-length"; });
+      // No content-length (RFC 9113 §8.1.1: DATA frames delimit the body), or a
+      // client that takes trailers (an HTTP/2 answer may end with trailers whatever
+      // its content-length; in HTTP/1.1 only chunked coding carries them, RFC 9112
+      // §7.1.2): chunked, without the content-length (RFC 9112 §6.1).
+      chunked = !bodiless && (!has_length || request.trailers);
       pending.append("HTTP/1.1 ").append(std::to_string(status)).append(" \r\n");
       for (const auto& [name, value] : fields) {
-        if (name == "content-length") has_length = true;
+        if (chunked && name == "content-length") continue;
         pending.append(name).append(": ").append(value).append("\r\n");
       }
-      const bool bodiless = head_request || status == 204 || status == 304;
-      // No content-length (RFC 9113 §8.1.1: DATA frames delimit the body): chunked.
-      chunked = !bodiless && !has_length;
       if (chunked) pending.append("transfer-encoding: chunked\r\n");
       if (!keep_alive) pending.append("connection: close\r\n");
       pending.append("\r\n");
