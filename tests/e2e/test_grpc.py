@@ -330,3 +330,145 @@ def test_a_head_refused_before_any_route_is_a_grpc_status_too(channel):
         method(channel, "Create")(b"x", metadata=metadata, timeout=10)
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "header-too-large" in refused.value.details()
+
+
+# The behaviour table's other rows for gRPC calls: scopes, shadow mode, encryption at
+# rest, metrics, logs and traces hold as they do for HTTP requests.
+
+SCOPE_KEY = "an-hmac-key-for-tests-0123456789abcdef"
+
+
+def test_two_identities_reusing_one_key_never_share_a_grpc_answer(make_proxy, backend, pg):
+    routes = [dict(COVERED[0], scope={"from": "authorization"})]
+    p = make_proxy(routes=routes, extra_top={
+        "scope_key": SCOPE_KEY,
+        "upstream": {"url": "http://127.0.0.1:%d" % backend.port, "protocol": "h2c",
+                     "timeout": "10s"}})
+    ch = grpc.insecure_channel("127.0.0.1:%d" % p.port)
+    key = "grpc-" + uuid.uuid4().hex
+    create = method(ch, "Create")
+    calls = [(who, body) for who, body in (("Bearer alice-token", b"a"), ("Bearer bob-token", b"b"))
+             for _ in range(2)]
+    answers = [create.with_call(body, metadata=keyed(key) + (("authorization", who),),
+                                timeout=10) for who, body in calls]
+    # Each identity's call ran once and its retry got its own answer, never the
+    # other's: different messages under one key are different records, not a mismatch.
+    assert [a for a, _ in answers] == [b"created:a", b"created:a", b"created:b", b"created:b"]
+    assert [dict(c.initial_metadata()).get("idempotent-replayed") for _, c in answers] == \
+        [None, "true", None, "true"]
+    assert backend.executions(key) == 2
+    scopes = pg.sql("SELECT scope FROM idempotency_records WHERE key = '%s'" % key).splitlines()
+    assert len(scopes) == 2 and all(s.startswith("hmac:") for s in scopes)
+    assert "token" not in pg.sql("SELECT string_agg(scope, '') FROM idempotency_records"
+                                 " WHERE key = '%s'" % key)
+    ch.close()
+
+
+def test_shadow_mode_forwards_every_call_and_counts_what_it_would_have_done(covered, backend):
+    p, ch = covered(routes=[dict(COVERED[0], mode="shadow")])
+    key = "grpc-" + uuid.uuid4().hex
+    create = method(ch, "Create")
+    first, _ = create.with_call(b"s", metadata=keyed(key), timeout=10)
+    again, call = create.with_call(b"s", metadata=keyed(key), timeout=10)  # enforce: replay
+    other = create(b"t", metadata=keyed(key), timeout=10)                # enforce: mismatch
+    unkeyed = create(b"u", timeout=10)                                   # enforce: missing key
+    assert (first, again, other, unkeyed) == (b"created:s", b"created:s", b"created:t",
+                                              b"created:u")
+    assert "idempotent-replayed" not in dict(call.initial_metadata())
+    assert backend.executions(key) == 3  # nothing blocked, nothing replayed
+    m = lambda outcome: p.metric("idemproxy_requests_total", route="orders", outcome=outcome)
+    assert (m("shadow_would_replay"), m("shadow_would_mismatch"), m("shadow_would_reject")) == \
+        (1, 1, 1)
+    ch.close()
+
+
+def test_sealed_records_hold_no_message_or_metadata_and_still_replay(covered, backend, pg,
+                                                                    tmp_path):
+    import os
+    import secrets
+    path = tmp_path / "keys"
+    path.write_text("k1:%s\n" % secrets.token_hex(32))
+    os.chmod(path, 0o600)
+    _, ch = covered(store={"postgres": {"dsn": None, "pool_size": 4},
+                           "encryption": {"key_file": str(path)}})
+    key = "grpc-" + uuid.uuid4().hex
+    card = b"card-4242424242424242"
+    answers = [method(ch, "Create").with_call(card, metadata=keyed(key), timeout=10)
+               for _ in range(2)]
+    assert [a for a, _ in answers] == [b"created:" + card] * 2 and backend.executions(key) == 1
+    assert dict(answers[1][1].initial_metadata()).get("idempotent-replayed") == "true"
+    assert dict(answers[1][1].trailing_metadata())["x-trailing"] == "done"
+    row = pg.sql("SELECT key_id || ' ' || encode(coalesce(headers, ''), 'escape')"
+                 " || encode(coalesce(body, ''), 'escape') FROM idempotency_records"
+                 " WHERE key = '%s'" % key)
+    assert row.startswith("k1 ")
+    for plaintext in ("4242424242424242", "x-trailing", "x-initial", "grpc-status",
+                      "application/grpc"):
+        assert plaintext not in row.lower(), plaintext
+    ch.close()
+
+
+def test_metrics_logs_and_traces_for_grpc_calls(covered, backend):
+    p, ch = covered()
+    key = "grpc-" + uuid.uuid4().hex
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    create = method(ch, "Create")
+    create(b"m", metadata=keyed(key) + (("traceparent", trace),), timeout=10)   # executed
+    create(b"m", metadata=keyed(key), timeout=10)                               # replayed
+    with pytest.raises(grpc.RpcError):
+        create(b"n", metadata=keyed(key), timeout=10)                           # mismatch
+    with pytest.raises(grpc.RpcError):
+        create(b"m", timeout=10)                                                # missing_key
+    with pytest.raises(grpc.RpcError):
+        method(ch, "Flaky")(b"f", metadata=keyed(key + "-f"), timeout=10)       # released
+    m = lambda outcome: p.metric("idemproxy_requests_total", route="orders", outcome=outcome)
+    assert [m(o) for o in ("executed", "replayed", "mismatch", "missing_key", "released")] == \
+        [1, 1, 1, 1, 1]
+    # The upstream got the caller's trace; the log names it and the outcomes, never the key.
+    assert [md.get("traceparent") for r, md in backend.seen if r == b"m"][0] == trace
+    p.stop()
+    log = p.read_log()
+    assert "4bf92f3577b34da6a3ce929d0e0e4736" in log
+    for outcome in ("executed", "replayed", "mismatch"):
+        assert "outcome=" + outcome in log
+    assert key not in log
+    ch.close()
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx comes from install-deps.sh")
+def test_an_answer_with_a_content_length_keeps_its_trailers(make_proxy, tmp_path):
+    # nginx answering gRPC calls itself from a file: the answer has a content-length
+    # and its grpc-status comes in trailers (add_trailer). Over the HTTP/1.1 hop
+    # inside the proxy only chunked coding carries trailers, so the content-length
+    # must give way (RFC 9112 §6.1, §7.1.2); with it, grpcio saw "Stream removed".
+    import struct
+    message = b"created:from-a-file"
+    for service in ("test.Orders", "test.Plain"):
+        (tmp_path / service).mkdir()
+        (tmp_path / service / "Create").write_bytes(b"\x00" + struct.pack(">I", len(message)) +
+                                                    message)
+    nginx = NginxUpstream(http2=True, locations="""
+    location / {
+      root %s;
+      default_type application/grpc;
+      add_trailer grpc-status 0 always;
+      add_trailer x-served-by file always;
+      error_page 405 =200 $uri;
+    }""" % tmp_path)
+    try:
+        p = make_proxy(routes=COVERED,
+                       extra_top={"upstream": {"url": nginx.url, "protocol": "h2c",
+                                               "timeout": "10s"}})
+        ch = grpc.insecure_channel("127.0.0.1:%d" % p.port)
+        plain, call = ch.unary_unary("/test.Plain/Create").with_call(b"p", timeout=10)
+        assert plain == message and dict(call.trailing_metadata())["x-served-by"] == "file"
+        key = "file-" + uuid.uuid4().hex
+        answers = [method(ch, "Create").with_call(b"c", metadata=keyed(key), timeout=10)
+                   for _ in range(2)]
+        assert [a for a, _ in answers] == [message] * 2
+        assert dict(answers[1][1].initial_metadata()).get("idempotent-replayed") == "true"
+        assert dict(answers[1][1].trailing_metadata())["x-served-by"] == "file"
+        assert sum(1 for line in nginx.log_lines() if "key=" + key in line) == 1
+        ch.close()
+    finally:
+        nginx.close()
