@@ -76,19 +76,20 @@ start_upstream() {
 
 # start_proxy NAME DSN POOL [THREADS [CPUS]]: idemproxy with THREADS I/O threads (1)
 # on CPUS (SUT_CPU) in front of the upstream on UP_PORT, with the benchmarks' one
-# route; sets PROXY_PORT and PROXY_PID. PROXY_BIN picks another binary.
+# route; sets PROXY_PORT and PROXY_PID. PROXY_BIN picks another binary;
+# PROXY_UPSTREAM and PROXY_ROUTE (YAML flow mappings) another upstream and route.
 start_proxy() {
   local admin
   read -r PROXY_PORT admin <<<"$(free_port 2)"
   cat >"$WORK/$1.yaml" <<EOC
 listen: 127.0.0.1:$PROXY_PORT
 admin_listen: 127.0.0.1:$admin
-upstream: {url: "http://127.0.0.1:$UP_PORT", max_idle_connections: 256}
+upstream: ${PROXY_UPSTREAM:-"{url: \"http://127.0.0.1:$UP_PORT\", max_idle_connections: 256}"}
 store: {postgres: {dsn: "$2", pool_size: $3}}
 server: {threads: ${4:-1}, max_connections: 100000}
 log: {level: warn}
 routes:
-  - {name: orders, path_prefix: /v1, on_concurrent: wait}
+  - ${PROXY_ROUTE:-"{name: orders, path_prefix: /v1, on_concurrent: wait}"}
 EOC
   taskset -c "${5:-$SUT_CPU}" "${PROXY_BIN:-$BENCH_BUILD/idemproxy}" serve --config "$WORK/$1.yaml" \
     >"$WORK/$1.log" 2>&1 & PIDS+=($!)

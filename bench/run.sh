@@ -25,7 +25,46 @@ PSQL=(psql "$DSN" -qAt -v ON_ERROR_STOP=1)
 
 start_upstream
 
-read -r NGINX_PORT NGINX_H2_PORT <<<"$(free_port 2)"
+# The gRPC upstream: a second nginx answering every unary call to bench.Orders and
+# bench.Plain with one framed message and grpc-status 0 in the trailers (a static
+# file: as lean an upstream as the HTTP/1.1 one). On the load's CPU, like it.
+read -r NGINX_PORT NGINX_H2_PORT GRPC_UP_PORT <<<"$(free_port 3)"
+mkdir -p "$WORK/grpc/root/bench.Orders" "$WORK/grpc/root/bench.Plain"
+python3 - "$WORK/grpc" <<'EOP'
+import struct, sys
+framed = lambda m: b"\x00" + struct.pack(">I", len(m)) + m  # gRPC's length prefix
+for service in ("bench.Orders", "bench.Plain"):
+    open("%s/root/%s/Create" % (sys.argv[1], service), "wb").write(framed(b"created:ord_1"))
+open(sys.argv[1] + "/call.bin", "wb").write(framed(b'{"amount":1000,"currency":"eur"}'))
+EOP
+cat >"$WORK/grpc/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/grpc/nginx.pid;
+error_log $WORK/grpc/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $WORK/grpc/body;
+  proxy_temp_path $WORK/grpc/proxy;
+  fastcgi_temp_path $WORK/grpc/fastcgi;
+  uwsgi_temp_path $WORK/grpc/uwsgi;
+  scgi_temp_path $WORK/grpc/scgi;
+  server {
+    listen 127.0.0.1:$GRPC_UP_PORT http2;
+    location / {
+      root $WORK/grpc/root;
+      default_type application/grpc;
+      add_trailer grpc-status 0 always;
+      error_page 405 =200 \$uri;  # a POST to a static file
+    }
+  }
+}
+EOF
+taskset -c "$LOAD_CPU" nginx -c "$WORK/grpc/nginx.conf" -p "$WORK/grpc" 2>/dev/null & PIDS+=($!)
+wait_port "$GRPC_UP_PORT"
+
 mkdir -p "$WORK/nginx"
 cat >"$WORK/nginx/nginx.conf" <<EOF
 worker_processes 1;
@@ -42,6 +81,9 @@ http {
   uwsgi_temp_path $WORK/nginx/uwsgi;
   scgi_temp_path $WORK/nginx/scgi;
   upstream bench { server 127.0.0.1:$UP_PORT; keepalive 64; }
+  # grpc_pass takes one upstream connection per call in flight (no multiplexing):
+  # enough kept alive for all 256 of them.
+  upstream grpc { server 127.0.0.1:$GRPC_UP_PORT; keepalive 256; }
   server {
     listen 127.0.0.1:$NGINX_PORT;
     # HTTP/2 with prior knowledge (h2c), for h2load; the same upstream over HTTP/1.1.
@@ -53,6 +95,8 @@ http {
       default_type application/json;
       return 201 '{"id":"ord_1","status":"created","amount":1000}';
     }
+    # gRPC calls (on the HTTP/2 port) go on to the gRPC upstream by grpc_pass.
+    location /bench. { grpc_pass grpc://grpc; }
     location / {
       proxy_pass http://bench;
       proxy_http_version 1.1;
@@ -107,15 +151,19 @@ run() {
 
 # run_h2 NAME PID PORT PATH [h2load options...]: one h2load measurement (HTTP/2 with
 # prior knowledge; 8 connections of 32 streams each), POSTing the body post.lua
-# sends. Sets R[NAME.*] as run() does (no percentiles: h2load reports means).
+# sends. Sets R[NAME.*] as run() does (no percentiles: h2load reports means). A
+# path under /bench. is a gRPC unary call: the framed message, gRPC's headers.
 printf '%s' '{"amount":1000,"currency":"eur"}' >"$WORK/post.json"
 run_h2() {
   local name=$1 pid=$2 port=$3 path=$4
   shift 4
-  local c0 c1 out requests
+  local c0 c1 out requests body=$WORK/post.json headers=(-H 'content-type: application/json')
+  if [[ $path == /bench.* ]]; then
+    body=$WORK/grpc/call.bin headers=(-H 'content-type: application/grpc' -H 'te: trailers')
+  fi
   c0=$(ticks "$pid")
-  out=$(taskset -c "$LOAD_CPU" h2load -c 8 -m 32 -D "$SECONDS_" -d "$WORK/post.json" \
-          -H 'content-type: application/json' "$@" "http://127.0.0.1:$port$path")
+  out=$(taskset -c "$LOAD_CPU" h2load -c 8 -m 32 -D "$SECONDS_" -d "$body" \
+          "${headers[@]}" "$@" "http://127.0.0.1:$port$path")
   c1=$(ticks "$pid")
   requests=$(echo "$out" | awk '/^requests:/ {print $8}')  # succeeded
   R[$name.rps]=$(echo "$out" | awk '/^finished in/ {gsub(",", ""); printf "%.0f", $4}')
@@ -220,6 +268,47 @@ ADDED_IDEM=$(median '$3 - $1')
 ADDED_RATIO=$(median '($2 - $1 > 0.001 ? ($3 - $1) / ($2 - $1) : 0)')
 echo "bench: open loop, $P99_ROUNDS rounds: added p99 nginx $ADDED_NGINX ms, idemproxy $ADDED_IDEM ms" >&2
 
+# gRPC unary calls: a proxy whose upstream is the gRPC one (h2c), bench.Orders
+# covered, bench.Plain passed through; nginx's grpc_pass in front of the same
+# upstream is the reference. Fresh keys come from bench/grpc_fresh.js (Node's http2,
+# a new key per call; h2load cannot vary a header).
+PROXY_UPSTREAM="{url: \"http://127.0.0.1:$GRPC_UP_PORT\", protocol: h2c}" \
+PROXY_ROUTE="{name: grpc, path_prefix: /bench.Orders/, key_required: true}" \
+  start_proxy idemgrpc "$DSN" 8
+G=$PROXY_PID
+run_h2 nginx.grpcpass  "$N" "$NGINX_H2_PORT" /bench.Plain/Create
+run_h2 idem.grpcpass   "$G" "$PROXY_PORT" /bench.Plain/Create
+run_h2 idem.grpcreplay "$G" "$PROXY_PORT" /bench.Orders/Create -H "idempotency-key: grpcreplay-$$"
+"${PSQL[@]}" -c CHECKPOINT
+c0=$(ticks "$G")
+k0=$(commits)
+out=$(taskset -c "$LOAD_CPU" node bench/grpc_fresh.js "http://127.0.0.1:$PROXY_PORT/bench.Orders/Create" \
+        "$SECONDS_" 8 8 "grpcfresh-$$" "$WORK/grpc/call.bin")
+c1=$(ticks "$G")
+k1=$(commits)
+field() { echo "$out" | python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+calls=$(field ok)
+R[idem.grpcfresh.rps]=$(field rps)
+R[idem.grpcfresh.errors]=$(field failed)
+R[idem.grpcfresh.cpu_us]=$(awk -v t=$((c1 - c0)) -v hz="$HZ" -v n="$calls" \
+  'BEGIN {if (n == 0) print "n/a"; else printf "%.1f", t / hz * 1e6 / n}')
+R[idem.grpcfresh.commits]=$(awk -v k=$((k1 - k0)) -v n="$calls" \
+  'BEGIN {if (n == 0) print "n/a"; else printf "%.2f", k / n}')
+R[idem.grpcfresh.mean]=n/a
+echo "bench: idem.grpcfresh: ${R[idem.grpcfresh.rps]} calls/s, errors ${R[idem.grpcfresh.errors]}" >&2
+# A real gRPC client reads the replay: the stored message and grpc-status 0, marked.
+GRPC_REPLAY_OK=$(/usr/bin/python3 - "$PROXY_PORT" "grpcreplay-$$" <<'EOP' 2>&1 || true
+import sys
+import grpc
+call = grpc.insecure_channel("127.0.0.1:" + sys.argv[1]).unary_unary("/bench.Orders/Create")
+answer, c = call.with_call(b'{"amount":1000,"currency":"eur"}',
+                           metadata=(("idempotency-key", sys.argv[2]),), timeout=10)
+print(int(answer == b"created:ord_1" and c.code() == grpc.StatusCode.OK and
+          dict(c.initial_metadata()).get("idempotent-replayed") == "true"))
+EOP
+)
+echo "bench: a grpcio client's replay checked: $GRPC_REPLAY_OK" >&2
+
 # server.threads 1 -> 2: a second proxy with two I/O threads, on both CPUs (the
 # load shares CPU 0 with it, so this is a floor of what two free cores would give),
 # against the first proxy's pass-through on one.
@@ -284,7 +373,8 @@ row() {  # label name
   echo
   echo "| scenario | req/s | mean | CPU µs/req | errors |"
   echo "|---|---|---|---|---|"
-  for name in nginx.h2pass idem.h2pass idem.h2replay; do
+  for name in nginx.h2pass idem.h2pass idem.h2replay nginx.grpcpass idem.grpcpass \
+              idem.grpcreplay idem.grpcfresh; do
     echo "| $name | ${R[$name.rps]} | ${R[$name.mean]} | ${R[$name.cpu_us]} | ${R[$name.errors]} |"
   done
   echo
@@ -293,6 +383,11 @@ row() {  # label name
   echo "| HTTP/2 pass-through req/s ÷ nginx's | $(ratio "${R[idem.h2pass.rps]}" "${R[nginx.h2pass.rps]}") | ≥ 0.90 |"
   echo "| HTTP/2 pass-through CPU µs/req ÷ nginx's | $(ratio "${R[idem.h2pass.cpu_us]}" "${R[nginx.h2pass.cpu_us]}") | ≤ 1.20 |"
   echo "| HTTP/2 replay req/s ÷ nginx's HTTP/2 pass-through | $(ratio "${R[idem.h2replay.rps]}" "${R[nginx.h2pass.rps]}") | ≥ 2.00 |"
+  echo "| gRPC replay calls/s ÷ nginx grpc_pass | $(ratio "${R[idem.grpcreplay.rps]}" "${R[nginx.grpcpass.rps]}") | ≥ 2.00 |"
+  echo "| (reference) gRPC pass-through calls/s ÷ nginx grpc_pass | $(ratio "${R[idem.grpcpass.rps]}" "${R[nginx.grpcpass.rps]}") | |"
+  echo "| (reference) gRPC pass-through CPU µs/call ÷ nginx grpc_pass | $(ratio "${R[idem.grpcpass.cpu_us]}" "${R[nginx.grpcpass.cpu_us]}") | |"
+  echo "| (reference) gRPC fresh keys calls/s ÷ minimal pgbench reference | $(ratio "${R[idem.grpcfresh.rps]}" "$MIN_TPS") | |"
+  echo "| (reference) gRPC fresh keys: database commits per call | ${R[idem.grpcfresh.commits]} | |"
 } | tee "$WORK/table.md"
 # A smoke run's two-second figures do not replace the last real ones.
 if [ "${1:-}" != "--smoke" ]; then
@@ -318,7 +413,8 @@ if [ "${1:-}" = "--smoke" ]; then
     check "$name ran" above "${R[$name.rps]}" 0
   done
   for name in idem.pass idem2.pass idem.fresh idem.replay idem.pass64k idem.fresh64k idem.pass1m \
-              nginx.h2pass idem.h2pass idem.h2replay; do
+              nginx.h2pass idem.h2pass idem.h2replay nginx.grpcpass idem.grpcpass idem.grpcreplay \
+              idem.grpcfresh; do
     check "$name ran" above "${R[$name.rps]}" 0
     check "$name answered without errors" [ "${R[$name.errors]}" = 0 ]
   done
@@ -328,6 +424,7 @@ if [ "${1:-}" = "--smoke" ]; then
   check "the storm executed once" [ "$STORM_CALLS" = 1 ]
   check "the storm answered 64 times 201" [ "$STORM_OK" = 64 ]
   check "the open loop measured" above "$P99_IDEM" 0
+  check "a grpcio client read the gRPC replay" [ "$GRPC_REPLAY_OK" = 1 ]
   echo "bench smoke: $smoke_ok passed, $smoke_bad failed"
   [ "$smoke_bad" = 0 ]
 fi
