@@ -5,7 +5,8 @@
 //   node h2_upstream.js PORT CONTROL_PORT [--tls CERT KEY] [--http1]
 //
 // Requests:
-//   any method  ?delay_ms=N  ?status=N  ?size=N (a body of N bytes, no content-length)
+//   any method  ?delay_ms=N (or an x-delay-ms header: gRPC paths take no query)
+//               ?status=N  ?size=N (a body of N bytes, no content-length)
 //               ?reset_after=N (sends N body bytes, then resets the stream)
 //   the answer: JSON {order, key, protocol, method, path, authority, scheme, body_bytes,
 //               body_sha}, or the bytes asked for; header x-upstream-protocol.
@@ -52,7 +53,7 @@ function onRequest(req, res) {
       cookie: req.headers.cookie || null,
     };
     executions.push(record);
-    const delay = Number(url.searchParams.get('delay_ms') || 0);
+    const delay = Number(url.searchParams.get('delay_ms') || req.headers['x-delay-ms'] || 0);
     setTimeout(() => {
       const status = Number(url.searchParams.get('status') || (req.method === 'POST' ? 201 : 200));
       const size = url.searchParams.get('size');

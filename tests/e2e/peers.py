@@ -52,6 +52,38 @@ class NodeUpstream:
         self.proc.wait()
 
 
+class H2NodeUpstream:
+    """tests/e2e/h2_upstream.js: Node's http2 module (nghttp2 inside) in cleartext or,
+    with "--tls CERT KEY", over TLS; its control port reports what it executed."""
+
+    def __init__(self, *options):
+        self.port, self.control = free_port(), free_port()
+        self.proc = subprocess.Popen(["node", os.path.join(HERE, "h2_upstream.js"), str(self.port),
+                                      str(self.control), *options],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert self.proc.stdout.readline().strip() == b"ready"
+
+    def _get(self, path):
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.control, path)) as r:
+            return json.loads(r.read())
+
+    def executions(self, key=None):
+        return [e for e in self._get("/executions") if key is None or e["key"] == key]
+
+    def sessions(self):
+        return self._get("/sessions")
+
+    def goaway(self):
+        self._get("/goaway")
+
+    def close_sessions(self):
+        self._get("/close-sessions")
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
 class NginxUpstream:
     """nginx (Debian's nginx-light) answering every request itself. Its access log
     records each request's key and ledger id, so executions can be counted; it

@@ -17,44 +17,14 @@ import uuid
 import pytest
 
 from h2_peer import Client
+from peers import H2NodeUpstream
 from harness import BINARY, Proxy, free_port, problem, request
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None,
                                 reason="Node is installed by install-deps.sh")
-SCRIPT = __file__.replace("test_http2_upstream.py", "h2_upstream.js")
-
-
-class NodeUpstream:
-    def __init__(self, *options):
-        self.port, self.control = free_port(), free_port()
-        self.proc = subprocess.Popen(["node", SCRIPT, str(self.port), str(self.control), *options],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        assert self.proc.stdout.readline().strip() == b"ready"
-
-    def _get(self, path):
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.control, path)) as r:
-            return json.loads(r.read())
-
-    def executions(self, key=None):
-        return [e for e in self._get("/executions") if key is None or e["key"] == key]
-
-    def sessions(self):
-        return self._get("/sessions")
-
-    def goaway(self):
-        self._get("/goaway")
-
-    def close_sessions(self):
-        self._get("/close-sessions")
-
-    def close(self):
-        self.proc.kill()
-        self.proc.wait()
-
-
 @pytest.fixture(scope="module")
 def h2c():
-    u = NodeUpstream()
+    u = H2NodeUpstream()
     yield u
     u.close()
 
@@ -95,7 +65,7 @@ def test_http2_end_to_end_many_streams_each_get_their_own_answer(make_proxy, h2c
 
 
 def test_concurrent_streams_per_upstream_connection_are_bounded(make_proxy):
-    upstream = NodeUpstream()
+    upstream = H2NodeUpstream()
     try:
         p = h2c_proxy(make_proxy, upstream, http2_max_streams=4)
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
@@ -150,7 +120,7 @@ def test_an_upstream_reset_mid_answer_is_never_a_whole_answer(make_proxy, h2c, k
 
 
 def test_the_upstream_restarting_is_survived(make_proxy, key):
-    upstream = NodeUpstream()
+    upstream = H2NodeUpstream()
     try:
         p = h2c_proxy(make_proxy, upstream)
         assert request(p.port, "GET", "/health").status == 200
@@ -169,7 +139,7 @@ def test_a_graceful_upstream_restart_loses_no_request(make_proxy, key):
     """GOAWAY (RFC 9113 §6.8) while requests run and socket pairs bound to the old
     connection wait in the pool: each request goes by a new connection or completes
     on the old one; none fails and none runs twice."""
-    upstream = NodeUpstream()
+    upstream = H2NodeUpstream()
     try:
         p = h2c_proxy(make_proxy, upstream)
         slow = {}
@@ -215,7 +185,7 @@ def tls_upstream_config(pki, port, protocol):
 
 
 def test_h2_over_tls_by_alpn(make_proxy, pki, key):
-    upstream = NodeUpstream("--tls", *pki.server)
+    upstream = H2NodeUpstream("--tls", *pki.server)
     try:
         p = make_proxy(extra_top=tls_upstream_config(pki, upstream.port, "h2"))
         assert p.post("/v1/orders", "{}", key=key).status == 201
@@ -227,7 +197,7 @@ def test_h2_over_tls_by_alpn(make_proxy, pki, key):
 
 
 def test_auto_speaks_whatever_alpn_chooses(make_proxy, pki, tls_upstream, key):
-    h2 = NodeUpstream("--tls", *pki.server, "--http1")
+    h2 = H2NodeUpstream("--tls", *pki.server, "--http1")
     try:
         p = make_proxy(extra_top=tls_upstream_config(pki, h2.port, "auto"))
         for i in range(3):
