@@ -37,12 +37,19 @@ std::unique_ptr<StreamingParser> new_parser(bool head_request,
   return parser;
 }
 
-// A gRPC answer's trailers (its status) end up among the fields of a buffered
-// answer; kTrailersField names them, so that they are stored with the record and
-// an HTTP/2 client gets them as trailers again (h2_bridge.cpp). (Trailer, RFC 9110
-// 6.6.2, is a connection header: it is never stored.)
-void name_grpc_trailers(bhttp::response_header<>& head, std::size_t head_fields) {
-  if (!engine::is_grpc_content_type(head[bhttp::field::content_type])) return;
+// The parser adds a buffered answer's trailers to its fields. A gRPC answer's
+// trailers (its status) stay there, and kTrailersField names them, so that they are
+// stored with the record and an HTTP/2 client gets them as trailers again
+// (h2_bridge.cpp). (Trailer, RFC 9110 6.6.2, is a connection header: it is never
+// stored.) Any other answer's trailers are discarded, which RFC 9110 6.5.1 lets a
+// recipient do; kept, they would reach clients as header fields, which it forbids.
+void settle_trailers(bhttp::response_header<>& head, std::size_t head_fields) {
+  if (!engine::is_grpc_content_type(head[bhttp::field::content_type])) {
+    auto at = head.begin();
+    for (std::size_t i = 0; i < head_fields && at != head.end(); ++i) ++at;
+    while (at != head.end()) at = head.erase(at);
+    return;
+  }
   auto trailers = trailers_after(head, head_fields);
   // A trailers-only answer (a status, no message) carries its trailers in its only
   // HEADERS frame: every field of it but the framing and content-type is one.
@@ -231,7 +238,7 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
       out.oversized = Exchange::Oversized{std::move(conn), std::move(parser), std::move(body)};
       co_return out;
     }
-    name_grpc_trailers(parser->get(), head_fields);
+    settle_trailers(parser->get(), head_fields);
     out.response = StringResponse(std::move(parser->get().base()), std::move(body));
     if (out.response.keep_alive()) give_back(std::move(conn));
     co_return out;

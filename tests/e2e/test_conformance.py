@@ -5,6 +5,7 @@ test_conformance_state.py."""
 import json
 import os
 import socket
+import subprocess
 import time
 import uuid
 
@@ -50,6 +51,36 @@ def test_chunked_trailers_never_reach_the_upstream_as_header_fields(make_proxy, 
         assert seen["key_fields"] == ([key] if key else [])
         assert seen["trailers"] == {}
         assert seen["bytes"] == 2
+
+
+# RFC 9112 7.1.2 and RFC 9110 6.5.1, the answer's side: passed through, an answer's
+# trailer fields reach the client as trailers, after the last chunk, never in the
+# header section; on a covered route the stored answer discards them (6.5.1 lets a
+# recipient), so neither the first answer nor a replay turns them into header fields.
+# Node's res.addTrailers writes them; curl and raw bytes read them.
+def test_an_answers_trailers_stay_trailers(make_proxy, node):
+    proxy = make_proxy(upstream_url=node.url, routes=ORDERS)
+    raw = raw_exchange(proxy.port, b"POST /plain?trailers=1 HTTP/1.1\r\nHost: t\r\n"
+                       b"TE: trailers\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
+    head, _, framed = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower() and b"x-checksum" not in head.lower()
+    body = dechunk(framed)
+    assert framed.lower().endswith(b"\r\n0\r\nx-checksum: %d\r\n\r\n" % len(body))
+    out = subprocess.run(["curl", "-sS", "-D", "-", "-o", "/dev/null", "-X", "POST", "-d", "{}",
+                          "http://127.0.0.1:%d/plain?trailers=1" % proxy.port],
+                         capture_output=True, timeout=30, check=True).stdout.decode().lower()
+    # curl passes trailers on after the head's blank line; a header field is before it.
+    head, _, after = out.partition("\r\n\r\n")
+    assert "x-checksum" not in head and after.startswith("x-checksum: ")
+    key = "trailers-" + uuid.uuid4().hex
+    for _ in range(2):
+        status, fields, _ = curl("-X", "POST", "-H", "Content-Type: application/json",
+                                 "-H", "Idempotency-Key: " + key, "-d", "{}",
+                                 "http://127.0.0.1:%d/v1/orders?trailers=1" % proxy.port)[:3]
+        assert status == 201 and "x-checksum" not in fields
+        assert "idemproxy-trailers" not in fields
+    assert fields.get("idempotent-replayed") == "true" and node.executions(key) == 1
 
 
 # RFC 9110 15.2: a 1xx is interim; the final answer follows on the same connection.

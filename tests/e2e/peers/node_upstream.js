@@ -6,6 +6,7 @@
 //   ?continue=1    an unsolicited 100 Continue (res.writeContinue)
 //   ?delay_ms=N    answer after N ms
 //   ?status=N      final status (default 201)
+//   ?trailers=1    a chunked answer ending with an X-Checksum trailer field (res.addTrailers)
 // GET /executions?key=K answers {"count": N}; Expect: 100-continue is honoured by
 // Node itself (it sends 100 before the body is read).
 const http = require('http');
@@ -45,6 +46,14 @@ const server = http.createServer((req, res) => {
       trailers: req.trailers,
     });
     const send = () => {
+      if (p.get('trailers')) {  // chunked, with trailer fields after the last chunk
+        res.writeHead(Number(p.get('status') || 201),
+                      {'Content-Type': 'application/json', Trailer: 'X-Checksum'});
+        res.write(answer);
+        res.addTrailers({'X-Checksum': String(answer.length)});
+        res.end();
+        return;
+      }
       res.writeHead(Number(p.get('status') || 201), {'Content-Type': 'application/json'});
       res.end(answer);
     };
