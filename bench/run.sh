@@ -83,7 +83,7 @@ http {
   upstream bench { server 127.0.0.1:$UP_PORT; keepalive 64; }
   # grpc_pass takes one upstream connection per call in flight (no multiplexing):
   # enough kept alive for all 256 of them.
-  upstream grpc { server 127.0.0.1:$GRPC_UP_PORT; keepalive 256; }
+  upstream grpc { server 127.0.0.1:$GRPC_UP_PORT; keepalive 256; keepalive_requests 1000000; }
   server {
     listen 127.0.0.1:$NGINX_PORT;
     # HTTP/2 with prior knowledge (h2c), for h2load; the same upstream over HTTP/1.1.
