@@ -29,6 +29,15 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 IMAGE=${IMAGE:-1}
 CITUS=${CITUS:-1}
 
+# stage TITLE: prints it and notes how long the stage before it took; the times are
+# printed at the end, so a run shows where its minutes went.
+STAGE_NAME="install what is missing" STAGE_T0=$SECONDS TIMES=()
+stage() {
+  TIMES+=("$(printf '%5d s  %s' $((SECONDS - STAGE_T0)) "$STAGE_NAME")")
+  STAGE_NAME=$1 STAGE_T0=$SECONDS
+  echo "== $1"
+}
+
 bash scripts/install-deps.sh image
 # The Kubernetes schema validator (tests/kubernetes), pinned by its package-lock.json.
 if [ ! -d tests/kubernetes/node_modules/kubernetes-models ]; then
@@ -37,11 +46,15 @@ fi
 format_status=0
 bash scripts/check-format.sh || format_status=1
 # With the bench tools too: the benchmark's smoke run below uses this build.
+stage "build: Release (build/)"
 bash scripts/build.sh -DIDEMPROXY_BENCH=ON
+stage "clang-tidy"
 tidy_status=0
 bash scripts/check-tidy.sh || tidy_status=1
 if [ "$SANITIZE" = 1 ]; then
+  stage "build: ASan+UBSan (build-asan/)"
   BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIDEMPROXY_SANITIZE=ON
+  stage "build: TSan (build-tsan/)"
   echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy, store_tests, unit_tests and http_tests)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 \
     -DIDEMPROXY_TSAN=ON >/dev/null
@@ -49,10 +62,12 @@ if [ "$SANITIZE" = 1 ]; then
 fi
 citus_status=0
 if [ "$CITUS" = 1 ]; then
+  stage "build: Citus (scripts/citus.sh build)"
   bash scripts/citus.sh build || citus_status=1
 fi
 image_status=0
 if [ "$IMAGE" = 1 ]; then
+  stage "build: the container image (scripts/image.sh test)"
   bash scripts/image.sh test || image_status=1
 fi
 
@@ -80,7 +95,7 @@ if [ "$tidy_status" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 
 
 run_ctest() {  # BUILD_DIR
   local log="$WORK/ctest-$1.log"
-  echo "== unit and store tests (ctest, $1)"
+  stage "unit and store tests (ctest, $1)"
   if ctest --test-dir "$1" --output-on-failure -j2 2>&1 | tee "$log"; then :; else status=1; fi
   local total bad
   total=$(grep -oE 'tests failed out of [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
@@ -91,7 +106,7 @@ run_ctest() {  # BUILD_DIR
 
 run_gtest() {  # BINARY GTEST_FILTER: one GoogleTest binary on its own
   local log="$WORK/gtest-$RANDOM.log" p n
-  echo "== $1 ($2)"
+  stage "$1 ($2)"
   if "$1" --gtest_filter="$2" >"$log" 2>&1; then
     grep -E '^\[==========\] [0-9]+ tests|^\[  PASSED  \]' "$log" || true
   else
@@ -118,7 +133,7 @@ summary_counts() {  # LOG PREFIX: adds LOG's last "PREFIX: N passed, M failed" l
 run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
   local build=$1 log="$WORK/pytest-$1.log" line p n
   shift
-  echo "== end-to-end tests (pytest, $build/idemproxy${*:+, $*})"
+  stage "end-to-end tests (pytest, $build/idemproxy${*:+, $*})"
   if IDEMPROXY_BIN="$ROOT/$build/idemproxy" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
       "${@:-tests/e2e}" 2>&1 | tee "$log"; then :; else status=1; fi
   line=$(grep -E '(passed|failed|error)' "$log" | tail -1 || true)
@@ -133,13 +148,13 @@ run_ctest build
 run_pytest build tests/e2e --ignore=tests/e2e/test_image.py
 # The behaviour table, scopes, shadow mode, encryption, metrics, TLS (h2 by ALPN),
 # tracing and the replay cache again, every request on an HTTP/2 stream (harness.py).
-echo "== the next run sends every test request over HTTP/2 (IDEMPROXY_TEST_HTTP2=1)"
+stage "the next run sends every test request over HTTP/2 (IDEMPROXY_TEST_HTTP2=1)"
 IDEMPROXY_TEST_HTTP2=1 run_pytest build tests/e2e/test_behaviour_table.py \
   tests/e2e/test_scopes.py tests/e2e/test_shadow_mode.py tests/e2e/test_encryption.py \
   tests/e2e/test_metrics.py tests/e2e/test_tls.py tests/e2e/test_tracing.py \
   tests/e2e/test_replay_cache.py
 
-echo "== run-local smoke test (the first README command)"
+stage "run-local smoke test (the first README command)"
 read -r proxy_port admin_port upstream_port <<<"$(python3 scripts/free_port.py 3)"
 if PROXY_PORT=$proxy_port ADMIN_PORT=$admin_port UPSTREAM_PORT=$upstream_port RUN_DIR="$WORK/local" \
    bash scripts/run-local.sh --smoke >"$WORK/smoke.log" 2>&1; then
@@ -151,7 +166,7 @@ else
   status=1
 fi
 
-echo "== benchmark harness smoke (bench/run.sh --smoke: nginx, pgbench and idemproxy, 2 s each)"
+stage "benchmark harness smoke (bench/run.sh --smoke: nginx, pgbench and idemproxy, 2 s each)"
 if BENCH_BUILD=build bash bench/run.sh --smoke >"$WORK/bench.log" 2>&1; then :; else status=1; fi
 grep -E '^bench smoke: ' "$WORK/bench.log" | tail -1 || true
 if ! summary_counts "$WORK/bench.log" "bench smoke"; then
@@ -160,7 +175,7 @@ if ! summary_counts "$WORK/bench.log" "bench smoke"; then
 fi
 
 if [ "$CITUS" = 1 ]; then
-  echo "== the store on Citus (a coordinator and two workers)"
+  stage "the store on Citus (a coordinator and two workers)"
   if [ "$citus_status" = 0 ] && citus_dsn=$(bash scripts/citus.sh start "$WORK/citus"); then
     IDEMPROXY_TEST_DSN=$citus_dsn IDEMPROXY_TEST_PGDIR="$WORK/citus/coordinator" \
       IDEMPROXY_TEST_CITUS=1 run_gtest build/tests/store_tests 'PgStore*:PgWatch*:PgCitus*'
@@ -170,7 +185,7 @@ if [ "$CITUS" = 1 ]; then
       tests/e2e/test_citus.py tests/e2e/test_citus_moves.py
     bash scripts/citus.sh stop "$WORK/citus" || true
   else
-    echo "== Citus: the build or the cluster failed (above)"
+    stage "Citus: the build or the cluster failed (above)"
     failed=$((failed + 1))
     status=1
   fi
@@ -180,7 +195,7 @@ if [ "$IMAGE" = 1 ]; then
   if [ "$image_status" = 0 ]; then
     run_pytest build tests/e2e/test_image.py
   else
-    echo "== container image: the build failed (above)"
+    stage "container image: the build failed (above)"
     failed=$((failed + 1))
     status=1
   fi
@@ -192,7 +207,7 @@ if [ "$SANITIZE" = 1 ]; then
 fi
 
 if [ "$SANITIZE" = 1 ]; then
-  echo "== ThreadSanitizer: the store tests; the coordinator, lease schedule, replay cache and SHA-256 unit tests; the runtime's queued calls"
+  stage "ThreadSanitizer: the store tests; the coordinator, lease schedule, replay cache and SHA-256 unit tests; the runtime's queued calls"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp"
   run_gtest build-tsan/tests/store_tests '*'
   run_gtest build-tsan/tests/unit_tests 'Coordinator*:ReplayCache*:LeaseSchedule*:Sha256*'
@@ -206,11 +221,13 @@ if [ "$SANITIZE" = 1 ]; then
 fi
 
 if [ "$FUZZ_SECONDS" != 0 ]; then
-  echo "== fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
+  stage "fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
   if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi
   summary_counts "$WORK/fuzz.log" fuzz || status=1
 fi
 
+stage "the times"
+printf '%s\n' "${TIMES[@]}"
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 echo "test: $passed passed, $failed failed"
 exit "$status"
