@@ -130,6 +130,7 @@ const std::vector<Key>& table() {
       {"policy", "store_unavailable"},
       {"policy", "max_body"},
       {"policy", "store_deny_headers"},
+      {"policy", "forward_fencing_token"},
       {"policy", "on_stale"},
       {"policy", "mode"},
       {"policy", "scope"},

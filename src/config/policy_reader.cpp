@@ -79,6 +79,8 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       }
     } else if (key == "key_required") {
       p.key_required = boolean(v, name);
+    } else if (key == "forward_fencing_token") {
+      p.forward_fencing_token = boolean(v, name);
     } else if (key == "ttl") {
       p.ttl = duration(v, name);
       if (p.ttl.count() <= 0) fail(v, name + " must be positive");

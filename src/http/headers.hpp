@@ -40,6 +40,9 @@ std::string http_date(TimePoint t);
 
 /// Tells the client until when its key is honoured: Idempotency-Key-Expires.
 inline constexpr const char* kExpiresHeader = "Idempotency-Key-Expires";
+/// The claim's fencing token, to the upstream (forward_fencing_token). A client's
+/// field of this name is removed on every covered route: only the proxy sets it.
+inline constexpr const char* kFencingTokenHeader = "Idempotency-Fencing-Token";
 
 /// The trace id a stored response was executed under, or "" (records written before
 /// 0.2, or answers too large to store).

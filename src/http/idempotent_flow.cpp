@@ -145,6 +145,7 @@ asio::awaitable<Step> execute(Flow& f) {
   // The lease is renewed while the upstream works (engine::LeaseSchedule).
   auto heartbeat =
       std::make_optional<engine::LeaseSchedule::Hold>(rt.leases, claim.id, token, route.lease);
+  if (route.forward_fencing_token) f.req.set(kFencingTokenHeader, std::to_string(token));
   Exchange ex = co_await rt.upstream.exchange(f.req, interim_sink(ctx));
   heartbeat.reset();
   const double upstream_seconds =

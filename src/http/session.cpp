@@ -157,6 +157,7 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   if (ctx.route == nullptr || !ctx.route->enabled || !ctx.route->covers_method(ctx.method)) {
     co_return co_await pass_through(ctx);
   }
+  ctx.head.get().erase(kFencingTokenHeader);
   const auto key_count = req.count(ctx.route->header);
   const bool shadow = ctx.route->mode == engine::Mode::shadow;
   if (key_count == 0) {

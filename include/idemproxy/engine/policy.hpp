@@ -52,6 +52,10 @@ struct RoutePolicy {
   StoreUnavailable store_unavailable = StoreUnavailable::fail_closed;
   std::size_t max_body = std::size_t{1} << 20;
   std::vector<std::string> deny_headers = {"Set-Cookie"};
+  /// Each forwarded request carries Idempotency-Fencing-Token: the claim's token,
+  /// which strictly increases for a key across takeovers and instances, so the
+  /// upstream can refuse a late writer (docs/RELIABILITY.md).
+  bool forward_fencing_token = false;
 
   bool covers_method(std::string_view method) const;
   /// Whether this route still serves while the store is unreachable: disabled, in
