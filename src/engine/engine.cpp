@@ -90,6 +90,10 @@ Finish Engine::finish(const store::RecordId& id, std::int64_t token, const Route
 }
 
 bool Engine::stores(const RoutePolicy& policy, const store::StoredResponse& response) {
+  const bool opted_out = std::any_of(response.headers.begin(), response.headers.end(), [](auto& h) {
+    return strcasecmp(h.name.c_str(), "idempotency-policy") == 0 && says_no_store(h.value);
+  });
+  if (opted_out) return false;
   const auto grpc = grpc_status_of(response);
   return grpc ? policy.stores_grpc_status(*grpc) : policy.stores_status(response.status);
 }
@@ -123,12 +127,30 @@ Finish Engine::mark_indeterminate(const store::RecordId& id, std::int64_t token)
 namespace {
 // Headers that describe this exchange, not the resource: set afresh on every answer.
 bool is_per_exchange(std::string_view name) {
-  for (std::string_view h : {"x-request-id", "idempotency-key-expires", "idempotent-replayed"}) {
+  for (std::string_view h :
+       {"x-request-id", "idempotency-key-expires", "idempotent-replayed", "idempotency-policy"}) {
     if (h.size() == name.size() && strncasecmp(h.data(), name.data(), h.size()) == 0) return true;
   }
   return false;
 }
 }  // namespace
+
+bool says_no_store(std::string_view value) {
+  while (!value.empty()) {
+    const auto comma = value.find(',');
+    std::string_view directive = value.substr(0, comma);
+    while (!directive.empty() && (directive.front() == ' ' || directive.front() == '\t')) {
+      directive.remove_prefix(1);
+    }
+    while (!directive.empty() && (directive.back() == ' ' || directive.back() == '\t')) {
+      directive.remove_suffix(1);
+    }
+    if (directive.size() == 8 && strncasecmp(directive.data(), "no-store", 8) == 0) return true;
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  return false;
+}
 
 bool is_hop_by_hop(std::string_view name) {
   const auto same = [&](std::string_view h) {

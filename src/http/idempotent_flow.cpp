@@ -178,6 +178,10 @@ asio::awaitable<Step> execute(Flow& f) {
   store::StoredResponse answer;
   if (big) {
     answer = {static_cast<int>(head.result_int()), {}, {}, false};
+    // The status is all a streamed answer's record keeps; an opt-out still counts.
+    const std::string_view policy = head[engine::kPolicyField];
+    if (!policy.empty())
+      answer.headers.push_back({std::string(engine::kPolicyField), std::string(policy)});
   } else {
     strip_hop_by_hop(ex.response);
     answer = {static_cast<int>(ex.response.result_int()), to_headers(ex.response),
@@ -216,6 +220,7 @@ asio::awaitable<Step> execute(Flow& f) {
       }
       break;
   }
+  head.erase(engine::kPolicyField);  // for the proxy, not the client
   bool keep = false;
   if (big) {
     ctx.log(spdlog::level::warn,

@@ -98,6 +98,33 @@ TEST_F(EngineTest, UnstorableStatusReleasesTheClaimSoARetryExecutes) {
   EXPECT_NE(retry.token, first.token);
 }
 
+TEST_F(EngineTest, AnUpstreamThatSaysNoStoreReleasesTheClaim) {
+  const auto first = engine.admit(request("k"));
+  auto answer = created();
+  answer.headers.push_back({"Idempotency-Policy", "No-Store"});
+  EXPECT_EQ(engine.finish({"", "k"}, first.token, policy, answer), Finish::released);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);  // the retry runs again
+
+  // Any other value is stored, without the field (it speaks to the proxy).
+  const auto again = engine.admit(request("k2"));
+  answer.headers.back().value = "store";
+  ASSERT_EQ(engine.finish({"", "k2"}, again.token, policy, answer), Finish::stored);
+  const auto retry = engine.admit(request("k2"));
+  ASSERT_EQ(retry.kind, Kind::replay);
+  for (const auto& h : retry.replay->headers) EXPECT_NE(h.name, "Idempotency-Policy");
+}
+
+TEST(SaysNoStore, IsOneOfTheCommaSeparatedDirectivesCaseInsensitively) {
+  EXPECT_TRUE(says_no_store("no-store"));
+  EXPECT_TRUE(says_no_store("NO-STORE"));
+  EXPECT_TRUE(says_no_store("x-other, no-store"));
+  EXPECT_TRUE(says_no_store(" no-store ,x"));
+  EXPECT_FALSE(says_no_store(""));
+  EXPECT_FALSE(says_no_store("no-stores"));
+  EXPECT_FALSE(says_no_store("store, no_store"));
+  EXPECT_FALSE(says_no_store("\"no-store\""));
+}
+
 TEST_F(EngineTest, RetryableClientErrorsAreReleasedToo) {
   for (int status : {408, 409, 425, 429}) {
     const auto key = "k" + std::to_string(status);

@@ -62,7 +62,8 @@ class Engine {
                 const store::StoredResponse& response, TimePoint* expires_at = nullptr,
                 store::StoredResponse* stored = nullptr);
   /// Whether the route stores this answer: by its HTTP status, or a gRPC answer by
-  /// its grpc-status (store_grpc_status). Others release the claim.
+  /// its grpc-status (store_grpc_status). Others release the claim, and so does an
+  /// answer whose upstream opted out (Idempotency-Policy: no-store).
   static bool stores(const RoutePolicy& policy, const store::StoredResponse& response);
   /// finish() in parts, for a store call answered later (Store::complete_async): the
   /// response as it is stored, then what the store's answer means.
@@ -99,6 +100,14 @@ inline constexpr std::array<std::string_view, 8> kConnectionHeaders = {
 /// True for the connection headers, plus the framing headers that a stored body gets
 /// anew on replay.
 bool is_hop_by_hop(std::string_view name);
+
+/// The response field by which an upstream opts an answer out of storage
+/// ("no-store"); it describes the exchange, so it is never stored or sent on.
+inline constexpr std::string_view kPolicyField = "Idempotency-Policy";
+
+/// Whether a field value of kPolicyField says no-store: one of its comma-separated
+/// directives, case-insensitively.
+bool says_no_store(std::string_view value);
 
 /// The headers of `response` that may be stored for replay under `policy`.
 std::vector<store::Header> storable_headers(const std::vector<store::Header>& headers,

@@ -7,6 +7,7 @@
 //   ?delay_ms=N    answer after N ms
 //   ?status=N      final status (default 201)
 //   ?trailers=1    a chunked answer ending with an X-Checksum trailer field (res.addTrailers)
+//   ?policy=V      an Idempotency-Policy: V response field (V = no-store opts out of storage)
 // GET /executions?key=K answers {"count": N}; Expect: 100-continue is honoured by
 // Node itself (it sends 100 before the body is read).
 const http = require('http');
@@ -54,7 +55,9 @@ const server = http.createServer((req, res) => {
         res.end();
         return;
       }
-      res.writeHead(Number(p.get('status') || 201), {'Content-Type': 'application/json'});
+      const head = {'Content-Type': 'application/json'};
+      if (p.get('policy')) head['Idempotency-Policy'] = p.get('policy');
+      res.writeHead(Number(p.get('status') || 201), head);
       res.end(answer);
     };
     const delay = Number(p.get('delay_ms') || 0);
