@@ -131,6 +131,7 @@ const std::vector<Key>& table() {
       {"policy", "max_body"},
       {"policy", "store_deny_headers"},
       {"policy", "forward_fencing_token"},
+      {"policy", "namespace"},
       {"policy", "on_stale"},
       {"policy", "mode"},
       {"policy", "scope"},

@@ -81,6 +81,17 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       p.key_required = boolean(v, name);
     } else if (key == "forward_fencing_token") {
       p.forward_fencing_token = boolean(v, name);
+    } else if (key == "namespace") {
+      p.key_namespace = text(v, name);
+      const bool fits =
+          !p.key_namespace.empty() && p.key_namespace.size() <= 64 &&
+          std::all_of(p.key_namespace.begin(), p.key_namespace.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+          });
+      if (!fits) {
+        fail(v, name + " must be 1 to 64 letters, digits, '.', '_' or '-' (e.g. v2), not \"" +
+                    p.key_namespace + "\"");
+      }
     } else if (key == "ttl") {
       p.ttl = duration(v, name);
       if (p.ttl.count() <= 0) fail(v, name + " must be positive");

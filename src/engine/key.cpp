@@ -66,7 +66,7 @@ std::variant<std::string, KeyError> parse_key(std::string_view value) {
 }
 
 std::string header_scope(std::string_view value) {
-  for (const std::string_view reserved : {"cert:", "hmac:", "header:"}) {
+  for (const std::string_view reserved : {"cert:", "hmac:", "header:", "ns:"}) {
     if (value.starts_with(reserved)) return "header:" + std::string(value);
   }
   return std::string(value);

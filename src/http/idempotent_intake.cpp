@@ -59,6 +59,9 @@ asio::awaitable<Step> key_phase(Flow& f) {
   } else if (!route.scope_header.empty()) {
     f.id.scope = engine::header_scope(ctx.head.get()[route.scope_header]);
   }
+  // A header scope cannot start with "ns:" (header_scope), and a namespace holds no
+  // ':', so this spelling is never another record's.
+  if (!route.key_namespace.empty()) f.id.scope = "ns:" + route.key_namespace + ":" + f.id.scope;
   co_return Step::next;
 }
 

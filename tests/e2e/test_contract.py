@@ -2,6 +2,7 @@
 PostgreSQL and Node's http module as the upstream: the upstream's opt-out of
 storage (Idempotency-Policy: no-store) and key namespaces."""
 import json
+import re
 import uuid
 
 from conformance_peers import ORDERS, node  # noqa: F401  (fixture)
@@ -40,3 +41,45 @@ def test_an_upstream_opts_an_answer_out_of_storage(make_proxy, node):
     assert answers[1][1].get("idempotent-replayed") == "true"
     assert all("idempotency-policy" not in fields for _, fields, _ in answers)
     assert json.loads(answers[1][2]) == json.loads(answers[0][2])
+
+
+# Seed 003: "version the key namespace" when a deploy changes the body schema. The
+# namespace is part of the record's identity: a client retrying under v2 with a key
+# it used under v1 executes fresh (no replay of the old shape, no 422 for the new
+# body), while v1's records still replay to v1. Two instances, one database, as in
+# a rolling deploy.
+def test_a_namespace_is_part_of_the_records_identity(make_proxy, node, pg):
+    route = dict(ORDERS[0], scope_header="X-Tenant")
+    v1 = make_proxy(upstream_url=node.url, routes=[dict(route, namespace="v1")])
+    v2 = make_proxy(upstream_url=node.url, routes=[dict(route, namespace="v2")])
+    key = "ns-" + uuid.uuid4().hex
+    tenant = ("X-Tenant: acme",)
+    status, _, old = post(v1, "/v1/orders", key, '{"amount": 1}', tenant)
+    assert status == 201
+    status, fields, new = post(v2, "/v1/orders", key, '{"amount": 1, "currency": "eur"}', tenant)
+    assert status == 201 and "idempotent-replayed" not in fields  # not a 422, not a replay
+    assert node.executions(key) == 2
+    _, fields, again = post(v1, "/v1/orders", key, '{"amount": 1}', tenant)
+    assert fields.get("idempotent-replayed") == "true" and again == old
+    _, fields, again = post(v2, "/v1/orders", key, '{"amount": 1, "currency": "eur"}', tenant)
+    assert fields.get("idempotent-replayed") == "true" and again == new
+    assert node.executions(key) == 2
+    scopes = pg.sql("SELECT scope FROM idempotency_records WHERE key = '%s' ORDER BY scope" % key)
+    assert scopes.splitlines() == ["ns:v1:acme", "ns:v2:acme"]
+    # A tenant header cannot name a namespace's scope.
+    forged = ("X-Tenant: ns:v2:acme",)
+    _, fields, _ = post(make_proxy(upstream_url=node.url, routes=[route]), "/v1/orders", key,
+                        '{"amount": 1, "currency": "eur"}', forged)
+    assert "idempotent-replayed" not in fields and node.executions(key) == 3
+    # The operator finds a namespaced record by its scope.
+    shown = json.loads(v2.cli("keys", "show", "--key", key, "--scope", "ns:v2:acme").stdout)
+    assert shown["state"] == "completed"
+
+
+def test_a_bad_namespace_is_a_config_error_with_its_position(make_proxy, node):
+    for bad in ("", "v 2", "v2:x", "x" * 65):
+        p = make_proxy(start=False, upstream_url=node.url, routes=[dict(ORDERS[0], namespace=bad)])
+        out = p.cli("check-config")
+        assert out.returncode != 0
+        assert re.search(re.escape(p.config_path) + r":\d+:\d+: .*namespace must be 1 to 64",
+                         out.stderr), out.stderr

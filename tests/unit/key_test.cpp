@@ -65,13 +65,22 @@ TEST(HeaderScope, NoHeaderValueNamesAVerifiedScopeAndNoTwoValuesCollide) {
   using idemproxy::engine::header_scope;
   EXPECT_EQ(header_scope("tenant-7"), "tenant-7");  // unchanged: stored records still match
   EXPECT_EQ(header_scope(""), "");
-  for (const char* v : {"cert:O=Acme,CN=alice", "hmac:00ff", "header:x", "header:cert:x"}) {
+  for (const char* v :
+       {"cert:O=Acme,CN=alice", "hmac:00ff", "header:x", "header:cert:x", "ns:v2:tenant"}) {
     const std::string s = header_scope(v);
-    EXPECT_FALSE(s.starts_with("cert:") || s.starts_with("hmac:")) << v;
+    EXPECT_FALSE(s.starts_with("cert:") || s.starts_with("hmac:") || s.starts_with("ns:")) << v;
     EXPECT_EQ(s, std::string("header:") + v);
   }
-  const std::vector<std::string> values = {
-      "a", "header:a", "header:header:a", "cert:a", "header:cert:a", "hmac:a", "header:hmac:a", ""};
+  const std::vector<std::string> values = {"a",
+                                           "header:a",
+                                           "header:header:a",
+                                           "cert:a",
+                                           "header:cert:a",
+                                           "hmac:a",
+                                           "header:hmac:a",
+                                           "ns:a",
+                                           "header:ns:a",
+                                           ""};
   std::set<std::string> scopes;
   for (const auto& v : values) scopes.insert(header_scope(v));
   EXPECT_EQ(scopes.size(), values.size());

@@ -21,8 +21,9 @@ std::variant<std::string, KeyError> parse_key(std::string_view header_value);
 
 /// The scope of a record whose route takes it from a header the client sets. Scopes
 /// from verified sources are written `cert:...` (client certificate) and `hmac:...`
-/// (Authorization); a header's value that starts with one of those, or with
-/// `header:`, is prefixed with `header:`, so no header can name another source's
+/// (Authorization), and a route's namespace is written `ns:<namespace>:`; a header's
+/// value that starts with one of those, or with `header:`, is prefixed with
+/// `header:`, so no header can name another source's
 /// scope (one client could otherwise block or probe another's keys). Other values
 /// are kept as they are, so records stored before this rule keep their scope. The
 /// map is one-to-one: two header values never share a scope.

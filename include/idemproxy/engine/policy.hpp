@@ -56,6 +56,10 @@ struct RoutePolicy {
   /// which strictly increases for a key across takeovers and instances, so the
   /// upstream can refuse a late writer (docs/RELIABILITY.md).
   bool forward_fencing_token = false;
+  /// `namespace`: folded into each record's scope ("ns:<namespace>:<scope>"), so a
+  /// route whose request schema changed (namespace v2) never replays, or refuses as
+  /// a mismatch, what an older one stored. Letters, digits, '.', '_' and '-'.
+  std::string key_namespace;
 
   bool covers_method(std::string_view method) const;
   /// Whether this route still serves while the store is unreachable: disabled, in
