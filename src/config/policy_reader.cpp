@@ -81,6 +81,15 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       p.key_required = boolean(v, name);
     } else if (key == "forward_fencing_token") {
       p.forward_fencing_token = boolean(v, name);
+    } else if (key == "statuses") {
+      expect_map(v, name, section("statuses"));
+      const auto code = [&](const char* status_key, int& out) {
+        if (v[status_key]) out = integer(v[status_key], name + "." + status_key, 400, 599);
+      };
+      code("missing_key", p.statuses.missing_key);
+      code("mismatch", p.statuses.mismatch);
+      code("in_flight", p.statuses.in_flight);
+      code("store_unavailable", p.statuses.store_unavailable);
     } else if (key == "namespace") {
       p.key_namespace = text(v, name);
       const bool fits =

@@ -434,7 +434,7 @@ void Connection::start(const std::shared_ptr<Stream>& s) {
                                  : "the header list exceeds server.max_header_size (" +
                                        std::to_string(server.max_header_size) + " bytes)";
     rt_.metrics.count_request("-", ops::Outcome::bad_request);
-    refuse(*s, {ProblemKind::header_too_large, what, std::nullopt});
+    refuse(*s, {ProblemKind::header_too_large, what, std::nullopt, std::nullopt});
     return;
   }
   if (s->method == "CONNECT") {
@@ -452,7 +452,7 @@ void Connection::start(const std::shared_ptr<Stream>& s) {
   }
   if (!s->invalid.empty()) {
     rt_.metrics.count_request("-", ops::Outcome::bad_request);
-    refuse(*s, {ProblemKind::malformed_request, s->invalid, std::nullopt});
+    refuse(*s, {ProblemKind::malformed_request, s->invalid, std::nullopt, std::nullopt});
     return;
   }
   if (bridged_.size() >= kMaxBridged) {
@@ -466,7 +466,7 @@ void Connection::start(const std::shared_ptr<Stream>& s) {
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) != 0) {
     spdlog::warn("HTTP/2 stream {}: socketpair failed: {}", s->id, std::strerror(errno));
     rt_.metrics.count_request("-", ops::Outcome::bad_request);
-    refuse(*s, {ProblemKind::internal, "out of file descriptors", 1});
+    refuse(*s, {ProblemKind::internal, "out of file descriptors", 1, std::nullopt});
     return;
   }
   const auto ex = conn_->stream.get_executor();

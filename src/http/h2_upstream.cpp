@@ -53,9 +53,9 @@ class Latch {
 // session takes for the upstream's, so the claim is released and a retry runs it.
 asio::awaitable<void> not_sent(Pipe& pipe, const std::string& why) {
   spdlog::info("upstream HTTP/2: a request was not sent: {}", why);
-  auto res = problem_response(
-      {ProblemKind::upstream_unreachable, "the request was not sent: " + why, std::nullopt}, 11,
-      false);
+  auto res = problem_response({ProblemKind::upstream_unreachable,
+                               "the request was not sent: " + why, std::nullopt, std::nullopt},
+                              11, false);
   std::ostringstream bytes;
   bytes << res;
   const std::string out = bytes.str();

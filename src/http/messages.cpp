@@ -105,16 +105,33 @@ ProxyError refusal_error(engine::Refusal why, std::string detail, std::optional<
       kind = ProblemKind::record_unreadable;
       break;
   }
-  return {kind, std::move(detail), retry_after};
+  return {kind, std::move(detail), retry_after, std::nullopt};
+}
+
+std::optional<unsigned> route_status(const engine::RoutePolicy& route, ProblemKind kind) {
+  const auto& s = route.statuses;
+  switch (kind) {
+    case ProblemKind::missing_key:
+      return s.missing_key;
+    case ProblemKind::key_mismatch:
+      return s.mismatch;
+    case ProblemKind::request_in_flight:
+      return s.in_flight;
+    case ProblemKind::store_unavailable:
+      return s.store_unavailable;
+    default:
+      return std::nullopt;
+  }
 }
 
 StringResponse problem_response(const ProxyError& error, unsigned version, bool keep_alive) {
   const ProblemInfo i = info(error.kind);
+  const unsigned status = error.status.value_or(i.status);
   nlohmann::json body = {{"type", problem_type(error.kind)},
                          {"title", i.title},
-                         {"status", i.status},
+                         {"status", status},
                          {"detail", error.detail}};
-  StringResponse res{static_cast<bhttp::status>(i.status), version};
+  StringResponse res{static_cast<bhttp::status>(status), version};
   res.set(bhttp::field::content_type, "application/problem+json");
   res.set(bhttp::field::cache_control, "no-store");
   if (error.retry_after_seconds) {
@@ -341,6 +358,7 @@ asio::awaitable<bool> continue_if_expected(RequestContext& ctx) {
 }
 
 asio::awaitable<bool> send_problem(RequestContext& ctx) {
+  if (ctx.route != nullptr) ctx.error->status = route_status(*ctx.route, ctx.error->kind);
   auto res = ctx.grpc ? grpc_refusal(*ctx.error, ctx.version, ctx.keep_alive)
                       : problem_response(*ctx.error, ctx.version, ctx.keep_alive);
   const bool sent = co_await send_response(ctx, res);

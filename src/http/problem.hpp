@@ -6,6 +6,7 @@
 
 #include "http/beast.hpp"
 #include "idemproxy/engine/coordinator.hpp"
+#include "idemproxy/engine/policy.hpp"
 
 namespace idemproxy::http {
 
@@ -32,7 +33,12 @@ struct ProxyError {
   ProblemKind kind = ProblemKind::malformed_request;
   std::string detail;
   std::optional<int> retry_after_seconds;
+  /// The route's own status for this kind (`statuses`), instead of the usual one.
+  std::optional<unsigned> status;
 };
+
+/// The status a route's `statuses` gives this kind of refusal, if it changes it.
+std::optional<unsigned> route_status(const engine::RoutePolicy& route, ProblemKind kind);
 
 /// The stable `type` URI of a problem kind.
 std::string problem_type(ProblemKind kind);

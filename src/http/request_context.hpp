@@ -63,7 +63,7 @@ struct RequestContext {
   /// expressions, which GCC 12 miscompiles.)
   void fail(ProblemKind kind, std::string detail, ops::Outcome why,
             std::optional<int> retry_after = std::nullopt) {
-    error = ProxyError{kind, std::move(detail), retry_after};
+    error = ProxyError{kind, std::move(detail), retry_after, std::nullopt};
     outcome = why;
   }
   void fail(const ProxyError& e, ops::Outcome why) {

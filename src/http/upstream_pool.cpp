@@ -25,7 +25,7 @@ bool still_open(tcp::socket& socket) {
 }
 
 ProxyError upstream_error(ProblemKind kind, const std::string& detail) {
-  return ProxyError{kind, detail, std::nullopt};
+  return ProxyError{kind, detail, std::nullopt, std::nullopt};
 }
 
 std::unique_ptr<StreamingParser> new_parser(bool head_request,

@@ -6,6 +6,7 @@ import re
 import uuid
 
 from conformance_peers import ORDERS, node  # noqa: F401  (fixture)
+from harness import post_in_background, problem, wait_for
 from peers import curl
 
 
@@ -82,4 +83,46 @@ def test_a_bad_namespace_is_a_config_error_with_its_position(make_proxy, node):
         out = p.cli("check-config")
         assert out.returncode != 0
         assert re.search(re.escape(p.config_path) + r":\d+:\d+: .*namespace must be 1 to 64",
+                         out.stderr), out.stderr
+
+
+# The IETF httpapi working group's issue #42: 422 collides with an application's own
+# validation errors. A route's statuses change the code; the problem type stays.
+def test_a_route_chooses_its_refusal_statuses(make_proxy, node):
+    route = dict(ORDERS[0], statuses={"missing_key": 428, "mismatch": 409, "in_flight": 425,
+                                      "store_unavailable": 500})
+    p = make_proxy(upstream_url=node.url, routes=[route])
+    missing = p.post("/v1/orders", "{}")
+    assert missing.status == 428 and problem(missing)["type"].endswith("/missing-key")
+    key = "statuses-" + uuid.uuid4().hex
+    assert p.post("/v1/orders", '{"a": 1}', key=key).status == 201
+    other = p.post("/v1/orders", '{"a": 2}', key=key)
+    assert other.status == 409 and problem(other)["type"].endswith("/key-mismatch")
+    slow_key = key + "-slow"
+    results = {}
+    slow = post_in_background(p, "/v1/orders?delay_ms=800", slow_key, results)
+    assert wait_for(lambda: node.executions(slow_key) == 1)
+    busy = p.post("/v1/orders?delay_ms=800", "{}", key=slow_key)
+    slow.join()
+    assert busy.status == 425 and problem(busy)["type"].endswith("/request-in-flight")
+    assert busy.header("Retry-After") == "1"
+    assert results[slow_key].status == 201 and node.executions(slow_key) == 1
+    down = make_proxy(upstream_url=node.url, routes=[route],
+                      store={"postgres": {"dsn": "postgresql://127.0.0.1:1/none", "pool_size": 1,
+                                          "statement_timeout": "1s"}})
+    refused = down.post("/v1/orders", "{}", key=key)
+    assert refused.status == 500 and problem(refused)["type"].endswith("/store-unavailable")
+    # The other refusals keep their statuses.
+    assert p.post("/v1/orders", "{}", key="").status == 400
+
+
+def test_refusal_statuses_are_checked_with_their_position(make_proxy, node):
+    for statuses, says in (({"mismatch": 200}, "statuses.mismatch must be an integer from 400"),
+                           ({"in_flight": "soon"}, "statuses.in_flight must be an integer"),
+                           ({"expired": 409}, 'unknown key "expired"')):
+        p = make_proxy(start=False, upstream_url=node.url,
+                       routes=[dict(ORDERS[0], statuses=statuses)])
+        out = p.cli("check-config")
+        assert out.returncode != 0
+        assert re.search(re.escape(p.config_path) + r":\d+:\d+: .*" + re.escape(says),
                          out.stderr), out.stderr

@@ -29,6 +29,16 @@ struct StatusRange {
   int high = 0;
 };
 
+/// `statuses`: the HTTP status of some refusals. The problem type stays, so a client
+/// that reads the type keeps working (the IETF httpapi working group's issue #42:
+/// 422 collides with an application's own validation errors). Each is 4xx or 5xx.
+struct RefusalStatuses {
+  int missing_key = 400;
+  int mismatch = 422;
+  int in_flight = 409;
+  int store_unavailable = 503;
+};
+
 struct RoutePolicy {
   std::string name = "default";
   std::string path_prefix = "/";
@@ -60,6 +70,7 @@ struct RoutePolicy {
   /// route whose request schema changed (namespace v2) never replays, or refuses as
   /// a mismatch, what an older one stored. Letters, digits, '.', '_' and '-'.
   std::string key_namespace;
+  RefusalStatuses statuses;
 
   bool covers_method(std::string_view method) const;
   /// Whether this route still serves while the store is unreachable: disabled, in
