@@ -132,6 +132,7 @@ const std::vector<Key>& table() {
       {"policy", "store_deny_headers"},
       {"policy", "forward_fencing_token"},
       {"policy", "namespace"},
+      {"policy", "key_json_pointer"},
       {"policy", "statuses"},
       {"statuses", "missing_key"},
       {"statuses", "mismatch"},

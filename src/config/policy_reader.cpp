@@ -5,6 +5,7 @@
 
 #include "config/reader.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
+#include "idemproxy/engine/key.hpp"
 
 namespace idemproxy::config::detail {
 namespace {
@@ -90,6 +91,11 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       code("mismatch", p.statuses.mismatch);
       code("in_flight", p.statuses.in_flight);
       code("store_unavailable", p.statuses.store_unavailable);
+    } else if (key == "key_json_pointer") {
+      p.key_json_pointer = text(v, name);
+      if (const auto error = engine::json_pointer_error(p.key_json_pointer)) {
+        fail(v, name + " " + *error + ", not \"" + p.key_json_pointer + "\"");
+      }
     } else if (key == "namespace") {
       p.key_namespace = text(v, name);
       const bool fits =

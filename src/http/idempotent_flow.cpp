@@ -1,5 +1,5 @@
 // The idempotent path as named phases over one context (the shape of Pingora's
-// ProxyHttp): key -> body -> cached -> fingerprint -> claim -> act. Each phase
+// ProxyHttp): key -> body -> body key -> cached -> fingerprint -> claim -> act. Each phase
 // returns next, responded or failed; the driver answers every failure with
 // problem+json in one place. The protocol's decisions are the coordinator's
 // (engine/coordinator.hpp): this file does the I/O they call for.
@@ -15,6 +15,7 @@ namespace {
 
 using engine::Decision;
 using idempotent::Flow;
+using idempotent::forward_unprotected;
 using idempotent::Step;
 using ops::Outcome;
 
@@ -108,28 +109,6 @@ asio::awaitable<Step> claim_phase(Flow& f) {
     // Held by this process: sleep until it releases the key; no database polling.
     co_await waiter->sleep_until(budget.deadline);
   }
-}
-
-// Forwards without a claim: the store is down and the route says fail_open, or the
-// route is in shadow mode and enforce would not have forwarded.
-asio::awaitable<Step> forward_unprotected(Flow& f) {
-  RequestContext& ctx = f.ctx;
-  Exchange ex = co_await ctx.rt.upstream.exchange(f.req, interim_sink(ctx));
-  if (ex.error) {
-    ctx.fail(*ex.error, Outcome::upstream_error);
-    co_return Step::failed;
-  }
-  ctx.outcome = f.decision.outcome;
-  bool keep = false;
-  if (ex.oversized) {
-    keep = co_await stream_response(ctx, ex.oversized->conn, *ex.oversized->parser,
-                                    ex.oversized->prefix);
-  } else {
-    ctx.upstream_status = ex.response.result_int();
-    strip_hop_by_hop(ex.response);
-    keep = co_await respond(ctx, ex.response);
-  }
-  co_return f.responded(keep);
 }
 
 // Forwards under the claim, then has the coordinator record the answer, then
@@ -273,9 +252,10 @@ struct Phase {
   asio::awaitable<Step> (*run)(Flow&);
 };
 
-constexpr std::array<Phase, 6> kPhases{{
+constexpr std::array<Phase, 7> kPhases{{
     {"key", idempotent::key_phase},
     {"body", idempotent::body_phase},
+    {"body key", idempotent::body_key_phase},
     {"cached", idempotent::cached_phase},
     {"fingerprint", idempotent::fingerprint_phase},
     {"claim", claim_phase},
@@ -284,7 +264,35 @@ constexpr std::array<Phase, 6> kPhases{{
 
 }  // namespace
 
-asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_header) {
+namespace idempotent {
+
+// Forwards without a claim: the store is down and the route says fail_open, the
+// route is in shadow mode and enforce would not have forwarded, or an optional key
+// is absent from the body.
+asio::awaitable<Step> forward_unprotected(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  Exchange ex = co_await ctx.rt.upstream.exchange(f.req, interim_sink(ctx));
+  if (ex.error) {
+    ctx.fail(*ex.error, Outcome::upstream_error);
+    co_return Step::failed;
+  }
+  ctx.outcome = f.decision.outcome;
+  bool keep = false;
+  if (ex.oversized) {
+    keep = co_await stream_response(ctx, ex.oversized->conn, *ex.oversized->parser,
+                                    ex.oversized->prefix);
+  } else {
+    ctx.upstream_status = ex.response.result_int();
+    strip_hop_by_hop(ex.response);
+    keep = co_await respond(ctx, ex.response);
+  }
+  co_return f.responded(keep);
+}
+
+}  // namespace idempotent
+
+asio::awaitable<bool> run_idempotent(RequestContext& ctx,
+                                     std::optional<std::string_view> key_header) {
   Flow flow{ctx, key_header};
   for (const Phase& phase : kPhases) {
     const Step step = co_await phase.run(flow);

@@ -1,4 +1,5 @@
-// The intake phases of the idempotent path: key -> body -> cached -> fingerprint.
+// The intake phases of the idempotent path: key -> body -> body key -> cached ->
+// fingerprint.
 #include "http/headers.hpp"
 #include "http/idempotent_phases.hpp"
 #include "http/relay.hpp"
@@ -33,19 +34,21 @@ asio::awaitable<Step> replay_cached(Flow& f) {
 // Phase: key, and the scope it lives in.
 asio::awaitable<Step> key_phase(Flow& f) {
   RequestContext& ctx = f.ctx;
-  auto parsed = engine::parse_key(f.key_header);
-  if (std::holds_alternative<engine::KeyError>(parsed) && f.shadow()) {
-    ctx.outcome = Outcome::shadow_would_reject;
-    const bool keep = co_await pass_through(ctx);
-    co_return f.responded(keep);
+  if (!f.key_in_body()) {
+    auto parsed = engine::parse_key(*f.key_header);
+    if (std::holds_alternative<engine::KeyError>(parsed) && f.shadow()) {
+      ctx.outcome = Outcome::shadow_would_reject;
+      const bool keep = co_await pass_through(ctx);
+      co_return f.responded(keep);
+    }
+    if (const auto* bad = std::get_if<engine::KeyError>(&parsed)) {
+      ctx.keep_alive = false;  // the body is left unread
+      ctx.fail(ProblemKind::bad_key, bad->reason, Outcome::bad_key);
+      co_return Step::failed;
+    }
+    f.id.key = std::move(std::get<std::string>(parsed));
+    ctx.key_hash = engine::sha256_hex(f.id.key).substr(0, 16);
   }
-  if (const auto* bad = std::get_if<engine::KeyError>(&parsed)) {
-    ctx.keep_alive = false;  // the body is left unread
-    ctx.fail(ProblemKind::bad_key, bad->reason, Outcome::bad_key);
-    co_return Step::failed;
-  }
-  f.id.key = std::move(std::get<std::string>(parsed));
-  ctx.key_hash = engine::sha256_hex(f.id.key).substr(0, 16);
   const auto& route = f.route();
   if (route.scope_from == engine::ScopeFrom::authorization) {
     const std::string_view credentials = ctx.head.get()[bhttp::field::authorization];
@@ -113,6 +116,41 @@ asio::awaitable<Step> body_phase(Flow& f) {
   f.req = parser.release();
   if (head_before_trailers) f.req.base() = std::move(*head_before_trailers);
   co_return Step::next;
+}
+
+// Phase: the key from the JSON body, when the request had no key header and the
+// route names key_json_pointer (a webhook's event id). The same rules as a header's
+// key apply; a body that is not JSON, or a value that is not a usable string or
+// integer, is refused with the pointer named. With none there, an optional key
+// forwards unprotected, as a request without the header does.
+asio::awaitable<Step> body_key_phase(Flow& f) {
+  if (!f.key_in_body()) co_return Step::next;
+  RequestContext& ctx = f.ctx;
+  const auto& route = f.route();
+  auto found = engine::key_from_json(f.req.body(), route.key_json_pointer);
+  if (found.found == engine::BodyKey::Found::key) {
+    f.id.key = std::move(found.key);
+    ctx.key_hash = engine::sha256_hex(f.id.key).substr(0, 16);
+    co_return Step::next;
+  }
+  const bool absent = found.found == engine::BodyKey::Found::absent;
+  if (f.shadow() && (!absent || route.key_required)) {
+    f.decision.outcome = Outcome::shadow_would_reject;
+    co_return co_await forward_unprotected(f);
+  }
+  if (absent && !route.key_required) {
+    f.decision.outcome = Outcome::passthrough;
+    co_return co_await forward_unprotected(f);
+  }
+  if (absent) {
+    ctx.fail(ProblemKind::missing_key,
+             "route " + route.name + " requires an " + route.header + " header or a key at " +
+                 route.key_json_pointer + " in the JSON body",
+             Outcome::missing_key);
+  } else {
+    ctx.fail(ProblemKind::invalid_key, std::move(found.reason), Outcome::bad_key);
+  }
+  co_return Step::failed;  // the body was read: the connection stays usable
 }
 
 // Phase: a completed record this process has seen replays from memory, with no

@@ -19,10 +19,10 @@ enum class Step {
 
 /// What the phases share, beside the request context.
 struct Flow {
-  Flow(RequestContext& c, std::string_view k) : ctx(c), key_header(k) {}
+  Flow(RequestContext& c, std::optional<std::string_view> k) : ctx(c), key_header(k) {}
 
   RequestContext& ctx;
-  std::string_view key_header;
+  std::optional<std::string_view> key_header;  // none: the key is in the body
   bool keep = false;  // responded: the connection may serve another request
   store::RecordId id;
   StringRequest req;
@@ -34,6 +34,7 @@ struct Flow {
   Runtime& rt() { return ctx.rt; }
   const engine::RoutePolicy& route() const { return *ctx.route; }
   bool shadow() const { return ctx.route->mode == engine::Mode::shadow; }
+  bool key_in_body() const { return !key_header; }
   Step responded(bool keep_alive) {
     keep = keep_alive;
     return Step::responded;
@@ -45,10 +46,16 @@ asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache
 /// Answers from f.hit (a replay cache hit): no database round trip, no commit.
 asio::awaitable<Step> replay_cached(Flow& f);
 
-/// Intake: the key and its scope; the body; a replay of the very same bytes from
-/// memory; the fingerprint (and a replay of the same request in other bytes).
+/// Forwards f.req without a claim (fail_open, shadow mode, or a route whose key is
+/// optional and absent), answering with outcome `f.decision.outcome`.
+asio::awaitable<Step> forward_unprotected(Flow& f);
+
+/// Intake: the key from its header and the scope; the body; the key from the body
+/// (key_json_pointer); a replay of the very same bytes from memory; the fingerprint
+/// (and a replay of the same request in other bytes).
 asio::awaitable<Step> key_phase(Flow& f);
 asio::awaitable<Step> body_phase(Flow& f);
+asio::awaitable<Step> body_key_phase(Flow& f);
 asio::awaitable<Step> cached_phase(Flow& f);
 asio::awaitable<Step> fingerprint_phase(Flow& f);
 

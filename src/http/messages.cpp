@@ -31,6 +31,8 @@ ProblemInfo info(ProblemKind kind) {
       return {"missing-key", 400, "Idempotency-Key is required"};
     case ProblemKind::bad_key:
       return {"bad-key", 400, "Invalid Idempotency-Key"};
+    case ProblemKind::invalid_key:
+      return {"invalid-key", 400, "No usable idempotency key in the request body"};
     case ProblemKind::body_too_large:
       return {"body-too-large", 413, "Request body too large"};
     case ProblemKind::key_mismatch:
@@ -150,6 +152,7 @@ int grpc_code(ProblemKind kind) {
     case ProblemKind::malformed_request:
     case ProblemKind::missing_key:
     case ProblemKind::bad_key:
+    case ProblemKind::invalid_key:
       return 3;  // INVALID_ARGUMENT
     case ProblemKind::key_mismatch:
       return 9;  // FAILED_PRECONDITION

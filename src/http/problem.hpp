@@ -15,6 +15,7 @@ enum class ProblemKind {
   header_too_large,       // 431
   missing_key,            // 400
   bad_key,                // 400
+  invalid_key,            // 400: key_json_pointer found no usable key in the body
   body_too_large,         // 413
   key_mismatch,           // 422
   request_in_flight,      // 409 + Retry-After

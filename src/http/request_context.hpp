@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "http/beast.hpp"
@@ -104,6 +105,8 @@ asio::awaitable<bool> stream_response(RequestContext& ctx,
 /// Streams a request no route protects to the upstream and the answer back.
 asio::awaitable<bool> pass_through(RequestContext& ctx);
 /// The idempotent path: key, body, fingerprint, claim, forward, record, respond.
-asio::awaitable<bool> run_idempotent(RequestContext& ctx, std::string_view key_header);
+/// Without `key_header`, the key is in the body at the route's key_json_pointer.
+asio::awaitable<bool> run_idempotent(RequestContext& ctx,
+                                     std::optional<std::string_view> key_header);
 
 }  // namespace idemproxy::http

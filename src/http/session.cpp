@@ -160,6 +160,9 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   ctx.head.get().erase(kFencingTokenHeader);
   const auto key_count = req.count(ctx.route->header);
   const bool shadow = ctx.route->mode == engine::Mode::shadow;
+  if (key_count == 0 && !ctx.route->key_json_pointer.empty()) {
+    co_return co_await run_idempotent(ctx, std::nullopt);  // the key is in the body
+  }
   if (key_count == 0) {
     if (!ctx.route->key_required) co_return co_await pass_through(ctx);
     if (shadow) {

@@ -1,13 +1,14 @@
 """The whole idempotency contract (issue 24), through the real binary, a real
 PostgreSQL and Node's http module as the upstream: the upstream's opt-out of
-storage (Idempotency-Policy: no-store) and key namespaces."""
+storage (Idempotency-Policy: no-store), key namespaces, refusal statuses and keys
+from the body (key_json_pointer)."""
 import json
 import re
 import uuid
 
 from conformance_peers import ORDERS, node  # noqa: F401  (fixture)
 from harness import post_in_background, problem, wait_for
-from peers import curl
+from peers import curl, node_fetch
 
 
 def post(proxy, path, key, body="{}", headers=()):
@@ -126,3 +127,138 @@ def test_refusal_statuses_are_checked_with_their_position(make_proxy, node):
         assert out.returncode != 0
         assert re.search(re.escape(p.config_path) + r":\d+:\d+: .*" + re.escape(says),
                          out.stderr), out.stderr
+
+
+# --- Keys from the body (key_json_pointer) -------------------------------------------
+
+STRIPE = {"name": "stripe", "path_prefix": "/webhooks/stripe", "key_required": True,
+          "key_json_pointer": "/id"}
+
+
+def stripe_event(event_id):
+    """A Stripe `event` object as Stripe delivers it (API version 2024-06-20)."""
+    return json.dumps({
+        "id": event_id, "object": "event", "api_version": "2024-06-20", "created": 1732550400,
+        "livemode": False, "pending_webhooks": 1, "type": "payment_intent.succeeded",
+        "request": {"id": "req_" + uuid.uuid4().hex[:14], "idempotency_key": None},
+        "data": {"object": {"id": "pi_3QOq2vLkdIwHu7ix0abcdEFG", "object": "payment_intent",
+                            "amount": 2000, "currency": "eur", "status": "succeeded",
+                            "metadata": {"order_id": "6735"}}},
+    })
+
+
+# Stripe delivers an event at least once and retries it, each time with a fresh
+# Stripe-Signature timestamp, so no header identifies a delivery: the event's own id
+# does. Node's fetch delivers the same event three times (two at once, as Stripe's
+# retry and a manual resend can race): the receiver runs once and the other two get
+# the stored answer. Over HTTP/2 too.
+def test_a_webhook_is_deduplicated_by_the_event_id_in_its_body(make_proxy, node, pg):
+    p = make_proxy(upstream_url=node.url, routes=[STRIPE])
+    event_id = "evt_" + uuid.uuid4().hex[:24]
+    event = stripe_event(event_id)
+
+    def delivery(t):
+        return {"method": "POST", "url": "http://127.0.0.1:%d/webhooks/stripe" % p.port,
+                "body": event, "headers": {
+                    "Content-Type": "application/json; charset=utf-8",
+                    "User-Agent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
+                    "Stripe-Signature": "t=%d,v1=%s" % (t, uuid.uuid4().hex * 2)}}
+    answers = node_fetch([delivery(1732550400 + i) for i in range(3)], parallel=2)
+    assert sorted(a["status"] for a in answers) in ([201, 201, 201], [201, 201, 409]), answers
+    assert node.executions(event_id) == 1
+    again = node_fetch([delivery(1732550500)])[0]
+    assert again["status"] == 201 and again["headers"].get("idempotent-replayed") == "true"
+    first = next(a for a in answers if "idempotent-replayed" not in a["headers"])
+    assert again["body"] == first["body"]
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % event_id) == "1"
+    status, fields, _, _ = curl("--http2-prior-knowledge", "-X", "POST", "-H",
+                                "Content-Type: application/json", "-d", event,
+                                "http://127.0.0.1:%d/webhooks/stripe" % p.port)
+    assert status == 201 and fields.get("idempotent-replayed") == "true"
+    assert node.executions(event_id) == 1
+    # An integer id is its decimal text; the key's rules apply as to a header's.
+    num = make_proxy(upstream_url=node.url, routes=[dict(STRIPE, key_json_pointer="/delivery/n")])
+    n = uuid.uuid4().int % 10**15
+    for _ in range(2):
+        r = num.post("/webhooks/stripe", json.dumps({"delivery": {"n": n}, "id": str(n)}))
+        assert r.status == 201
+    assert node.executions(str(n)) == 1
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%d'" % n) == "1"
+
+
+# GitHub names each delivery in X-GitHub-Delivery and repeats it on a redelivery; the
+# body's own fields (a push's "after") are not unique per delivery. A header key
+# route with the body pointer as a fallback: the header wins when present.
+def test_a_github_delivery_is_keyed_by_its_header_which_wins_over_the_body(make_proxy, node, pg):
+    route = {"name": "github", "path_prefix": "/webhooks/github", "key_required": True,
+             "header": "X-GitHub-Delivery", "key_json_pointer": "/id"}
+    p = make_proxy(upstream_url=node.url, routes=[route])
+    delivery = str(uuid.uuid4())
+    body_id = "body-" + uuid.uuid4().hex
+    push = json.dumps({"id": body_id, "ref": "refs/heads/main", "before": "0" * 40,
+                       "after": "6113728f27ae82c7b1a177c8d03f9e96e0adf246",
+                       "repository": {"id": 1296269, "full_name": "octocat/Hello-World"},
+                       "pusher": {"name": "octocat"}})
+    fields = ("X-GitHub-Event: push", "X-GitHub-Delivery: " + delivery,
+              "X-Hub-Signature-256: sha256=" + uuid.uuid4().hex * 2,
+              "User-Agent: GitHub-Hookshot/044aadd")
+    args = ["-X", "POST", "-H", "Content-Type: application/json"]
+    for f in fields:
+        args += ["-H", f]
+    url = "http://127.0.0.1:%d/webhooks/github" % p.port
+    first = curl(*args, "-d", push, url)
+    redelivered = curl(*args, "-d", push, url)
+    assert first[0] == redelivered[0] == 201
+    assert redelivered[1].get("idempotent-replayed") == "true" and redelivered[2] == first[2]
+    assert node.executions(delivery) == 1
+    keys = pg.sql("SELECT key FROM idempotency_records WHERE key IN ('%s', '%s')"
+                  % (delivery, body_id))
+    assert keys.splitlines() == [delivery]  # the header's, not the body's
+
+
+# What the pointer finds must be a usable key, or the request is refused with the
+# pointer named (400 invalid-key), never forwarded unprotected; nothing there is a
+# missing key, or a pass-through where the key is optional.
+def test_a_body_without_a_usable_key_is_refused_naming_the_pointer(make_proxy, node, pg):
+    p = make_proxy(upstream_url=node.url, routes=[dict(STRIPE, key_json_pointer="/data/id")])
+    for body, says in (('{"data": ', "the body is not valid JSON"),
+                       ("not json", "the body is not valid JSON"),
+                       ('{"data": {"id": {"x": 1}}}', "the value is object"),
+                       ('{"data": {"id": 1.5}}', "the value is number"),
+                       ('{"data": {"id": true}}', "the value is boolean"),
+                       ('{"data": {"id": null}}', "the value is null"),
+                       ('{"data": {"id": ""}}', "the key is empty"),
+                       ('{"data": {"id": "%s"}}' % ("k" * 256), "longer than 255"),
+                       ('{"data": {"id": "a\\u0001b"}}', "printable ASCII")):
+        r = p.post("/webhooks/stripe", body)
+        assert r.status == 400, (body, r.status)
+        doc = problem(r)
+        assert doc["type"].endswith("/invalid-key"), doc
+        assert "key_json_pointer /data/id" in doc["detail"] and says in doc["detail"], doc
+        assert r.header("Connection") != "close"  # the body was read whole
+    missing = p.post("/webhooks/stripe", '{"data": [1, 2]}')
+    assert missing.status == 400 and problem(missing)["type"].endswith("/missing-key")
+    assert "/data/id in the JSON body" in problem(missing)["detail"]
+    assert p.metric("idemproxy_requests_total", route="stripe", outcome="bad_key") == 9
+    # Where the key is optional, a body without one passes through unprotected...
+    optional = make_proxy(upstream_url=node.url, routes=[dict(STRIPE, key_required=False)])
+    plain = json.dumps({"object": "event"})
+    assert [optional.post("/webhooks/stripe", plain).status for _ in range(2)] == [201, 201]
+    assert optional.metric("idemproxy_requests_total", route="stripe", outcome="passthrough") == 2
+    # ...and in shadow mode a refusal is only counted, and the request forwarded.
+    shadow = make_proxy(upstream_url=node.url, routes=[dict(STRIPE, mode="shadow")])
+    assert shadow.post("/webhooks/stripe", "not json").status == 201
+    assert shadow.metric("idemproxy_requests_total", route="stripe",
+                         outcome="shadow_would_reject") == 1
+
+
+def test_a_bad_json_pointer_is_a_config_error_with_its_position(make_proxy, node):
+    for bad, says in (("id", "must be a JSON pointer starting with /"),
+                      ("", "must be a JSON pointer starting with /"),
+                      ("/a~2b", "'~' must be followed by 0 or 1")):
+        p = make_proxy(start=False, upstream_url=node.url,
+                       routes=[dict(STRIPE, key_json_pointer=bad)])
+        out = p.cli("check-config")
+        assert out.returncode != 0
+        assert re.search(re.escape(p.config_path) + r":\d+:\d+: .*key_json_pointer .*" +
+                         re.escape(says), out.stderr), out.stderr

@@ -100,3 +100,61 @@ TEST(ParseKey, ListsInnerListsAndDictionariesAreNotKeys) {
   EXPECT_EQ(ok("orders/42:retry"), "orders/42:retry");
   EXPECT_EQ(ok("\"a, b\""), "a, b");  // a comma inside an sf-string is the key's own
 }
+
+// Issue 24 item 1: webhook deliveries carry their key in the body (a Stripe event's
+// id). RFC 6901 pointers; the value is a string or an integer (its decimal text).
+TEST(KeyFromJson, FindsStringsAndIntegersAtThePointer) {
+  using idemproxy::engine::BodyKey;
+  using idemproxy::engine::key_from_json;
+  const std::string event =
+      R"({"id": "evt_1", "data": {"object": {"id": 42, "a/b": "s", "m~n": "t"}},
+                                "list": ["x", "y"]})";
+  const auto at = [&](const char* pointer) { return key_from_json(event, pointer); };
+  EXPECT_EQ(at("/id").key, "evt_1");
+  EXPECT_EQ(at("/data/object/id").key, "42");
+  EXPECT_EQ(at("/data/object/a~1b").key, "s");  // RFC 6901 section 3: ~1 is '/'
+  EXPECT_EQ(at("/data/object/m~0n").key, "t");  // and ~0 is '~'
+  EXPECT_EQ(at("/list/1").key, "y");
+  EXPECT_EQ(at("/id").found, BodyKey::Found::key);
+  EXPECT_EQ(key_from_json(R"({"n": -7})", "/n").key, "-7");
+  EXPECT_EQ(key_from_json(R"({"n": 18446744073709551615})", "/n").key, "18446744073709551615");
+  for (const char* absent : {"/nope", "/data/nope/id", "/list/2", "/list/x", "/id/deeper"}) {
+    const auto r = at(absent);
+    EXPECT_EQ(r.found, BodyKey::Found::absent) << absent << ": " << r.reason;
+    EXPECT_TRUE(r.key.empty());
+  }
+}
+
+TEST(KeyFromJson, RefusesWhatIsNotAUsableKeyNamingThePointer) {
+  using idemproxy::engine::BodyKey;
+  using idemproxy::engine::key_from_json;
+  const std::string too_long = R"({"id": ")" + std::string(256, 'k') + "\"}";
+  for (const auto& [body, says] : std::vector<std::pair<std::string, std::string>>{
+           {"", "not valid JSON"},
+           {R"({"id": "a")", "not valid JSON"},
+           {R"({"id": "a"} trailing)", "not valid JSON"},
+           {R"({"id": 1.5})", "the value is number"},
+           {R"({"id": 1e3})", "the value is number"},
+           {R"({"id": null})", "the value is null"},
+           {R"({"id": true})", "the value is boolean"},
+           {R"({"id": ["a"]})", "the value is array"},
+           {R"({"id": ""})", "the key is empty"},
+           {R"({"id": "caf\u00e9"})", "printable ASCII"},
+           {R"({"id": "a\nb"})", "printable ASCII"},
+           {too_long, "longer than 255"}}) {
+    const auto r = key_from_json(body, "/id");
+    EXPECT_EQ(r.found, BodyKey::Found::refused) << body;
+    EXPECT_NE(r.reason.find("key_json_pointer /id: "), std::string::npos) << r.reason;
+    EXPECT_NE(r.reason.find(says), std::string::npos) << body << " -> " << r.reason;
+  }
+  EXPECT_EQ(key_from_json(R"({"id": ")" + std::string(255, 'k') + "\"}", "/id").key.size(), 255U);
+}
+
+TEST(JsonPointerError, AcceptsRfc6901PointersToAMemberOnly) {
+  using idemproxy::engine::json_pointer_error;
+  for (const char* good : {"/id", "/data/object/id", "/a~1b", "/m~0n", "/0", "/"}) {
+    EXPECT_FALSE(json_pointer_error(good)) << good;
+  }
+  for (const char* bad : {"", "id", "#/id", "/a~2", "/a~"})
+    EXPECT_TRUE(json_pointer_error(bad)) << bad;
+}

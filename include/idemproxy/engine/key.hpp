@@ -1,5 +1,6 @@
 #pragma once
 // Parsing of the Idempotency-Key header value.
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -18,6 +19,22 @@ struct KeyError {
 /// Dictionary (`a, b`, `(a b)`, `k="v"`) is refused: the field is an Item (RFC 8941
 /// §3.3).
 std::variant<std::string, KeyError> parse_key(std::string_view header_value);
+
+/// A key from the JSON body (key_json_pointer): found, absent (the document has no
+/// value there), or refused: the body is not JSON, or the value is neither a string
+/// nor an integer, or breaks the key's rules (1..255 printable ASCII). An integer
+/// is its decimal text. The reason names the pointer and is safe to show.
+struct BodyKey {
+  enum class Found { key, absent, refused };
+  Found found = Found::absent;
+  std::string key;
+  std::string reason;
+};
+BodyKey key_from_json(std::string_view body, const std::string& pointer);
+
+/// Why `pointer` is not an RFC 6901 JSON pointer naming a member (it must start
+/// with /), or nothing when it is one.
+std::optional<std::string> json_pointer_error(const std::string& pointer);
 
 /// The scope of a record whose route takes it from a header the client sets. Scopes
 /// from verified sources are written `cert:...` (client certificate) and `hmac:...`

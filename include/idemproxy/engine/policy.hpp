@@ -70,6 +70,9 @@ struct RoutePolicy {
   /// route whose request schema changed (namespace v2) never replays, or refuses as
   /// a mismatch, what an older one stored. Letters, digits, '.', '_' and '-'.
   std::string key_namespace;
+  /// `key_json_pointer`: an RFC 6901 pointer into a JSON body where the key is when
+  /// the request has no `header` (which wins when present), e.g. /id for a webhook.
+  std::string key_json_pointer;
   RefusalStatuses statuses;
 
   bool covers_method(std::string_view method) const;

@@ -1,5 +1,6 @@
 // A real Node `http` upstream for the outside-in tests. It counts executions per
-// Idempotency-Key and echoes each request's X-Ledger-Id, so a client can tell
+// Idempotency-Key (else per X-GitHub-Delivery, else per a JSON body's "id", as a
+// webhook receiver would see them) and echoes each request's X-Ledger-Id, so a client can tell
 // whether the answer it got is its own. Query parameters choose interim answers:
 //   ?hints=1       103 Early Hints (res.writeEarlyHints) before the final answer
 //   ?processing=1  102 Processing (res.writeProcessing)
@@ -25,7 +26,13 @@ const server = http.createServer((req, res) => {
   req.on('data', (c) => chunks.push(c));
   req.on('end', () => {
     const body = Buffer.concat(chunks);
-    const key = req.headers['idempotency-key'];
+    let key = req.headers['idempotency-key'] ?? req.headers['x-github-delivery'];
+    if (key === undefined) {
+      try {
+        const id = JSON.parse(body.toString()).id;
+        if (id !== undefined && id !== null) key = String(id);
+      } catch (e) { /* not JSON: not counted */ }
+    }
     if (key !== undefined) executions.set(key, (executions.get(key) || 0) + 1);
     const p = url.searchParams;
     if (p.get('hints')) res.writeEarlyHints({link: '</style.css>; rel=preload; as=style'});
