@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     spdlog::set_default_logger(spdlog::stderr_logger_mt("idemproxy"));
     if (args.verb == "migrate") return migrate(args);
     if (args.verb == "check-config") return check_config(args);
+    if (args.verb == "policy") return print_policy(args);
     if (args.verb == "gc") return gc(args);
     if (args.verb == "keys show") return keys_show(args);
     if (args.verb == "keys purge") return keys_purge(args);

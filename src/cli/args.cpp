@@ -9,6 +9,7 @@ std::string usage() {
   return "usage: idemproxy [serve] --config FILE [--no-migrate]\n"
          "       idemproxy migrate --config FILE\n"
          "       idemproxy check-config --config FILE\n"
+         "       idemproxy policy --config FILE [--html]\n"
          "       idemproxy gc --config FILE\n"
          "       idemproxy keys show --config FILE --key K [--scope S]\n"
          "       idemproxy keys purge --config FILE --key K [--scope S]\n"
@@ -40,6 +41,11 @@ std::string command_help(const std::string& verb) {
        "usage: idemproxy check-config --config FILE\n\n"
        "Validates the file: exit 0 when it loads (warnings on stderr), or FILE:LINE:COL:\n"
        "message on stderr and exit 2.\n"},
+      {"policy",
+       "usage: idemproxy policy --config FILE [--html]\n\n"
+       "Prints the idempotency policy the file publishes (policy.path serves the same\n"
+       "document): for each route its methods, key source, expiry, lease, stored\n"
+       "statuses and every error with its status. JSON, or with --html the page.\n"},
       {"gc",
        "usage: idemproxy gc --config FILE\n\n"
        "Deletes every expired record now, in batches of 1000 (serve does it every\n"
@@ -98,9 +104,9 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.verb += " " + argv[i++];
     }
   }
-  static const std::vector<std::string> verbs = {"serve",        "migrate",   "check-config",
-                                                 "gc",           "keys show", "keys purge",
-                                                 "keys resolve", "keys list"};
+  static const std::vector<std::string> verbs = {"serve",      "migrate",      "check-config",
+                                                 "policy",     "gc",           "keys show",
+                                                 "keys purge", "keys resolve", "keys list"};
   if (std::find(verbs.begin(), verbs.end(), a.verb) == verbs.end()) {
     throw UsageError("unknown command \"" + a.verb + "\"");
   }
@@ -128,6 +134,8 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.help = true;
     else if (arg == "--version")
       a.version = true;
+    else if (arg == "--html" && a.verb == "policy")
+      a.html = true;
     else
       throw UsageError("unknown argument \"" + arg + "\"");
   }

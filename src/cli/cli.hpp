@@ -19,7 +19,7 @@ struct UsageError : std::runtime_error {
 };
 
 struct Args {
-  std::string verb = "serve";  // serve | migrate | check-config | gc | keys show|purge|resolve
+  std::string verb = "serve";  // serve | migrate | check-config | policy | gc | keys ...
   std::string config = "config/idemproxy.yaml";
   bool no_migrate = false;
   std::optional<std::string> key;
@@ -28,6 +28,7 @@ struct Args {
   int limit = 50;     // keys list
   bool help = false;
   bool version = false;
+  bool html = false;        // policy --html
   bool verb_given = false;  // `idemproxy <command> --help` explains that command
 };
 
@@ -43,6 +44,8 @@ store::PgOptions pg_options(const config::Config& c, int pool_size);
 int serve(const Args& args);
 int migrate(const Args& args);
 int check_config(const Args& args);
+/// Prints the published idempotency policy (JSON, or the page with --html).
+int print_policy(const Args& args);
 int gc(const Args& args);
 int keys_show(const Args& args);
 int keys_purge(const Args& args);

@@ -1,9 +1,10 @@
-// The one-shot verbs: check-config, migrate, gc, keys show|purge.
+// The one-shot verbs: check-config, policy, migrate, gc, keys show|purge.
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.hpp"
+#include "http/policy_document.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/ops/records.hpp"
 #include "idemproxy/store/migrations.hpp"
@@ -45,6 +46,12 @@ int check_config(const Args& args) {
   for (const auto& w : c.warnings) std::cerr << "warning: " << w << "\n";
   std::cout << args.config << ": ok (" << c.routes.size() << " route"
             << (c.routes.size() == 1 ? "" : "s") << ", upstream " << c.upstream.url << ")\n";
+  return kOk;
+}
+
+int print_policy(const Args& args) {
+  const auto published = http::publish_policy(load_or_exit(args));
+  std::cout << (args.html ? published.html : published.json);
   return kOk;
 }
 

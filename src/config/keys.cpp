@@ -36,7 +36,7 @@ std::string render(StoreConfig::Kind k) {
 }
 
 struct Key {
-  const char* section;  // "" is the top level; "policy" and "route" are per route
+  const char* section;  // "" is the top level; "route_policy" and "route" are per route
   const char* name;
   /// Restart-only keys: the running value, to compare on reload, and how to keep it.
   std::string (*value)(const Config&) = nullptr;
@@ -113,34 +113,37 @@ const std::vector<Key>& table() {
       {"server", "escaped_slashes"},
       {"server", "max_json_depth"},
       {"server", "http2"},
+      {"", "policy"},
+      {"policy", "path"},
+      {"policy", "url"},
       {"gc", "interval"},
       {"gc", "batch_size"},
       {"gc", "max_batches"},
       {"log", "level"},
       {"log", "format"},
-      {"policy", "header"},
-      {"policy", "methods"},
-      {"policy", "key_required"},
-      {"policy", "ttl"},
-      {"policy", "lease"},
-      {"policy", "scope_header"},
-      {"policy", "on_concurrent"},
-      {"policy", "store_status"},
-      {"policy", "store_grpc_status"},
-      {"policy", "store_unavailable"},
-      {"policy", "max_body"},
-      {"policy", "store_deny_headers"},
-      {"policy", "forward_fencing_token"},
-      {"policy", "namespace"},
-      {"policy", "key_json_pointer"},
-      {"policy", "statuses"},
+      {"route_policy", "header"},
+      {"route_policy", "methods"},
+      {"route_policy", "key_required"},
+      {"route_policy", "ttl"},
+      {"route_policy", "lease"},
+      {"route_policy", "scope_header"},
+      {"route_policy", "on_concurrent"},
+      {"route_policy", "store_status"},
+      {"route_policy", "store_grpc_status"},
+      {"route_policy", "store_unavailable"},
+      {"route_policy", "max_body"},
+      {"route_policy", "store_deny_headers"},
+      {"route_policy", "forward_fencing_token"},
+      {"route_policy", "namespace"},
+      {"route_policy", "key_json_pointer"},
+      {"route_policy", "statuses"},
       {"statuses", "missing_key"},
       {"statuses", "mismatch"},
       {"statuses", "in_flight"},
       {"statuses", "store_unavailable"},
-      {"policy", "on_stale"},
-      {"policy", "mode"},
-      {"policy", "scope"},
+      {"route_policy", "on_stale"},
+      {"route_policy", "mode"},
+      {"route_policy", "scope"},
       {"scope", "from"},
       {"scope", "header"},
       {"scope", "hash"},
@@ -176,7 +179,7 @@ std::vector<std::string> documented_keys() {
   std::vector<std::string> keys;
   for (const Key& k : table()) {
     const std::string section = k.section;
-    const std::string path = section.empty() || section == "policy" || section == "route"
+    const std::string path = section.empty() || section == "route_policy" || section == "route"
                                  ? k.name
                                  : section + "." + k.name;
     if (!sections.contains(path)) keys.push_back(path);  // sections hold documented keys

@@ -210,8 +210,30 @@ void read_server(const YAML::Node& root, const Reader& r, Config& c) {
   }
 }
 
-// replay_cache, gc and log.
+// replay_cache, gc, log and policy.
 void read_housekeeping(const YAML::Node& root, const Reader& r, Config& c) {
+  if (const YAML::Node p = root["policy"]) {
+    r.expect_map(p, "policy", section("policy"));
+    if (const YAML::Node path = p["path"]) {
+      c.policy.path = r.text(path, "policy.path");
+      const bool plain = c.policy.path.find_first_of("?#% \t") == std::string::npos;
+      if (!c.policy.path.empty() && (!c.policy.path.starts_with('/') || !plain)) {
+        r.fail(path,
+               "policy.path must be an absolute path such as /.well-known/idempotency "
+               "(no query, fragment, escapes or spaces), or \"\" to serve none");
+      }
+    }
+    if (const YAML::Node url = p["url"]) {
+      c.policy.url = r.text(url, "policy.url");
+      const bool absolute =
+          c.policy.url.starts_with("https://") || c.policy.url.starts_with("http://");
+      // RFC 8288 3.1: the target is a URI-Reference between < and >.
+      if (!absolute || c.policy.url.find_first_of("<> \t\"") != std::string::npos) {
+        r.fail(url,
+               "policy.url must be an absolute http or https URL, not \"" + c.policy.url + "\"");
+      }
+    }
+  }
   if (const YAML::Node rc = root["replay_cache"]) {
     r.expect_map(rc, "replay_cache", section("replay_cache"));
     if (rc["max_bytes"]) c.replay_cache_bytes = r.size(rc["max_bytes"], "replay_cache.max_bytes");

@@ -43,7 +43,7 @@ std::string Reader::field_name(const YAML::Node& n, const std::string& name) con
 
 void Reader::policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
                     bool is_route) const {
-  auto known = section("policy");
+  auto known = section("route_policy");
   if (is_route) known.insert(section("route").begin(), section("route").end());
   expect_map(n, path, known);
   for (const auto& item : n) {

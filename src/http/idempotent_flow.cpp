@@ -174,6 +174,7 @@ asio::awaitable<Step> execute(Flow& f) {
     case engine::Finish::stored:
       ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;
       head.set(kExpiresHeader, http_date(done.expires_at));
+      if (const auto link = policy_link(ctx); !link.empty()) head.insert(bhttp::field::link, link);
       break;
     case engine::Finish::released:
       ctx.outcome = Outcome::released;

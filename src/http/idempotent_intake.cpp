@@ -19,6 +19,7 @@ asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache
     sent = co_await send_cached(ctx, entry);
   } else {
     auto res = replay_response(entry.response, entry.expires_at, ctx.version, ctx.keep_alive);
+    if (const auto link = policy_link(ctx); !link.empty()) res.insert(bhttp::field::link, link);
     sent = co_await send_response(ctx, res);
   }
   co_return sent ? ctx.keep_alive : false;

@@ -197,6 +197,17 @@ std::string grpc_message(std::string_view text) {
 
 }  // namespace
 
+std::vector<ProblemEntry> problem_catalog(const engine::RoutePolicy& route) {
+  std::vector<ProblemEntry> out;
+  for (int k = 0; k <= static_cast<int>(ProblemKind::internal); ++k) {
+    const auto kind = static_cast<ProblemKind>(k);
+    const ProblemInfo i = info(kind);
+    out.push_back({problem_type(kind), i.title, route_status(route, kind).value_or(i.status),
+                   grpc_code(kind)});
+  }
+  return out;
+}
+
 StringResponse grpc_refusal(const ProxyError& error, unsigned version, bool keep_alive) {
   StringResponse res{bhttp::status::ok, version};
   res.set(bhttp::field::content_type, "application/grpc");
@@ -327,9 +338,21 @@ void prepare_replay_head(engine::ReplayCache::Entry& e) {
   e.head.resize(e.head.size() - 2);  // the blank line: per-request lines go before it
 }
 
+std::string_view policy_link(const RequestContext& ctx) {
+  const auto* route = ctx.route;
+  if (ctx.grpc || route == nullptr || !route->enabled || !route->covers_method(ctx.method)) {
+    return {};
+  }
+  return ctx.settings->policy.link;
+}
+
 asio::awaitable<bool> send_cached(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
   std::string lines;
   if (!ctx.keep_alive) lines += "Connection: close\r\n";
+  // In the order a replay built per request has them (send_replay).
+  if (const auto link = policy_link(ctx); !link.empty()) {
+    lines.append("Link: ").append(link).append("\r\n");
+  }
   if (!ctx.request_id.empty()) lines += "X-Request-Id: " + ctx.request_id + "\r\n";
   lines += "\r\n";
   const std::array<asio::const_buffer, 3> buffers{asio::buffer(entry.head), asio::buffer(lines),
@@ -364,6 +387,7 @@ asio::awaitable<bool> send_problem(RequestContext& ctx) {
   if (ctx.route != nullptr) ctx.error->status = route_status(*ctx.route, ctx.error->kind);
   auto res = ctx.grpc ? grpc_refusal(*ctx.error, ctx.version, ctx.keep_alive)
                       : problem_response(*ctx.error, ctx.version, ctx.keep_alive);
+  if (const auto link = policy_link(ctx); !link.empty()) res.set(bhttp::field::link, link);
   const bool sent = co_await send_response(ctx, res);
   co_return ctx.keep_alive ? sent : false;
 }

@@ -3,6 +3,7 @@
 // problem_response() is the one place that turns them into RFC 9457 responses.
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "http/beast.hpp"
 #include "idemproxy/engine/coordinator.hpp"
@@ -43,6 +44,17 @@ std::optional<unsigned> route_status(const engine::RoutePolicy& route, ProblemKi
 
 /// The stable `type` URI of a problem kind.
 std::string problem_type(ProblemKind kind);
+
+/// One problem as the published policy lists it: what it is called, the status a
+/// route answers it with (its `statuses` applied) and, for gRPC clients, the code.
+struct ProblemEntry {
+  std::string type;
+  std::string title;
+  unsigned status = 0;
+  int grpc_code = 0;
+};
+/// Every problem a covered route can answer with, in ProblemKind order.
+std::vector<ProblemEntry> problem_catalog(const engine::RoutePolicy& route);
 /// The problem a coordinator's refusal is answered with.
 ProxyError refusal_error(engine::Refusal why, std::string detail, std::optional<int> retry_after);
 

@@ -102,6 +102,11 @@ asio::awaitable<bool> continue_if_expected(RequestContext& ctx);
 asio::awaitable<bool> stream_response(RequestContext& ctx,
                                       std::unique_ptr<UpstreamConnection>& conn,
                                       StreamingParser& parser, std::string_view prefix);
+/// The published policy's Link field value (`<...>; rel="describedby"`) for this
+/// request's problems and stored answers: "" unless a route covers it, a policy is
+/// published, and the client is not gRPC (whose metadata it would clutter).
+std::string_view policy_link(const RequestContext& ctx);
+
 /// Streams a request no route protects to the upstream and the answer back.
 asio::awaitable<bool> pass_through(RequestContext& ctx);
 /// The idempotent path: key, body, fingerprint, claim, forward, record, respond.

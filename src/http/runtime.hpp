@@ -17,6 +17,7 @@
 #include "http/completion_retrier.hpp"
 #include "http/headers.hpp"
 #include "http/lease_renewals.hpp"
+#include "http/policy_document.hpp"
 #include "http/upstream_pool.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/engine/coordinator.hpp"
@@ -27,9 +28,11 @@ namespace idemproxy::http {
 
 /// A consistent snapshot of configuration and the route table built from it.
 struct Settings {
-  explicit Settings(config::Config c) : config(std::move(c)), routes(config.routes) {}
+  explicit Settings(config::Config c)
+      : config(std::move(c)), routes(config.routes), policy(publish_policy(config)) {}
   config::Config config;
   engine::RouteTable routes;
+  PublishedPolicy policy;  // served at policy.path; its link on covered routes' answers
 };
 
 class Runtime {

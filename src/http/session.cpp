@@ -88,6 +88,26 @@ asio::awaitable<beast::error_code> read_head_bytes(ClientConnection& conn, std::
   }
 }
 
+// The published idempotency policy at policy.path: JSON, or a page when the client
+// prefers HTML (a browser's Accept names text/html; RFC 9110 12.5.1). Generated from
+// the configuration in force, so a reload republishes it.
+asio::awaitable<bool> send_policy(RequestContext& ctx) {
+  const auto& head = ctx.head.get();
+  // A GET with a body (RFC 9110 9.3.1: no defined meaning) is answered, then the
+  // connection closed rather than the body read.
+  if (head.chunked() || ctx.head.content_length().value_or(0) > 0) ctx.keep_alive = false;
+  const bool html = head[bhttp::field::accept].find("text/html") != std::string_view::npos;
+  StringResponse res{bhttp::status::ok, ctx.version};
+  res.set(bhttp::field::content_type, html ? "text/html; charset=utf-8" : "application/json");
+  res.set(bhttp::field::cache_control, "max-age=300");
+  res.set(bhttp::field::vary, "Accept");
+  res.body() = html ? ctx.settings->policy.html : ctx.settings->policy.json;
+  res.prepare_payload();
+  ctx.outcome = ops::Outcome::passthrough;
+  const bool sent = co_await send_response(ctx, res);
+  co_return sent&& ctx.keep_alive;
+}
+
 // Honours a sane X-Request-Id; otherwise makes a random one (128 bits, hex).
 std::string request_id_for(const bhttp::request<bhttp::empty_body>& req) {
   const auto given = req["X-Request-Id"];
@@ -153,6 +173,11 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   if (!target.authority.empty()) ctx.head.get().set(bhttp::field::host, target.authority);
   if (target.forward != req.target()) ctx.head.get().target(target.forward);
   ctx.target = std::move(target.forward);
+  const auto& published = ctx.settings->config.policy;
+  if (published.url.empty() && !published.path.empty() && target.route_path == published.path &&
+      ctx.method == "GET") {
+    co_return co_await send_policy(ctx);
+  }
   ctx.route = ctx.settings->routes.match(target.route_path);
   if (ctx.route == nullptr || !ctx.route->enabled || !ctx.route->covers_method(ctx.method)) {
     co_return co_await pass_through(ctx);

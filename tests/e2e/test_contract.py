@@ -4,6 +4,7 @@ storage (Idempotency-Policy: no-store), key namespaces, refusal statuses and key
 from the body (key_json_pointer)."""
 import json
 import re
+import signal
 import uuid
 
 from conformance_peers import ORDERS, node  # noqa: F401  (fixture)
@@ -262,3 +263,112 @@ def test_a_bad_json_pointer_is_a_config_error_with_its_position(make_proxy, node
         assert out.returncode != 0
         assert re.search(re.escape(p.config_path) + r":\d+:\d+: .*key_json_pointer .*" +
                          re.escape(says), out.stderr), out.stderr
+
+
+# --- The published policy (policy.path, policy.url, Link rel=describedby) -------------
+
+WELL_KNOWN = "/.well-known/idempotency"
+DESCRIBEDBY = '<%s>; rel="describedby"' % WELL_KNOWN
+
+
+# The draft's MUST: the resource publishes its policy, expiry included; and its
+# SHOULD: errors point to it. Generated from the YAML, so what it says is what the
+# proxy does: the routes' TTLs and the statuses they answer with.
+def test_the_policy_is_published_from_the_config_and_linked_from_answers(make_proxy, node, pg):
+    routes = [dict(ORDERS[0], ttl="1h", lease="10s", statuses={"mismatch": 409}),
+              dict(STRIPE, on_concurrent="wait"),
+              {"name": "off", "path_prefix": "/v1/off", "enabled": False}]
+    p = make_proxy(upstream_url=node.url, routes=routes)
+    served = p.request("GET", WELL_KNOWN)
+    assert served.status == 200 and served.header("Content-Type") == "application/json"
+    assert served.header("Vary") == "Accept"
+    doc = served.json()
+    assert [r["name"] for r in doc["routes"]] == ["orders", "stripe"]  # enabled routes only
+    orders, stripe = doc["routes"]
+    assert orders["path_prefix"] == "/v1/orders" and orders["methods"] == ["POST", "PATCH"]
+    assert orders["expiry"]["ttl"] == "1h" and orders["expiry"]["ttl_seconds"] == 3600
+    assert orders["lease"]["seconds"] == 10 and orders["on_concurrent"].startswith("reject")
+    assert orders["key"]["header"] == "Idempotency-Key" and orders["key"]["required"] is True
+    assert orders["stored_statuses"]["http"] == ["200-299", "400-499"]
+    assert stripe["key"]["json_pointer"] == "/id" and stripe["on_concurrent"].startswith("wait")
+    errors = {e["type"].rsplit("/", 1)[1]: e for e in orders["errors"]}
+    assert errors["key-mismatch"]["status"] == 409  # this route's statuses
+    assert errors["key-mismatch"]["grpc_status"] == "FAILED_PRECONDITION"
+    assert {e["type"].rsplit("/", 1)[1]: e for e in stripe["errors"]}["key-mismatch"]["status"] \
+        == 422
+    for slug, status in (("missing-key", 400), ("bad-key", 400), ("invalid-key", 400),
+                         ("request-in-flight", 409), ("store-unavailable", 503),
+                         ("body-too-large", 413), ("outcome-indeterminate", 409)):
+        assert errors[slug]["status"] == status and errors[slug]["title"], slug
+    # The CLI prints the very same document.
+    printed = p.cli("policy")
+    assert printed.returncode == 0 and printed.stdout.encode() == served.body
+    # A browser gets a page.
+    page = p.request("GET", WELL_KNOWN, headers={"Accept": "text/html,application/xhtml+xml"})
+    assert page.status == 200 and page.header("Content-Type").startswith("text/html")
+    text = page.body.decode()
+    assert "<h2>orders: /v1/orders</h2>" in text and "ttl: 1h" in text
+    assert "https://idemproxy.dev/problems/key-mismatch" in text
+    assert p.cli("policy", "--html").stdout == text
+
+    # Link: on a covered route's problems, its stored answers and their replays.
+    missing = p.post("/v1/orders", "{}")
+    assert missing.status == 400 and missing.header("Link") == DESCRIBEDBY
+    key = "policy-" + uuid.uuid4().hex
+    first = p.post("/v1/orders", '{"a": 1}', key=key)
+    assert first.status == 201 and first.header("Link") == DESCRIBEDBY
+    replay = p.post("/v1/orders", '{"a": 1}', key=key)  # from the replay cache
+    assert replay.header("Idempotent-Replayed") == "true"
+    assert [v for k, v in replay.headers if k.lower() == "link"] == [DESCRIBEDBY]
+    other = make_proxy(upstream_url=node.url, routes=routes)  # from PostgreSQL
+    replay = other.post("/v1/orders", '{"a": 1}', key=key)
+    assert replay.header("Idempotent-Replayed") == "true" and replay.header("Link") == DESCRIBEDBY
+    mismatch = p.post("/v1/orders", '{"a": 2}', key=key)
+    assert mismatch.status == 409 and mismatch.header("Link") == DESCRIBEDBY
+    status, fields, _, _ = curl("--http2-prior-knowledge", "-X", "POST", "-H",
+                                "Idempotency-Key: " + key, "-H", "Content-Type: application/json",
+                                "-d", '{"a": 1}', "http://127.0.0.1:%d/v1/orders" % p.port)
+    assert status == 201 and fields.get("link") == DESCRIBEDBY
+    assert fields.get("idempotent-replayed") == "true"
+    # Nothing a route does not cover says it: a GET, an uncovered path.
+    assert p.request("GET", "/v1/orders").header("Link") is None
+    assert p.post("/elsewhere", "{}").header("Link") is None
+    assert node.executions(key) == 1
+
+
+# policy.url: the operator publishes the document elsewhere (a developer portal); the
+# links name it and the proxy serves nothing at the well-known path. A reload
+# republishes: the served document follows the config in force.
+def test_an_external_policy_is_linked_and_a_reload_republishes(make_proxy, node):
+    url = "https://developer.example.com/idempotency"
+    p = make_proxy(upstream_url=node.url, routes=ORDERS, extra_top={"policy": {"url": url}})
+    missing = p.post("/v1/orders", "{}")
+    assert missing.header("Link") == '<%s>; rel="describedby"' % url
+    upstream = p.request("GET", WELL_KNOWN)
+    assert upstream.status == 201 and upstream.json()["url"] == WELL_KNOWN  # the upstream's
+    p = make_proxy(upstream_url=node.url, routes=ORDERS, extra_top={"policy": {"path": "/policy"}})
+    assert p.request("GET", "/policy").json()["routes"][0]["expiry"]["ttl"] == "24h"
+    assert p.post("/v1/orders", "{}").header("Link") == '</policy>; rel="describedby"'
+    doc = json.loads(open(p.config_path).read())
+    doc["routes"][0]["ttl"] = "7d"
+    p.write_config(json.dumps(doc))
+    p.signal(signal.SIGHUP)
+    assert wait_for(lambda: p.request("GET", "/policy").json()["routes"][0]["expiry"]["ttl"]
+                    == "168h")
+    off = make_proxy(upstream_url=node.url, routes=ORDERS, extra_top={"policy": {"path": ""}})
+    assert off.post("/v1/orders", "{}").header("Link") is None
+    assert off.request("GET", WELL_KNOWN).status == 201  # forwarded
+
+
+def test_a_bad_policy_location_is_a_config_error_with_its_position(make_proxy, node):
+    for policy, says in (({"path": "well-known"}, "policy.path must be an absolute path"),
+                         ({"path": "/p?x=1"}, "policy.path must be an absolute path"),
+                         ({"url": "/relative"}, "policy.url must be an absolute http or https"),
+                         ({"url": "https://a.example/<x>"}, "policy.url must be an absolute"),
+                         ({"where": "/x"}, 'unknown key "where"')):
+        p = make_proxy(start=False, upstream_url=node.url, routes=ORDERS,
+                       extra_top={"policy": policy})
+        out = p.cli("check-config")
+        assert out.returncode == 2
+        assert re.search(re.escape(p.config_path) + r":\d+:\d+: .*" + re.escape(says),
+                         out.stderr), out.stderr

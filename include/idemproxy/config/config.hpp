@@ -89,6 +89,15 @@ struct ServerConfig {
   bool http2 = true;  // h2c with prior knowledge and ALPN h2 on `listen` (RFC 9113 3.3, 3.2)
 };
 
+/// The published idempotency policy (draft-ietf-httpapi-idempotency-key-header: the
+/// resource MUST publish it, and errors SHOULD link to it).
+struct PolicyDocConfig {
+  std::string path = "/.well-known/idempotency";  // served on `listen`; "" serves none
+  std::string url;  // an external document instead: Link points there, nothing is served
+  /// What `Link: <...>; rel="describedby"` names: url, else path, else nothing.
+  const std::string& target() const { return url.empty() ? path : url; }
+};
+
 /// In-process garbage collection of expired records.
 struct GcConfig {
   // Capacity is batch_size * max_batches / interval rows/s: 100k/s by default, well
@@ -110,6 +119,7 @@ struct Config {
   StoreConfig store;
   ServerConfig server;
   GcConfig gc;
+  PolicyDocConfig policy;
   std::string log_level = "info";
   std::string log_format = "text";  // text | json
   engine::RoutePolicy defaults;
