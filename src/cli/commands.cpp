@@ -68,15 +68,21 @@ int migrate(const Args& args) {
 }
 
 int gc(const Args& args) {
-  auto pg = open_pg(load_or_exit(args));
+  const auto config = load_or_exit(args);
+  auto pg = open_pg(config);
   // Until a batch comes back short: max_batches only bounds one in-process run.
-  const ops::Collected c = ops::collect_expired(pg, 1000, std::numeric_limits<int>::max());
+  const ops::Collected c = ops::collect_expired(pg, 1000, std::numeric_limits<int>::max(),
+                                                ops::tombstone_routes(config.routes));
   const std::int64_t total = c.deleted;
   if (c.error) {
     std::cerr << "gc failed after deleting " << total << ": " << *c.error << "\n";
     return kRuntimeError;
   }
   std::cout << "deleted " << total << " expired record" << (total == 1 ? "" : "s") << "\n";
+  if (c.tombstoned > 0) {
+    std::cout << "kept " << c.tombstoned << " tombstone" << (c.tombstoned == 1 ? "" : "s")
+              << " (answers past ttl dropped)\n";
+  }
   return kOk;
 }
 

@@ -296,6 +296,19 @@ void read_routes(const YAML::Node& root, const Reader& r, Config& c) {
                "scope: {from: authorization} needs scope_key (an HMAC key of 32+ characters, "
                "e.g. ${IDEMPROXY_SCOPE_KEY})");
       }
+      // A tombstone outlives the answer: it is what refuses a retry after ttl.
+      if (p.after_expiry_reject && p.tombstone_ttl <= p.ttl) {
+        r.fail(origin(root, node, p.tombstone_ttl.count() > 0 ? "tombstone_ttl" : "after_expiry"),
+               "route \"" + p.name +
+                   "\": after_expiry: reject needs a tombstone_ttl longer than "
+                   "ttl (e.g. 30d): the tombstone is what refuses a retry after ttl");
+      }
+      if (!p.after_expiry_reject && p.tombstone_ttl.count() > 0) {
+        r.fail(origin(root, node, "tombstone_ttl"),
+               "route \"" + p.name +
+                   "\": tombstone_ttl applies with after_expiry: reject "
+                   "(with execute, a retry after ttl executes and nothing is kept)");
+      }
       // A renewal that may take as long as the lease cannot keep it: the lease of a
       // live holder would run out, and a retry would be told outcome-unknown (or,
       // with on_stale: retake, execute a second time).

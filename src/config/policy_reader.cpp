@@ -91,6 +91,7 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       code("mismatch", p.statuses.mismatch);
       code("in_flight", p.statuses.in_flight);
       code("store_unavailable", p.statuses.store_unavailable);
+      code("expired", p.statuses.expired);
     } else if (key == "key_json_pointer") {
       p.key_json_pointer = text(v, name);
       if (const auto error = engine::json_pointer_error(p.key_json_pointer)) {
@@ -107,6 +108,14 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
         fail(v, name + " must be 1 to 64 letters, digits, '.', '_' or '-' (e.g. v2), not \"" +
                     p.key_namespace + "\"");
       }
+    } else if (key == "after_expiry") {
+      p.after_expiry_reject = choice<bool>(v, name, {{"execute", false}, {"reject", true}});
+    } else if (key == "tombstone_ttl") {
+      p.tombstone_ttl = duration(v, name);
+      if (p.tombstone_ttl.count() <= 0) fail(v, name + " must be positive");
+    } else if (key == "max_key_age") {
+      p.max_key_age = duration(v, name);
+      if (p.max_key_age.count() <= 0) fail(v, name + " must be positive");
     } else if (key == "ttl") {
       p.ttl = duration(v, name);
       if (p.ttl.count() <= 0) fail(v, name + " must be positive");

@@ -155,6 +155,14 @@ Decision Coordinator::decide(const RoutePolicy& route, const store::ClaimRequest
                     "answer was lost (timeout or reset); it may have executed. Check the "
                     "resource, then retry with a new key",
                     Outcome::indeterminate);
+    case Kind::expired:
+      return refuse(Refusal::expired,
+                    "the request with this Idempotency-Key completed at " +
+                        rfc3339(verdict.completed_at) + "; its answer was kept until " +
+                        rfc3339(verdict.expires_at) +
+                        " and has expired, and this route never executes a key twice "
+                        "(after_expiry: reject). Use a new key for a new request",
+                    Outcome::expired);
     case Kind::in_flight:
       break;
   }
@@ -187,11 +195,13 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
   const Deadline started = hooks_.steady_now();  // as in complete()
   auto kept = std::make_shared<store::StoredResponse>(Engine::kept(answer, route));
   store_.complete_async(
-      claim.id, token, *kept, route.ttl,
+      claim.id, token, *kept, route.record_ttl(),
       [this, &claim, token, &route, &answer, kept, form = std::move(form), started,
        done = std::move(done)](const store::Result<TimePoint>& result) mutable {
         Completion c;
         c.finish = Engine::finished(result, &c.expires_at);
+        // A replay's expiry is ttl's, not the tombstone's (after_expiry: reject).
+        if (c.finish == Finish::stored) c.expires_at -= route.record_ttl() - route.ttl;
         done(completed(claim, token, route, answer, std::move(form), started, c,
                        c.finish == Finish::stored ? std::move(*kept) : store::StoredResponse{}));
       });

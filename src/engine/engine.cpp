@@ -39,10 +39,22 @@ Admission Engine::admission(const store::ClaimRequest& request,
     a.kind = Admission::Kind::mismatch;
     return a;
   }
+  // With after_expiry: reject the record outlives its ttl as a tombstone (its
+  // expiry is the tombstone's): past ttl it is never replayed, nor executed again.
+  const TimePoint replay_until =
+      request.tombstones ? std::min(existing.expires_at, existing.completed_at + request.ttl)
+                         : existing.expires_at;
+  if (existing.state == store::RecordState::completed && request.tombstones &&
+      existing.store_now >= replay_until) {
+    a.kind = Admission::Kind::expired;
+    a.completed_at = existing.completed_at;
+    a.expires_at = replay_until;
+    return a;
+  }
   if (existing.state == store::RecordState::completed && existing.response) {
     a.kind = existing.response->body_stored ? Admission::Kind::replay : Admission::Kind::not_stored;
     a.replay = std::move(existing.response);
-    a.expires_at = existing.expires_at;
+    a.expires_at = replay_until;
     a.store_now = existing.store_now;
     return a;
   }
@@ -84,7 +96,9 @@ Finish Engine::finish(const store::RecordId& id, std::int64_t token, const Route
                       store::StoredResponse* stored) {
   if (!stores(policy, response)) return abandon(id, token);
   store::StoredResponse as_kept = kept(response, policy);
-  const Finish f = finished(store_.complete(id, token, as_kept, policy.ttl), expires_at);
+  const Finish f = finished(store_.complete(id, token, as_kept, policy.record_ttl()), expires_at);
+  // A replay's expiry is ttl's, not the tombstone's.
+  if (f == Finish::stored && expires_at) *expires_at -= policy.record_ttl() - policy.ttl;
   if (f == Finish::stored && stored) *stored = std::move(as_kept);
   return f;
 }

@@ -1,5 +1,7 @@
 #include "idemproxy/engine/key.hpp"
 
+#include <cstdint>
+
 namespace idemproxy::engine {
 namespace {
 
@@ -70,6 +72,30 @@ std::string header_scope(std::string_view value) {
     if (value.starts_with(reserved)) return "header:" + std::string(value);
   }
   return std::string(value);
+}
+
+std::optional<TimePoint> uuid7_time(std::string_view key) {
+  // 8-4-4-4-12 hex digits; the version nibble (7) starts the third group and the
+  // variant (10xx: 8, 9, a or b) the fourth (RFC 9562 sections 4.1, 4.2).
+  if (key.size() != 36 || key[8] != '-' || key[13] != '-' || key[18] != '-' || key[23] != '-') {
+    return std::nullopt;
+  }
+  std::uint64_t ms = 0;
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    if (i == 8 || i == 13 || i == 18 || i == 23) continue;
+    const char c = key[i];
+    const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    if (!hex) return std::nullopt;
+    if (i < 13) {  // unix_ts_ms: the first 12 hex digits
+      const int v = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+      ms = ms * 16 + static_cast<std::uint64_t>(v);
+    }
+  }
+  const char variant = static_cast<char>(key[19] | 0x20);
+  if (key[14] != '7' || (variant != '8' && variant != '9' && variant != 'a' && variant != 'b')) {
+    return std::nullopt;
+  }
+  return TimePoint{std::chrono::milliseconds{static_cast<std::int64_t>(ms)}};
 }
 
 }  // namespace idemproxy::engine

@@ -253,10 +253,11 @@ struct Phase {
   asio::awaitable<Step> (*run)(Flow&);
 };
 
-constexpr std::array<Phase, 7> kPhases{{
+constexpr std::array<Phase, 8> kPhases{{
     {"key", idempotent::key_phase},
     {"body", idempotent::body_phase},
     {"body key", idempotent::body_key_phase},
+    {"key age", idempotent::key_age_phase},
     {"cached", idempotent::cached_phase},
     {"fingerprint", idempotent::fingerprint_phase},
     {"claim", claim_phase},

@@ -154,6 +154,32 @@ asio::awaitable<Step> body_key_phase(Flow& f) {
   co_return Step::failed;  // the body was read: the connection stays usable
 }
 
+// Phase: max_key_age. A UUIDv7 key says when it was minted (RFC 9562 5.7): one older
+// than the route allows is a retry that outlived any record of its first try, so it
+// is refused rather than executed again. Other keys are not judged.
+asio::awaitable<Step> key_age_phase(Flow& f) {
+  const auto& route = f.route();
+  if (route.max_key_age.count() == 0) co_return Step::next;
+  const auto minted = engine::uuid7_time(f.id.key);
+  if (!minted || std::chrono::system_clock::now() - *minted <= route.max_key_age) {
+    co_return Step::next;
+  }
+  RequestContext& ctx = f.ctx;
+  if (f.shadow()) {
+    f.decision.outcome = Outcome::shadow_would_reject;
+    co_return co_await forward_unprotected(f);
+  }
+  const auto days = std::chrono::duration_cast<std::chrono::hours>(route.max_key_age).count() / 24;
+  ctx.fail(ProblemKind::expired,
+           "the Idempotency-Key is a UUIDv7 minted at " + rfc3339(*minted) +
+               ", longer ago than this route's max_key_age (" +
+               (days > 0 ? std::to_string(days) + " days"
+                         : std::to_string(route.max_key_age.count() / 1000) + " s") +
+               "); a retry that old is not executed. Use a new key for a new request",
+           Outcome::expired);
+  co_return Step::failed;
+}
+
 // Phase: a completed record this process has seen replays from memory, with no
 // database round trip and no commit. The very same request bytes replay without a
 // fingerprint.
@@ -178,7 +204,8 @@ asio::awaitable<Step> fingerprint_phase(Flow& f) {
                                       engine::fingerprint(ctx.method, ctx.target, content_type,
                                                           f.req.body(), cfg.server.max_json_depth),
                                       route.lease, route.ttl, route.name, ctx.method, ctx.target,
-                                      route.on_stale == engine::OnStale::retake});
+                                      route.on_stale == engine::OnStale::retake,
+                                      route.after_expiry_reject});
   if (f.hit && f.hit->fingerprint == f.claim->fingerprint) co_return co_await replay_cached(f);
   f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
   prepare_forward(f.req, ctx.client.peer_ip, ctx.client.secure, cfg.upstream);

@@ -56,6 +56,7 @@ asio::awaitable<Step> forward_unprotected(Flow& f);
 asio::awaitable<Step> key_phase(Flow& f);
 asio::awaitable<Step> body_phase(Flow& f);
 asio::awaitable<Step> body_key_phase(Flow& f);
+asio::awaitable<Step> key_age_phase(Flow& f);
 asio::awaitable<Step> cached_phase(Flow& f);
 asio::awaitable<Step> fingerprint_phase(Flow& f);
 

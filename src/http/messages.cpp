@@ -57,6 +57,8 @@ ProblemInfo info(ProblemKind kind) {
       return {"response-not-stored", 409, "Response too large to replay"};
     case ProblemKind::record_unreadable:
       return {"record-unreadable", 500, "Idempotency record unreadable"};
+    case ProblemKind::expired:
+      return {"expired", 409, "Idempotency-Key expired"};
     case ProblemKind::internal:
       break;
   }
@@ -106,6 +108,9 @@ ProxyError refusal_error(engine::Refusal why, std::string detail, std::optional<
     case Refusal::record_unreadable:
       kind = ProblemKind::record_unreadable;
       break;
+    case Refusal::expired:
+      kind = ProblemKind::expired;
+      break;
   }
   return {kind, std::move(detail), retry_after, std::nullopt};
 }
@@ -121,6 +126,8 @@ std::optional<unsigned> route_status(const engine::RoutePolicy& route, ProblemKi
       return s.in_flight;
     case ProblemKind::store_unavailable:
       return s.store_unavailable;
+    case ProblemKind::expired:
+      return s.expired;
     default:
       return std::nullopt;
   }
@@ -155,6 +162,7 @@ int grpc_code(ProblemKind kind) {
     case ProblemKind::invalid_key:
       return 3;  // INVALID_ARGUMENT
     case ProblemKind::key_mismatch:
+    case ProblemKind::expired:
       return 9;  // FAILED_PRECONDITION
     case ProblemKind::request_in_flight:
     case ProblemKind::outcome_unknown:

@@ -72,6 +72,28 @@ json stored_statuses(const engine::RoutePolicy& r) {
           {"grpc", grpc}};
 }
 
+json expiry(const engine::RoutePolicy& r) {
+  json e = {{"ttl", spelled(r.ttl)}, {"ttl_seconds", seconds(r.ttl)}};
+  if (r.after_expiry_reject) {
+    e["after_expiry"] = "reject";
+    e["tombstone_ttl"] = spelled(r.tombstone_ttl);
+    e["meaning"] =
+        "a completed request is replayed to retries for ttl after it completed; after that, "
+        "until tombstone_ttl, a retry with the same key is refused (expired) and never "
+        "executed again";
+  } else {
+    e["after_expiry"] = "execute";
+    e["meaning"] =
+        "a completed request is replayed to retries for ttl after it completed; after that, "
+        "a retry with the same key executes again";
+  }
+  if (r.max_key_age.count() > 0) {
+    e["max_key_age"] = spelled(r.max_key_age);
+    e["max_key_age_meaning"] = "a UUIDv7 key minted longer ago than this is refused (expired)";
+  }
+  return e;
+}
+
 json route_entry(const engine::RoutePolicy& r) {
   json errors = json::array();
   for (const auto& e : problem_catalog(r)) {
@@ -86,12 +108,7 @@ json route_entry(const engine::RoutePolicy& r) {
       {"methods", r.methods},
       {"mode", r.mode == engine::Mode::shadow ? "shadow (recorded, never enforced)" : "enforce"},
       {"key", key_source(r)},
-      {"expiry",
-       {{"ttl", spelled(r.ttl)},
-        {"ttl_seconds", seconds(r.ttl)},
-        {"meaning",
-         "a completed request is replayed to retries for ttl after it completed; "
-         "after that, a retry with the same key executes again"}}},
+      {"expiry", expiry(r)},
       {"lease", {{"duration", spelled(r.lease)}, {"seconds", seconds(r.lease)}}},
       {"on_concurrent",
        r.on_concurrent == engine::OnConcurrent::wait

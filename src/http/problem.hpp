@@ -28,6 +28,7 @@ enum class ProblemKind {
   upstream_timeout,       // 504: sent, no answer in time
   response_not_stored,    // 409: executed, but the answer was too big to store
   record_unreadable,      // 500: a sealed record does not open
+  expired,                // 409: the key's answer expired and it never executes twice
   internal,               // 500: a defect in the proxy
 };
 

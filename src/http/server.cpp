@@ -252,18 +252,27 @@ asio::awaitable<void> ProxyServer::Impl::drain() {
 asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
   asio::steady_timer timer(io);
   for (;;) {
-    const auto gc = runtime.settings()->config.gc;
+    const auto settings = runtime.settings();
+    const auto gc = settings->config.gc;
     if (gc.interval.count() <= 0) co_return;
+    const auto tombstones = ops::tombstone_routes(settings->config.routes);
     timer.expires_after(gc.interval);
     co_await timer.async_wait(use_nothrow);
     if (runtime.draining) co_return;
     auto& store = runtime.record_store;
-    const std::int64_t deleted = co_await runtime.blocking([&store, &gc] {
-      return ops::collect_expired(store, gc.batch_size, gc.max_batches).deleted;
+    // Filled in place: a non-trivially-destructible result would be a temporary in
+    // the co_await expression, which GCC 12 destroys twice (README, Development).
+    ops::Collected c;
+    co_await runtime.blocking([&store, &gc, &tombstones, &c] {
+      c = ops::collect_expired(store, gc.batch_size, gc.max_batches, tombstones);
+      return true;
     });
-    if (deleted > 0) {
-      runtime.metrics.count_gc_deleted(static_cast<std::uint64_t>(deleted));
-      spdlog::info("gc: deleted {} expired record(s)", deleted);
+    if (c.deleted > 0) {
+      runtime.metrics.count_gc_deleted(static_cast<std::uint64_t>(c.deleted));
+      spdlog::info("gc: deleted {} expired record(s)", c.deleted);
+    }
+    if (c.tombstoned > 0) {
+      spdlog::info("gc: kept {} tombstone(s): answers past ttl dropped", c.tombstoned);
     }
   }
 }

@@ -45,6 +45,8 @@ const char* to_string(Outcome outcome) {
       return "upstream_error";
     case Outcome::bad_request:
       return "bad_request";
+    case Outcome::expired:
+      return "expired";
     case Outcome::shadow_would_replay:
       return "shadow_would_replay";
     case Outcome::shadow_would_conflict:

@@ -66,7 +66,8 @@ Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
   if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
   r->state = RecordState::completed;
   r->response = response;
-  r->expires_at = clock_.now() + ttl;
+  r->completed_at = clock_.now();
+  r->expires_at = r->completed_at + ttl;
   return r->expires_at;
 }
 
@@ -138,6 +139,24 @@ Result<std::vector<Record>> MemoryStore::list(std::optional<RecordState> state, 
 Result<bool> MemoryStore::purge(const RecordId& id) {
   std::lock_guard lock(mu_);
   return records_.erase({id.scope, id.key}) > 0;
+}
+
+Result<std::int64_t> MemoryStore::drop_answers(const std::string& route, Duration ttl, int limit) {
+  std::lock_guard lock(mu_);
+  const TimePoint now = clock_.now();
+  std::int64_t dropped = 0;
+  for (auto& [id, r] : records_) {
+    if (dropped >= limit) break;
+    if (r.route != route || r.state != RecordState::completed || !r.response ||
+        !r.response->body_stored || r.completed_at + ttl > now) {
+      continue;
+    }
+    r.response->headers.clear();
+    r.response->body.clear();
+    r.response->body_stored = false;
+    ++dropped;
+  }
+  return dropped;
 }
 
 Result<std::int64_t> MemoryStore::delete_expired(int limit) {

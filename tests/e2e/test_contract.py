@@ -5,6 +5,7 @@ from the body (key_json_pointer)."""
 import json
 import re
 import signal
+import time
 import uuid
 
 from conformance_peers import ORDERS, node  # noqa: F401  (fixture)
@@ -121,7 +122,8 @@ def test_a_route_chooses_its_refusal_statuses(make_proxy, node):
 def test_refusal_statuses_are_checked_with_their_position(make_proxy, node):
     for statuses, says in (({"mismatch": 200}, "statuses.mismatch must be an integer from 400"),
                            ({"in_flight": "soon"}, "statuses.in_flight must be an integer"),
-                           ({"expired": 409}, 'unknown key "expired"')):
+                           ({"expired": 200}, "statuses.expired must be an integer from 400"),
+                           ({"gone": 410}, 'unknown key "gone"')):
         p = make_proxy(start=False, upstream_url=node.url,
                        routes=[dict(ORDERS[0], statuses=statuses)])
         out = p.cli("check-config")
@@ -368,6 +370,115 @@ def test_a_bad_policy_location_is_a_config_error_with_its_position(make_proxy, n
                          ({"where": "/x"}, 'unknown key "where"')):
         p = make_proxy(start=False, upstream_url=node.url, routes=ORDERS,
                        extra_top={"policy": policy})
+        out = p.cli("check-config")
+        assert out.returncode == 2
+        assert re.search(re.escape(p.config_path) + r":\d+:\d+: .*" + re.escape(says),
+                         out.stderr), out.stderr
+
+
+# --- No re-execution after expiry (after_expiry, tombstone_ttl, max_key_age) ---------
+
+def uuid7(ms):
+    """A UUIDv7 (RFC 9562 5.7) minted at Unix time `ms`."""
+    rand = uuid.uuid4().hex
+    h = "%012x" % ms + "7" + rand[:3] + "8" + rand[3:18]
+    return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:32])
+
+
+def record_row(pg, key):
+    return pg.sql("SELECT state, status, fingerprint <> '', headers IS NULL, body IS NULL,"
+                  " pg_column_size(r.*) FROM idempotency_records r WHERE key = '%s'" % key
+                  ).split("|")
+
+
+# Seed 003's "key expired while the client is still retrying": past ttl, every peer
+# (Stripe included) executes the retry a second time. With after_expiry: reject, the
+# answer is dropped after ttl but a tombstone stays until tombstone_ttl, and a retry
+# is told when the original completed instead of being executed. GC turns records
+# into tombstones and deletes them after tombstone_ttl; then the key is free.
+def test_a_retry_after_ttl_is_refused_while_the_tombstone_lasts(make_proxy, node, pg):
+    # A route name of its own: GC finds a route's records by the name they were stored
+    # under, and this test's database holds other tests' "orders" records.
+    route = dict(ORDERS[0], name="tombs", ttl="1s", after_expiry="reject", tombstone_ttl="4s")
+    p = make_proxy(upstream_url=node.url, routes=[route], gc={"interval": "0s"})
+    key = "tomb-" + uuid.uuid4().hex
+    body = json.dumps({"amount": 1200, "currency": "eur"})  # a 1.5 KB answer (pad)
+    assert p.post("/v1/orders?pad=1500", body, key=key).status == 201
+    assert p.post("/v1/orders?pad=1500", body, key=key).header("Idempotent-Replayed") == "true"
+    state, status, fingerprinted, no_headers, no_body, full_size = record_row(pg, key)
+    assert (state, status, no_body) == ("completed", "201", "f")
+    time.sleep(1.3)
+    for proxy in (p, make_proxy(upstream_url=node.url, routes=[route], gc={"interval": "0s"})):
+        gone = proxy.post("/v1/orders?pad=1500", body, key=key)  # from the cache's instance and another
+        assert gone.status == 409, gone.body
+        doc = problem(gone)
+        assert doc["type"].endswith("/expired") and "completed at 20" in doc["detail"], doc
+        assert "after_expiry: reject" in doc["detail"]
+        assert gone.header("Link") == DESCRIBEDBY and gone.header("Idempotent-Replayed") is None
+    assert problem(p.post("/v1/orders?pad=1500", '{"other": 1}', key=key))["type"].endswith("/key-mismatch")
+    assert node.executions(key) == 1
+    assert p.metric("idemproxy_requests_total", route="tombs", outcome="expired") == 1
+    # GC keeps a tombstone: the answer goes, the fingerprint and status stay.
+    out = p.cli("gc")
+    assert out.returncode == 0 and "kept 1 tombstone" in out.stdout, out.stdout
+    state, status, fingerprinted, no_headers, no_body, size = record_row(pg, key)
+    assert (state, status, fingerprinted, no_headers, no_body) == ("completed", "201", "t", "t", "t")
+    # A tombstone is a small fixed cost per key next to the record it replaces
+    # (docs/SCALING.md, "Storage per key").
+    print("storage per key: record %s bytes, tombstone %s bytes" % (full_size, size))
+    assert int(size) <= 300 and int(size) * 4 < int(full_size), (size, full_size)
+    assert p.post("/v1/orders?pad=1500", body, key=key).status == 409
+    # After tombstone_ttl the key is free again, and GC deletes what is left.
+    time.sleep(3)
+    assert "deleted" in p.cli("gc").stdout
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % key) == "0"
+    assert p.post("/v1/orders?pad=1500", body, key=key).status == 201
+    assert node.executions(key) == 2
+
+
+def test_after_expiry_execute_runs_a_late_retry_again(make_proxy, node):
+    p = make_proxy(upstream_url=node.url, routes=[dict(ORDERS[0], ttl="1s")],
+                   gc={"interval": "0s"})
+    key = "late-" + uuid.uuid4().hex
+    assert p.post("/v1/orders", "{}", key=key).status == 201
+    time.sleep(1.3)
+    again = p.post("/v1/orders", "{}", key=key)
+    assert again.status == 201 and again.header("Idempotent-Replayed") is None
+    assert node.executions(key) == 2
+
+
+# A UUIDv7 key carries its minting time: a retry minted longer ago than max_key_age
+# outlived any record of its first try, so it is refused, not executed again.
+def test_a_uuid7_key_older_than_max_key_age_is_refused(make_proxy, node):
+    route = dict(ORDERS[0], max_key_age="30d", statuses={"expired": 410})
+    p = make_proxy(upstream_url=node.url, routes=[route])
+    now_ms = int(time.time() * 1000)
+    old = uuid7(now_ms - 40 * 86400 * 1000)
+    refused = p.post("/v1/orders", "{}", key=old)
+    assert refused.status == 410, refused.body
+    doc = problem(refused)
+    assert doc["type"].endswith("/expired") and "UUIDv7 minted at" in doc["detail"]
+    assert "max_key_age (30 days)" in doc["detail"]
+    assert node.executions(old) == 0
+    fresh = uuid7(now_ms - 29 * 86400 * 1000)
+    assert p.post("/v1/orders", "{}", key=fresh).status == 201
+    for other in (str(uuid.uuid4()), "order-1234-" + uuid.uuid4().hex, old[:14] + "4" + old[15:]):
+        assert p.post("/v1/orders", "{}", key=other).status == 201, other  # not judged
+    shadow = make_proxy(upstream_url=node.url, routes=[dict(route, mode="shadow")])
+    assert shadow.post("/v1/orders", "{}", key=old).status == 201
+    assert shadow.metric("idemproxy_requests_total", route="orders",
+                         outcome="shadow_would_reject") == 1
+
+
+def test_expiry_settings_are_checked_with_their_position(make_proxy, node):
+    for settings, says in (
+            ({"after_expiry": "reject"}, "after_expiry: reject needs a tombstone_ttl longer"),
+            ({"after_expiry": "reject", "ttl": "1h", "tombstone_ttl": "1h"},
+             "needs a tombstone_ttl longer than ttl"),
+            ({"tombstone_ttl": "30d"}, "tombstone_ttl applies with after_expiry: reject"),
+            ({"after_expiry": "later"}, "after_expiry must be"),
+            ({"max_key_age": "0s"}, "max_key_age must be positive")):
+        p = make_proxy(start=False, upstream_url=node.url, routes=[dict(ORDERS[0], **settings)])
         out = p.cli("check-config")
         assert out.returncode == 2
         assert re.search(re.escape(p.config_path) + r":\d+:\d+: .*" + re.escape(says),

@@ -22,7 +22,8 @@ class EngineTest : public ::testing::Test {
             "orders",
             "POST",
             "/v1/orders",
-            policy.on_stale == OnStale::retake};
+            policy.on_stale == OnStale::retake,
+            policy.after_expiry_reject};
   }
   store::StoredResponse created(std::string body = R"({"id":"ord_1"})") {
     return {201,
@@ -287,4 +288,40 @@ TEST_F(EngineTest, AnInFlightRecordPastItsTtlIsHeldUntilItsLeaseLapses) {
   ASSERT_EQ(retaken.kind, Kind::execute);
   EXPECT_FALSE(engine.renew({"", "k"}, first.token, 3s));  // fenced
   EXPECT_EQ(engine.finish({"", "k"}, first.token, policy, created()), Finish::fenced);
+}
+
+// Issue 24 item 6: after_expiry: reject. Past ttl the record is a tombstone until
+// tombstone_ttl: never replayed, never executed again; a replay's expiry is ttl's.
+TEST_F(EngineTest, PastTtlATombstoneRefusesUntilItExpiresThenTheKeyIsFree) {
+  policy.ttl = 1h;
+  policy.after_expiry_reject = true;
+  policy.tombstone_ttl = 24h;
+  const auto first = engine.admit(request("k"));
+  ASSERT_EQ(first.kind, Kind::execute);
+  TimePoint expires_at{};
+  ASSERT_EQ(engine.finish({"", "k"}, first.token, policy, created(), &expires_at), Finish::stored);
+  EXPECT_EQ(expires_at, clock.now() + 1h);  // the answer's expiry, not the tombstone's
+  clock.advance(59min);
+  const auto replay = engine.admit(request("k"));
+  ASSERT_EQ(replay.kind, Kind::replay);
+  EXPECT_EQ(replay.expires_at, expires_at);
+  clock.advance(2min);
+  const auto late = engine.admit(request("k"));
+  ASSERT_EQ(late.kind, Kind::expired);
+  EXPECT_EQ(late.completed_at, clock.now() - 61min);
+  EXPECT_EQ(engine.admit(request("k", "fp-other")).kind, Kind::mismatch);
+  // GC drops the answer; the tombstone still refuses.
+  EXPECT_EQ(memory.drop_answers("orders", policy.ttl, 10).value(), 1);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::expired);
+  clock.advance(23h);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);
+}
+
+TEST_F(EngineTest, WithoutTombstonesARetryPastTtlExecutesAgain) {
+  policy.ttl = 1h;
+  const auto first = engine.admit(request("k"));
+  ASSERT_EQ(engine.finish({"", "k"}, first.token, policy, created()), Finish::stored);
+  EXPECT_EQ(memory.drop_answers("orders", policy.ttl, 10).value(), 0);  // nothing past ttl
+  clock.advance(61min);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);
 }

@@ -90,6 +90,10 @@ class FaultyStore final : public store::Store {
     return inner.list(s, limit);
   }
   store::Result<bool> purge(const store::RecordId& id) override { return inner.purge(id); }
+  store::Result<std::int64_t> drop_answers(const std::string& route, Duration ttl,
+                                           int limit) override {
+    return inner.drop_answers(route, ttl, limit);
+  }
   store::Result<std::int64_t> delete_expired(int limit) override {
     return inner.delete_expired(limit);
   }

@@ -158,3 +158,21 @@ TEST(JsonPointerError, AcceptsRfc6901PointersToAMemberOnly) {
   for (const char* bad : {"", "id", "#/id", "/a~2", "/a~"})
     EXPECT_TRUE(json_pointer_error(bad)) << bad;
 }
+
+// max_key_age: a UUIDv7 carries its minting time in its first 48 bits (RFC 9562 5.7).
+TEST(Uuid7Time, ReadsTheMintingTimeOfVersion7UuidsOnly) {
+  using idemproxy::engine::uuid7_time;
+  // RFC 9562 appendix A.6's example: 017F22E2-79B0-7CC3-98C4-DC0C0C07398F, minted
+  // Tuesday, February 22, 2022 2:22:22.00 PM GMT-05:00.
+  const auto t = uuid7_time("017F22E2-79B0-7CC3-98C4-DC0C0C07398F");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::milliseconds>(t->time_since_epoch()).count(),
+            1645557742000);
+  EXPECT_TRUE(uuid7_time("017f22e2-79b0-7cc3-98c4-dc0c0c07398f"));
+  for (const char* other : {"919108f7-52d1-4320-9bac-f847db4148a8",   // v4
+                            "017f22e2-79b0-7cc3-78c4-dc0c0c07398f",   // wrong variant
+                            "017f22e2-79b0-7cc3-98c4-dc0c0c07398",    // short
+                            "017f22e279b07cc398c4dc0c0c07398f",       // no hyphens
+                            "017f22e2-79b0-7cc3-98c4-dc0c0c07398g"})  // not hex
+    EXPECT_FALSE(uuid7_time(other)) << other;
+}

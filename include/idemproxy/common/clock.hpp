@@ -2,11 +2,23 @@
 // Time source shared by every layer (engine, stores, config), so expiry is testable.
 #include <atomic>
 #include <chrono>
+#include <ctime>
+#include <string>
 
 namespace idemproxy {
 
 using TimePoint = std::chrono::system_clock::time_point;
 using Duration = std::chrono::milliseconds;
+
+/// RFC 3339 in UTC to the second ("2026-11-25T16:15:02Z"), for messages.
+inline std::string rfc3339(TimePoint t) {
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(t);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[32];
+  const auto n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return {text, n};
+}
 
 /// Wall-clock time source.
 class Clock {

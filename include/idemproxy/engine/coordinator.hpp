@@ -31,6 +31,7 @@ enum class Refusal {
   store_unavailable,      // 503 + Retry-After (fail_closed)
   response_not_stored,    // 409: executed, the answer was too large to store
   record_unreadable,      // 500: a sealed record does not open
+  expired,                // 409: after_expiry: reject, past ttl; or a UUIDv7 key too old
 };
 
 /// What to do with a keyed request after its claim.

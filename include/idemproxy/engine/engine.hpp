@@ -24,12 +24,14 @@ struct Admission {
     store_failed,   // the store did not answer
     unreadable,     // a record exists but cannot be opened (encryption key missing, altered)
     not_stored,     // it executed, but its answer was too large to store: no replay
+    expired,        // after_expiry: reject, and its ttl has passed: a tombstone
   };
   Kind kind = Kind::store_failed;
   std::int64_t token = 0;                       // execute
   std::optional<store::StoredResponse> replay;  // replay; not_stored: the status only
   TimePoint expires_at;                         // replay
   TimePoint store_now;                          // replay: the store's clock at the time
+  TimePoint completed_at;                       // expired: when the original completed
   TimePoint locked_until;                       // execute, in_flight
   bool took_over = false;                       // execute: from a vanished holder
   std::string detail;                           // store_failed, unreadable

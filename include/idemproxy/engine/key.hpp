@@ -5,6 +5,8 @@
 #include <string_view>
 #include <variant>
 
+#include "idemproxy/common/clock.hpp"
+
 namespace idemproxy::engine {
 
 inline constexpr std::size_t kMaxKeyLength = 255;
@@ -19,6 +21,10 @@ struct KeyError {
 /// Dictionary (`a, b`, `(a b)`, `k="v"`) is refused: the field is an Item (RFC 8941
 /// §3.3).
 std::variant<std::string, KeyError> parse_key(std::string_view header_value);
+
+/// When a UUIDv7 key was minted: its first 48 bits are Unix milliseconds (RFC 9562
+/// section 5.7). Nothing for any other key, including other UUID versions.
+std::optional<TimePoint> uuid7_time(std::string_view key);
 
 /// A key from the JSON body (key_json_pointer): found, absent (the document has no
 /// value there), or refused: the body is not JSON, or the value is neither a string

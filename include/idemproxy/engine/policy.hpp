@@ -37,6 +37,7 @@ struct RefusalStatuses {
   int mismatch = 422;
   int in_flight = 409;
   int store_unavailable = 503;
+  int expired = 409;
 };
 
 struct RoutePolicy {
@@ -74,7 +75,20 @@ struct RoutePolicy {
   /// the request has no `header` (which wins when present), e.g. /id for a webhook.
   std::string key_json_pointer;
   RefusalStatuses statuses;
+  /// `after_expiry: reject`: once `ttl` has passed, a retry is refused (`expired`)
+  /// instead of executing again, for as long as the record's tombstone lasts
+  /// (`tombstone_ttl`, longer than ttl): its fingerprint, status and completion time,
+  /// without the answer, which GC drops after ttl. `execute` (false) is the usual
+  /// behaviour: after ttl the key is free.
+  bool after_expiry_reject = false;
+  Duration tombstone_ttl{0};
+  /// `max_key_age`: a UUIDv7 key (RFC 9562 5.7) minted longer ago than this is
+  /// refused as `expired`; 0 turns it off. Other keys are not judged.
+  Duration max_key_age{0};
 
+  /// How long the store keeps a completed record: its tombstone's life with
+  /// after_expiry: reject, else ttl.
+  Duration record_ttl() const { return after_expiry_reject ? tombstone_ttl : ttl; }
   bool covers_method(std::string_view method) const;
   /// Whether this route still serves while the store is unreachable: disabled, in
   /// shadow mode, or store_unavailable: fail_open. /readyz stays 200 when all do.

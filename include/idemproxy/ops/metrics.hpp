@@ -33,6 +33,7 @@ enum class Outcome {
   record_unreadable,  // 500: a sealed record does not open (key missing, or altered)
   upstream_error,     // 502
   bad_request,        // malformed HTTP
+  expired,            // 409: a tombstoned key (after_expiry: reject), or a UUIDv7 key too old
   // mode: shadow forwarded the request, but enforce would have answered:
   shadow_would_replay,
   shadow_would_conflict,  // 409

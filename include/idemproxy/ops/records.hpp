@@ -6,7 +6,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "idemproxy/engine/policy.hpp"
 #include "idemproxy/store/store.hpp"
 
 namespace idemproxy::ops {
@@ -39,8 +41,25 @@ std::optional<int> parse_limit(std::string_view text);
 /// or `max_batches` ran (the in-process GC and `idemproxy gc`).
 struct Collected {
   std::int64_t deleted = 0;
+  std::int64_t tombstoned = 0;       // answers dropped, their records kept as tombstones
   std::optional<std::string> error;  // the store failed after `deleted`
 };
-Collected collect_expired(store::Store& store, int batch_size, int max_batches);
+/// Then, for each route (its name and ttl) whose records become tombstones
+/// (after_expiry: reject), drops the answers older than ttl, in the same batches.
+struct TombstoneRoute {
+  std::string name;
+  Duration ttl{};
+};
+Collected collect_expired(store::Store& store, int batch_size, int max_batches,
+                          const std::vector<TombstoneRoute>& tombstones = {});
+/// The routes whose records become tombstones after ttl (after_expiry: reject).
+inline std::vector<TombstoneRoute> tombstone_routes(
+    const std::vector<engine::RoutePolicy>& routes) {
+  std::vector<TombstoneRoute> out;
+  for (const auto& r : routes) {
+    if (r.after_expiry_reject) out.push_back({r.name, r.ttl});
+  }
+  return out;
+}
 
 }  // namespace idemproxy::ops

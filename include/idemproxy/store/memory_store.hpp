@@ -23,6 +23,7 @@ class MemoryStore final : public Store {
   Result<std::vector<Record>> list(std::optional<RecordState> state, int limit) override;
   Result<bool> purge(const RecordId& id) override;
   Result<std::int64_t> delete_expired(int limit) override;
+  Result<std::int64_t> drop_answers(const std::string& route, Duration ttl, int limit) override;
   Result<Done> ping() override { return Done{}; }
 
  private:

@@ -63,6 +63,7 @@ struct Record {
   TimePoint created_at;
   TimePoint locked_until;  // meaningful while in flight
   TimePoint expires_at;
+  TimePoint completed_at;                  // meaningful once completed
   bool expired = false;                    // judged by the store's clock when the record was read
   TimePoint store_now;                     // the store's clock when the record was read
   bool stale = false;                      // in flight with its lease run out: the holder vanished
@@ -80,6 +81,9 @@ struct ClaimRequest {
   /// Take over a record whose lease ran out (in flight or indeterminate) instead of
   /// reporting it: the route's on_stale: retake.
   bool retake_stale = false;
+  /// The route's after_expiry: reject. A completed record kept past `ttl` (its
+  /// expiry is the tombstone's) answers `expired` instead of replaying.
+  bool tombstones = false;
 };
 
 /// The caller now holds the record under this fencing token.
@@ -173,6 +177,14 @@ class Store {
   /// Deletes up to `limit` expired records; returns how many. While another instance
   /// is deleting, returns 0.
   virtual Result<std::int64_t> delete_expired(int limit) = 0;
+  /// Turns up to `limit` of `route`'s completed records whose answer is older than
+  /// `ttl` into tombstones: the stored fields and body are dropped; the fingerprint,
+  /// status and times stay until the record expires (after_expiry: reject). Returns
+  /// how many. While another instance is at it, returns 0.
+  virtual Result<std::int64_t> drop_answers(const std::string& /*route*/, Duration /*ttl*/,
+                                            int /*limit*/) {
+    return std::int64_t{0};
+  }
   virtual Result<Done> ping() = 0;
 
   /// What the store announces about records that any instance (or the CLI) changed.

@@ -335,6 +335,14 @@ Result<std::int64_t> PgStore::delete_expired(int limit) {
   });
 }
 
+Result<std::int64_t> PgStore::drop_answers(const std::string& route, Duration ttl, int limit) {
+  return impl_->with<std::int64_t>([&](Connection& c) -> Result<std::int64_t> {
+    return static_cast<std::int64_t>(
+        c.write(pg::kDropAnswers, route, static_cast<long long>(ttl.count()), limit)
+            .affected_rows());
+  });
+}
+
 Result<Done> PgStore::ping() {
   return impl_->with<Done>([&](Connection& c) -> Result<Done> {
     c.run(pg::kPing);

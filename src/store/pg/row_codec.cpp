@@ -43,7 +43,9 @@ Columns::Columns(const pqxx::result& r)
       key_id(column(r, "key_id")),
       store_now_ms(column(r, "store_now_ms")) {
   for (pqxx::row::size_type i = 0; i < r.columns(); ++i) {
-    if (std::string_view(r.column_name(i)) == "took_over") took_over = static_cast<int>(i);
+    const std::string_view name = r.column_name(i);
+    if (name == "took_over") took_over = static_cast<int>(i);
+    if (name == "completed_ms") completed_ms = static_cast<int>(i);
   }
 }
 
@@ -96,6 +98,9 @@ Record RowCodec::read(const pqxx::row& row, const Columns& at, const RecordId& i
   r.created_at = from_ms(row[at.created_ms]);
   r.locked_until = from_ms(row[at.locked_ms]);
   r.expires_at = from_ms(row[at.expires_ms]);
+  r.completed_at = at.completed_ms >= 0 && !row[at.completed_ms].is_null()
+                       ? from_ms(row[at.completed_ms])
+                       : r.created_at;
   r.expired = row[at.expired].as<bool>();
   r.store_now = from_ms(row[at.store_now_ms]);
   r.stale = row[at.stale].as<bool>();

@@ -17,7 +17,8 @@ struct Columns {
   explicit Columns(const pqxx::result& r);
   int claimed, fingerprint, state, token, route, method, target, created_ms, locked_ms, expires_ms,
       expired, stale, status, headers, body, key_id, store_now_ms;
-  int took_over = -1;  // claims only
+  int took_over = -1;     // claims only
+  int completed_ms = -1;  // records read whole (not listings)
 };
 
 TimePoint from_ms(const pqxx::field& f);

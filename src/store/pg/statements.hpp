@@ -33,7 +33,8 @@ struct Statement {
   IDEMPROXY_MS("coalesce(locked_until, created_at)") " AS locked_ms, "                  \
   IDEMPROXY_MS("expires_at") " AS expires_ms, expires_at <= now() AS expired, "         \
   "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, "   \
-  "key_id, (extract(epoch from now()) * 1000)::bigint AS store_now_ms"
+  "key_id, (extract(epoch from now()) * 1000)::bigint AS store_now_ms, "               \
+  IDEMPROXY_MS("coalesce(completed_at, created_at)") " AS completed_ms"
 
 // A row the claim just wrote: its clock is its created_at (now() when it ran), and it
 // is neither expired nor stale. Immutable functions only, for RETURNING on Citus.
@@ -43,7 +44,8 @@ struct Statement {
   IDEMPROXY_MS("locked_until") " AS locked_ms, "                                        \
   IDEMPROXY_MS("expires_at") " AS expires_ms, false AS expired, false AS stale, "       \
   "status, headers, body, key_id, "                                                     \
-  IDEMPROXY_MS("created_at") " AS store_now_ms, taken_over AS took_over"
+  IDEMPROXY_MS("created_at") " AS store_now_ms, "                                       \
+  IDEMPROXY_MS("created_at") " AS completed_ms, taken_over AS took_over"
 // clang-format on
 
 // How a claim takes over an existing row: when it was released; when it has expired
@@ -210,7 +212,8 @@ inline constexpr Statement kClaimCompleteMany{
     "  NULL::bigint AS created_ms, NULL::bigint AS locked_ms, NULL::bigint AS expires_ms,"
     "  NULL::boolean AS expired, NULL::boolean AS stale, NULL::int AS status,"
     "  NULL::bytea AS headers, NULL::bytea AS body, NULL::text AS key_id,"
-    "  NULL::bigint AS store_now_ms, NULL::boolean AS took_over, in_n FROM completed"
+    "  NULL::bigint AS store_now_ms, NULL::bigint AS completed_ms, NULL::boolean AS took_over,"
+    "  in_n FROM completed"
     " UNION ALL" IDEMPROXY_CLAIM_MANY_ANSWER("NULL::bigint, NULL::boolean, false, ")};
 
 // Withdraws a claim whose answer was lost with its connection, when sending it again
@@ -303,14 +306,27 @@ inline constexpr Statement kDeleteExpired{
     " AND (scope, key) IN (SELECT scope, key FROM doomed) AND expires_at <= now()"
     " AND (state NOT IN ('in_flight', 'indeterminate') OR locked_until <= now())"};
 
+// Tombstones (after_expiry: reject): a route's completed records whose answer is older
+// than its ttl ($2 ms) lose their stored fields and body, in bounded batches, and
+// keep their fingerprint, status and times until they expire. One instance at a time,
+// as kDeleteExpired; the outer WHERE repeats the test for a row changed meanwhile.
+inline constexpr Statement kDropAnswers{
+    "idemproxy_drop_answers",
+    "WITH gc_lock AS (SELECT pg_try_advisory_xact_lock(484558603) AS held),"
+    " doomed AS (SELECT scope, key FROM idempotency_records"
+    "  WHERE route = $1 AND state = 'completed' AND body IS NOT NULL"
+    "  AND completed_at <= now() - $2::bigint * interval '1 millisecond' LIMIT $3)"
+    " UPDATE idempotency_records SET headers = NULL, body = NULL WHERE (SELECT held FROM gc_lock)"
+    " AND (scope, key) IN (SELECT scope, key FROM doomed) AND state = 'completed'"
+    " AND route = $1 AND completed_at <= now() - $2::bigint * interval '1 millisecond'"};
+
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
-inline constexpr Statement kAll[] = {kClaim,     kClaimRouted,   kComplete,
-                                     kClaimMany, kCompleteMany,  kClaimCompleteMany,
-                                     kRelease,   kRenew,         kMarkIndeterminate,
-                                     kResolve,   kFind,          kList,
-                                     kPurge,     kDeleteExpired, kPing,
-                                     kWatch,     kAnnounce,      kWithdraw};
+inline constexpr Statement kAll[] = {
+    kClaim,   kClaimRouted,   kComplete,          kClaimMany, kCompleteMany, kClaimCompleteMany,
+    kRelease, kRenew,         kMarkIndeterminate, kResolve,   kFind,         kList,
+    kPurge,   kDeleteExpired, kDropAnswers,       kPing,      kWatch,        kAnnounce,
+    kWithdraw};
 
 // The claim of n records in one statement, for group commit on Citus when every key
 // falls in one shard: a multi-row INSERT … VALUES there is one router query on one

@@ -9,6 +9,7 @@
 //   ?status=N      final status (default 201)
 //   ?trailers=1    a chunked answer ending with an X-Checksum trailer field (res.addTrailers)
 //   ?policy=V      an Idempotency-Policy: V response field (V = no-store opts out of storage)
+//   ?pad=N         N random hex characters more in the answer (a resource of realistic size)
 // GET /executions?key=K answers {"count": N}; Expect: 100-continue is honoured by
 // Node itself (it sends 100 before the body is read).
 const http = require('http');
@@ -52,6 +53,9 @@ const server = http.createServer((req, res) => {
       content_length: req.headers['content-length'] || null,
       transfer_encoding: req.headers['transfer-encoding'] || null,
       trailers: req.trailers,
+      pad: url.searchParams.get('pad')
+        ? require('crypto').randomBytes(Math.ceil(Number(url.searchParams.get('pad')) / 2))
+            .toString('hex') : undefined,
     });
     const send = () => {
       if (p.get('trailers')) {  // chunked, with trailer fields after the last chunk
