@@ -152,7 +152,7 @@ stage "the next run sends every test request over HTTP/2 (IDEMPROXY_TEST_HTTP2=1
 IDEMPROXY_TEST_HTTP2=1 run_pytest build tests/e2e/test_behaviour_table.py \
   tests/e2e/test_scopes.py tests/e2e/test_shadow_mode.py tests/e2e/test_encryption.py \
   tests/e2e/test_metrics.py tests/e2e/test_tls.py tests/e2e/test_tracing.py \
-  tests/e2e/test_replay_cache.py
+  tests/e2e/test_replay_cache.py tests/e2e/test_contract.py
 
 stage "run-local smoke test (the first README command)"
 read -r proxy_port admin_port upstream_port <<<"$(python3 scripts/free_port.py 3)"
@@ -182,7 +182,7 @@ if [ "$CITUS" = 1 ]; then
     IDEMPROXY_TEST_DSN=$citus_dsn IDEMPROXY_TEST_PGDIR="$WORK/citus/coordinator" \
       IDEMPROXY_TEST_CITUS=1 run_pytest build tests/e2e/test_behaviour_table.py \
       tests/e2e/test_concurrency.py tests/e2e/test_faults.py tests/e2e/test_ledger_real_peers.py \
-      tests/e2e/test_citus.py tests/e2e/test_citus_moves.py
+      tests/e2e/test_citus.py tests/e2e/test_citus_moves.py tests/e2e/test_contract.py
     bash scripts/citus.sh stop "$WORK/citus" || true
   else
     stage "Citus: the build or the cluster failed (above)"
