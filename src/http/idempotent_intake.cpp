@@ -119,6 +119,18 @@ asio::awaitable<Step> body_phase(Flow& f) {
   co_return Step::next;
 }
 
+// Forwards the request as read, without a claim, with `outcome`: for what the body
+// or the key's age decided before the fingerprint phase prepares the request.
+namespace {
+asio::awaitable<Step> forward_as_read(Flow& f, Outcome outcome) {
+  RequestContext& ctx = f.ctx;
+  prepare_forward(f.req, ctx.client.peer_ip, ctx.client.secure, ctx.settings->config.upstream);
+  f.req.prepare_payload();
+  f.decision.outcome = outcome;
+  co_return co_await forward_unprotected(f);
+}
+}  // namespace
+
 // Phase: the key from the JSON body, when the request had no key header and the
 // route names key_json_pointer (a webhook's event id). The same rules as a header's
 // key apply; a body that is not JSON, or a value that is not a usable string or
@@ -136,13 +148,9 @@ asio::awaitable<Step> body_key_phase(Flow& f) {
   }
   const bool absent = found.found == engine::BodyKey::Found::absent;
   if (f.shadow() && (!absent || route.key_required)) {
-    f.decision.outcome = Outcome::shadow_would_reject;
-    co_return co_await forward_unprotected(f);
+    co_return co_await forward_as_read(f, Outcome::shadow_would_reject);
   }
-  if (absent && !route.key_required) {
-    f.decision.outcome = Outcome::passthrough;
-    co_return co_await forward_unprotected(f);
-  }
+  if (absent && !route.key_required) co_return co_await forward_as_read(f, Outcome::passthrough);
   if (absent) {
     ctx.fail(ProblemKind::missing_key,
              "route " + route.name + " requires an " + route.header + " header or a key at " +
@@ -165,10 +173,7 @@ asio::awaitable<Step> key_age_phase(Flow& f) {
     co_return Step::next;
   }
   RequestContext& ctx = f.ctx;
-  if (f.shadow()) {
-    f.decision.outcome = Outcome::shadow_would_reject;
-    co_return co_await forward_unprotected(f);
-  }
+  if (f.shadow()) co_return co_await forward_as_read(f, Outcome::shadow_would_reject);
   const auto days = std::chrono::duration_cast<std::chrono::hours>(route.max_key_age).count() / 24;
   ctx.fail(ProblemKind::expired,
            "the Idempotency-Key is a UUIDv7 minted at " + rfc3339(*minted) +

@@ -244,9 +244,13 @@ def test_a_body_without_a_usable_key_is_refused_naming_the_pointer(make_proxy, n
     assert "/data/id in the JSON body" in problem(missing)["detail"]
     assert p.metric("idemproxy_requests_total", route="stripe", outcome="bad_key") == 9
     # Where the key is optional, a body without one passes through unprotected...
-    optional = make_proxy(upstream_url=node.url, routes=[dict(STRIPE, key_required=False)])
+    # (forwarded as any request is: to the upstream's base path, with its Host)
+    optional = make_proxy(upstream_url=node.url + "/base",
+                          routes=[dict(STRIPE, key_required=False)])
     plain = json.dumps({"object": "event"})
-    assert [optional.post("/webhooks/stripe", plain).status for _ in range(2)] == [201, 201]
+    answers = [optional.post("/webhooks/stripe", plain) for _ in range(2)]
+    assert [a.status for a in answers] == [201, 201]
+    assert answers[0].json()["url"] == "/base/webhooks/stripe", answers[0].body
     assert optional.metric("idemproxy_requests_total", route="stripe", outcome="passthrough") == 2
     # ...and in shadow mode a refusal is only counted, and the request forwarded.
     shadow = make_proxy(upstream_url=node.url, routes=[dict(STRIPE, mode="shadow")])
