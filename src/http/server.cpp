@@ -272,6 +272,7 @@ asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
       spdlog::info("gc: deleted {} expired record(s)", c.deleted);
     }
     if (c.tombstoned > 0) {
+      runtime.metrics.count_gc_tombstoned(static_cast<std::uint64_t>(c.tombstoned));
       spdlog::info("gc: kept {} tombstone(s): answers past ttl dropped", c.tombstoned);
     }
   }

@@ -211,6 +211,10 @@ std::string Metrics::render() const {
   }
   counter("idemproxy_gc_deleted_total", "Expired records deleted by in-process GC.",
           gc_deleted_.load());
+  counter("idemproxy_gc_tombstoned_total",
+          "Records whose answer in-process GC dropped after ttl, kept as tombstones "
+          "(after_expiry: reject).",
+          gc_tombstoned_.load());
   out << "# HELP idemproxy_config_reloads_total Configuration reloads by result.\n"
          "# TYPE idemproxy_config_reloads_total counter\n"
       << "idemproxy_config_reloads_total{result=\"ok\"} " << reloads_ok_.load() << "\n"

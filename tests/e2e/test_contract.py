@@ -440,6 +440,21 @@ def test_a_retry_after_ttl_is_refused_while_the_tombstone_lasts(make_proxy, node
     assert node.executions(key) == 2
 
 
+# The in-process GC does the same on its own, and counts it.
+def test_the_in_process_gc_keeps_tombstones_and_counts_them(make_proxy, node, pg):
+    name = "tombs-" + uuid.uuid4().hex[:8]  # GC finds a route's records by name
+    route = dict(ORDERS[0], name=name, ttl="1s", after_expiry="reject", tombstone_ttl="1h")
+    p = make_proxy(upstream_url=node.url, routes=[route], gc={"interval": "300ms"})
+    keys = ["tombgc-%d-%s" % (i, uuid.uuid4().hex) for i in range(3)]
+    for k in keys:
+        assert p.post("/v1/orders?pad=1500", "{}", key=k).status == 201
+    assert wait_for(lambda: p.metric("idemproxy_gc_tombstoned_total") == 3, timeout=10)
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE route = '%s'"
+                  " AND body IS NULL AND headers IS NULL AND status = 201" % name) == "3"
+    assert all(p.post("/v1/orders?pad=1500", "{}", key=k).status == 409 for k in keys)
+    assert sum(node.executions(k) for k in keys) == 3
+
+
 def test_after_expiry_execute_runs_a_late_retry_again(make_proxy, node):
     p = make_proxy(upstream_url=node.url, routes=[dict(ORDERS[0], ttl="1s")],
                    gc={"interval": "0s"})

@@ -107,6 +107,7 @@ class Metrics {
   }
   void count_cache_hit() { cache_hits_.fetch_add(1); }
   void count_gc_deleted(std::uint64_t n) { gc_deleted_.fetch_add(n); }
+  void count_gc_tombstoned(std::uint64_t n) { gc_tombstoned_.fetch_add(n); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_rejected_).fetch_add(1); }
   void observe_upstream(double seconds) { upstream_.observe(seconds); }
   void observe_store(double seconds) { store_.observe(seconds); }
@@ -136,6 +137,7 @@ class Metrics {
   std::array<std::atomic<std::uint64_t>, kHttp2Codes> http2_goaways_{};
   std::atomic<std::uint64_t> cache_hits_{0};
   std::atomic<std::uint64_t> gc_deleted_{0};
+  std::atomic<std::uint64_t> gc_tombstoned_{0};
   std::atomic<std::uint64_t> reloads_ok_{0};
   std::atomic<std::uint64_t> reloads_rejected_{0};
 };
