@@ -43,13 +43,7 @@ BodyKey key_from_json(std::string_view body, const std::string& pointer) {
     return refused(std::string("the value is ") + value->type_name() +
                    ", not a string or an integer");
   }
-  if (key.empty()) return refused("the key is empty");
-  if (key.size() > kMaxKeyLength) {
-    return refused("the key is longer than " + std::to_string(kMaxKeyLength) + " characters");
-  }
-  for (const char c : key) {
-    if (c < 0x20 || c > 0x7e) return refused("the key must be printable ASCII");
-  }
+  if (const auto error = key_rule_error(key)) return refused(*error);
   return {BodyKey::Found::key, std::move(key), {}};
 }
 

@@ -199,9 +199,7 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
       [this, &claim, token, &route, &answer, kept, form = std::move(form), started,
        done = std::move(done)](const store::Result<TimePoint>& result) mutable {
         Completion c;
-        c.finish = Engine::finished(result, &c.expires_at);
-        // A replay's expiry is ttl's, not the tombstone's (after_expiry: reject).
-        if (c.finish == Finish::stored) c.expires_at -= route.record_ttl() - route.ttl;
+        c.finish = Engine::finished(result, route, &c.expires_at);
         done(completed(claim, token, route, answer, std::move(form), started, c,
                        c.finish == Finish::stored ? std::move(*kept) : store::StoredResponse{}));
       });

@@ -96,9 +96,8 @@ Finish Engine::finish(const store::RecordId& id, std::int64_t token, const Route
                       store::StoredResponse* stored) {
   if (!stores(policy, response)) return abandon(id, token);
   store::StoredResponse as_kept = kept(response, policy);
-  const Finish f = finished(store_.complete(id, token, as_kept, policy.record_ttl()), expires_at);
-  // A replay's expiry is ttl's, not the tombstone's.
-  if (f == Finish::stored && expires_at) *expires_at -= policy.record_ttl() - policy.ttl;
+  const Finish f =
+      finished(store_.complete(id, token, as_kept, policy.record_ttl()), policy, expires_at);
   if (f == Finish::stored && stored) *stored = std::move(as_kept);
   return f;
 }
@@ -118,9 +117,10 @@ store::StoredResponse Engine::kept(const store::StoredResponse& response,
           response.body_stored};
 }
 
-Finish Engine::finished(const store::Result<TimePoint>& done, TimePoint* expires_at) {
+Finish Engine::finished(const store::Result<TimePoint>& done, const RoutePolicy& policy,
+                        TimePoint* expires_at) {
   if (!done.ok()) return from_store(done.error());
-  if (expires_at) *expires_at = done.value();
+  if (expires_at) *expires_at = done.value() - (policy.record_ttl() - policy.ttl);
   return Finish::stored;
 }
 

@@ -59,12 +59,20 @@ std::variant<std::string, KeyError> parse_key(std::string_view value) {
     parsed = std::string(value);
   }
   if (const auto* key = std::get_if<std::string>(&parsed)) {
-    if (key->empty()) return KeyError{"the key is empty"};
-    if (key->size() > kMaxKeyLength) {
-      return KeyError{"the key is longer than " + std::to_string(kMaxKeyLength) + " characters"};
-    }
+    if (auto error = key_rule_error(*key)) return KeyError{std::move(*error)};
   }
   return parsed;
+}
+
+std::optional<std::string> key_rule_error(std::string_view key) {
+  if (key.empty()) return "the key is empty";
+  if (key.size() > kMaxKeyLength) {
+    return "the key is longer than " + std::to_string(kMaxKeyLength) + " characters";
+  }
+  for (const char c : key) {
+    if (!printable(c)) return "the key must be printable ASCII";
+  }
+  return std::nullopt;
 }
 
 std::string header_scope(std::string_view value) {

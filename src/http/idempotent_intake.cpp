@@ -32,6 +32,14 @@ asio::awaitable<Step> replay_cached(Flow& f) {
   co_return f.responded(keep);
 }
 
+namespace {
+// The request's key, and its hash, which names it in logs.
+void take_key(Flow& f, std::string key) {
+  f.id.key = std::move(key);
+  f.ctx.key_hash = engine::sha256_hex(f.id.key).substr(0, 16);
+}
+}  // namespace
+
 // Phase: key, and the scope it lives in.
 asio::awaitable<Step> key_phase(Flow& f) {
   RequestContext& ctx = f.ctx;
@@ -47,8 +55,7 @@ asio::awaitable<Step> key_phase(Flow& f) {
       ctx.fail(ProblemKind::bad_key, bad->reason, Outcome::bad_key);
       co_return Step::failed;
     }
-    f.id.key = std::move(std::get<std::string>(parsed));
-    ctx.key_hash = engine::sha256_hex(f.id.key).substr(0, 16);
+    take_key(f, std::move(std::get<std::string>(parsed)));
   }
   const auto& route = f.route();
   if (route.scope_from == engine::ScopeFrom::authorization) {
@@ -142,8 +149,7 @@ asio::awaitable<Step> body_key_phase(Flow& f) {
   const auto& route = f.route();
   auto found = engine::key_from_json(f.req.body(), route.key_json_pointer);
   if (found.found == engine::BodyKey::Found::key) {
-    f.id.key = std::move(found.key);
-    ctx.key_hash = engine::sha256_hex(f.id.key).substr(0, 16);
+    take_key(f, std::move(found.key));
     co_return Step::next;
   }
   const bool absent = found.found == engine::BodyKey::Found::absent;

@@ -7,15 +7,6 @@
 namespace idemproxy::ops {
 namespace {
 
-std::string iso8601(TimePoint t) {
-  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 // One line per operator action that changes a record, at info level whatever the
 // outcome: who asked (via), which record (the key by its hash, as access lines name
 // it), and what happened.
@@ -49,10 +40,10 @@ nlohmann::json record_to_json(const store::Record& r, bool summary) {
                         {"route", r.route},
                         {"method", r.method},
                         {"target", r.target},
-                        {"created_at", iso8601(r.created_at)},
-                        {"expires_at", iso8601(r.expires_at)}};
+                        {"created_at", rfc3339(r.created_at)},
+                        {"expires_at", rfc3339(r.expires_at)}};
   if (r.state == store::RecordState::in_flight || r.state == store::RecordState::indeterminate) {
-    out["locked_until"] = iso8601(r.locked_until);
+    out["locked_until"] = rfc3339(r.locked_until);
     out["stale"] = r.stale;
   }
   if (r.response) {

@@ -71,7 +71,10 @@ class Engine {
   /// response as it is stored, then what the store's answer means.
   static store::StoredResponse kept(const store::StoredResponse& response,
                                     const RoutePolicy& policy);
-  static Finish finished(const store::Result<TimePoint>& done, TimePoint* expires_at);
+  /// `expires_at` is the replay's expiry: ttl's end, not the tombstone's (the store
+  /// keeps the record for policy.record_ttl()).
+  static Finish finished(const store::Result<TimePoint>& done, const RoutePolicy& policy,
+                         TimePoint* expires_at);
 
   /// The holder's heartbeat: keeps the claim's lease running while the upstream
   /// works, so a short lease recovers fast from a crash and never frees the key of

@@ -22,6 +22,10 @@ struct KeyError {
 /// §3.3).
 std::variant<std::string, KeyError> parse_key(std::string_view header_value);
 
+/// Why `key` breaks the rules every key obeys, whatever its source (1 to 255
+/// printable ASCII characters), or nothing when it keeps them.
+std::optional<std::string> key_rule_error(std::string_view key);
+
 /// When a UUIDv7 key was minted: its first 48 bits are Unix milliseconds (RFC 9562
 /// section 5.7). Nothing for any other key, including other UUID versions.
 std::optional<TimePoint> uuid7_time(std::string_view key);
