@@ -39,9 +39,14 @@ stage() {
 }
 
 bash scripts/install-deps.sh image
-# The Kubernetes schema validator (tests/kubernetes), pinned by its package-lock.json.
+# The Kubernetes schema validator (tests/kubernetes) and the browser driver for the
+# admin page (tests/browser: puppeteer-core, which downloads no browser), pinned by
+# their package-lock.json files.
 if [ ! -d tests/kubernetes/node_modules/kubernetes-models ]; then
   (cd tests/kubernetes && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if [ ! -d tests/browser/node_modules/puppeteer-core ]; then
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi
 format_status=0
 bash scripts/check-format.sh || format_status=1

@@ -230,6 +230,7 @@ Finish Coordinator::abandon(const store::RecordId& id, std::int64_t token, bool 
   // Nothing reached the upstream: a retry may execute. Otherwise the upstream may
   // have acted: never a release.
   const Finish f = sent ? engine_.mark_indeterminate(id, token) : engine_.abandon(id, token);
+  if (f == Finish::indeterminate) metrics_.count_marked_indeterminate();
   holders_.release(id);
   return f;
 }

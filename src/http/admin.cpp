@@ -1,5 +1,6 @@
-// The admin listener. /healthz, /readyz and /metrics are open (probes and scrapers);
-// everything under /admin/ needs `Authorization: Bearer <admin_token>`.
+// The admin listener. /healthz, /readyz and /metrics are open (probes and scrapers),
+// and so is the admin page's code under /ui (it holds no data); everything under
+// /admin/ needs `Authorization: Bearer <admin_token>`.
 #include "http/admin.hpp"
 
 #include <openssl/crypto.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <boost/url/parse.hpp>
 
+#include "http/admin_ui.hpp"
 #include "idemproxy/ops/records.hpp"
 
 namespace idemproxy::http {
@@ -94,6 +96,24 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
   const auto verb = req.method();
   const bool keys = segments.size() >= 2 && segments[1] == "keys";
   RecordAction action;
+  if (segments.size() == 2 && (segments[1] == "stats" || segments[1] == "policy")) {
+    if (verb != bhttp::verb::get) {
+      set_not_allowed(res, "GET");
+      co_return;
+    }
+    const auto settings = rt.settings();
+    if (segments[1] == "policy") {
+      res.set(bhttp::field::content_type, "application/json");
+      res.body() = settings->policy.json;
+      co_return;
+    }
+    nlohmann::json stats = rt.metrics.snapshot();
+    nlohmann::json routes = nlohmann::json::array();
+    for (const auto& r : settings->routes.routes()) routes.push_back(r.name);
+    stats["routes"] = std::move(routes);
+    set_json(res, status::ok, stats);
+    co_return;
+  }
   if (segments.size() == 2 && segments[1] == "reload") {
     if (verb != bhttp::verb::post) {
       set_not_allowed(res, "POST");
@@ -127,7 +147,10 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
         [&store, &state, &limit] { return list_records(store, state, limit); });
   } else if (keys && segments.size() == 3) {
     if (verb == bhttp::verb::get) {
-      action = co_await rt.blocking([&store, &id] { return show_record(store, id); });
+      const std::string body = param(*url, "body");
+      const bool with_body = body == "1" || body == "true";
+      action = co_await rt.blocking(
+          [&store, &id, with_body] { return show_record(store, id, with_body); });
     } else if (verb == bhttp::verb::delete_) {
       action =
           co_await rt.blocking([&store, &id] { return purge_record(store, id, "the admin API"); });
@@ -146,7 +169,7 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
   } else {
     set_problem(res, status::not_found,
                 "no such admin endpoint (/admin/keys, /admin/keys/KEY, /admin/keys/KEY/resolve, "
-                "/admin/reload)");
+                "/admin/stats, /admin/policy, /admin/reload)");
     co_return;
   }
   if (action.status == RecordAction::Status::ok) {
@@ -185,6 +208,38 @@ awaitable<void> answer_readiness(http::StringResponse& res, http::Runtime& rt) {
   }
 }
 
+// The admin page's files. Its Content-Security-Policy lets it run only its own script
+// and style, and talk only to this listener: no inline script, no other origin, no
+// framing, no form posting anywhere (the token field has no name and never leaves in
+// a URL).
+bool answer_ui(std::string_view path, http::StringResponse& res) {
+  std::string_view name;
+  if (path == "/ui" || path == "/ui/") {
+    name = "index.html";
+  } else if (path.starts_with("/ui/")) {
+    name = path.substr(4);
+  } else {
+    return false;
+  }
+  const auto& files = ui_files();
+  const auto it =
+      std::find_if(files.begin(), files.end(), [name](const UiFile& f) { return f.name == name; });
+  if (it == files.end()) {
+    res.result(status::not_found);
+    res.body() = "not found\n";
+    return true;
+  }
+  res.set(bhttp::field::content_type, it->content_type);
+  res.set("Content-Security-Policy",
+          "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+          "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+  res.set("X-Content-Type-Options", "nosniff");
+  res.set("X-Frame-Options", "DENY");
+  res.set("Referrer-Policy", "no-referrer");
+  res.body() = std::string(it->body);
+  return true;
+}
+
 }  // namespace
 
 awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& rt) {
@@ -217,6 +272,7 @@ awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& 
     } else if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
       res.result(status::method_not_allowed);
       res.body() = "only GET\n";
+    } else if (answer_ui(path, res)) {
     } else if (path == "/healthz") {
       res.body() = "ok\n";
     } else if (path == "/readyz") {

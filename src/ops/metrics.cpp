@@ -133,6 +133,25 @@ void Metrics::set_gauges(std::function<std::vector<GaugeSample>()> source) {
   gauges_ = std::move(source);
 }
 
+nlohmann::json Metrics::snapshot() const {
+  nlohmann::json requests = nlohmann::json::array();
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [k, h] : requests_) {
+      requests.push_back(
+          {{"route", k.first}, {"outcome", to_string(k.second)}, {"count", h.count}});
+    }
+  }
+  nlohmann::json out = {{"requests", std::move(requests)},
+                        {"claims_in_flight", in_flight_claims_.load()},
+                        {"lease_takeovers", takeovers_.load()},
+                        {"indeterminate_marked", marked_indeterminate_.load()},
+                        {"store_errors", store_errors_.load()},
+                        {"replay_cache_hits", cache_hits_.load()}};
+  if (const auto n = indeterminate_records_.load(); n >= 0) out["records_indeterminate"] = n;
+  return out;
+}
+
 std::string Metrics::render() const {
   std::ostringstream out;
   std::function<std::vector<GaugeSample>()> gauges;
@@ -169,6 +188,16 @@ std::string Metrics::render() const {
   counter("idemproxy_store_errors_total", "Store calls that failed.", store_errors_.load());
   counter("idemproxy_lease_takeovers_total",
           "Claims that took over a record whose holder's lease ran out.", takeovers_.load());
+  counter("idemproxy_indeterminate_marked_total",
+          "Records this process marked indeterminate: the upstream exchange broke after the "
+          "request was sent.",
+          marked_indeterminate_.load());
+  if (const auto n = indeterminate_records_.load(); n >= 0) {
+    out << "# HELP idemproxy_records_indeterminate Indeterminate records in the store, "
+           "sampled every 10 s.\n"
+           "# TYPE idemproxy_records_indeterminate gauge\n"
+        << "idemproxy_records_indeterminate " << n << "\n";
+  }
   counter("idemproxy_lease_renewals_total",
           "Lease renewals by holders waiting on the upstream (the heartbeat).",
           lease_renewals_.load());

@@ -1,5 +1,6 @@
 #include "idemproxy/ops/records.hpp"
 
+#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 #include "idemproxy/common/sha256.hpp"
@@ -28,6 +29,37 @@ RecordAction not_found(const store::RecordId& id, const std::string& what) {
           {{"error", "no " + what + " for key \"" + id.key + "\" in scope \"" + id.scope + "\""}}};
 }
 
+std::string base64(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(bytes.data()),
+                                static_cast<int>(bytes.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+// The stored body, for an operator who asked for it: UTF-8 text as it is, other bytes
+// in base64. A sealed record's never: encryption at rest means an operator reads
+// status and times, not what the upstream answered.
+void add_body(nlohmann::json& out, const store::Record& r) {
+  if (r.sealed_with) {
+    out["body_withheld"] = "the record is sealed with key \"" + *r.sealed_with +
+                           "\" (store.encryption); its body is never shown";
+  } else if (!r.response) {
+    out["body_withheld"] = "no answer is stored (" + std::string(store::to_string(r.state)) + ")";
+  } else if (!r.response->body_stored) {
+    out["body_withheld"] = "the answer was too large to store";
+  } else {
+    const std::string& body = r.response->body;
+    try {
+      (void)nlohmann::json(body).dump();  // throws on bytes that are not UTF-8
+      out["response"]["body"] = body;
+    } catch (const nlohmann::json::type_error&) {
+      out["response"]["body_base64"] = base64(body);
+    }
+  }
+}
+
 }  // namespace
 
 nlohmann::json record_to_json(const store::Record& r, bool summary) {
@@ -41,7 +73,8 @@ nlohmann::json record_to_json(const store::Record& r, bool summary) {
                         {"method", r.method},
                         {"target", r.target},
                         {"created_at", rfc3339(r.created_at)},
-                        {"expires_at", rfc3339(r.expires_at)}};
+                        {"expires_at", rfc3339(r.expires_at)},
+                        {"sealed", r.sealed_with.has_value()}};
   if (r.state == store::RecordState::in_flight || r.state == store::RecordState::indeterminate) {
     out["locked_until"] = rfc3339(r.locked_until);
     out["stale"] = r.stale;
@@ -64,10 +97,15 @@ nlohmann::json record_to_json(const store::Record& r, bool summary) {
   return out;
 }
 
-RecordAction show_record(store::Store& store, const store::RecordId& id) {
+RecordAction show_record(store::Store& store, const store::RecordId& id, bool with_body) {
   auto found = store.find(id);
   if (!found.ok()) return store_error(found.error());
   if (!found.value()) return not_found(id, "record");
+  if (with_body) {
+    RecordAction a{RecordAction::Status::ok, record_to_json(*found.value())};
+    add_body(a.body, *found.value());
+    return a;
+  }
   return {RecordAction::Status::ok, record_to_json(*found.value())};
 }
 

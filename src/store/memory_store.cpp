@@ -136,6 +136,13 @@ Result<std::vector<Record>> MemoryStore::list(std::optional<RecordState> state, 
   return out;
 }
 
+Result<std::int64_t> MemoryStore::count_indeterminate() {
+  std::lock_guard lock(mu_);
+  return static_cast<std::int64_t>(std::count_if(
+      records_.begin(), records_.end(),
+      [](const auto& entry) { return entry.second.state == RecordState::indeterminate; }));
+}
+
 Result<bool> MemoryStore::purge(const RecordId& id) {
   std::lock_guard lock(mu_);
   return records_.erase({id.scope, id.key}) > 0;

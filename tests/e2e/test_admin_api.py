@@ -1,4 +1,5 @@
 """The admin API on admin_listen, behind a bearer token; `idemproxy keys` uses the same code."""
+import base64
 import hashlib
 import json
 import time
@@ -204,3 +205,30 @@ def test_curl_sees_the_admin_apis_answers_as_a_real_client(make_proxy, key):
     assert status == 200
     status, _, body, _ = curl(*auth, base + "/admin/keys/" + key)
     assert status == 404 and "no record" in json.loads(body)["detail"]
+
+
+def test_a_stored_body_is_shown_only_when_asked_and_never_for_a_sealed_record(
+        make_proxy, upstream, key, tmp_path):
+    """Issue 25: the admin page's lookup. `body=1` adds the stored body (UTF-8 as text,
+    other bytes in base64); a record sealed by store.encryption keeps it withheld."""
+    p = token_proxy(make_proxy)
+    assert p.post("/v1/orders", '{"n": 1}', key=key).status == 201
+    plain = admin(p, "GET", "/admin/keys/%s" % key).json()
+    assert plain["sealed"] is False and "body" not in plain["response"]
+    shown = admin(p, "GET", "/admin/keys/%s?body=1" % key).json()
+    assert json.loads(shown["response"]["body"])["key"] == key
+    binary = key + "-bin"
+    assert p.post("/v1/big?bytes=64", "{}", key=binary).status == 200
+    raw = admin(p, "GET", "/admin/keys/%s?body=1" % binary).json()["response"]
+    assert "body" not in raw and len(base64.b64decode(raw["body_base64"])) == 64
+
+    from test_encryption import key_file, new_key, sealed_store
+    sealed_proxy = make_proxy(extra_top={"admin_token": TOKEN},
+                              store=sealed_store(key_file(tmp_path, "keys", new_key("k1"))))
+    sealed = key + "-sealed"
+    assert sealed_proxy.post("/v1/orders", '{"card": "4242"}', key=sealed).status == 201
+    record = admin(sealed_proxy, "GET", "/admin/keys/%s?body=1" % sealed).json()
+    assert record["sealed"] is True and record["response"]["status"] == 201
+    assert "body" not in record["response"] and "body_base64" not in record["response"]
+    assert "sealed with key \"k1\"" in record["body_withheld"]
+    assert "4242" not in json.dumps(record)

@@ -98,6 +98,7 @@ class FaultyStore final : public store::Store {
     return inner.delete_expired(limit);
   }
   store::Result<store::Done> ping() override { return inner.ping(); }
+  store::Result<std::int64_t> count_indeterminate() override { return inner.count_indeterminate(); }
 
   store::MemoryStore inner;
 };

@@ -47,6 +47,7 @@ class ReplayCache {
 
   /// max_bytes 0 turns the cache off.
   explicit ReplayCache(std::size_t max_bytes) : max_bytes_(max_bytes) {}
+  std::size_t max_bytes() const { return max_bytes_; }
 
   /// The entry for `id`, unless there is none or it is no longer valid at `now`.
   std::shared_ptr<const Entry> get(const store::RecordId& id, Deadline now);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -96,6 +97,11 @@ class Metrics {
   void claim_ended() { in_flight_claims_.fetch_sub(1); }
   void count_store_error() { store_errors_.fetch_add(1); }
   void count_takeover() { takeovers_.fetch_add(1); }
+  /// A record this process marked indeterminate: its upstream exchange broke after
+  /// the request was sent.
+  void count_marked_indeterminate() { marked_indeterminate_.fetch_add(1); }
+  /// The store's count of indeterminate records, sampled in the background.
+  void set_indeterminate_records(std::int64_t n) { indeterminate_records_.store(n); }
   void count_lease_renewal() { lease_renewals_.fetch_add(1); }
   void count_refused_connection() { refused_connections_.fetch_add(1); }
   void count_tls_handshake_failure() { tls_handshake_failures_.fetch_add(1); }
@@ -115,6 +121,9 @@ class Metrics {
   void set_gauges(std::function<std::vector<GaugeSample>()> source);
   /// The exposition text for GET /metrics.
   std::string render() const;
+  /// Requests by route and outcome, and the figures the admin page shows, as JSON
+  /// (GET /admin/stats).
+  nlohmann::json snapshot() const;
 
  private:
   const BuildInfo build_;
@@ -127,6 +136,8 @@ class Metrics {
   std::atomic<std::int64_t> in_flight_claims_{0};
   std::atomic<std::uint64_t> store_errors_{0};
   std::atomic<std::uint64_t> takeovers_{0};
+  std::atomic<std::uint64_t> marked_indeterminate_{0};
+  std::atomic<std::int64_t> indeterminate_records_{-1};  // -1: not sampled yet
   std::atomic<std::uint64_t> lease_renewals_{0};
   std::atomic<std::uint64_t> refused_connections_{0};
   std::atomic<std::uint64_t> tls_handshake_failures_{0};

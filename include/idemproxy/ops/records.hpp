@@ -24,7 +24,10 @@ struct RecordAction {  // NOLINT(bugprone-exception-escape)
   nlohmann::json body;
 };
 
-RecordAction show_record(store::Store& store, const store::RecordId& id);
+/// With `with_body`, the stored body too: as `body` when it is UTF-8, else as
+/// `body_base64`; never for a sealed record (store.encryption), whose body stays
+/// withheld (`body_withheld` says why).
+RecordAction show_record(store::Store& store, const store::RecordId& id, bool with_body = false);
 /// Purge and resolve change what the next request with the key does: each logs an
 /// audit line naming `via` (the admin API or the CLI), the scope and a hash of the
 /// key (never the key), and what happened.

@@ -25,6 +25,7 @@ class MemoryStore final : public Store {
   Result<std::int64_t> delete_expired(int limit) override;
   Result<std::int64_t> drop_answers(const std::string& route, Duration ttl, int limit) override;
   Result<Done> ping() override { return Done{}; }
+  Result<std::int64_t> count_indeterminate() override;
 
  private:
   using Key = std::pair<std::string, std::string>;

@@ -56,6 +56,7 @@ class PgStore final : public Store {
   Result<std::int64_t> delete_expired(int limit) override;
   Result<std::int64_t> drop_answers(const std::string& route, Duration ttl, int limit) override;
   Result<Done> ping() override;
+  Result<std::int64_t> count_indeterminate() override;
   /// Pool and group-commit figures, as metric samples.
   std::vector<Sample> stats() override;
   /// Group-commit counters since start.

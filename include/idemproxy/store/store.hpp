@@ -68,6 +68,9 @@ struct Record {
   TimePoint store_now;                     // the store's clock when the record was read
   bool stale = false;                      // in flight with its lease run out: the holder vanished
   std::optional<StoredResponse> response;  // set when completed
+  /// The id of the key that sealed the stored fields (store.encryption); unset when
+  /// they are in the clear.
+  std::optional<std::string> sealed_with;
 };
 
 struct ClaimRequest {
@@ -186,6 +189,8 @@ class Store {
     return std::int64_t{0};
   }
   virtual Result<Done> ping() = 0;
+  /// How many records are indeterminate now (an operator must decide each one).
+  virtual Result<std::int64_t> count_indeterminate() = 0;
 
   /// What the store announces about records that any instance (or the CLI) changed.
   /// Both are called from a background thread.

@@ -350,4 +350,10 @@ Result<Done> PgStore::ping() {
   });
 }
 
+Result<std::int64_t> PgStore::count_indeterminate() {
+  return impl_->with<std::int64_t>([&](Connection& c) -> Result<std::int64_t> {
+    return c.run(pg::kIndeterminate)[0][0].as<std::int64_t>();
+  });
+}
+
 }  // namespace idemproxy::store

@@ -81,6 +81,7 @@ Record RowCodec::read(const pqxx::row& row, const Columns& at, const RecordId& i
   };
   Record r;
   r.id = id;
+  r.sealed_with = key_id;
   r.fingerprint = row[at.fingerprint].as<std::string>();
   if (key_id) {
     try {

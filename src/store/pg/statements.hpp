@@ -322,11 +322,16 @@ inline constexpr Statement kDropAnswers{
 
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
+// Reads the partial index of migration 007 only.
+inline constexpr Statement kIndeterminate{
+    "idemproxy_count_indeterminate",
+    "SELECT count(*) FROM idempotency_records WHERE state = 'indeterminate'"};
+
 inline constexpr Statement kAll[] = {
-    kClaim,   kClaimRouted,   kComplete,          kClaimMany, kCompleteMany, kClaimCompleteMany,
-    kRelease, kRenew,         kMarkIndeterminate, kResolve,   kFind,         kList,
-    kPurge,   kDeleteExpired, kDropAnswers,       kPing,      kWatch,        kAnnounce,
-    kWithdraw};
+    kClaim,    kClaimRouted,   kComplete,          kClaimMany, kCompleteMany, kClaimCompleteMany,
+    kRelease,  kRenew,         kMarkIndeterminate, kResolve,   kFind,         kList,
+    kPurge,    kDeleteExpired, kDropAnswers,       kPing,      kWatch,        kAnnounce,
+    kWithdraw, kIndeterminate};
 
 // The claim of n records in one statement, for group commit on Citus when every key
 // falls in one shard: a multi-row INSERT … VALUES there is one router query on one
