@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds the container image with podman, offline, from Debian's packages only.
 #   scripts/image.sh [TAG]       builds idemproxy:TAG (default: dev), prints its size
+# and writes the package it installs to build/idemproxy_VERSION_amd64.deb.
+# The binary is compiled in the Dockerfile's build stage; with IDEMPROXY_IMAGE_FROM=build
+# it is the Release build in build/ instead (scripts/build.sh, same Debian release),
+# packaged by CPack there: the test command uses that, so one run compiles it once.
 # The Dockerfile starts FROM debian:bookworm-slim. No registry is reachable here, so
 # that base is made once with mmdebstrap (minbase) and imported under that name; it
 # stays in podman's store for later builds. Layers are cached the same way.
@@ -32,16 +36,31 @@ version=$(sed -n 's/^project(idemproxy VERSION \([0-9.]*\).*/\1/p' CMakeLists.tx
 revision=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)
 echo "image: building idemproxy:$TAG ($version, $revision)"
 started=$(date +%s)
-# The build stage first, tagged, so the .deb can be copied out of it; the full build
-# then finds that stage in the layer cache.
-"${PODMAN[@]}" build --quiet --pull=never "${LIMITS[@]}" -f docker/Dockerfile --target build \
-  -t "idemproxy-build:$TAG" --build-arg IDEMPROXY_REVISION="$revision" . >/dev/null
-"${PODMAN[@]}" build --quiet --pull=never "${LIMITS[@]}" -f docker/Dockerfile -t "idemproxy:$TAG" \
-  --build-arg IDEMPROXY_VERSION="$version" --build-arg IDEMPROXY_REVISION="$revision" . >/dev/null
 mkdir -p build
-ctr=$("${PODMAN[@]}" create "idemproxy-build:$TAG" true)
-"${PODMAN[@]}" cp "$ctr:/idemproxy.deb" "build/idemproxy_${version}_amd64.deb"
-"${PODMAN[@]}" rm "$ctr" >/dev/null
+if [ "${IDEMPROXY_IMAGE_FROM:-}" = build ]; then
+  # Configuring again refreshes the revision --version reports (git describe); only
+  # the executable's own sources recompile when it changed.
+  cmake -S . -B build >/dev/null
+  cmake --build build -j2 --target idemproxy >/dev/null
+  rm -f build/idemproxy_*_amd64.deb
+  (cd build && cpack -G DEB >/dev/null)
+  mkdir -p .image
+  cp "build/idemproxy_${version}_amd64.deb" .image/idemproxy.deb
+  "${PODMAN[@]}" build --quiet --pull=never "${LIMITS[@]}" -f docker/Dockerfile -t "idemproxy:$TAG" \
+    --build-arg IDEMPROXY_PACKAGE=prebuilt --build-arg IDEMPROXY_VERSION="$version" \
+    --build-arg IDEMPROXY_REVISION="$revision" . >/dev/null
+  rm -rf .image
+else
+  # The build stage first, tagged, so the .deb can be copied out of it; the full build
+  # then finds that stage in the layer cache.
+  "${PODMAN[@]}" build --quiet --pull=never "${LIMITS[@]}" -f docker/Dockerfile --target build \
+    -t "idemproxy-build:$TAG" --build-arg IDEMPROXY_REVISION="$revision" . >/dev/null
+  "${PODMAN[@]}" build --quiet --pull=never "${LIMITS[@]}" -f docker/Dockerfile -t "idemproxy:$TAG" \
+    --build-arg IDEMPROXY_VERSION="$version" --build-arg IDEMPROXY_REVISION="$revision" . >/dev/null
+  ctr=$("${PODMAN[@]}" create "idemproxy-build:$TAG" true)
+  "${PODMAN[@]}" cp "$ctr:/idemproxy.deb" "build/idemproxy_${version}_amd64.deb"
+  "${PODMAN[@]}" rm "$ctr" >/dev/null
+fi
 size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "idemproxy:$TAG")
 base_size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$BASE")
 echo "image: idemproxy:$TAG built in $(($(date +%s) - started)) s;" \

@@ -19,8 +19,10 @@
 #      add-worker/rebalance/drain cycles under load, at most 200 s of moving).
 # The Kubernetes manifests are rendered and validated in stage 2 (test_kubernetes.py).
 # Before building, every C++ file is checked against .clang-format; after it,
-# clang-tidy (.clang-tidy) must find nothing in src/. The TSan stage also runs the
-# coordinator, lease schedule and replay cache unit tests.
+# clang-tidy (.clang-tidy) must find nothing in src/. clang-tidy and the ASan, TSan
+# and fuzz builds run in the background at nice 19 while the Release build's tests
+# run. The TSan stage also runs the coordinator, lease schedule and replay cache unit
+# tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,6 +41,9 @@ stage() {
 }
 
 bash scripts/install-deps.sh image
+# ccache (CMakeLists.txt) keys objects by paths relative to the checkout, so a fresh
+# clone elsewhere reuses what an earlier run compiled (~/.cache/ccache).
+export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=true
 # The Kubernetes schema validator (tests/kubernetes) and the browser driver for the
 # admin page (tests/browser: puppeteer-core, which downloads no browser), pinned by
 # their package-lock.json files.
@@ -50,21 +55,60 @@ if [ ! -d tests/browser/node_modules/puppeteer-core ]; then
 fi
 format_status=0
 bash scripts/check-format.sh || format_status=1
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-test.XXXXXX")
+chmod 755 "$WORK"
+background_pid=""
+cleanup() {
+  if [ -n "$background_pid" ]; then kill "$background_pid" 2>/dev/null || true; fi
+  bash "$ROOT/scripts/pg.sh" stop "$WORK/pg" || true
+  bash "$ROOT/scripts/citus.sh" stop "$WORK/citus" || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 # With the bench tools too: the benchmark's smoke run below uses this build.
 stage "build: Release (build/)"
 bash scripts/build.sh -DIDEMPROXY_BENCH=ON
-stage "clang-tidy"
-tidy_status=0
-bash scripts/check-tidy.sh || tidy_status=1
-if [ "$SANITIZE" = 1 ]; then
-  stage "build: ASan+UBSan (build-asan/)"
-  BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIDEMPROXY_SANITIZE=ON
-  stage "build: TSan (build-tsan/)"
+
+# clang-tidy, the sanitizer builds and the fuzz targets' build run in the background,
+# at the lowest CPU priority, while the Release build's tests run: those mostly wait
+# on sockets, timers and PostgreSQL, and at nice 19 the builds take only the CPU the
+# tests leave idle. Each step's log, status and time land in $WORK/background/.
+BACKGROUND=$WORK/background
+mkdir -p "$BACKGROUND"
+background_step() {  # NAME COMMAND...: runs it, keeping its output, status and time
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  "$@" >"$BACKGROUND/$name.log" 2>&1 || rc=$?
+  echo "$rc" >"$BACKGROUND/$name.status"
+  printf '%5d s  %s (in the background)\n' $((SECONDS - t0)) "$name" >>"$BACKGROUND/times"
+}
+build_tsan() {
   echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy, store_tests, unit_tests and http_tests)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 \
     -DIDEMPROXY_TSAN=ON >/dev/null
   cmake --build build-tsan -j2 --target idemproxy store_tests unit_tests http_tests
-fi
+}
+(
+  renice -n 19 -p $BASHPID >/dev/null || true
+  background_step clang-tidy bash scripts/check-tidy.sh
+  if [ "$SANITIZE" = 1 ]; then
+    background_step "build: ASan+UBSan (build-asan/)" \
+      env BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIDEMPROXY_SANITIZE=ON
+    background_step "build: TSan (build-tsan/)" build_tsan
+  fi
+  if [ "$FUZZ_SECONDS" != 0 ]; then
+    background_step "build: the fuzz targets (build-fuzz/)" env FUZZ_BUILD_ONLY=1 bash scripts/fuzz.sh
+  fi
+) &
+background_pid=$!
+# The background step's result: its log's tail when it failed.
+background_ok() {  # NAME
+  if [ "$(cat "$BACKGROUND/$1.status" 2>/dev/null)" = 0 ]; then return 0; fi
+  echo "== $1 failed:"
+  tail -60 "$BACKGROUND/$1.log" 2>/dev/null || echo "(it did not run)"
+  return 1
+}
+
 citus_status=0
 if [ "$CITUS" = 1 ]; then
   stage "build: Citus (scripts/citus.sh build)"
@@ -73,17 +117,9 @@ fi
 image_status=0
 if [ "$IMAGE" = 1 ]; then
   stage "build: the container image (scripts/image.sh test)"
-  bash scripts/image.sh test || image_status=1
+  IDEMPROXY_IMAGE_FROM=build bash scripts/image.sh test || image_status=1
 fi
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-test.XXXXXX")
-chmod 755 "$WORK"
-cleanup() {
-  bash "$ROOT/scripts/pg.sh" stop "$WORK/pg" || true
-  bash "$ROOT/scripts/citus.sh" stop "$WORK/citus" || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 
 # fsync off: the tests restart PostgreSQL cleanly but never crash the machine.
 IDEMPROXY_TEST_DSN=$(bash scripts/pg.sh start "$WORK/pg" "" -c fsync=off)
@@ -96,7 +132,6 @@ failed=0
 status=0
 # The formatting check ran before the build (scripts/check-format.sh).
 if [ "$format_status" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
-if [ "$tidy_status" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
 
 run_ctest() {  # BUILD_DIR
   local log="$WORK/ctest-$1.log"
@@ -206,12 +241,31 @@ if [ "$IMAGE" = 1 ]; then
   fi
 fi
 
-if [ "$SANITIZE" = 1 ]; then
+stage "waiting for the background steps (clang-tidy, sanitizer and fuzz builds)"
+wait "$background_pid" || true
+cat "$BACKGROUND/times" 2>/dev/null || true
+if background_ok clang-tidy; then
+  grep -E '^tidy: ' "$BACKGROUND/clang-tidy.log" || true
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  status=1
+fi
+for build in "build: ASan+UBSan (build-asan/)" "build: TSan (build-tsan/)" \
+             "build: the fuzz targets (build-fuzz/)"; do
+  case "$build" in *fuzz*) [ "$FUZZ_SECONDS" != 0 ] || continue ;; *) [ "$SANITIZE" = 1 ] || continue ;; esac
+  if ! background_ok "$build"; then
+    failed=$((failed + 1))
+    status=1
+  fi
+done
+
+if [ "$SANITIZE" = 1 ] && background_ok "build: ASan+UBSan (build-asan/)" >/dev/null; then
   run_ctest build-asan
   run_pytest build-asan tests/e2e --ignore=tests/e2e/test_image.py
 fi
 
-if [ "$SANITIZE" = 1 ]; then
+if [ "$SANITIZE" = 1 ] && background_ok "build: TSan (build-tsan/)" >/dev/null; then
   stage "ThreadSanitizer: the store tests; the coordinator, lease schedule, replay cache and SHA-256 unit tests; the runtime's queued calls"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp"
   run_gtest build-tsan/tests/store_tests '*'
@@ -225,7 +279,7 @@ if [ "$SANITIZE" = 1 ]; then
   unset TSAN_OPTIONS
 fi
 
-if [ "$FUZZ_SECONDS" != 0 ]; then
+if [ "$FUZZ_SECONDS" != 0 ] && background_ok "build: the fuzz targets (build-fuzz/)" >/dev/null; then
   stage "fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
   if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi
   summary_counts "$WORK/fuzz.log" fuzz || status=1
@@ -233,6 +287,8 @@ fi
 
 stage "the times"
 printf '%s\n' "${TIMES[@]}"
+cat "$BACKGROUND/times" 2>/dev/null || true
+if command -v ccache >/dev/null; then ccache --show-stats 2>/dev/null | grep -iE 'hits|misses' | head -4 || true; fi
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 echo "test: $passed passed, $failed failed"
 exit "$status"

@@ -62,7 +62,10 @@ def test_dockerfile_builds_with_the_projects_own_scripts_in_cache_friendly_layer
                          "RUN bash scripts/install-deps.sh build"]
     assert steps.index("COPY src src") > 1 and "cpack -G DEB" in build_stage
     # The runtime libraries come before the package, which changes with every edit.
-    assert runtime_stage.index("apt-get install") < runtime_stage.index("COPY --from=build")
+    assert runtime_stage.index("apt-get install") < runtime_stage.index("COPY --from=package")
+    # The package is the build stage's, or the one the test command built (prebuilt).
+    assert "ARG IDEMPROXY_PACKAGE=build" in build_stage
+    assert "FROM ${IDEMPROXY_PACKAGE} AS package" in build_stage
     instructions = [l for l in runtime_stage.splitlines() if not l.startswith("#")]
     assert "USER 10001:10001" in instructions
     assert not any(l.startswith("HEALTHCHECK") or "curl" in l for l in instructions)
