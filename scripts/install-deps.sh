@@ -33,7 +33,7 @@ PACKAGES=(
   prometheus chromium
 )
 case "${1:-}" in
-  bench) PACKAGES+=(wrk) ;;
+  bench) PACKAGES+=(wrk haproxy) ;;
   build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
   # podman runs the image offline; mmdebstrap makes its Debian base (scripts/image.sh).
   image) PACKAGES+=(podman runc mmdebstrap uidmap) ;;

@@ -75,12 +75,12 @@ bash scripts/build.sh -DIDEMPROXY_BENCH=ON
 # tests leave idle. Each step's log, status and time land in $WORK/background/.
 BACKGROUND=$WORK/background
 mkdir -p "$BACKGROUND"
-background_step() {  # NAME COMMAND...: runs it, keeping its output, status and time
-  local name=$1 t0=$SECONDS rc=0
-  shift
+background_step() {  # NAME TITLE COMMAND...: runs it, keeping its output, status and time
+  local name=$1 title=$2 t0=$SECONDS rc=0
+  shift 2
   "$@" >"$BACKGROUND/$name.log" 2>&1 || rc=$?
   echo "$rc" >"$BACKGROUND/$name.status"
-  printf '%5d s  %s (in the background)\n' $((SECONDS - t0)) "$name" >>"$BACKGROUND/times"
+  printf '%5d s  %s (in the background)\n' $((SECONDS - t0)) "$title" >>"$BACKGROUND/times"
 }
 build_tsan() {
   echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy, store_tests, unit_tests and http_tests)"
@@ -90,21 +90,26 @@ build_tsan() {
 }
 (
   renice -n 19 -p $BASHPID >/dev/null || true
-  background_step clang-tidy bash scripts/check-tidy.sh
   if [ "$SANITIZE" = 1 ]; then
-    background_step "build: ASan+UBSan (build-asan/)" \
+    background_step asan "build: ASan+UBSan (build-asan/)" \
       env BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIDEMPROXY_SANITIZE=ON
-    background_step "build: TSan (build-tsan/)" build_tsan
+    background_step tsan "build: TSan (build-tsan/)" build_tsan
   fi
+  background_step tidy "clang-tidy" bash scripts/check-tidy.sh
   if [ "$FUZZ_SECONDS" != 0 ]; then
-    background_step "build: the fuzz targets (build-fuzz/)" env FUZZ_BUILD_ONLY=1 bash scripts/fuzz.sh
+    background_step fuzz "build: the fuzz targets (build-fuzz/)" \
+      env FUZZ_BUILD_ONLY=1 bash scripts/fuzz.sh
   fi
 ) &
 background_pid=$!
+# Waits until the background step NAME has finished (or the background is gone).
+await_step() {  # NAME
+  while [ ! -f "$BACKGROUND/$1.status" ] && kill -0 "$background_pid" 2>/dev/null; do sleep 2; done
+}
 # The background step's result: its log's tail when it failed.
 background_ok() {  # NAME
   if [ "$(cat "$BACKGROUND/$1.status" 2>/dev/null)" = 0 ]; then return 0; fi
-  echo "== $1 failed:"
+  echo "== background step $1 failed:"
   tail -60 "$BACKGROUND/$1.log" 2>/dev/null || echo "(it did not run)"
   return 1
 }
@@ -241,31 +246,29 @@ if [ "$IMAGE" = 1 ]; then
   fi
 fi
 
-stage "waiting for the background steps (clang-tidy, sanitizer and fuzz builds)"
-wait "$background_pid" || true
-cat "$BACKGROUND/times" 2>/dev/null || true
-if background_ok clang-tidy; then
-  grep -E '^tidy: ' "$BACKGROUND/clang-tidy.log" || true
-  passed=$((passed + 1))
-else
-  failed=$((failed + 1))
-  status=1
-fi
-for build in "build: ASan+UBSan (build-asan/)" "build: TSan (build-tsan/)" \
-             "build: the fuzz targets (build-fuzz/)"; do
-  case "$build" in *fuzz*) [ "$FUZZ_SECONDS" != 0 ] || continue ;; *) [ "$SANITIZE" = 1 ] || continue ;; esac
-  if ! background_ok "$build"; then
+# The background steps, each awaited just before what needs it: the ASan tests run
+# while the TSan and fuzz builds and clang-tidy go on behind them.
+step_result() {  # NAME: counts a background step that failed
+  if ! background_ok "$1"; then
     failed=$((failed + 1))
     status=1
+    return 1
   fi
-done
-
-if [ "$SANITIZE" = 1 ] && background_ok "build: ASan+UBSan (build-asan/)" >/dev/null; then
+}
+if [ "$SANITIZE" = 1 ]; then
+  stage "waiting for the background ASan+UBSan build"
+  await_step asan
+fi
+if [ "$SANITIZE" = 1 ] && step_result asan; then
   run_ctest build-asan
   run_pytest build-asan tests/e2e --ignore=tests/e2e/test_image.py
 fi
 
-if [ "$SANITIZE" = 1 ] && background_ok "build: TSan (build-tsan/)" >/dev/null; then
+if [ "$SANITIZE" = 1 ]; then
+  stage "waiting for the background TSan build"
+  await_step tsan
+fi
+if [ "$SANITIZE" = 1 ] && step_result tsan; then
   stage "ThreadSanitizer: the store tests; the coordinator, lease schedule, replay cache and SHA-256 unit tests; the runtime's queued calls"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp"
   run_gtest build-tsan/tests/store_tests '*'
@@ -279,7 +282,13 @@ if [ "$SANITIZE" = 1 ] && background_ok "build: TSan (build-tsan/)" >/dev/null; 
   unset TSAN_OPTIONS
 fi
 
-if [ "$FUZZ_SECONDS" != 0 ] && background_ok "build: the fuzz targets (build-fuzz/)" >/dev/null; then
+stage "waiting for the background clang-tidy and fuzz build"
+wait "$background_pid" || true
+if step_result tidy; then
+  grep -E '^tidy: ' "$BACKGROUND/tidy.log" || true
+  passed=$((passed + 1))
+fi
+if [ "$FUZZ_SECONDS" != 0 ] && step_result fuzz; then
   stage "fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
   if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi
   summary_counts "$WORK/fuzz.log" fuzz || status=1

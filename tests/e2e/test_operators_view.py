@@ -21,6 +21,9 @@ GRAFANA = os.path.join(ROOT, "deploy", "grafana")
 RULES = os.path.join(ROOT, "deploy", "prometheus")
 sys.path.insert(0, GRAFANA)
 import dashboard  # noqa: E402  (deploy/grafana/dashboard.py: PANEL_VARIABLES)
+import preview  # noqa: E402  (deploy/grafana/preview.py: the panels drawn from Prometheus)
+
+ARTIFACTS = os.environ.get("IDEMPROXY_ARTIFACTS", os.path.join(ROOT, "test-artifacts"))
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -83,6 +86,17 @@ class Prometheus:
     def query(self, expr):
         return self.api("query", query=expr)["result"]
 
+    def wait_for_scrapes(self, n, timeout=30):
+        """Until `n` scrapes of the proxy have landed (Prometheus begins a few seconds
+        after it starts): a load sent before the first would be one flat sample."""
+        deadline = time.time() + timeout
+        while True:
+            got = self.query('count_over_time(up{job="idemproxy"}[1m])')
+            if got and float(got[0]["value"][1]) >= n:
+                return
+            assert time.time() < deadline, (got, self.read_log())
+            time.sleep(0.25)
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -131,28 +145,34 @@ def test_the_alert_rules_pass_promtool_check_and_their_unit_tests():
 def test_every_panel_returns_data_from_a_real_prometheus_under_load(make_proxy, upstream, key):
     p = make_proxy(store={"postgres": {"dsn": None, "pool_size": 4}})
     prom = Prometheus(p.admin_port)
+    started = time.time()
     try:
+        prom.wait_for_scrapes(2)
         sent = {}
 
         def note(outcome, n=1):
             sent[outcome] = sent.get(outcome, 0) + n
 
-        keys = ["%s-%d" % (key, i) for i in range(20)]
-        for k in keys:
-            assert p.post("/v1/orders", '{"n": 1}', key=k).status == 201
-        note("executed", 20)
-        for k in keys[:10]:
-            assert p.post("/v1/orders", '{"n": 1}', key=k).header("Idempotent-Replayed") == "true"
-        note("replayed", 10)
-        for k in keys[:3]:
-            assert p.post("/v1/orders", '{"n": 2}', key=k).status == 422
-        note("mismatch", 3)
-        for _ in range(4):
-            assert p.post("/v1/orders", "{}").status == 400
-        note("missing_key", 4)
-        for _ in range(5):
-            assert p.request("GET", "/v1/orders").status == 201  # what the fake answers
-        note("passthrough", 5)
+        # Two rounds, scrapes apart: every series then moves between two samples, as
+        # under steady traffic (a series born with its final count has no rate).
+        for round_ in range(2):
+            keys = ["%s-%d-%d" % (key, round_, i) for i in range(10)]
+            for k in keys:
+                assert p.post("/v1/orders", '{"n": 1}', key=k).status == 201
+            note("executed", 10)
+            for k in keys[:5]:
+                assert p.post("/v1/orders", '{"n": 1}', key=k).header("Idempotent-Replayed") == "true"
+            note("replayed", 5)
+            for k in keys[:2]:
+                assert p.post("/v1/orders", '{"n": 2}', key=k).status == 422
+            note("mismatch", 2)
+            for _ in range(2):
+                assert p.post("/v1/orders", "{}").status == 400
+            note("missing_key", 2)
+            for _ in range(3):
+                assert p.request("GET", "/v1/orders").status == 201  # what the fake answers
+            note("passthrough", 3)
+            prom.wait_for_scrapes(4 + 2 * round_)
         # One 409 in flight: a second request while the first runs.
         slow = key + "-slow"
         first = []
@@ -186,8 +206,9 @@ def test_every_panel_returns_data_from_a_real_prometheus_under_load(make_proxy, 
         for panel in panels():
             for target in panel["targets"]:
                 result = prom.query(filled(target["expr"]))
-                if not result:
-                    empty.append("%s: %s" % (panel["title"], target["expr"]))
+                # Data is a number: a quantile of no observations is NaN, not data.
+                if not any(r["value"][1] not in ("NaN", "+Inf", "-Inf") for r in result):
+                    empty.append("%s: %s -> %s" % (panel["title"], target["expr"], result))
                 if panel["title"] == "Requests since start, by outcome":
                     counted = {r["metric"]["outcome"]: int(float(r["value"][1])) for r in result}
                     assert counted == sent
@@ -207,5 +228,20 @@ def test_every_panel_returns_data_from_a_real_prometheus_under_load(make_proxy, 
             assert time.time() < deadline, firing
             time.sleep(0.5)
         assert firing == {"IdemproxyIndeterminateRecords"}, firing
+
+        # The picture of the dashboard: its panels drawn from this Prometheus
+        # (deploy/grafana/preview.py), and a screenshot of them in headless Chromium.
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        page = os.path.join(ARTIFACTS, "dashboard.html")
+        with open(page, "w") as f:
+            f.write(preview.render("http://127.0.0.1:%d" % prom.port, int(time.time() - started) + 5))
+        with open(page) as f:
+            assert "no data" not in f.read()
+        shot = os.path.join(ARTIFACTS, "dashboard.png")
+        chromium = shutil.which("chromium") or "/usr/bin/chromium"
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        "--window-size=1400,2560", "--screenshot=" + shot, "file://" + page],
+                       capture_output=True, timeout=60, check=True)
+        assert os.path.getsize(shot) > 20000
     finally:
         prom.stop()
