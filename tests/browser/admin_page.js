@@ -115,6 +115,7 @@ async function main() {
     // An indeterminate record, made by an upstream that resets after reading.
     const broken = KEY + "-broken";
     if (await post("/v1/reset-after-read", broken) !== 502) throw new Error("expected 502");
+    await page.click("#refresh-records");  // the lists refresh every 10 s by themselves
     await page.waitForFunction(
       (k) => [...document.querySelectorAll("#indeterminate tbody tr")].some((r) => r.cells[0].textContent === k),
       { timeout: 15000 }, broken);

@@ -19,8 +19,15 @@ GENERATED = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-01$")
 
 
 def received(nginx, marker):
-    """What nginx logged for the request whose X-Ledger-Id was `marker`."""
-    lines = [l for l in nginx.log_lines() if " id=%s " % marker in l]
+    """What nginx logged for the request whose X-Ledger-Id was `marker`. nginx writes
+    its access line once the answer is sent, which can be a moment after the client
+    has it (the CI's HTTP/2 rerun once read the log first): wait for the line."""
+    deadline = time.time() + 5
+    while True:
+        lines = [l for l in nginx.log_lines() if " id=%s " % marker in l]
+        if lines or time.time() > deadline:
+            break
+        time.sleep(0.02)
     assert len(lines) == 1, nginx.log_lines()[-5:]
     fields = dict(f.split("=", 1) for f in lines[0].split() if "=" in f)
     return fields["tp"], fields["ts"]
