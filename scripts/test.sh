@@ -297,6 +297,7 @@ fi
 stage "the times"
 printf '%s\n' "${TIMES[@]}"
 cat "$BACKGROUND/times" 2>/dev/null || true
+printf '%5d s  in all (%d min)\n' "$SECONDS" $((SECONDS / 60))
 if command -v ccache >/dev/null; then ccache --show-stats 2>/dev/null | grep -iE 'hits|misses' | head -4 || true; fi
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 echo "test: $passed passed, $failed failed"
