@@ -4,7 +4,7 @@ import re
 import signal
 import time
 
-from harness import BINARY, free_port, post_in_background, request, wait_for_execution
+from harness import BINARY, free_port, post_in_background, request, wait_for, wait_for_execution
 import subprocess
 
 
@@ -130,6 +130,9 @@ def test_admin_endpoints_and_request_metrics(proxy, key):
     proxy.post("/v1/orders", '{"x": 1}', key=key)
     proxy.post("/v1/orders", "{}")
     proxy.request("GET", "/status")
+    # A request is counted once its answer is written, which can be a moment after the
+    # client has read it (the TSan stage, 4 I/O threads, once scraped first).
+    wait_for(lambda: proxy.metric("idemproxy_requests_total", route="-", outcome="passthrough") == 1)
     metrics = proxy.admin("/metrics")
     assert metrics.header("Content-Type").startswith("text/plain; version=0.0.4")
     assert proxy.metric("idemproxy_requests_total", route="orders", outcome="executed") == 1
