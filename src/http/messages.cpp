@@ -346,11 +346,13 @@ void prepare_replay_head(engine::ReplayCache::Entry& e) {
   e.head.resize(e.head.size() - 2);  // the blank line: per-request lines go before it
 }
 
-std::string_view policy_link(const RequestContext& ctx) {
+bool covered(const RequestContext& ctx) {
   const auto* route = ctx.route;
-  if (ctx.grpc || route == nullptr || !route->enabled || !route->covers_method(ctx.method)) {
-    return {};
-  }
+  return route != nullptr && route->enabled && route->covers_method(ctx.method);
+}
+
+std::string_view policy_link(const RequestContext& ctx) {
+  if (ctx.grpc || !covered(ctx)) return {};
   return ctx.settings->policy.link;
 }
 

@@ -15,6 +15,9 @@ asio::awaitable<bool> stream_response(RequestContext& ctx,
   auto& res = parser.get();
   const bool upstream_keep_alive = res.keep_alive();
   strip_hop_by_hop(res);
+  // Idempotency-Policy speaks to the proxy: on a covered route it never reaches the
+  // client, also when this request carried no key (README, "Behaviour").
+  if (covered(ctx)) res.erase("Idempotency-Policy");
   res.version(ctx.version == 10 ? 10 : 11);
   set_relay_framing(res, parser, ctx.version != 10);
   // An HTTP/1.0 client gets a body of unknown length delimited by closing.

@@ -102,6 +102,9 @@ asio::awaitable<bool> continue_if_expected(RequestContext& ctx);
 asio::awaitable<bool> stream_response(RequestContext& ctx,
                                       std::unique_ptr<UpstreamConnection>& conn,
                                       StreamingParser& parser, std::string_view prefix);
+/// Whether an enabled route covers this request's method: its rules apply, whether
+/// or not the request carries a key.
+bool covered(const RequestContext& ctx);
 /// The published policy's Link field value (`<...>; rel="describedby"`) for this
 /// request's problems and stored answers: "" unless a route covers it, a policy is
 /// published, and the client is not gRPC (whose metadata it would clutter).

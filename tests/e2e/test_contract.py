@@ -47,6 +47,21 @@ def test_an_upstream_opts_an_answer_out_of_storage(make_proxy, node):
     assert json.loads(answers[1][2]) == json.loads(answers[0][2])
 
 
+def test_the_policy_field_never_reaches_a_client_of_a_covered_route_even_without_a_key(
+        make_proxy, node):
+    """An optional key: a request without one passes through, and the upstream's
+    Idempotency-Policy stays with the proxy all the same. An uncovered method's answer
+    keeps it: there the field is the upstream's business."""
+    p = make_proxy(upstream_url=node.url, routes=[dict(ORDERS[0], key_required=False)])
+    status, fields, _, _ = curl("-X", "POST", "-H", "Content-Type: application/json", "-d", "{}",
+                                "http://127.0.0.1:%d/v1/orders?policy=no-store" % p.port)
+    assert status == 201 and "idempotency-policy" not in fields
+    assert wait_for(lambda: p.metric("idemproxy_requests_total", route="orders",
+                                     outcome="passthrough") == 1)
+    status, fields, _, _ = curl("http://127.0.0.1:%d/v1/orders?policy=no-store" % p.port)
+    assert status == 201 and fields.get("idempotency-policy") == "no-store"
+
+
 # Seed 003: "version the key namespace" when a deploy changes the body schema. The
 # namespace is part of the record's identity: a client retrying under v2 with a key
 # it used under v1 executes fresh (no replay of the old shape, no 422 for the new
