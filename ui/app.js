@@ -108,10 +108,10 @@
     for (const name of stats.routes) if (!byRoute.has(name)) byRoute.set(name, new Map());
     const outcomes = [...OUTCOME_ORDER.filter((o) => seen.has(o)),
       ...[...seen].filter((o) => !OUTCOME_ORDER.includes(o)).sort()];
-    const rows = [...byRoute.keys()].sort().map((route) =>
-      [route, ...outcomes.map((o) => byRoute.get(route).get(o) ?? 0)]);
-    fillTable($("outcomes"), ["route", ...outcomes], rows);
-    for (const [i, route] of [...byRoute.keys()].sort().entries()) {
+    const routes = [...byRoute.keys()].sort();
+    fillTable($("outcomes"), ["route", ...outcomes],
+      routes.map((route) => [route, ...outcomes.map((o) => byRoute.get(route).get(o) ?? 0)]));
+    for (const [i, route] of routes.entries()) {
       $("outcomes").tBodies[0].rows[i]?.setAttribute("data-route", route);
     }
     const figures = $("figures");

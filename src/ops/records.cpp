@@ -101,12 +101,9 @@ RecordAction show_record(store::Store& store, const store::RecordId& id, bool wi
   auto found = store.find(id);
   if (!found.ok()) return store_error(found.error());
   if (!found.value()) return not_found(id, "record");
-  if (with_body) {
-    RecordAction a{RecordAction::Status::ok, record_to_json(*found.value())};
-    add_body(a.body, *found.value());
-    return a;
-  }
-  return {RecordAction::Status::ok, record_to_json(*found.value())};
+  RecordAction a{RecordAction::Status::ok, record_to_json(*found.value())};
+  if (with_body) add_body(a.body, *found.value());
+  return a;
 }
 
 RecordAction purge_record(store::Store& store, const store::RecordId& id, std::string_view via) {

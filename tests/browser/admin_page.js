@@ -99,14 +99,14 @@ async function main() {
     const keys = Array.from({ length: 6 }, (_, i) => `${KEY}-load-${i}`);
     for (const k of keys) if (await post("/v1/orders", k, '{"n": 1}') !== 201) throw new Error("load failed");
     for (const k of keys.slice(0, 3)) await post("/v1/orders", k, '{"n": 1}');
-    await page.waitForFunction(
-      (b) => {
-        const table = document.getElementById("outcomes");
-        const heads = [...table.tHead.rows[0]?.cells ?? []].map((c) => c.textContent);
-        const row = [...table.tBodies[0].rows].find((r) => r.dataset.route === "orders");
-        const at = (o) => (heads.indexOf(o) < 0 || !row ? 0 : Number(row.cells[heads.indexOf(o)].textContent));
-        return at("executed") >= b + 6 && at("replayed") >= 3;
-      }, { timeout: 15000 }, before);
+    for (const deadline = Date.now() + 15000; ;) {
+      if (await page.evaluate(countIn, "orders", "executed") >= before + 6 &&
+          await page.evaluate(countIn, "orders", "replayed") >= 3) {
+        break;
+      }
+      if (Date.now() > deadline) throw new Error("the counters did not move");
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
     result.executed_before = before;
     result.executed_after = await page.evaluate(countIn, "orders", "executed");
     result.replayed_after = await page.evaluate(countIn, "orders", "replayed");
