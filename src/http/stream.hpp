@@ -8,6 +8,7 @@
 #include <string>
 
 #include "http/beast.hpp"
+#include "http/deadline_socket.hpp"
 #include "idemproxy/common/clock.hpp"
 
 namespace idemproxy::http {
@@ -16,8 +17,8 @@ namespace ssl = asio::ssl;
 
 class Stream {
  public:
-  using executor_type = beast::tcp_stream::executor_type;
-  using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+  using executor_type = DeadlineSocket::executor_type;
+  using TlsStream = beast::ssl_stream<DeadlineSocket>;
 
   /// Plain TCP, from an accepted socket or on an executor (to connect later).
   explicit Stream(tcp::socket socket) : plain_(std::in_place, std::move(socket)) {}
@@ -28,7 +29,7 @@ class Stream {
   Stream(asio::any_io_executor ex, ssl::context& tls)
       : tls_(std::make_unique<TlsStream>(std::move(ex), tls)) {}
 
-  beast::tcp_stream& transport() { return tls_ ? tls_->next_layer() : *plain_; }
+  DeadlineSocket& transport() { return tls_ ? tls_->next_layer() : *plain_; }
   tcp::socket& socket() { return transport().socket(); }
   executor_type get_executor() { return transport().get_executor(); }
   /// Null for plain TCP.
@@ -51,7 +52,7 @@ class Stream {
   }
 
  private:
-  std::optional<beast::tcp_stream> plain_;
+  std::optional<DeadlineSocket> plain_;
   std::unique_ptr<TlsStream> tls_;
 };
 
