@@ -261,6 +261,7 @@ asio::awaitable<Opening> sniff_preface(ClientConnection& conn, Duration idle_tim
 }
 
 void log_request(const RequestContext& ctx) {
+  if (!ops::access_log_enabled()) return;
   ops::AccessRecord r;
   r.request_id = ctx.request_id;
   r.trace_id = ctx.trace_id;

@@ -82,7 +82,7 @@ class LineFormatter final : public spdlog::formatter {
   bool json_;
 };
 
-std::shared_ptr<spdlog::logger> access_logger() {
+const std::shared_ptr<spdlog::logger>& access_logger() {
   static auto logger = [] {
     auto l = std::make_shared<spdlog::logger>("access",
                                               std::make_shared<spdlog::sinks::stdout_sink_mt>());
@@ -107,8 +107,10 @@ void configure_logging(const std::string& level, const std::string& format) {
   access_logger()->set_level(spdlog::level::from_str(level));
 }
 
+bool access_log_enabled() { return access_logger()->should_log(spdlog::level::info); }
+
 void log_access(const AccessRecord& r) {
-  auto logger = access_logger();
+  const auto& logger = access_logger();
   if (!logger->should_log(spdlog::level::info)) return;
   if (g_json) {
     nlohmann::json line = {{"ts", utc_now()},

@@ -27,6 +27,9 @@ struct AccessRecord {
 /// names them (trace, debug, info, warn, error, critical).
 void configure_logging(const std::string& level, const std::string& format);
 void log_access(const AccessRecord& record);
+/// Whether log_access writes anything: callers skip building a record when it does
+/// not (a record is eight strings copied per request).
+bool access_log_enabled();
 
 /// While alive, log lines written on this thread carry `trace_id`. Scope it to the
 /// logging call itself: a coroutine may resume on another thread after co_await.
