@@ -269,11 +269,11 @@ if [ "$SANITIZE" = 1 ]; then
   await_step tsan
 fi
 if [ "$SANITIZE" = 1 ] && step_result tsan; then
-  stage "ThreadSanitizer: the store tests; the coordinator, lease schedule, replay cache and SHA-256 unit tests; the runtime's queued calls"
+  stage "ThreadSanitizer: the store tests; the coordinator, lease schedule, replay cache and SHA-256 unit tests; the runtime's queued calls; the deadline socket"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp"
   run_gtest build-tsan/tests/store_tests '*'
   run_gtest build-tsan/tests/unit_tests 'Coordinator*:ReplayCache*:LeaseSchedule*:Sha256*'
-  run_gtest build-tsan/tests/http_tests 'RuntimeQueued*'
+  run_gtest build-tsan/tests/http_tests 'RuntimeQueued*:DeadlineSocket*'
   IDEMPROXY_TEST_THREADS=4 run_pytest build-tsan tests/e2e/test_concurrency.py \
     tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py \
     tests/e2e/test_operations.py tests/e2e/test_oversized.py tests/e2e/test_ledger_real_peers.py \
