@@ -2,6 +2,7 @@
 // fingerprint.
 #include "http/headers.hpp"
 #include "http/idempotent_phases.hpp"
+#include "http/parse_buffered.hpp"
 #include "http/relay.hpp"
 #include "idemproxy/engine/fingerprint.hpp"
 #include "idemproxy/engine/key.hpp"
@@ -101,8 +102,12 @@ asio::awaitable<Step> body_phase(Flow& f) {
   beast::error_code ec = bhttp::error::body_limit;
   if (!too_large) {
     const WideBodyRead room(ctx.client.buffer, parser, true);
-    std::tie(ec, std::ignore) =
-        co_await bhttp::async_read(ctx.client.stream, ctx.client.buffer, parser, use_nothrow);
+    parser.eager(true);  // as async_read has it: a body that arrived whole is parsed whole
+    parse_buffered(ctx.client.buffer, parser, ec);
+    if (!ec && !parser.is_done()) {
+      std::tie(ec, std::ignore) =
+          co_await bhttp::async_read(ctx.client.stream, ctx.client.buffer, parser, use_nothrow);
+    }
   }
   if (ec == bhttp::error::body_limit) {
     ctx.keep_alive = false;

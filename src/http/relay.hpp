@@ -14,6 +14,7 @@
 
 #include "http/chunk.hpp"
 #include "http/headers.hpp"
+#include "http/parse_buffered.hpp"
 #include "http/stream.hpp"
 
 namespace idemproxy::http {
@@ -173,7 +174,10 @@ asio::awaitable<RelayError> relay(
     std::size_t filled = 0;
     while (!p.is_done()) {
       prepare_read(filled);
-      auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+      beast::error_code ec;
+      if (!parse_buffered(in_buffer, p, ec)) {
+        std::tie(ec, std::ignore) = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+      }
       if (ec && ec != bhttp::error::need_buffer) {
         error = ec;
         co_return RelayError::read;
@@ -200,7 +204,10 @@ asio::awaitable<RelayError> relay(
       data = std::exchange(pending, {});
     } else if (!p.is_done()) {
       prepare_read(0);
-      auto [ec, n] = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+      beast::error_code ec;
+      if (!parse_buffered(in_buffer, p, ec)) {
+        std::tie(ec, std::ignore) = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+      }
       if (ec && ec != bhttp::error::need_buffer) {
         error = ec;
         co_return RelayError::read;

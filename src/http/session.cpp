@@ -8,6 +8,7 @@
 
 #include "http/chunk.hpp"
 #include "http/h2_connection.hpp"
+#include "http/parse_buffered.hpp"
 #include "http/request_target.hpp"
 #include "http/trace_context.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
@@ -407,8 +408,14 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
       }
     }
     if (!rec && !bad_head) {
-      std::tie(rec, std::ignore) =
-          co_await bhttp::async_read_header(conn->stream, conn->buffer, ctx.head, use_nothrow);
+      // read_head_bytes saw the whole head arrive: it is parsed in place, by the same
+      // put() Beast's read would call (which remains for a parser that wants more).
+      ctx.head.eager(false);  // as async_read_header has it: the body is not parsed here
+      parse_buffered(conn->buffer, ctx.head, rec);
+      if (!rec && !ctx.head.is_header_done()) {
+        std::tie(rec, std::ignore) =
+            co_await bhttp::async_read_header(conn->stream, conn->buffer, ctx.head, use_nothrow);
+      }
     }
     if (rec && is_disconnect(rec)) break;
     if (rec && !bad_head) {

@@ -9,6 +9,7 @@
 #include "http/chunk.hpp"
 #include "http/h2_connection.hpp"
 #include "http/headers.hpp"
+#include "http/parse_buffered.hpp"
 #include "http/relay.hpp"
 #include "http/tls.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
@@ -209,7 +210,6 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
     const auto head_fields =
         rec ? 0
             : static_cast<std::size_t>(std::distance(parser->get().begin(), parser->get().end()));
-    std::size_t read = 0;
     std::string body;
     Chunk chunk;
     const auto limit = config_.max_response_size;
@@ -220,8 +220,10 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
       }
       parser->get().body().data = chunk.data();
       parser->get().body().size = chunk.size();
-      std::tie(rec, read) =
-          co_await bhttp::async_read_some(conn->stream, conn->buffer, *parser, use_nothrow);
+      if (!parse_buffered(conn->buffer, *parser, rec)) {
+        std::tie(rec, std::ignore) =
+            co_await bhttp::async_read_some(conn->stream, conn->buffer, *parser, use_nothrow);
+      }
       if (rec == bhttp::error::need_buffer) rec = {};
       body.append(chunk.data(), chunk.size() - parser->get().body().size);
     }
