@@ -110,8 +110,8 @@ void configure_logging(const std::string& level, const std::string& format) {
 bool access_log_enabled() { return access_logger()->should_log(spdlog::level::info); }
 
 void log_access(const AccessRecord& r) {
+  if (!access_log_enabled()) return;
   const auto& logger = access_logger();
-  if (!logger->should_log(spdlog::level::info)) return;
   if (g_json) {
     nlohmann::json line = {{"ts", utc_now()},
                            {"level", "info"},

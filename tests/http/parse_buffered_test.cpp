@@ -3,7 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string_view>
 
 using namespace idemproxy::http;
@@ -12,9 +11,7 @@ namespace {
 
 beast::flat_buffer holding(std::string_view bytes) {
   beast::flat_buffer b;
-  auto room = b.prepare(bytes.size());
-  std::memcpy(room.data(), bytes.data(), bytes.size());
-  b.commit(bytes.size());
+  beast::ostream(b) << bytes;
   return b;
 }
 
@@ -52,9 +49,7 @@ TEST(ParseBuffered, APartialHeadAsksForAReadAndLosesNothing) {
   EXPECT_FALSE(ec);
   EXPECT_FALSE(p.is_header_done());
   // What Beast's read does next: more bytes, and the parse picks up where it stopped.
-  auto more = buffer.prepare(2);
-  std::memcpy(more.data(), "\r\n", 2);
-  buffer.commit(2);
+  beast::ostream(buffer) << "\r\n";
   EXPECT_TRUE(parse_buffered(buffer, p, ec));
   EXPECT_TRUE(p.is_done());
   EXPECT_EQ(p.get()[bhttp::field::host], "x");
