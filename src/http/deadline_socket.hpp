@@ -16,7 +16,9 @@
 // applies to every pending operation, also one started before it was set. Every
 // caller here sets a deadline with no operation pending (Beast asserts as much for
 // the direction it sets).
+#include <atomic>
 #include <boost/asio/associator.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -39,7 +41,9 @@ class DeadlineSocket {
     asio::steady_timer timer;
     Clock::time_point deadline = kNever;
     Clock::time_point armed = kNever;  // the expiry the timer waits for; kNever: idle
-    std::uint64_t generation = 0;      // tells a stale timer completion from the current
+    // Tells a stale timer completion from the current one; read by a completion that
+    // may run on a previous owner's strand (expires_never), hence atomic.
+    std::atomic<std::uint64_t> generation{0};
     int pending = 0;
     bool timed_out = false;
   };
@@ -58,7 +62,15 @@ class DeadlineSocket {
 
   void expires_after(Clock::duration d) { state_->deadline = Clock::now() + d; }
   void expires_at(Clock::time_point t) { state_->deadline = t; }
-  void expires_never() { state_->deadline = kNever; }
+  /// Also ends the armed wait's hold: a pooled upstream connection passes from one
+  /// client's strand to another's, and the wait, bound to the strand that armed it,
+  /// must then do nothing when it fires.
+  void expires_never() {
+    state_->deadline = kNever;
+    if (state_->armed == kNever) return;
+    state_->armed = kNever;
+    state_->generation.fetch_add(1, std::memory_order_release);
+  }
   /// Pending operations end with operation_aborted; the deadline stays.
   void cancel() {
     beast::error_code ignored;
@@ -69,7 +81,7 @@ class DeadlineSocket {
   auto async_read_some(const MutableBuffers& buffers, Token&& token) {
     return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
         [](auto handler, const std::shared_ptr<State>& s, const MutableBuffers& b) {
-          start(s);
+          start(s, handler);
           s->socket.async_read_some(b, Completion<decltype(handler)>{s, std::move(handler)});
         },
         token, state_, buffers);
@@ -79,7 +91,7 @@ class DeadlineSocket {
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
     return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
         [](auto handler, const std::shared_ptr<State>& s, const ConstBuffers& b) {
-          start(s);
+          start(s, handler);
           s->socket.async_write_some(b, Completion<decltype(handler)>{s, std::move(handler)});
         },
         token, state_, buffers);
@@ -90,7 +102,7 @@ class DeadlineSocket {
   auto async_connect(const Endpoints& endpoints, Token&& token) {
     return asio::async_initiate<Token, void(beast::error_code, tcp::endpoint)>(
         [](auto handler, const std::shared_ptr<State>& s, const Endpoints& e) {
-          start(s);
+          start(s, handler);
           asio::async_connect(s->socket, e, Completion<decltype(handler)>{s, std::move(handler)});
         },
         token, state_, endpoints);
@@ -116,30 +128,37 @@ class DeadlineSocket {
   };
 
  private:
-  static void start(const std::shared_ptr<State>& s) {
+  // The timer's completion runs on the executor of the operation that armed it (as
+  // Beast's timeout handler does): the owner's strand, never beside its operations.
+  template <class Handler>
+  static void start(const std::shared_ptr<State>& s, const Handler& handler) {
     ++s->pending;
-    arm(s);
+    if (s->deadline == kNever || s->armed <= s->deadline) return;
+    arm(s, asio::get_associated_executor(handler, s->socket.get_executor()));
   }
 
   // Makes sure the timer fires no later than the deadline.
-  static void arm(const std::shared_ptr<State>& s) {
+  static void arm(const std::shared_ptr<State>& s, const asio::any_io_executor& owner) {
     if (s->deadline == kNever || s->armed <= s->deadline) return;
     s->armed = s->deadline;
-    const auto generation = ++s->generation;
+    const auto generation = s->generation.fetch_add(1, std::memory_order_acq_rel) + 1;
     s->timer.expires_at(s->deadline);
-    s->timer.async_wait([weak = std::weak_ptr<State>(s), generation](beast::error_code ec) {
-      const auto state = weak.lock();
-      if (ec || !state || state->generation != generation) return;  // re-armed or gone
-      state->armed = kNever;
-      if (state->deadline > Clock::now()) {
-        arm(state);  // the deadline moved on since: wait for it
-      } else if (state->pending > 0) {
-        state->timed_out = true;
-        beast::error_code ignored;
-        state->socket.close(ignored);
-      }
-      // Passed with nothing pending: the next operation arms a timer already due.
-    });
+    s->timer.async_wait(asio::bind_executor(
+        owner, [weak = std::weak_ptr<State>(s), generation, owner](beast::error_code ec) {
+          const auto state = weak.lock();
+          if (ec || !state || state->generation.load(std::memory_order_acquire) != generation) {
+            return;  // re-armed, handed over, or gone
+          }
+          state->armed = kNever;
+          if (state->deadline > Clock::now()) {
+            arm(state, owner);  // the deadline moved on since: wait for it
+          } else if (state->pending > 0) {
+            state->timed_out = true;
+            beast::error_code ignored;
+            state->socket.close(ignored);
+          }
+          // Passed with nothing pending: the next operation arms a timer already due.
+        }));
   }
 
   std::shared_ptr<State> state_;
