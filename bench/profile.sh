@@ -40,6 +40,8 @@ s1=$(all_switches)
 echo "== $SCENARIO: $n requests in ${SECS}s, $(awk -v t=$((c1 - c0)) -v hz="$HZ" -v n="$n" \
   'BEGIN {printf "%.1f", t / hz * 1e6 / n}') us of CPU and $(awk -v s=$((s1 - s0)) -v n="$n" \
   'BEGIN {printf "%.1f", s / n}') context switches per request (perf running)"
+# KEEP_PERF=FILE keeps the recording for further `perf report -i FILE`.
+if [ -n "${KEEP_PERF:-}" ]; then cp "$WORK/perf.data" "$KEEP_PERF"; fi
 echo "== perf: by shared object"
 perf report -i "$WORK/perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]' | sed -E 's/ +$//' | head -8 || true
 echo "== perf: top symbols, self time"

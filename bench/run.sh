@@ -89,7 +89,10 @@ http {
   fastcgi_temp_path $WORK/nginx/fastcgi;
   uwsgi_temp_path $WORK/nginx/uwsgi;
   scgi_temp_path $WORK/nginx/scgi;
-  upstream bench { server 127.0.0.1:$UP_PORT; keepalive 64; }
+  # As many idle upstream connections kept as idemproxy keeps (max_idle_connections
+  # 256): with 64, HTTP/2's 256 streams in flight opened and closed one per request
+  # beyond them, and a loaded run saw nginx.h2pass fail requests.
+  upstream bench { server 127.0.0.1:$UP_PORT; keepalive 256; }
   # grpc_pass takes one upstream connection per call in flight (no multiplexing):
   # enough kept alive for all 256 of them.
   upstream grpc { server 127.0.0.1:$GRPC_UP_PORT; keepalive 256; keepalive_requests 1000000; }
@@ -163,13 +166,16 @@ run() {
   local name=$1 pid=$2 port=$3 path=$4 conns=$5 lua=$6
   shift 6
   reset_peak_rss "$pid"
-  local c0 k0 out
+  local c0 k0 out l0 s0
   c0=$(ticks "$pid")
   k0=$(commits)
+  l0=$(cpu_ticks "$LOAD_CPU") s0=$(cpu_ticks "$SUT_CPU")
   out=$(env "$@" taskset -c "$LOAD_CPU" wrk -t1 -c"$conns" -d"${SECONDS_}s" --timeout 10s --latency \
           -s "bench/lua/$lua" "http://127.0.0.1:$port$path")
   local c1
   c1=$(ticks "$pid")
+  # Which CPU limited the rate: the load's (wrk, the upstream, PostgreSQL) or the SUT's.
+  R[$name.busy]="$(busy_share "$l0" "$(cpu_ticks "$LOAD_CPU")") / $(busy_share "$s0" "$(cpu_ticks "$SUT_CPU")")"
   local k1 requests errors
   k1=$(commits)
   requests=$(echo "$out" | awk '/requests in/ {print $1}')
@@ -366,16 +372,18 @@ LEAN=$(leaner pass)
 LEAN64K=$(leaner pass64k)
 LEAN1M=$(leaner pass1m)
 row() {  # label name
-  echo "| $1 | ${R[$2.rps]} | ${R[$2.p50]} | ${R[$2.p99]} | ${R[$2.cpu_us]} | ${R[$2.rss]} | ${R[$2.commits]} | ${R[$2.errors]} |"
+  echo "| $1 | ${R[$2.rps]} | ${R[$2.p50]} | ${R[$2.p99]} | ${R[$2.cpu_us]} | ${R[$2.rss]} | ${R[$2.commits]} | ${R[$2.busy]} | ${R[$2.errors]} |"
 }
 {
   echo "## Results ($(date -u +%Y-%m-%d), ${SECONDS_} s per measurement, $(nproc) CPUs)"
   echo
   echo "wrk -t1, closed loop at the stated connections; latency in ms; CPU time of the"
-  echo "system under test per request; peak RSS during the measurement."
+  echo "system under test per request; peak RSS during the measurement; how busy the load's"
+  echo "CPU (wrk, the upstream, PostgreSQL) and the SUT's CPU were, in %: a rate measured with"
+  echo "the load's CPU at 100 % and the SUT's below it is the load's limit, not the SUT's."
   echo
-  echo "| scenario | req/s | p50 | p99 | CPU µs/req | peak RSS MiB | commits/req | errors |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| scenario | req/s | p50 | p99 | CPU µs/req | peak RSS MiB | commits/req | busy % load / SUT | errors |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   row "nginx, pass-through (64 conns)" nginx.pass
   row "HAProxy, pass-through (64 conns)" haproxy.pass
   row "idemproxy, pass-through (64 conns)" idem.pass
