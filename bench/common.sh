@@ -38,8 +38,8 @@ switches() {
     awk '/^voluntary_ctxt_switches/ {v += $2} /^nonvoluntary_ctxt_switches/ {n += $2} END {print v, n}'
 }
 # cpu_ticks CPU: that CPU's busy and total ticks since boot (/proc/stat: user, nice,
-# system, irq, softirq are busy; idle and iowait are not).
-cpu_ticks() { awk -v c="cpu$1" '$1 == c {b = $2 + $3 + $4 + $7 + $8; print b, b + $5 + $6}' /proc/stat; }
+# system, irq, softirq and steal are busy; idle and iowait are not).
+cpu_ticks() { awk -v c="cpu$1" '$1 == c {b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6}' /proc/stat; }
 # busy_share "B0 T0" "B1 T1": the busy percentage between two cpu_ticks readings.
 busy_share() {
   awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " ");

@@ -15,8 +15,8 @@ DSN=$(start_pg "$WORK/pg")
 start_upstream
 start_proxy idemproxy "$DSN" 8
 HZ=$(getconf CLK_TCK)
-# CPU 0's busy and idle ticks (iowait counted idle).
-cpu0() { awk '/^cpu0 / {print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat; }
+# The load's CPU's busy and idle ticks (iowait counted idle).
+cpu0() { cpu_ticks "$LOAD_CPU" | awk '{print $1, $2 - $1}'; }
 minimal_reference "$DSN"
 # warm
 KEY_PREFIX=warm-$$ taskset -c $LOAD_CPU wrk -t1 -c64 -d"${SECS}s" -s bench/lua/keys.lua "http://127.0.0.1:$PROXY_PORT/v1/orders" >/dev/null
