@@ -71,6 +71,16 @@ class DeadlineSocket {
     state_->armed = kNever;
     state_->generation.fetch_add(1, std::memory_order_release);
   }
+  /// No deadline, handing the socket to an owner on the same thread as the last (one
+  /// I/O thread, no strands): the armed wait is kept, since its completion cannot run
+  /// beside the next owner. Fired, it finds no deadline and disarms, or the next
+  /// owner's later deadline and waits for that; until then the next owner's
+  /// operations need no timer work. A pooled upstream connection paid a cancelled
+  /// wait and a new one per request for expires_never(). With several I/O threads,
+  /// use expires_never().
+  void expires_never_on_one_thread() { state_->deadline = kNever; }
+  /// The expiry the timer waits for; time_point::max() when it waits for none.
+  Clock::time_point armed_expiry() const { return state_->armed; }
   /// Pending operations end with operation_aborted; the deadline stays.
   void cancel() {
     beast::error_code ignored;

@@ -38,6 +38,7 @@ class Stream {
   void expires_after(Duration d) { transport().expires_after(d); }
   void expires_at(std::chrono::steady_clock::time_point t) { transport().expires_at(t); }
   void expires_never() { transport().expires_never(); }
+  void expires_never_on_one_thread() { transport().expires_never_on_one_thread(); }
   void cancel() { transport().cancel(); }
 
   template <class MutableBuffers, class Token>

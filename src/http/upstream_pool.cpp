@@ -171,7 +171,12 @@ UpstreamPool::bridged(asio::any_io_executor ex, std::unique_ptr<Stream> establis
 
 void UpstreamPool::give_back(std::unique_ptr<UpstreamConnection> conn) {
   if (!conn || conn->buffer.size() != 0) return;  // leftover bytes: framing is off
-  conn->stream.expires_never();
+  // With one I/O thread every owner runs where the last did: its timer wait can stay.
+  if (strands_) {
+    conn->stream.expires_never();
+  } else {
+    conn->stream.expires_never_on_one_thread();
+  }
   std::lock_guard lock(mu_);
   if (idle_.size() < config_.max_idle_connections) idle_.push_back(std::move(conn));
 }

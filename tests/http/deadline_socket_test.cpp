@@ -140,6 +140,52 @@ TEST(DeadlineSocket, NoDeadlineMeansNoTimeoutAndCancelIsNotATimeout) {
   EXPECT_TRUE(p.ours->socket().is_open());
 }
 
+TEST(DeadlineSocket, AHandoverOnOneThreadKeepsTheArmedWaitAndItStillServesTheNextOwner) {
+  // A pooled upstream connection with one I/O thread: the next owner's later
+  // deadline needs no new wait (the armed expiry is unchanged), and the kept wait,
+  // firing at 60 ms, waits on for that deadline: data at 200 ms is read, and the read
+  // after it times out at 400 ms.
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(arm_with_a_read(p, 60ms));
+  const auto armed = p.ours->armed_expiry();
+  p.ours->expires_never_on_one_thread();
+  p.ours->expires_after(400ms);
+  send_later(p, 200ms, "b");
+  const auto r = read_once(p);
+  EXPECT_FALSE(r.ec) << r.ec.message();
+  EXPECT_GE(r.took, 150ms);
+  EXPECT_NE(p.ours->armed_expiry(), armed);  // re-armed when the kept wait fired
+  const auto late = read_once(p);
+  EXPECT_EQ(late.ec, beast::error::timeout);
+}
+
+TEST(DeadlineSocket, AHandoverOnOneThreadNeedsNoNewWaitWhileTheKeptOneIsEarlier) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(arm_with_a_read(p, 10s));
+  const auto armed = p.ours->armed_expiry();
+  p.ours->expires_never_on_one_thread();
+  p.ours->expires_after(20s);
+  ASSERT_NO_FATAL_FAILURE(arm_with_a_read(p, 20s));
+  EXPECT_EQ(p.ours->armed_expiry(), armed);
+  // A handover to any thread drops the kept wait: the next operation arms its own.
+  p.ours->expires_never();
+  EXPECT_EQ(p.ours->armed_expiry(), Clock::time_point::max());
+  ASSERT_NO_FATAL_FAILURE(arm_with_a_read(p, 20s));
+  EXPECT_GT(p.ours->armed_expiry(), armed);
+}
+
+TEST(DeadlineSocket, AHandoverOnOneThreadStillTimesOutAnEarlierDeadline) {
+  // The next owner's deadline is earlier than the kept wait's (a gRPC call's short
+  // grpc-timeout): it re-arms, and the read times out at the earlier time.
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(arm_with_a_read(p, 10s));
+  p.ours->expires_never_on_one_thread();
+  p.ours->expires_after(50ms);
+  const auto r = read_once(p);
+  EXPECT_EQ(r.ec, beast::error::timeout);
+  EXPECT_LT(r.took, 2s);
+}
+
 TEST(DeadlineSocket, ASocketDestroyedWithItsTimerArmedLeavesNothingBehind) {
   // The timer's completion holds only a weak reference: it runs after the socket is
   // gone and touches nothing (ASan would see a use after free).
