@@ -33,19 +33,36 @@ class DeadlineSocket {
   using Clock = std::chrono::steady_clock;
   static constexpr auto kNever = Clock::time_point::max();
 
+  /// A field the timer's completion reads and writes beside its owner's calls. The
+  /// completion is bound to the executor of the operation that armed it, but under
+  /// TSan with four I/O threads a pooled upstream connection's owner was seen running
+  /// give_back() while the completion ran on the owner's strand (a coroutine resumed
+  /// outside its strand after SIGSTOP/SIGCONT; test_faults.py): relaxed atomic loads
+  /// and stores, plain moves on x86, make that no data race whatever the executors.
+  template <class T>
+  class Relaxed {
+   public:
+    explicit Relaxed(T v) : v_(v) {}
+    T get() const { return v_.load(std::memory_order_relaxed); }
+    void set(T v) { v_.store(v, std::memory_order_relaxed); }
+
+   private:
+    std::atomic<T> v_;
+  };
+
   struct State {
     explicit State(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
     explicit State(const asio::any_io_executor& ex) : socket(ex), timer(ex) {}
 
     tcp::socket socket;
     asio::steady_timer timer;
-    Clock::time_point deadline = kNever;
-    Clock::time_point armed = kNever;  // the expiry the timer waits for; kNever: idle
+    Relaxed<Clock::time_point> deadline{kNever};
+    Relaxed<Clock::time_point> armed{kNever};  // the expiry the timer waits for; kNever: idle
     // Tells a stale timer completion from the current one; read by a completion that
-    // may run on a previous owner's strand (expires_never), hence atomic.
+    // may run on a previous owner's strand (expires_never).
     std::atomic<std::uint64_t> generation{0};
-    int pending = 0;
-    bool timed_out = false;
+    Relaxed<int> pending{0};  // written by the owner only
+    Relaxed<bool> timed_out{false};
   };
 
  public:
@@ -60,15 +77,15 @@ class DeadlineSocket {
   tcp::socket& socket() noexcept { return state_->socket; }
   lowest_layer_type& lowest_layer() noexcept { return state_->socket; }
 
-  void expires_after(Clock::duration d) { state_->deadline = Clock::now() + d; }
-  void expires_at(Clock::time_point t) { state_->deadline = t; }
+  void expires_after(Clock::duration d) { state_->deadline.set(Clock::now() + d); }
+  void expires_at(Clock::time_point t) { state_->deadline.set(t); }
   /// Also ends the armed wait's hold: a pooled upstream connection passes from one
   /// client's strand to another's, and the wait, bound to the strand that armed it,
   /// must then do nothing when it fires.
   void expires_never() {
-    state_->deadline = kNever;
-    if (state_->armed == kNever) return;
-    state_->armed = kNever;
+    state_->deadline.set(kNever);
+    if (state_->armed.get() == kNever) return;
+    state_->armed.set(kNever);
     state_->generation.fetch_add(1, std::memory_order_release);
   }
   /// No deadline, handing the socket to an owner on the same thread as the last (one
@@ -78,9 +95,9 @@ class DeadlineSocket {
   /// operations need no timer work. A pooled upstream connection paid a cancelled
   /// wait and a new one per request for expires_never(). With several I/O threads,
   /// use expires_never().
-  void expires_never_on_one_thread() { state_->deadline = kNever; }
+  void expires_never_on_one_thread() { state_->deadline.set(kNever); }
   /// The expiry the timer waits for; time_point::max() when it waits for none.
-  Clock::time_point armed_expiry() const { return state_->armed; }
+  Clock::time_point armed_expiry() const { return state_->armed.get(); }
   /// Pending operations end with operation_aborted; the deadline stays.
   void cancel() {
     beast::error_code ignored;
@@ -131,8 +148,8 @@ class DeadlineSocket {
 
     template <class... Args>
     void operator()(beast::error_code ec, Args&&... args) {
-      --state->pending;
-      if (ec && state->timed_out) ec = beast::error::timeout;
+      state->pending.set(state->pending.get() - 1);
+      if (ec && state->timed_out.get()) ec = beast::error::timeout;
       std::move(handler)(ec, std::forward<Args>(args)...);
     }
   };
@@ -142,28 +159,29 @@ class DeadlineSocket {
   // Beast's timeout handler does): the owner's strand, never beside its operations.
   template <class Handler>
   static void start(const std::shared_ptr<State>& s, const Handler& handler) {
-    ++s->pending;
-    if (s->deadline == kNever || s->armed <= s->deadline) return;
+    s->pending.set(s->pending.get() + 1);
+    if (s->deadline.get() == kNever || s->armed.get() <= s->deadline.get()) return;
     arm(s, asio::get_associated_executor(handler, s->socket.get_executor()));
   }
 
   // Makes sure the timer fires no later than the deadline.
   static void arm(const std::shared_ptr<State>& s, const asio::any_io_executor& owner) {
-    if (s->deadline == kNever || s->armed <= s->deadline) return;
-    s->armed = s->deadline;
+    const auto deadline = s->deadline.get();
+    if (deadline == kNever || s->armed.get() <= deadline) return;
+    s->armed.set(deadline);
     const auto generation = s->generation.fetch_add(1, std::memory_order_acq_rel) + 1;
-    s->timer.expires_at(s->deadline);
+    s->timer.expires_at(deadline);
     s->timer.async_wait(asio::bind_executor(
         owner, [weak = std::weak_ptr<State>(s), generation, owner](beast::error_code ec) {
           const auto state = weak.lock();
           if (ec || !state || state->generation.load(std::memory_order_acquire) != generation) {
             return;  // re-armed, handed over, or gone
           }
-          state->armed = kNever;
-          if (state->deadline > Clock::now()) {
+          state->armed.set(kNever);
+          if (state->deadline.get() > Clock::now()) {
             arm(state, owner);  // the deadline moved on since: wait for it
-          } else if (state->pending > 0) {
-            state->timed_out = true;
+          } else if (state->pending.get() > 0) {
+            state->timed_out.set(true);
             beast::error_code ignored;
             state->socket.close(ignored);
           }
