@@ -82,6 +82,20 @@ start_upstream() {
   wait_port "$UP_PORT"
 }
 
+# scenario_wrk pass|fresh|replay SECONDS: wrk at 64 connections on the proxy at
+# PROXY_PORT as bench/run.sh loads it in that scenario; prints wrk's output.
+scenario_wrk() {
+  local path lua env
+  case $1 in
+    pass) path=/pass lua=post.lua env=() ;;
+    fresh) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="fresh-$$") ;;
+    replay) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="replay-$$" KEY_SPACE=64) ;;
+    *) echo "unknown scenario $1" >&2; exit 2 ;;
+  esac
+  env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"$2s" --timeout 10s \
+    -s "bench/lua/$lua" "http://127.0.0.1:$PROXY_PORT$path"
+}
+
 # start_proxy NAME DSN POOL [THREADS [CPUS]]: idemproxy with THREADS I/O threads (1)
 # on CPUS (SUT_CPU) in front of the upstream on UP_PORT, with the benchmarks' one
 # route; sets PROXY_PORT and PROXY_PID. PROXY_BIN picks another binary;

@@ -19,17 +19,8 @@ UP_PID=${PIDS[-1]}
 start_proxy idemproxy "$DSN" "${POOL:-8}"
 if [ -n "${EXPERIMENT_SQL:-}" ]; then psql -q "$DSN" -c "$EXPERIMENT_SQL"; fi
 
-case $SCENARIO in
-  pass) path=/pass lua=post.lua env=() ;;
-  fresh) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="fresh-$$") ;;
-  replay) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="replay-$$" KEY_SPACE=64) ;;
-  *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
-esac
 HZ=$(getconf CLK_TCK)
-load() {
-  env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"$1s" --timeout 10s \
-    -s "bench/lua/$lua" "http://127.0.0.1:$PROXY_PORT$path" >"$WORK/wrk.out"
-}
+load() { scenario_wrk "$SCENARIO" "$1" >"$WORK/wrk.out"; }
 load 2  # warm
 l0=$(cpu_ticks "$LOAD_CPU") s0=$(cpu_ticks "$SUT_CPU")
 p0=$(ticks "$PROXY_PID") g0=$(server_ticks "$WORK/pg") u0=$(ticks "$UP_PID")

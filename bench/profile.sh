@@ -15,16 +15,7 @@ DSN=$(start_pg "$WORK/pg")
 start_upstream
 start_proxy idemproxy "$DSN" 8
 
-case $SCENARIO in
-  pass) path=/pass lua=post.lua env=() ;;
-  fresh) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="fresh-$$") ;;
-  replay) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="replay-$$" KEY_SPACE=64) ;;
-  *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
-esac
-load() {  # load SECONDS: prints wrk's request count
-  env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"$1s" --timeout 10s \
-    -s "bench/lua/$lua" "http://127.0.0.1:$PROXY_PORT$path" | awk '/requests in/ {print $1}'
-}
+load() { scenario_wrk "$SCENARIO" "$1" | awk '/requests in/ {print $1}'; }  # prints the request count
 load 2 >/dev/null  # warm: pool connections, prepared statements, WAL
 HZ=$(getconf CLK_TCK)
 # Context switches of all the proxy's threads, voluntary and not (common.sh).

@@ -141,10 +141,9 @@ TEST(DeadlineSocket, NoDeadlineMeansNoTimeoutAndCancelIsNotATimeout) {
 }
 
 TEST(DeadlineSocket, AHandoverOnOneThreadKeepsTheArmedWaitAndItStillServesTheNextOwner) {
-  // A pooled upstream connection with one I/O thread: the next owner's later
-  // deadline needs no new wait (the armed expiry is unchanged), and the kept wait,
-  // firing at 60 ms, waits on for that deadline: data at 200 ms is read, and the read
-  // after it times out at 400 ms.
+  // A pooled upstream connection with one I/O thread: the kept wait, firing at 60 ms,
+  // finds the next owner's later deadline and waits on for it: data at 200 ms is
+  // read, and the read after it times out at 400 ms.
   Pair p;
   ASSERT_NO_FATAL_FAILURE(arm_with_a_read(p, 60ms));
   const auto armed = p.ours->armed_expiry();
