@@ -64,10 +64,14 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
   }
 
   beast::error_code relay_error;
-  const auto sent =
-      co_await relay<true>(ctx.client.stream, ctx.client.buffer, req_parser, conn->stream,
-                           cfg.server.read_timeout, cfg.upstream.timeout, relay_error, {},
-                           std::chrono::steady_clock::now() + cfg.server.body_timeout);
+  // The body's deadline counts from here (a body-less request has none to read).
+  const auto body_deadline =
+      req_parser.is_done()
+          ? std::nullopt
+          : std::optional{std::chrono::steady_clock::now() + cfg.server.body_timeout};
+  const auto sent = co_await relay<true>(ctx.client.stream, ctx.client.buffer, req_parser,
+                                         conn->stream, cfg.server.read_timeout,
+                                         cfg.upstream.timeout, relay_error, {}, body_deadline);
   if (sent == RelayError::read) {
     // The client went away mid-body, or sent it too slowly: the upstream connection
     // holds part of a request and is closed with this one.

@@ -158,12 +158,19 @@ asio::awaitable<RelayError> relay(
   const WideBodyRead room(in_buffer, p, isRequest);  // requests come from clients
   const bool chunked_out = p.get().chunked();
   const bool has_body = !p.is_done() || !prefix.empty();
+  // The clock, read once between waits: a read served from the buffer did not wait,
+  // so the write after it takes its deadline from the same reading.
+  std::optional<std::chrono::steady_clock::time_point> reading;
+  const auto now = [&] {
+    if (!reading) reading = std::chrono::steady_clock::now();
+    return *reading;
+  };
   // Before each read: the body lands in chunk[filled..], under the read's deadline.
   // (Not a coroutine of its own: a frame per read would be an allocation per read.)
   const auto prepare_read = [&](std::size_t filled) {
     p.get().body().data = chunk.data() + filled;
     p.get().body().size = chunk.size() - filled;
-    const auto by = std::chrono::steady_clock::now() + in_timeout;
+    const auto by = now() + in_timeout;
     in.expires_at(in_deadline ? std::min(by, *in_deadline) : by);
   };
   const auto read_bytes = [&] { return chunk.size() - p.get().body().size; };
@@ -177,6 +184,7 @@ asio::awaitable<RelayError> relay(
       beast::error_code ec;
       if (!parse_buffered(in_buffer, p, ec)) {
         std::tie(ec, std::ignore) = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+        reading.reset();
       }
       if (ec && ec != bhttp::error::need_buffer) {
         error = ec;
@@ -186,7 +194,7 @@ asio::awaitable<RelayError> relay(
     }
     const std::array<asio::const_buffer, 2> message{asio::buffer(head),
                                                     asio::buffer(chunk.data(), filled)};
-    out.expires_after(out_timeout);
+    out.expires_at(now() + out_timeout);
     auto [ec, n] = co_await asio::async_write(out, message, use_nothrow);
     if (ec) {
       error = ec;
@@ -207,6 +215,7 @@ asio::awaitable<RelayError> relay(
       beast::error_code ec;
       if (!parse_buffered(in_buffer, p, ec)) {
         std::tie(ec, std::ignore) = co_await bhttp::async_read_some(in, in_buffer, p, use_nothrow);
+        reading.reset();
       }
       if (ec && ec != bhttp::error::need_buffer) {
         error = ec;
@@ -240,9 +249,10 @@ asio::awaitable<RelayError> relay(
         buffers[count++] = asio::buffer(last_chunk);
       }
     }
-    out.expires_after(out_timeout);
+    out.expires_at(now() + out_timeout);
     auto [ec, n] = co_await asio::async_write(
         out, std::span<const asio::const_buffer>(buffers.data(), count), use_nothrow);
+    reading.reset();
     if (ec) {
       error = ec;
       co_return RelayError::write;

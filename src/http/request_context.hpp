@@ -35,7 +35,7 @@ struct ClientConnection {
 
 struct RequestContext {
   RequestContext(ClientConnection& c, Runtime& r, std::shared_ptr<const Settings> s)
-      : client(c), rt(r), settings(std::move(s)), started(std::chrono::steady_clock::now()) {}
+      : client(c), rt(r), settings(std::move(s)) {}
 
   ClientConnection& client;
   Runtime& rt;
@@ -55,6 +55,8 @@ struct RequestContext {
   double upstream_ms = 0;
   std::string key_hash;  // logged instead of the key
   bool grpc = false;     // a gRPC call: refusals are gRPC statuses (grpc_refusal)
+  /// When the request's first bytes were at hand (not when the connection began to
+  /// wait for it: a keep-alive connection's idle time is no request's). Set by the session.
   std::chrono::steady_clock::time_point started;
 
   std::optional<ProxyError> error;  // set by fail(); sent by send_problem()

@@ -261,7 +261,7 @@ asio::awaitable<Opening> sniff_preface(ClientConnection& conn, Duration idle_tim
   }
 }
 
-void log_request(const RequestContext& ctx) {
+void log_request(const RequestContext& ctx, std::chrono::steady_clock::time_point ended) {
   if (!ops::access_log_enabled()) return;
   ops::AccessRecord r;
   r.request_id = ctx.request_id;
@@ -275,9 +275,7 @@ void log_request(const RequestContext& ctx) {
   r.status = ctx.status;
   r.upstream_status = ctx.upstream_status;
   r.key_hash = ctx.key_hash;
-  r.duration_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ctx.started)
-          .count();
+  r.duration_ms = std::chrono::duration<double, std::milli>(ended - ctx.started).count();
   r.upstream_ms = ctx.upstream_ms;
   ops::log_access(r);
 }
@@ -375,6 +373,9 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
     }
   }
 
+  // The clock is read as each request starts and as it ends; the deadlines of the waits
+  // around a request are set from those readings, not from a reading of their own.
+  auto now = std::chrono::steady_clock::now();  // then: as the last request ended
   for (;;) {
     RequestContext ctx(*conn, rt, rt.settings());
     const auto& server = ctx.settings->config.server;
@@ -389,17 +390,19 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
     // its head to arrive whole, so a client trickling bytes (slowloris) cannot hold
     // the connection for longer than header_timeout.
     beast::error_code rec;
+    ctx.started = now;  // a pipelined request waited in the buffer since then
     if (conn->buffer.size() == 0) {
-      conn->stream.expires_after(server.idle_timeout);
+      conn->stream.expires_at(now + server.idle_timeout);
       std::size_t got = 0;
       std::tie(rec, got) =
           co_await conn->stream.async_read_some(conn->buffer.prepare(4096), use_nothrow);
       conn->buffer.commit(got);
+      ctx.started = std::chrono::steady_clock::now();
     }
     conn->idle = false;
     std::optional<std::pair<ProblemKind, std::string>> bad_head;
     if (!rec) {
-      conn->stream.expires_after(server.header_timeout);
+      conn->stream.expires_at(ctx.started + server.header_timeout);
       std::size_t head_size = 0;
       rec = co_await read_head_bytes(*conn, server.max_header_size, head_size);
       if (!rec && head_size > 0) {
@@ -434,10 +437,10 @@ asio::awaitable<void> serve_connection(std::shared_ptr<ClientConnection> conn, R
       break;
     }
     const bool keep = co_await dispatch(ctx);
-    rt.metrics.count_request(
-        ctx.route_name(), ctx.outcome,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count());
-    log_request(ctx);
+    now = std::chrono::steady_clock::now();
+    rt.metrics.count_request(ctx.route_name(), ctx.outcome,
+                             std::chrono::duration<double>(now - ctx.started).count());
+    log_request(ctx, now);
     if (!keep) {
       linger = ctx.error.has_value();  // the request may not have been read to the end
       break;

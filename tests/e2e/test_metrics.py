@@ -1,4 +1,5 @@
 """/metrics after a scripted sequence, read by Prometheus' own text-format parser."""
+import json
 import os
 import signal
 import subprocess
@@ -136,3 +137,33 @@ def test_build_info_and_process_metrics(proxy):
     assert 0 <= samples[("process_cpu_seconds_total", ())] < 60  # in 10 ms ticks: may be 0
     assert families["process_cpu_seconds"].type == "counter"
     assert samples[("process_virtual_memory_bytes", ())] >= samples[("process_resident_memory_bytes", ())]
+
+
+def test_request_duration_starts_when_the_request_arrives_not_when_the_connection_idles(
+        make_proxy, key):
+    # A keep-alive client that pauses between requests: the pause is the connection's
+    # idle time, not the next request's. (A request's clock once started before the
+    # wait for it, so each request after a pause was counted as taking the pause.)
+    import http.client
+    p = make_proxy(extra_top={"log": {"format": "json"}})
+    conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=10)
+    for i, pause in enumerate((0, 1.2, 1.2)):
+        time.sleep(pause)
+        conn.request("POST", "/v1/orders", body="{}", headers={"Idempotency-Key": "%s-%d" % (key, i)})
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 201
+    for pause in (0, 1.2):  # pass-through, after a pause too
+        time.sleep(pause)
+        conn.request("GET", "/status")
+        conn.getresponse().read()
+    conn.close()
+    _, samples = scrape(p)
+    executed = (("outcome", "executed"), ("route", "orders"))
+    assert samples[("idemproxy_request_duration_seconds_count", executed)] == 3
+    assert samples[("idemproxy_request_duration_seconds_sum", executed)] < 0.5
+    p.stop()
+    access = [json.loads(l) for l in p.read_log().splitlines()
+              if l.strip() and json.loads(l).get("msg") == "request"]
+    assert len(access) == 5
+    assert all(a["duration_ms"] < 500 for a in access), [a["duration_ms"] for a in access]
