@@ -77,7 +77,8 @@ def test_distinct_keys_in_parallel_each_execute_once(proxy, upstream, pg, key):
         assert proxy.metric("idemproxy_db_batched_operations_total") - batched == 96
         return
     # 48 claims and 48 completions went through group commit (the replays came from
-    # the cache), and 48 concurrent requests on two batch slots shared transactions.
+    # the cache), and 48 concurrent requests queued behind running batches shared
+    # transactions.
     assert proxy.metric("idemproxy_db_batched_operations_total") - batched == 96
     assert proxy.metric("idemproxy_db_batches_total") - batches < 96
     assert proxy.metric("idemproxy_db_batch_fallbacks_total") == 0

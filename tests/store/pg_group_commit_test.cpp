@@ -1,5 +1,7 @@
 // PgStore group commit: batches behind a busy connection, one key many times in a
 // batch, a failing member, awkward bytes in the multi-row statements.
+#include <deque>
+
 #include "pg_store_fixture.hpp"
 #include "store/pg/pool.hpp"
 
@@ -346,4 +348,42 @@ TEST_F(PgStoreTest, AKeyClaimedAndCompletedInOneBatchIsKeptApart) {
   ASSERT_TRUE(fresh->ok()) << fresh->error().detail;
   EXPECT_TRUE(std::holds_alternative<Claimed>(fresh->value()));
   EXPECT_EQ(store->find(request("busy").id).value()->response->body, "ok");
+}
+
+// One batch at a time makes the largest batches, the cheapest per key for the database
+// (docs/PERFORMANCE.md, issue 26): calls queued behind a running batch wait for its
+// runner, though a slot is free, until a full batch (batch_max) waits; then a second
+// batch runs beside the first.
+TEST_F(PgStoreTest, ASecondBatchStartsBesideARunningOneOnlyOnceAFullBatchWaits) {
+  if (citus()) GTEST_SKIP() << "on Citus each worker's lane runs one batch at a time";
+  PgOptions options{dsn(), 8, 5s};  // two batch slots
+  options.batch_max = 4;
+  PgStore eight(options);
+  HeldConnection held(eight, request("gate"));  // the running batch, held on a lock
+  std::mutex mu;
+  std::condition_variable answered;
+  int claimed = 0;
+  std::deque<ClaimRequest> requests;  // a queued call refers to its request until answered
+  const auto claim = [&](const std::string& key) {
+    eight.claim_async(requests.emplace_back(request(key)), [&](Result<ClaimResult> r) {
+      std::lock_guard lock(mu);
+      if (r.ok() && std::holds_alternative<Claimed>(r.value())) ++claimed;
+      answered.notify_one();
+    });
+  };
+  for (int i = 0; i < 3; ++i) claim("few-" + std::to_string(i));
+  wait_until_queued(eight, 3);
+  std::this_thread::sleep_for(300ms);  // time enough for a second batch to have started
+  EXPECT_EQ(eight.batch_stats().queued, 3);
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(claimed, 0);
+  }
+  for (int i = 0; i < 2; ++i) claim("full-" + std::to_string(i));  // five queued: a full batch
+  {
+    std::unique_lock lock(mu);
+    // All five, while the first batch is still held: a batch of four, then the one left.
+    EXPECT_TRUE(answered.wait_for(lock, 10s, [&] { return claimed == 5; })) << claimed;
+  }
+  EXPECT_TRUE(held.release());
 }

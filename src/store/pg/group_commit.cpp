@@ -27,11 +27,21 @@ namespace idemproxy::store::pg {
 // answer is handed over only after its statement has committed, so a claim is
 // durable before its request goes upstream.
 //
-// Batches run on a quarter of the pool's connections (at least one): fewer batches
-// at once means larger ones, and the database spends its time on rows rather than on
-// commits. Measured with bench/ (PostgreSQL on one core, 64 clients, pool of 8):
-// 5,500 fresh keys/s with 8 batches at once, 6,200 with 4, 6,400-6,900 with 2,
-// 5,900 with 1. The rest of the pool serves lookups, releases and garbage collection.
+// One batch runs at a time; up to a quarter of the pool's connections (at least one)
+// run batches at once only while a full batch (batch_max) waits. Fewer batches at once
+// means larger ones, and the database spends its time on rows rather than on
+// statements and commits. Until issue 26 a second batch started whenever one was
+// running, which split the same load into smaller batches: bench/ab.sh, fresh keys,
+// five runs of 7 to 9 rounds against that rule, measured 1.05 x the keys/s (0.89 to
+// 1.12) at 0.84 x the proxy's CPU per key (0.77 to 0.88); bench/store_pipeline.sh
+// (these statements alone, on the same PostgreSQL) 1.12 x the keys/s of two batches
+// at once at 0.80 x the database's CPU per key. Two or four batches in flight on one
+// connection in libpq's pipeline mode were slower than either (docs/PERFORMANCE.md).
+// A full batch waiting means one cannot keep up (slow commits, a database with cores
+// to spare); a smaller batch_max lets more run at once sooner. (Before one statement
+// per batch, bench/ measured 5,500 fresh keys/s with 8 batches at once, 6,200 with 4,
+// 6,400-6,900 with 2, 5,900 with 1.) The rest of the pool serves lookups, releases and
+// garbage collection.
 //
 // On Citus, an array cannot be routed to one shard, so the batches are per worker:
 // each worker is a lane of its own, with one batch at a time. Its claims go as one
@@ -107,7 +117,7 @@ void GroupCommit::submit(Pending& self) {
     lane.slots = citus ? 1 : slots();
     lane.worker = worker;
     lane.queue.push_back(&self);
-    if (lane.running >= lane.slots) return;  // a running drain takes it next
+    if (!may_start(lane)) return;  // a running drain takes it next
     ++lane.running;
     starts = &lane;  // map nodes stay put
   }
@@ -131,8 +141,8 @@ void GroupCommit::drain(Lane& lane) {
                                          static_cast<std::size_t>(std::max(options_.batch_max, 1)));
     std::vector<Pending*> batch(queue.begin(), queue.begin() + static_cast<long>(n));
     queue.erase(queue.begin(), queue.begin() + static_cast<long>(n));
-    // More queued and another slot free: another runner takes the next batch.
-    const bool more = !queue.empty() && lane.running < lane.slots;
+    // A full batch still queued and another slot free: another runner takes it.
+    const bool more = may_start(lane);
     if (more) ++lane.running;
     const int worker = lane.worker;
     lock.unlock();
@@ -147,6 +157,12 @@ void GroupCommit::drain(Lane& lane) {
     lock.lock();
   }
   --lane.running;
+}
+
+bool GroupCommit::may_start(const Lane& lane) const {
+  if (lane.running >= lane.slots) return false;
+  return lane.running == 0 ||
+         lane.queue.size() >= static_cast<std::size_t>(std::max(options_.batch_max, 1));
 }
 
 // One member on its own: the single-row statement, in a Write of its own.

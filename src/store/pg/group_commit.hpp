@@ -119,6 +119,9 @@ class GroupCommit {
     int slots = 1;    // batches at once
     int worker = -1;  // the Citus worker whose keys this lane batches; -1: plain
   };
+  /// Whether another batch of `lane` starts now (under mu_): at once when none runs;
+  /// beside running ones only while a full batch waits, up to the lane's slots.
+  bool may_start(const Lane& lane) const;
   /// Runs batches of `lane` until its queue is empty, holding one of its slots.
   void drain(Lane& lane);
   /// `self` alone, now: the single-row statement in autocommit.
@@ -143,7 +146,7 @@ class GroupCommit {
   bool batch_succeeded(bool ok, std::size_t size, const char* what);
   static std::vector<const char*> completion_params(const std::vector<Pending*>& members,
                                                     std::vector<std::string>& texts);
-  /// On plain PostgreSQL, batches run on a quarter of the pool's connections.
+  /// On plain PostgreSQL, at most a quarter of the pool's connections run batches.
   int slots() const { return std::max(1, options_.pool_size / 4); }
 
   Pool& pool_;
