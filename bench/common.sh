@@ -82,17 +82,18 @@ start_upstream() {
   wait_port "$UP_PORT"
 }
 
-# scenario_wrk pass|fresh|replay SECONDS: wrk at 64 connections on the proxy at
-# PROXY_PORT as bench/run.sh loads it in that scenario; prints wrk's output.
+# scenario_wrk pass|pass1m|fresh|replay SECONDS: wrk at 64 connections (pass1m: 256)
+# on the proxy at PROXY_PORT as bench/run.sh loads it in that scenario; prints wrk's output.
 scenario_wrk() {
-  local path lua env
+  local path lua env conns=64
   case $1 in
     pass) path=/pass lua=post.lua env=() ;;
+    pass1m) path=/pass/1m lua=post.lua env=() conns=256 ;;
     fresh) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="fresh-$$") ;;
     replay) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="replay-$$" KEY_SPACE=64) ;;
     *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac
-  env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"$2s" --timeout 10s \
+  env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c"$conns" -d"$2s" --timeout 10s \
     -s "bench/lua/$lua" "http://127.0.0.1:$PROXY_PORT$path"
 }
 

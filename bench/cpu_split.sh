@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Where the two CPUs go under one scenario of bench/run.sh, with its setup (SUT on
 # CPU 1; PostgreSQL, the upstream and wrk on CPU 0):
-#   bench/cpu_split.sh pass|fresh|replay [SECONDS]
+#   bench/cpu_split.sh pass|pass1m|fresh|replay [SECONDS]
 # EXPERIMENT_SQL, when set, runs against the store once the proxy has migrated it (a
 # schema experiment, e.g. one index dropped, to see what it costs PostgreSQL).
 # Prints each CPU's busy share and the CPU time per request of each process group
 # (idemproxy, PostgreSQL's processes, the upstream, wrk), from /proc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SCENARIO=${1:?pass, fresh or replay}
+SCENARIO=${1:?pass, pass1m, fresh or replay}
 SECS=${2:-8}
 WORK_NAME=cpu_split
 . bench/common.sh

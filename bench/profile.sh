@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Profiles idemproxy under one scenario of bench/run.sh, with the same setup (SUT
 # pinned to CPU 1, load on CPU 0, private PostgreSQL, bench upstream):
-#   bench/profile.sh pass|fresh|replay [SECONDS]
+#   bench/profile.sh pass|pass1m|fresh|replay [SECONDS]
 # Prints the CPU time per request, `perf report` (self time, top entries, by symbol
 # and by shared object) and `strace -c` over a second window of the same load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SCENARIO=${1:?pass, fresh or replay}
+SCENARIO=${1:?pass, pass1m, fresh or replay}
 SECS=${2:-8}
 WORK_NAME=profile
 . bench/common.sh
