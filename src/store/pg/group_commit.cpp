@@ -137,8 +137,7 @@ void GroupCommit::drain(Lane& lane) {
   std::unique_lock lock(mu_);
   auto& queue = lane.queue;
   while (!queue.empty()) {
-    const auto n = std::min<std::size_t>(queue.size(),
-                                         static_cast<std::size_t>(std::max(options_.batch_max, 1)));
+    const auto n = std::min(queue.size(), batch_limit());
     std::vector<Pending*> batch(queue.begin(), queue.begin() + static_cast<long>(n));
     queue.erase(queue.begin(), queue.begin() + static_cast<long>(n));
     // A full batch still queued and another slot free: another runner takes it.
@@ -161,8 +160,7 @@ void GroupCommit::drain(Lane& lane) {
 
 bool GroupCommit::may_start(const Lane& lane) const {
   if (lane.running >= lane.slots) return false;
-  return lane.running == 0 ||
-         lane.queue.size() >= static_cast<std::size_t>(std::max(options_.batch_max, 1));
+  return lane.running == 0 || lane.queue.size() >= batch_limit();
 }
 
 // One member on its own: the single-row statement, in a Write of its own.

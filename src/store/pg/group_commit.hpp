@@ -146,6 +146,10 @@ class GroupCommit {
   bool batch_succeeded(bool ok, std::size_t size, const char* what);
   static std::vector<const char*> completion_params(const std::vector<Pending*>& members,
                                                     std::vector<std::string>& texts);
+  /// The most members a batch takes (batch_max, at least one).
+  std::size_t batch_limit() const {
+    return static_cast<std::size_t>(std::max(options_.batch_max, 1));
+  }
   /// On plain PostgreSQL, at most a quarter of the pool's connections run batches.
   int slots() const { return std::max(1, options_.pool_size / 4); }
 
