@@ -296,3 +296,39 @@ def test_bodies_that_differ_in_meaning_get_422(make_proxy, node, first, second):
     same = keyed_post(proxy, "/v1/orders", key, "e3", body=" %s " % first.replace(": ", ":"))
     assert same.status == 201 and same.header("Idempotent-Replayed") == "true"
     assert node.executions(key) == 1
+
+
+# RFC 9112 6.2 and 6.3: an answer framed by Content-Length ends after that many octets,
+# and the next answer on the connection starts right after them. Pass-through reads
+# such a body straight into its relay chunk, and no further (relay.hpp): a real Node
+# upstream's 3 MB answers, then a small one, over the pooled upstream connection,
+# reach curl whole, over HTTP/1.1 and HTTP/2 (RFC 9113 8.1: the length is the DATA).
+# Over HTTP/2 each URL has a curl of its own: curl 7.88.1 fails a second request on a
+# reused prior-knowledge connection before sending it ("Error in the HTTP2 framing
+# layer"), against nginx's HTTP/2 as well.
+@pytest.mark.parametrize("version", ["--http1.1", "--http2-prior-knowledge"])
+def test_large_length_framed_answers_stream_whole_and_keep_the_connections_in_step(
+        make_proxy, node, tmp_path, version):
+    proxy = make_proxy(upstream_url=node.url, routes=ORDERS)
+    paths = ["/big?pad=3000000", "/big?pad=3000001", "/small"]
+    urls = [("http://127.0.0.1:%d%s" % (proxy.port, path), str(tmp_path / str(i)))
+            for i, path in enumerate(paths)]
+    h2 = "http2" in version
+    lines = []
+    for batch in ([[u] for u in urls] if h2 else [urls]):
+        args = ["curl", "-sS", "--max-time", "30", version,
+                "-w", "%{http_version} %{http_code} %{num_connects}\n"]
+        for url, out in batch:
+            args += [url, "-o", out]
+        done = subprocess.run(args, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        lines += done.stdout.decode().split()
+    if h2:
+        assert lines == ["2", "201", "1"] * 3, lines
+    else:  # one client connection for all three (num_connects 1, then 0, 0)
+        assert lines == ["1.1", "201", "1", "1.1", "201", "0", "1.1", "201", "0"], lines
+    for i, path in enumerate(paths):
+        answer = json.loads((tmp_path / str(i)).read_bytes())  # whole, or not JSON
+        assert answer["url"] == path
+        if "pad=" in path:  # Node pads with whole bytes in hex: an even count
+            assert len(answer["pad"]) == int(path.split("=")[1]) + int(path.endswith("1"))
