@@ -17,7 +17,7 @@ namespace {
 
 bool looks_like_http(const std::string& out) {
   if (out.empty()) return true;
-  bhttp::response_parser<bhttp::empty_body> head;
+  ResponseParser<bhttp::empty_body> head;
   head.skip(true);  // only the head is checked: a HEAD answer has no body
   beast::error_code ec;
   head.put(asio::buffer(out), ec);

@@ -166,7 +166,7 @@ struct Parsed {
 /// and a body over it reads as "need more": the unbounded limit let string_body reserve
 /// a declared Content-Length (2999999999999999999 asked ASan for 3 EB).
 inline Parsed parse_request(std::string_view bytes) {
-  bhttp::request_parser<bhttp::string_body> p;
+  RequestParser<bhttp::string_body> p;
   p.eager(true);
   p.body_limit(bytes.size());
   Parsed out;

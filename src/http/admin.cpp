@@ -246,7 +246,7 @@ awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& 
   http::beast::tcp_stream stream(std::move(socket));
   http::beast::flat_buffer buffer;
   for (;;) {
-    bhttp::request_parser<bhttp::string_body> parser;
+    RequestParser<bhttp::string_body> parser;
     parser.header_limit(8 * 1024);
     parser.body_limit(std::uint64_t{64} << 10);
     stream.expires_after(std::chrono::seconds{30});

@@ -4,6 +4,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "http/arena.hpp"
+
 namespace idemproxy::http {
 
 namespace asio = boost::asio;
@@ -14,7 +16,24 @@ using tcp = asio::ip::tcp;
 /// Expected errors (end of stream, timeouts) come back as values, not exceptions.
 inline constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 
-using StringRequest = bhttp::request<bhttp::string_body>;
-using StringResponse = bhttp::response<bhttp::string_body>;
+/// Every message's fields take their memory through ArenaAllocator: a client
+/// connection's arena for its requests and their answers, the heap for the rest.
+using FieldsAllocator = ArenaAllocator<char>;
+using Fields = bhttp::basic_fields<FieldsAllocator>;
+template <bool isRequest>
+using Header = bhttp::header<isRequest, Fields>;
+using RequestHeader = bhttp::request_header<Fields>;
+using ResponseHeader = bhttp::response_header<Fields>;
+template <class Body>
+using Request = bhttp::request<Body, Fields>;
+template <class Body>
+using Response = bhttp::response<Body, Fields>;
+template <class Body>
+using RequestParser = bhttp::request_parser<Body, FieldsAllocator>;
+template <class Body>
+using ResponseParser = bhttp::response_parser<Body, FieldsAllocator>;
+
+using StringRequest = Request<bhttp::string_body>;
+using StringResponse = Response<bhttp::string_body>;
 
 }  // namespace idemproxy::http

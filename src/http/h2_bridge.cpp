@@ -16,7 +16,7 @@ namespace {
 
 // The fields a stored gRPC answer names in kTrailersField (upstream_pool.cpp),
 // taken out of its head to go out as trailers.
-std::vector<std::pair<std::string, std::string>> take_named_trailers(bhttp::fields& fields) {
+std::vector<std::pair<std::string, std::string>> take_named_trailers(Fields& fields) {
   std::vector<std::pair<std::string, std::string>> out;
   const std::string names(fields[kTrailersField]);
   fields.erase(kTrailersField);
@@ -107,7 +107,7 @@ asio::awaitable<void> answer(std::shared_ptr<Connection> c, std::shared_ptr<Stre
   beast::flat_buffer buffer;
   std::array<char, std::size_t{16} * 1024> scratch;
   for (;;) {
-    bhttp::response_parser<bhttp::buffer_body> parser;
+    ResponseParser<bhttp::buffer_body> parser;
     parser.header_limit(1 << 20);
     parser.body_limit(boost::none);
     if (s->method == "HEAD") parser.skip(true);

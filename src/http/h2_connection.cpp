@@ -348,7 +348,7 @@ void Connection::end_answer(Stream& s, std::uint32_t* flags) {
   nghttp2_submit_trailer(session_, s.id, nva.data(), nva.size());
 }
 
-void Connection::submit_head(Stream& s, unsigned status, const bhttp::fields& fields, bool final,
+void Connection::submit_head(Stream& s, unsigned status, const Fields& fields, bool final,
                              bool has_body) {
   if (s.closed) return;
   std::vector<std::pair<std::string, std::string>> owned;

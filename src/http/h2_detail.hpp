@@ -120,8 +120,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const ClientConnection& client() const { return *conn_; }
   /// Submits a response head: 1xx (final = false) or the final one, whose body then
   /// comes from s.out (none when !has_body).
-  void submit_head(Stream& s, unsigned status, const bhttp::fields& fields, bool final,
-                   bool has_body);
+  void submit_head(Stream& s, unsigned status, const Fields& fields, bool final, bool has_body);
   /// Answers a stream without the bridge (a head that cannot be served).
   void respond(Stream& s, const StringResponse& response);
   /// respond() with a refusal: problem+json, or a gRPC status for a gRPC call.

@@ -153,7 +153,7 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   /// Carries one request read by another link's bridge (that link is closing), then
   /// asks its session to close the socket pair.
   asio::awaitable<void> carry(Pipe& pipe, beast::flat_buffer& buffer,
-                              bhttp::request_parser<bhttp::buffer_body>& parser);
+                              RequestParser<bhttp::buffer_body>& parser);
 
   // nghttp2's callbacks.
   int on_header(const nghttp2_frame& frame, std::string_view name, std::string_view value);
@@ -171,7 +171,7 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   asio::awaitable<void> write_loop();
   asio::awaitable<void> bridge(std::shared_ptr<Pipe> pipe);
   asio::awaitable<bool> exchange(Pipe& pipe, beast::flat_buffer& buffer,
-                                 bhttp::request_parser<bhttp::buffer_body>& parser, bool last);
+                                 RequestParser<bhttp::buffer_body>& parser, bool last);
   /// Submits a request's HEADERS (its body, if any, comes from the Call).
   std::shared_ptr<Call> start_call(const Outgoing& request, bool has_body);
   /// Writes a call's answer to the session as HTTP/1.1; false: the pair must close.
@@ -497,7 +497,7 @@ asio::awaitable<std::pair<beast::error_code, std::optional<tcp::socket>>> Upstre
 asio::awaitable<void> UpstreamLink::bridge(std::shared_ptr<Pipe> pipe) {
   beast::flat_buffer buffer;
   for (;;) {
-    bhttp::request_parser<bhttp::buffer_body> parser;
+    RequestParser<bhttp::buffer_body> parser;
     parser.header_limit(kMaxHeadBytes);
     parser.body_limit(boost::none);
     auto [ec, n] = co_await bhttp::async_read_header(*pipe, buffer, parser, use_nothrow);
@@ -524,7 +524,7 @@ asio::awaitable<void> UpstreamLink::bridge(std::shared_ptr<Pipe> pipe) {
 }
 
 asio::awaitable<void> UpstreamLink::carry(Pipe& pipe, beast::flat_buffer& buffer,
-                                          bhttp::request_parser<bhttp::buffer_body>& parser) {
+                                          RequestParser<bhttp::buffer_body>& parser) {
   if (auto ec = co_await ready(nullptr)) {
     co_await not_sent(pipe, "cannot connect to the upstream: " + ec.message());
     co_return;
@@ -533,8 +533,7 @@ asio::awaitable<void> UpstreamLink::carry(Pipe& pipe, beast::flat_buffer& buffer
 }
 
 asio::awaitable<bool> UpstreamLink::exchange(Pipe& pipe, beast::flat_buffer& buffer,
-                                             bhttp::request_parser<bhttp::buffer_body>& parser,
-                                             bool last) {
+                                             RequestParser<bhttp::buffer_body>& parser, bool last) {
   auto& req = parser.get();
   Outgoing request;
   request.head_request = req.method() == bhttp::verb::head;

@@ -12,16 +12,16 @@ namespace idemproxy::http {
 
 /// Removes hop-by-hop headers (RFC 9110 7.6.1), including those the Connection
 /// header names. Framing headers stay: a streamed body still needs them.
-void strip_hop_by_hop(bhttp::fields& fields);
+void strip_hop_by_hop(Fields& fields);
 
 /// Prepares a client request for the upstream: HTTP/1.1 keep-alive, the upstream's
 /// base path prefixed, hop-by-hop removed, Expect answered here, X-Forwarded-For
 /// appended, X-Forwarded-Proto (https when `tls`) and -Host set when absent. Host is
 /// kept as sent, or set to the upstream's authority when the client sent none.
-void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip, bool tls,
+void prepare_forward(RequestHeader& req, const std::string& client_ip, bool tls,
                      const config::UpstreamConfig& upstream);
 
-std::vector<store::Header> to_headers(const bhttp::fields& fields);
+std::vector<store::Header> to_headers(const Fields& fields);
 
 /// Names the fields of a buffered gRPC answer that arrived as trailers; the HTTP/2
 /// bridge sends them as trailers again and drops this field.
@@ -32,7 +32,7 @@ inline constexpr const char* kTrailersField = "Idemproxy-Trailers";
 /// Fields a trailer must not carry (RFC 9110 6.5.1: framing, routing, connection
 /// control) are left out. Relayed on responses only: gRPC carries its status in
 /// them (grpc-status, grpc-message).
-std::vector<std::pair<std::string, std::string>> trailers_after(const bhttp::fields& fields,
+std::vector<std::pair<std::string, std::string>> trailers_after(const Fields& fields,
                                                                 std::size_t head_fields);
 
 /// An IMF-fixdate (RFC 9110 5.6.7), e.g. "Sun, 06 Nov 1994 08:49:37 GMT".

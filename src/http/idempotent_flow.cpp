@@ -152,7 +152,7 @@ asio::awaitable<Step> execute(Flow& f) {
   // client whole, and its record keeps only the status, so retries are told it
   // executed instead of being handed part of a body.
   auto* big = ex.oversized ? &*ex.oversized : nullptr;
-  bhttp::response_header<>& head = big ? big->parser->get().base() : ex.response.base();
+  ResponseHeader& head = big ? big->parser->get().base() : ex.response.base();
   ctx.upstream_status = head.result_int();
   store::StoredResponse answer;
   if (big) {

@@ -94,9 +94,9 @@ asio::awaitable<Step> body_phase(Flow& f) {
   // Trailer fields of a chunked body are never merged into the head that is
   // forwarded and fingerprinted (RFC 9110 6.5). Beast's parser inserts them beside
   // fields of the same name, so the head is kept as it was before the body.
-  std::optional<bhttp::request_header<>> head_before_trailers;
+  std::optional<RequestHeader> head_before_trailers;
   if (ctx.head.get().chunked()) head_before_trailers = ctx.head.get().base();
-  bhttp::request_parser<bhttp::string_body> parser{std::move(ctx.head)};
+  RequestParser<bhttp::string_body> parser{std::move(ctx.head)};
   parser.body_limit(route.max_body);
   ctx.client.stream.expires_after(ctx.settings->config.server.read_timeout);
   beast::error_code ec = bhttp::error::body_limit;

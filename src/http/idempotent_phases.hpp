@@ -19,7 +19,11 @@ enum class Step {
 
 /// What the phases share, beside the request context.
 struct Flow {
-  Flow(RequestContext& c, std::optional<std::string_view> k) : ctx(c), key_header(k) {}
+  Flow(RequestContext& c, std::optional<std::string_view> k)
+      : ctx(c),
+        key_header(k),
+        req(std::piecewise_construct, std::make_tuple(),
+            std::make_tuple(c.client.fields_allocator())) {}
 
   RequestContext& ctx;
   std::optional<std::string_view> key_header;  // none: the key is in the body

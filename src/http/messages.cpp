@@ -231,7 +231,7 @@ StringResponse grpc_refusal(const ProxyError& error, unsigned version, bool keep
   return res;
 }
 
-void strip_hop_by_hop(bhttp::fields& fields) {
+void strip_hop_by_hop(Fields& fields) {
   // Framing and Host must never be removed because Connection names them.
   static const std::set<std::string> kProtected = {"content-length", "transfer-encoding", "host"};
   std::vector<std::string> named;
@@ -250,9 +250,9 @@ void strip_hop_by_hop(bhttp::fields& fields) {
   for (const std::string_view h : engine::kConnectionHeaders) fields.erase(h);
 }
 
-void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip, bool tls,
+void prepare_forward(RequestHeader& req, const std::string& client_ip, bool tls,
                      const config::UpstreamConfig& upstream) {
-  bhttp::fields& fields = req;
+  Fields& fields = req;
   strip_hop_by_hop(fields);
   fields.erase(bhttp::field::expect);  // 100-continue is answered by the proxy itself
   std::string xff;
@@ -277,14 +277,14 @@ void prepare_forward(bhttp::request_header<>& req, const std::string& client_ip,
   req.version(11);  // keep-alive by default: Connection was removed above
 }
 
-std::vector<store::Header> to_headers(const bhttp::fields& fields) {
+std::vector<store::Header> to_headers(const Fields& fields) {
   std::vector<store::Header> out;
   for (const auto& f : fields)
     out.push_back({std::string(f.name_string()), std::string(f.value())});
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> trailers_after(const bhttp::fields& fields,
+std::vector<std::pair<std::string, std::string>> trailers_after(const Fields& fields,
                                                                 std::size_t head_fields) {
   static constexpr std::string_view kNever[] = {
       "content-length", "transfer-encoding", "host",         "connection",
@@ -342,7 +342,8 @@ void prepare_replay_head(engine::ReplayCache::Entry& e) {
   if (status / 100 == 1 || status == 204 || status == 304) return;
   // The head replay_response(stored, expires_at, 11, true) has; test_replay_cache
   // compares a cached replay with one built from the record byte for byte.
-  e.head = serialize_head(replay_response(e.response, e.expires_at, 11, true).base());
+  const HeadBytes head = serialize_head(replay_response(e.response, e.expires_at, 11, true).base());
+  e.head.assign(head.data(), head.size());
   e.head.resize(e.head.size() - 2);  // the blank line: per-request lines go before it
 }
 
@@ -387,7 +388,7 @@ asio::awaitable<bool> continue_if_expected(RequestContext& ctx) {
   // is ever sent to an HTTP/1.0 client).
   if (ctx.version < 11) co_return true;
   if (!beast::iequals(ctx.head.get()[bhttp::field::expect], "100-continue")) co_return true;
-  bhttp::response<bhttp::empty_body> res{bhttp::status::continue_, ctx.version};
+  Response<bhttp::empty_body> res{bhttp::status::continue_, ctx.version};
   ctx.client.stream.expires_after(ctx.settings->config.server.read_timeout);
   auto [ec, n] = co_await bhttp::async_write(ctx.client.stream, res, use_nothrow);
   co_return !ec;

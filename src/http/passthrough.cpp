@@ -47,7 +47,7 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
     co_return co_await send_problem(ctx);
   }
   if (!co_await continue_if_expected(ctx)) co_return false;
-  bhttp::request_parser<bhttp::buffer_body> req_parser{std::move(ctx.head)};
+  RequestParser<bhttp::buffer_body> req_parser{std::move(ctx.head)};
   req_parser.body_limit(cfg.server.max_stream_body);
   auto& req = req_parser.get();
   const bool is_head = req.method() == bhttp::verb::head;
@@ -89,11 +89,12 @@ asio::awaitable<bool> pass_through(RequestContext& ctx) {
     co_return co_await send_problem(ctx);
   }
 
-  std::unique_ptr<StreamingParser> res_parser;
+  StreamingParserPtr res_parser;
   conn->stream.expires_after(cfg.upstream.timeout);
   const auto hec = co_await read_final_head(
       *conn, res_parser, is_head, cfg.server.max_stream_body,
-      InterimSink{&ctx.client.stream, ctx.version, cfg.server.read_timeout});
+      InterimSink{&ctx.client.stream, ctx.version, cfg.server.read_timeout},
+      ctx.client.fields_allocator());
   if (hec) {
     const auto kind =
         hec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;

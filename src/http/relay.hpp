@@ -49,12 +49,16 @@ class WideBodyRead {
   bool narrow_ = false;
 };
 
+/// A serialized head, in the memory of the fields it was written from: a client
+/// connection's arena for its requests and answers, the heap for the rest.
+using HeadBytes = std::basic_string<char, std::char_traits<char>, FieldsAllocator>;
+
 /// A message head as Beast's serializer writes it: start line, fields in order, and
 /// the blank line.
 template <bool isRequest>
-std::string serialize_head(const bhttp::header<isRequest>& h) {
-  std::string out;
-  out.reserve(512);
+HeadBytes serialize_head(const Header<isRequest>& h) {
+  HeadBytes out(h.get_allocator());
+  out.reserve(Arena::kLargest - 1);  // with its terminator, the arena's largest block
   const auto version = [&] {
     out += "HTTP/";
     out += static_cast<char>('0' + h.version() / 10);
@@ -92,9 +96,9 @@ std::string serialize_head(const bhttp::header<isRequest>& h) {
 /// A message marked chunked still goes through Beast, which encodes the chunks.
 template <bool isRequest>
 asio::awaitable<std::tuple<beast::error_code, std::size_t>> write_whole(
-    Stream& out, const bhttp::message<isRequest, bhttp::string_body>& m) {
+    Stream& out, const bhttp::message<isRequest, bhttp::string_body, Fields>& m) {
   if (m.chunked()) co_return co_await bhttp::async_write(out, m, use_nothrow);
-  const std::string head = serialize_head<isRequest>(m.base());
+  const HeadBytes head = serialize_head<isRequest>(m.base());
   const std::array<asio::const_buffer, 2> message{asio::buffer(head), asio::buffer(m.body())};
   co_return co_await asio::async_write(out, message, use_nothrow);
 }
@@ -108,7 +112,7 @@ asio::awaitable<std::tuple<beast::error_code, std::size_t>> write_whole(
 /// (RFC 9112 7.1), with transfer codings before chunked kept. A message with no body
 /// to relay (a HEAD answer, 204, 304) keeps its fields: they describe the resource.
 template <bool isRequest, class Parser>
-void set_relay_framing(bhttp::header<isRequest>& h, const Parser& p, bool chunk_allowed) {
+void set_relay_framing(Header<isRequest>& h, const Parser& p, bool chunk_allowed) {
   if (p.is_done() && !p.chunked() && !p.content_length()) return;
   if constexpr (!isRequest) {
     if (p.get().result() == bhttp::status::not_modified || p.get().result_int() == 204) return;
@@ -150,8 +154,9 @@ void set_relay_framing(bhttp::header<isRequest>& h, const Parser& p, bool chunk_
 /// is given: a body trickled a byte at a time cannot hold both connections forever.
 template <bool isRequest>
 asio::awaitable<RelayError> relay(
-    Stream& in, beast::flat_buffer& in_buffer, bhttp::parser<isRequest, bhttp::buffer_body>& p,
-    Stream& out, Duration in_timeout, Duration out_timeout, beast::error_code& error,
+    Stream& in, beast::flat_buffer& in_buffer,
+    bhttp::parser<isRequest, bhttp::buffer_body, FieldsAllocator>& p, Stream& out,
+    Duration in_timeout, Duration out_timeout, beast::error_code& error,
     std::string_view prefix = {},
     std::optional<std::chrono::steady_clock::time_point> in_deadline = std::nullopt) {
   Chunk chunk;
@@ -174,7 +179,7 @@ asio::awaitable<RelayError> relay(
     in.expires_at(in_deadline ? std::min(by, *in_deadline) : by);
   };
   const auto read_bytes = [&] { return chunk.size() - p.get().body().size; };
-  std::string head = serialize_head<isRequest>(p.get());
+  HeadBytes head = serialize_head<isRequest>(p.get());
   const auto head_fields = static_cast<std::size_t>(std::distance(p.get().begin(), p.get().end()));
   if (prefix.empty() && !chunked_out &&
       (p.is_done() || p.content_length().value_or(chunk.size() + 1) <= chunk.size())) {

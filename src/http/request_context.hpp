@@ -9,11 +9,22 @@
 
 #include "http/beast.hpp"
 #include "http/problem.hpp"
+#include "http/request_target.hpp"
 #include "http/runtime.hpp"
 #include "http/stream.hpp"
 #include "idemproxy/ops/logging.hpp"
 
 namespace idemproxy::http {
+
+/// What one request leaves for the next on its connection: strings that outgrow
+/// std::string's 15 inline characters (a 32-digit request id or trace id, a long
+/// target), whose memory is then taken once per connection rather than per request.
+struct KeptStrings {
+  std::string target;
+  std::string request_id;
+  std::string trace_id;
+  RequestTarget normalized;  // the route phase's normalize_target() writes into it
+};
 
 struct ClientConnection {
   /// TLS when `tls` is given (tls.cert_file); the session then starts with the handshake.
@@ -31,16 +42,34 @@ struct ClientConnection {
   std::string peer_subject;            // the verified client certificate's subject (mTLS)
   std::atomic<bool> idle{true};        // waiting for the next request (drain may close it)
   std::atomic<bool> reclaimed{false};  // chosen to close for a new client at the limit
+  /// The memory of the fields of this connection's requests and of the upstream's
+  /// answers to them, kept from one request for the next (arena.hpp).
+  Arena arena;
+  FieldsAllocator fields_allocator() { return FieldsAllocator{&arena}; }
+  KeptStrings kept;
 };
 
 struct RequestContext {
   RequestContext(ClientConnection& c, Runtime& r, std::shared_ptr<const Settings> s)
-      : client(c), rt(r), settings(std::move(s)) {}
+      : client(c),
+        rt(r),
+        settings(std::move(s)),
+        head(std::piecewise_construct, std::make_tuple(), std::make_tuple(c.fields_allocator())),
+        target(reuse(c.kept.target)),
+        request_id(reuse(c.kept.request_id)),
+        trace_id(reuse(c.kept.trace_id)) {}
+  ~RequestContext() {
+    client.kept.target = std::move(target);
+    client.kept.request_id = std::move(request_id);
+    client.kept.trace_id = std::move(trace_id);
+  }
+  RequestContext(const RequestContext&) = delete;
+  RequestContext& operator=(const RequestContext&) = delete;
 
   ClientConnection& client;
   Runtime& rt;
   std::shared_ptr<const Settings> settings;
-  bhttp::request_parser<bhttp::empty_body> head;
+  RequestParser<bhttp::empty_body> head;
   const engine::RoutePolicy* route = nullptr;
   unsigned version = 11;
   bool keep_alive = true;  // whether the connection may serve another request
@@ -80,6 +109,13 @@ struct RequestContext {
            Args&&... args) const {
     const ops::TraceTag tag(trace_id);
     spdlog::log(level, format, std::forward<Args>(args)...);
+  }
+
+  /// A kept string's memory, emptied.
+  static std::string reuse(std::string& kept) {
+    std::string s = std::move(kept);
+    s.clear();
+    return s;
   }
 
   const std::string& route_name() const {

@@ -1,6 +1,7 @@
 #include "http/request_target.hpp"
 
 #include <cctype>
+#include <cstring>
 
 #include "idemproxy/common/hex.hpp"
 
@@ -36,27 +37,29 @@ bool valid_authority(std::string_view a) {
 
 namespace {
 
-// Removes ";parameters" from each segment.
-std::string without_parameters(std::string_view path) {
-  std::string out;
-  out.reserve(path.size());
+// Removes ";parameters" from each segment, in place.
+void remove_parameters(std::string& path) {
+  std::size_t kept = 0;
   bool in_parameter = false;
   for (const char c : path) {
     if (c == '/') in_parameter = false;
     if (c == ';') in_parameter = true;
-    if (!in_parameter) out += c;
+    if (!in_parameter) path[kept++] = c;
   }
-  return out;
+  path.resize(kept);
 }
 
 }  // namespace
 
-std::string remove_dot_segments(std::string_view in) {
-  std::string out;
-  out.reserve(in.size());
-  const auto drop_last_segment = [&out] {
-    const auto slash = out.rfind('/');
-    out.erase(slash == std::string::npos ? 0 : slash);
+// The output is written over the input it has consumed: each step appends at most
+// what it consumed, so the write position never passes the read position.
+void remove_dot_segments(std::string& path) {
+  char* const base = path.data();
+  std::string_view in(path);
+  std::size_t out = 0;  // path[0, out) is the output buffer of RFC 3986 5.2.4
+  const auto drop_last_segment = [&] {
+    const auto slash = std::string_view(base, out).rfind('/');
+    out = slash == std::string_view::npos ? 0 : slash;
   };
   while (!in.empty()) {
     if (in.starts_with("../")) {
@@ -76,46 +79,49 @@ std::string remove_dot_segments(std::string_view in) {
     } else {
       const auto next = in.find('/', 1);
       const auto segment = in.substr(0, next);
-      out += segment;
+      std::memmove(base + out, segment.data(), segment.size());
+      out += segment.size();
       in.remove_prefix(segment.size());
     }
   }
-  return out;
+  path.resize(out);
 }
 
-std::variant<RequestTarget, std::string> normalize_target(std::string_view target,
-                                                          const TargetRules& rules) {
-  RequestTarget out;
+std::optional<std::string_view> normalize_target(std::string_view target, const TargetRules& rules,
+                                                 RequestTarget& out) {
+  out.forward.clear();
+  out.route_path.clear();
+  out.authority.clear();
   if (target == "*") {  // asterisk-form (OPTIONS *): no path, no route
     out.forward = "*";
-    return out;
+    return std::nullopt;
   }
   if (starts_with_nocase(target, "http://") || starts_with_nocase(target, "https://")) {
     target.remove_prefix(target.find("//") + 2);
     const auto end = target.find_first_of("/?");
-    out.authority = std::string(target.substr(0, end));
+    out.authority.assign(target.substr(0, end));
     if (!valid_authority(out.authority) || out.authority.find('@') != std::string::npos) {
-      return std::string("the request target's authority is not a valid host");
+      return "the request target's authority is not a valid host";
     }
     target = end == std::string_view::npos ? std::string_view{} : target.substr(end);
   } else if (!target.starts_with('/')) {
-    return std::string("the request target must be an absolute path or an absolute URI");
+    return "the request target must be an absolute path or an absolute URI";
   }
   const auto question = target.find('?');
   const std::string_view raw_path = target.substr(0, question);
   const std::string_view query =
       question == std::string_view::npos ? std::string_view{} : target.substr(question);
   if (target.find('#') != std::string_view::npos) {
-    return std::string("the request target must not contain a fragment");
+    return "the request target must not contain a fragment";
   }
 
-  std::string path;
-  path.reserve(raw_path.size() + 1);
+  std::string& path = out.forward;
+  path.reserve(raw_path.size() + query.size() + 1);
   if (raw_path.empty()) path = "/";
   for (std::size_t i = 0; i < raw_path.size(); ++i) {
     const char c = raw_path[i];
     if (c == '\\' && rules.reject_escaped_slashes) {
-      return std::string("the request path contains a backslash");
+      return "the request path contains a backslash";
     }
     if (c != '%') {
       if (c == '/' && rules.merge_slashes && !path.empty() && path.back() == '/') continue;
@@ -124,7 +130,7 @@ std::variant<RequestTarget, std::string> normalize_target(std::string_view targe
     }
     const int hi = i + 2 < raw_path.size() ? hex_digit(raw_path[i + 1]) : -1;
     const int lo = hi >= 0 ? hex_digit(raw_path[i + 2]) : -1;
-    if (hi < 0 || lo < 0) return std::string("the request path has an invalid percent-escape");
+    if (hi < 0 || lo < 0) return "the request path has an invalid percent-escape";
     const auto decoded = static_cast<unsigned char>(hi * 16 + lo);
     i += 2;
     if (is_unreserved(decoded)) {
@@ -132,20 +138,21 @@ std::variant<RequestTarget, std::string> normalize_target(std::string_view targe
       continue;
     }
     if ((decoded == '/' || decoded == '\\' || decoded == 0) && rules.reject_escaped_slashes) {
-      return std::string("the request path contains an encoded slash, backslash or NUL");
+      return "the request path contains an encoded slash, backslash or NUL";
     }
     static constexpr char kHex[] = "0123456789ABCDEF";
     path += '%';
     path += kHex[decoded >> 4];
     path += kHex[decoded & 0xf];
   }
-  path = remove_dot_segments(path);
+  remove_dot_segments(path);
   if (path.empty()) path = "/";
-  out.route_path = remove_dot_segments(without_parameters(path));
+  out.route_path.assign(path);
+  remove_parameters(out.route_path);
+  remove_dot_segments(out.route_path);
   if (out.route_path.empty()) out.route_path = "/";
-  out.forward = std::move(path);
-  out.forward += query;
-  return out;
+  path += query;
+  return std::nullopt;
 }
 
 }  // namespace idemproxy::http

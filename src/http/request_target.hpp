@@ -1,8 +1,8 @@
 #pragma once
 // The request target as routes see it and the upstream receives it.
+#include <optional>
 #include <string>
 #include <string_view>
-#include <variant>
 
 namespace idemproxy::http {
 
@@ -29,15 +29,17 @@ struct RequestTarget {
 ///   (RFC 3986 5.2.4, 6.2.2.3);
 /// - routes match the path with `;parameters` removed from each segment, as Tomcat,
 ///   Spring and Jetty do before routing (`/v1/orders;x=1`, `/v1/a/..;/orders`).
-/// The query is kept as sent. Returns the reason when the target is not acceptable.
-std::variant<RequestTarget, std::string> normalize_target(std::string_view target,
-                                                          const TargetRules& rules);
+/// The query is kept as sent. The result goes into `out`, whose strings' memory is
+/// reused: a connection keeps one, so a long target allocates nothing per request.
+/// Returns the reason when the target is not acceptable (`out` is then unspecified).
+std::optional<std::string_view> normalize_target(std::string_view target, const TargetRules& rules,
+                                                 RequestTarget& out);
 
 /// A host (reg-name, IPv4 or IP-literal) with an optional port, in the characters
 /// RFC 3986 3.2.2 allows (RFC 9110 4.2.1, 7.2).
 bool valid_authority(std::string_view authority);
 
-/// Removes dot segments from an absolute path (RFC 3986 5.2.4).
-std::string remove_dot_segments(std::string_view path);
+/// Removes dot segments from an absolute path (RFC 3986 5.2.4), in place.
+void remove_dot_segments(std::string& path);
 
 }  // namespace idemproxy::http

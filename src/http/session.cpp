@@ -25,7 +25,7 @@ bool is_disconnect(const beast::error_code& ec) {
 
 // Framing checks that close request-smuggling doors (RFC 9112 6.1, 6.3), and the
 // Host rules of RFC 9112 3.2: an HTTP/1.1 request without Host, or with two, is 400.
-std::optional<std::string> framing_error(const bhttp::request<bhttp::empty_body>& req) {
+std::optional<std::string> framing_error(const Request<bhttp::empty_body>& req) {
   const auto lengths = req.count(bhttp::field::content_length);
   const auto encodings = req.count(bhttp::field::transfer_encoding);
   if (lengths > 0 && encodings > 0) return "both Content-Length and Transfer-Encoding are present";
@@ -109,21 +109,22 @@ asio::awaitable<bool> send_policy(RequestContext& ctx) {
   co_return sent&& ctx.keep_alive;
 }
 
-// Honours a sane X-Request-Id; otherwise makes a random one (128 bits, hex).
-std::string request_id_for(const bhttp::request<bhttp::empty_body>& req) {
+// Honours a sane X-Request-Id; otherwise makes a random one (128 bits, hex). Written
+// into `id`, whose memory the connection keeps from request to request.
+void take_request_id(const Request<bhttp::empty_body>& req, std::string& id) {
   const auto given = req["X-Request-Id"];
   if (!given.empty() && given.size() <= 128 &&
       std::all_of(given.begin(), given.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
-    return std::string(given);
+    id.assign(given);
+    return;
   }
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
+  id.assign(32, '0');
   for (int half = 0; half < 2; ++half) {
     std::uint64_t bits = rng();
     for (int i = 15; i >= 0; --i, bits >>= 4) id[half * 16 + i] = kHex[bits & 0xf];
   }
-  return id;
 }
 
 // W3C Trace Context: a valid traceparent is forwarded as sent; otherwise a trace is
@@ -134,13 +135,16 @@ void follow_trace(RequestContext& ctx) {
   auto& head = ctx.head.get();
   std::optional<TraceParent> given;
   if (head.count("traceparent") == 1) given = parse_traceparent(head["traceparent"]);
-  if (!given) {
-    given = start_trace();
-    head.erase("traceparent");
-    head.erase("tracestate");
-    head.set("traceparent", given->header);
+  if (given) {
+    ctx.trace_id.assign(given->trace_id);  // before the fields it views change
+    return;
   }
-  ctx.trace_id = std::move(given->trace_id);
+  StartedTrace started{};
+  given = start_trace(started);
+  ctx.trace_id.assign(given->trace_id);
+  head.erase("traceparent");
+  head.erase("tracestate");
+  head.set("traceparent", given->header);
 }
 
 // Phase: route. Decides whether the request is protected, and how.
@@ -148,10 +152,10 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   const auto& req = ctx.head.get();
   ctx.version = req.version();
   ctx.keep_alive = req.keep_alive() && !ctx.rt.draining;
-  ctx.method = std::string(req.method_string());
-  ctx.target = std::string(req.target());
+  ctx.method.assign(req.method_string());
+  ctx.target.assign(req.target());
   ctx.grpc = engine::is_grpc_content_type(req[bhttp::field::content_type]);
-  ctx.request_id = request_id_for(req);
+  take_request_id(req, ctx.request_id);
   ctx.head.get().set("X-Request-Id", ctx.request_id);  // forwarded to the upstream
   follow_trace(ctx);
   if (auto error = framing_error(req)) {
@@ -162,18 +166,17 @@ asio::awaitable<bool> dispatch(RequestContext& ctx) {
   // Routes match, the fingerprint covers, and the upstream receives one spelling
   // of the target: the one an upstream's router would resolve it to.
   const auto& server = ctx.settings->config.server;
-  auto normal =
-      normalize_target(req.target(), {server.merge_slashes, server.reject_escaped_slashes});
-  if (const auto* bad = std::get_if<std::string>(&normal)) {
+  RequestTarget& target = ctx.client.kept.normalized;
+  if (const auto bad = normalize_target(
+          req.target(), {server.merge_slashes, server.reject_escaped_slashes}, target)) {
     ctx.keep_alive = false;
-    ctx.fail(ProblemKind::malformed_request, *bad, ops::Outcome::bad_request);
+    ctx.fail(ProblemKind::malformed_request, std::string(*bad), ops::Outcome::bad_request);
     co_return co_await send_problem(ctx);
   }
-  auto& target = std::get<RequestTarget>(normal);
   // RFC 9112 3.2.2: with an absolute-form target, its authority is the Host.
   if (!target.authority.empty()) ctx.head.get().set(bhttp::field::host, target.authority);
   if (target.forward != req.target()) ctx.head.get().target(target.forward);
-  ctx.target = std::move(target.forward);
+  ctx.target.assign(target.forward);
   const auto& published = ctx.settings->config.policy;
   if (published.url.empty() && !published.path.empty() && target.route_path == published.path &&
       ctx.method == "GET") {

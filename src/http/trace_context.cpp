@@ -16,16 +16,14 @@ bool all_zero(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == '0'; });
 }
 
-std::string random_hex(std::size_t digits) {
+void random_hex(char* out, std::size_t digits) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(digits, '0');
   std::uint64_t bits = 0;
   for (std::size_t i = 0; i < digits; ++i, bits >>= 4) {
     if (i % 16 == 0) bits = rng();
     out[i] = kHex[bits & 0xf];
   }
-  return out;
 }
 
 }  // namespace
@@ -44,14 +42,19 @@ std::optional<TraceParent> parse_traceparent(std::string_view v) {
   if (!lower_hex(trace_id) || all_zero(trace_id)) return std::nullopt;    // 3.2.2.3
   if (!lower_hex(parent_id) || all_zero(parent_id)) return std::nullopt;  // 3.2.2.4
   if (!lower_hex(flags)) return std::nullopt;                             // 3.2.2.5
-  return TraceParent{std::string(trace_id), std::string(parent_id), std::string(flags),
-                     std::string(v)};
+  return TraceParent{trace_id, parent_id, flags, v};
 }
 
-TraceParent start_trace() {
-  TraceParent t{random_hex(32), random_hex(16), "01", {}};
-  t.header = "00-" + t.trace_id + "-" + t.parent_id + "-" + t.flags;
-  return t;
+TraceParent start_trace(StartedTrace& header) {
+  // "00-" trace-id "-" parent-id "-01", as section 3.2 lays version 00 out.
+  char* at = header.data();
+  at = std::copy_n("00-", 3, at);
+  random_hex(at, 32);
+  at = std::copy_n("-", 1, at + 32);
+  random_hex(at, 16);
+  std::copy_n("-01", 3, at + 16);
+  const std::string_view v(header.data(), header.size());
+  return TraceParent{v.substr(3, 32), v.substr(36, 16), v.substr(53, 2), v};
 }
 
 }  // namespace idemproxy::http

@@ -29,9 +29,13 @@ ProxyError upstream_error(ProblemKind kind, const std::string& detail) {
   return ProxyError{kind, detail, std::nullopt, std::nullopt};
 }
 
-std::unique_ptr<StreamingParser> new_parser(bool head_request,
-                                            boost::optional<std::uint64_t> body_limit) {
-  auto parser = std::make_unique<StreamingParser>();
+StreamingParserPtr new_parser(bool head_request, boost::optional<std::uint64_t> body_limit,
+                              const FieldsAllocator& fields) {
+  // In the arena the answer's fields use: one heap allocation fewer per exchange.
+  // (Making a parser allocates nothing, so nothing can throw between the two steps.)
+  ArenaAllocator<StreamingParser> memory(fields);
+  StreamingParserPtr parser(::new (memory.allocate(1)) StreamingParser(
+      std::piecewise_construct, std::make_tuple(), std::make_tuple(fields)));
   parser->header_limit(64 * 1024);
   parser->body_limit(body_limit);
   if (head_request) parser->skip(true);
@@ -44,7 +48,7 @@ std::unique_ptr<StreamingParser> new_parser(bool head_request,
 // (h2_bridge.cpp). (Trailer, RFC 9110 6.6.2, is a connection header: it is never
 // stored.) Any other answer's trailers are discarded, which RFC 9110 6.5.1 lets a
 // recipient do; kept, they would reach clients as header fields, which it forbids.
-void settle_trailers(bhttp::response_header<>& head, std::size_t head_fields) {
+void settle_trailers(ResponseHeader& head, std::size_t head_fields) {
   if (!engine::is_grpc_content_type(head[bhttp::field::content_type])) {
     auto at = head.begin();
     for (std::size_t i = 0; i < head_fields && at != head.end(); ++i) ++at;
@@ -68,12 +72,12 @@ constexpr int kMaxInterim = 16;
 }  // namespace
 
 asio::awaitable<beast::error_code> read_final_head(UpstreamConnection& conn,
-                                                   std::unique_ptr<StreamingParser>& parser,
-                                                   bool head_request,
+                                                   StreamingParserPtr& parser, bool head_request,
                                                    boost::optional<std::uint64_t> body_limit,
-                                                   const InterimSink& sink) {
+                                                   const InterimSink& sink,
+                                                   FieldsAllocator fields) {
   for (int interim = 0;; ++interim) {
-    parser = new_parser(head_request, body_limit);
+    parser = new_parser(head_request, body_limit, fields);
     auto [ec, n] =
         co_await bhttp::async_read_header(conn.stream, conn.buffer, *parser, use_nothrow);
     if (ec) co_return ec;
@@ -83,7 +87,7 @@ asio::awaitable<beast::error_code> read_final_head(UpstreamConnection& conn,
     if (status == 100 || sink.client == nullptr || sink.version < 11) continue;
     auto& head = parser->get().base();
     strip_hop_by_hop(head);
-    const std::string bytes = serialize_head(head);
+    const HeadBytes bytes = serialize_head(head);
     sink.client->expires_after(sink.timeout);
     std::tie(ec, n) = co_await asio::async_write(*sink.client, asio::buffer(bytes), use_nothrow);
     // A client that cannot take the 1xx will fail the final answer's write too.
@@ -208,7 +212,7 @@ asio::awaitable<Exchange> UpstreamPool::exchange(StringRequest& request,
     }
     out.sent = true;
     conn->buffer.reserve(kBodyReadSize);
-    std::unique_ptr<StreamingParser> parser;
+    StreamingParserPtr parser;
     // The body is bounded below; an oversized one is streamed.
     auto rec = co_await read_final_head(*conn, parser, request.method() == bhttp::verb::head,
                                         boost::none, interim);

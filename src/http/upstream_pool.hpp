@@ -25,7 +25,17 @@ struct UpstreamConnection {
   bool reused = false;
 };
 
-using StreamingParser = bhttp::response_parser<bhttp::buffer_body>;
+using StreamingParser = ResponseParser<bhttp::buffer_body>;
+/// Destroys a parser made by read_final_head and returns its memory to where its
+/// fields' memory comes from (a client connection's arena, or the heap).
+struct DeleteParser {
+  void operator()(StreamingParser* parser) const noexcept {
+    ArenaAllocator<StreamingParser> memory(parser->get().get_allocator());
+    parser->~StreamingParser();
+    memory.deallocate(parser, 1);
+  }
+};
+using StreamingParserPtr = std::unique_ptr<StreamingParser, DeleteParser>;
 
 /// Where interim (1xx) answers go while the final one is awaited: the client, when
 /// it speaks HTTP/1.1 (RFC 9110 15.2: never to an HTTP/1.0 client). Null: dropped.
@@ -41,12 +51,13 @@ struct InterimSink {
 /// reads on (RFC 9110 15.2: a 1xx is never the answer; taking it for one hands the
 /// real answer to the next request on the connection). A 101 is an error: the proxy
 /// never forwards Upgrade, and a server must not switch unasked (RFC 9110 7.8).
-/// `head_request`: the answer to HEAD has no body (RFC 9110 9.3.2).
+/// `head_request`: the answer to HEAD has no body (RFC 9110 9.3.2). `fields`: where
+/// the answer's fields live (a client connection's arena, or by default the heap).
 asio::awaitable<beast::error_code> read_final_head(UpstreamConnection& conn,
-                                                   std::unique_ptr<StreamingParser>& parser,
-                                                   bool head_request,
+                                                   StreamingParserPtr& parser, bool head_request,
                                                    boost::optional<std::uint64_t> body_limit,
-                                                   const InterimSink& sink);
+                                                   const InterimSink& sink,
+                                                   FieldsAllocator fields = {});
 
 /// A buffered upstream answer, or the error that prevented one, or (over
 /// max_response_size) what is needed to stream the answer on.
@@ -58,7 +69,7 @@ struct Exchange {
   /// the body read so far, and `conn` the rest. Never truncated: it is streamed.
   struct Oversized {
     std::unique_ptr<UpstreamConnection> conn;
-    std::unique_ptr<StreamingParser> parser;
+    StreamingParserPtr parser;
     std::string prefix;
   };
   std::optional<Oversized> oversized;

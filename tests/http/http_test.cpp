@@ -22,9 +22,15 @@ using namespace idemproxy::http;
 namespace {
 
 RequestTarget normalized(std::string_view target, TargetRules rules = {}) {
-  auto r = normalize_target(target, rules);
-  EXPECT_TRUE(std::holds_alternative<RequestTarget>(r)) << target;
-  return std::holds_alternative<RequestTarget>(r) ? std::get<RequestTarget>(r) : RequestTarget{};
+  RequestTarget out;
+  const auto error = normalize_target(target, rules, out);
+  EXPECT_EQ(error, std::nullopt) << target;
+  return out;
+}
+
+std::string without_dot_segments(std::string path) {
+  remove_dot_segments(path);
+  return path;
 }
 
 }  // namespace
@@ -40,17 +46,34 @@ TEST(RequestTarget, EverySpellingOfAProtectedPathRoutesAlike) {
 
 TEST(RequestTarget, EncodedSlashesAndNulAreRefusedUnlessKept) {
   for (const char* bad : {"/v1%2Forders", "/v1%5corders", "/v1/orders%00", "/v1\\orders"}) {
-    EXPECT_TRUE(std::holds_alternative<std::string>(normalize_target(bad, {}))) << bad;
+    RequestTarget out;
+    EXPECT_TRUE(normalize_target(bad, {}, out)) << bad;
   }
   EXPECT_EQ(normalized("/v1%2Forders", {true, false}).forward, "/v1%2Forders");
 }
 
+// A connection normalises each request's target into the same RequestTarget: nothing
+// of one target may remain in the next (an authority, a longer path, a query).
+TEST(RequestTarget, AReusedResultHoldsOnlyTheLatestTarget) {
+  RequestTarget reused;
+  for (const char* target : {"http://shop.example/v1/orders/12345678901234567890/capture?x=1",
+                             "/v1/a/..;/b", "*", "/v1//orders/./12/../13", "/"}) {
+    ASSERT_EQ(normalize_target(target, {}, reused), std::nullopt) << target;
+    const RequestTarget fresh = normalized(target);
+    EXPECT_EQ(reused.forward, fresh.forward) << target;
+    EXPECT_EQ(reused.route_path, fresh.route_path) << target;
+    EXPECT_EQ(reused.authority, fresh.authority) << target;
+  }
+  EXPECT_EQ(normalized("/v1/a/..;/b").route_path, "/v1/b");
+  EXPECT_EQ(normalized("/v1//orders/./12/../13").forward, "/v1/orders/13");
+}
+
 TEST(RemoveDotSegments, Rfc3986Examples) {
   // RFC 3986 5.2.4's worked examples.
-  EXPECT_EQ(remove_dot_segments("/a/b/c/./../../g"), "/a/g");
-  EXPECT_EQ(remove_dot_segments("mid/content=5/../6"), "mid/6");
-  EXPECT_EQ(remove_dot_segments("/../x"), "/x");
-  EXPECT_EQ(remove_dot_segments("/a/.."), "/");
+  EXPECT_EQ(without_dot_segments("/a/b/c/./../../g"), "/a/g");
+  EXPECT_EQ(without_dot_segments("mid/content=5/../6"), "mid/6");
+  EXPECT_EQ(without_dot_segments("/../x"), "/x");
+  EXPECT_EQ(without_dot_segments("/a/.."), "/");
 }
 
 TEST(Problems, EveryRefusalMapsToItsDocumentedProblem) {
@@ -126,8 +149,10 @@ TEST(TraceContext, RejectsWhatTheSpecificationCallsInvalid) {
 }
 
 TEST(TraceContext, StartedTracesAreValidAndDistinct) {
-  const auto a = start_trace();
-  const auto b = start_trace();
+  StartedTrace ha{};
+  StartedTrace hb{};
+  const auto a = start_trace(ha);
+  const auto b = start_trace(hb);
   ASSERT_TRUE(parse_traceparent(a.header)) << a.header;
   EXPECT_EQ(parse_traceparent(a.header)->trace_id, a.trace_id);
   EXPECT_NE(a.trace_id, b.trace_id);

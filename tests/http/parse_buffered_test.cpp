@@ -23,7 +23,7 @@ std::string_view rest(const beast::flat_buffer& b) {
 
 TEST(ParseBuffered, AWholeHeadIsParsedAndWhatFollowsItStaysBuffered) {
   auto buffer = holding("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}GET /b");
-  bhttp::request_parser<bhttp::string_body> p;
+  RequestParser<bhttp::string_body> p;
   p.eager(false);
   beast::error_code ec;
   EXPECT_TRUE(parse_buffered(buffer, p, ec));
@@ -42,7 +42,7 @@ TEST(ParseBuffered, AWholeHeadIsParsedAndWhatFollowsItStaysBuffered) {
 
 TEST(ParseBuffered, APartialHeadAsksForAReadAndLosesNothing) {
   auto buffer = holding("GET / HTTP/1.1\r\nHost: x\r\n");
-  bhttp::request_parser<bhttp::empty_body> p;
+  RequestParser<bhttp::empty_body> p;
   p.eager(false);
   beast::error_code ec;
   EXPECT_FALSE(parse_buffered(buffer, p, ec));
@@ -57,7 +57,7 @@ TEST(ParseBuffered, APartialHeadAsksForAReadAndLosesNothing) {
 
 TEST(ParseBuffered, AnEmptyBufferAsksForARead) {
   beast::flat_buffer buffer;
-  bhttp::request_parser<bhttp::empty_body> p;
+  RequestParser<bhttp::empty_body> p;
   beast::error_code ec;
   EXPECT_FALSE(parse_buffered(buffer, p, ec));
   EXPECT_FALSE(ec);
@@ -65,7 +65,7 @@ TEST(ParseBuffered, AnEmptyBufferAsksForARead) {
 
 TEST(ParseBuffered, ParserErrorsAreBeastsOwn) {
   auto buffer = holding("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1, 2\r\n\r\n");
-  bhttp::request_parser<bhttp::empty_body> p;
+  RequestParser<bhttp::empty_body> p;
   beast::error_code ec;
   EXPECT_TRUE(parse_buffered(buffer, p, ec));
   // Two lengths in one field: refused by Beast's parser, with its own error.
@@ -73,7 +73,7 @@ TEST(ParseBuffered, ParserErrorsAreBeastsOwn) {
   EXPECT_EQ(&ec.category(), &bhttp::make_error_code(bhttp::error::bad_content_length).category());
 
   auto big = holding("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
-  bhttp::request_parser<bhttp::string_body> limited;
+  RequestParser<bhttp::string_body> limited;
   limited.body_limit(4);
   limited.eager(true);
   EXPECT_TRUE(parse_buffered(big, limited, ec));
@@ -84,7 +84,7 @@ TEST(ParseBuffered, AChunkedBodyGoesOneStepPerCallAsBeastsReadSomeDoes) {
   auto buffer = holding(
       "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
       "2\r\nab\r\n0\r\n\r\n");
-  bhttp::request_parser<bhttp::string_body> p;  // eager(false), as the relay's parser
+  RequestParser<bhttp::string_body> p;  // eager(false), as the relay's parser
   beast::error_code ec;
   int steps = 0;
   while (!p.is_done() && parse_buffered(buffer, p, ec) && !ec) ++steps;

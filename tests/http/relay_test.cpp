@@ -48,7 +48,7 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
   asio::write(upstream.peer, asio::buffer(head_and_start));
   Relayed r;
   beast::flat_buffer buffer;
-  bhttp::response_parser<bhttp::buffer_body> p;
+  ResponseParser<bhttp::buffer_body> p;
   p.body_limit(boost::none);
   bhttp::read_header(upstream.ours->socket(), buffer, p);
   set_relay_framing(p.get(), p, true);
