@@ -6,6 +6,7 @@
 #include <array>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 
 #include "http/headers.hpp"
 #include "http/problem.hpp"
@@ -358,19 +359,31 @@ std::string_view policy_link(const RequestContext& ctx) {
 }
 
 asio::awaitable<bool> send_cached(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
-  std::string lines;
-  if (!ctx.keep_alive) lines += "Connection: close\r\n";
+  // The per-exchange lines are gathered from where they are, not copied into one
+  // string: a replay allocates nothing to be sent.
+  static constexpr std::string_view kCrlf = "\r\n";
+  std::array<asio::const_buffer, 10> buffers;
+  std::size_t count = 0;
+  const auto add = [&](std::string_view bytes) { buffers[count++] = asio::buffer(bytes); };
+  add(entry.head);
+  if (!ctx.keep_alive) add("Connection: close\r\n");
   // In the order a replay built per request has them (send_replay).
   if (const auto link = policy_link(ctx); !link.empty()) {
-    lines.append("Link: ").append(link).append("\r\n");
+    add("Link: ");
+    add(link);
+    add(kCrlf);
   }
-  if (!ctx.request_id.empty()) lines += "X-Request-Id: " + ctx.request_id + "\r\n";
-  lines += "\r\n";
-  const std::array<asio::const_buffer, 3> buffers{asio::buffer(entry.head), asio::buffer(lines),
-                                                  asio::buffer(entry.response.body)};
+  if (!ctx.request_id.empty()) {
+    add("X-Request-Id: ");
+    add(ctx.request_id);
+    add(kCrlf);
+  }
+  add(kCrlf);
+  add(entry.response.body);
   ctx.status = entry.response.status;
   ctx.client.stream.expires_after(ctx.settings->config.server.read_timeout);
-  auto [ec, n] = co_await asio::async_write(ctx.client.stream, buffers, use_nothrow);
+  auto [ec, n] = co_await asio::async_write(
+      ctx.client.stream, std::span<const asio::const_buffer>(buffers.data(), count), use_nothrow);
   co_return !ec;
 }
 
