@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <random>
 
 #include "http/chunk.hpp"
 #include "http/h2_connection.hpp"
@@ -118,13 +117,8 @@ void take_request_id(const Request<bhttp::empty_body>& req, std::string& id) {
     id.assign(given);
     return;
   }
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
   id.assign(32, '0');
-  for (int half = 0; half < 2; ++half) {
-    std::uint64_t bits = rng();
-    for (int i = 15; i >= 0; --i, bits >>= 4) id[half * 16 + i] = kHex[bits & 0xf];
-  }
+  random_hex(id.data(), id.size());
 }
 
 // W3C Trace Context: a valid traceparent is forwarded as sent; otherwise a trace is

@@ -16,6 +16,8 @@ bool all_zero(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == '0'; });
 }
 
+}  // namespace
+
 void random_hex(char* out, std::size_t digits) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
@@ -25,8 +27,6 @@ void random_hex(char* out, std::size_t digits) {
     out[i] = kHex[bits & 0xf];
   }
 }
-
-}  // namespace
 
 std::optional<TraceParent> parse_traceparent(std::string_view v) {
   // version "-" trace-id "-" parent-id "-" trace-flags: 2+1+32+1+16+1+2 = 55

@@ -4,6 +4,7 @@
 // is absent or invalid. idemproxy records no spans of its own; its log lines carry
 // the trace id.
 #include <array>
+#include <cstddef>
 #include <optional>
 #include <string_view>
 
@@ -23,6 +24,10 @@ struct TraceParent {
 /// (3.2.4: parse what version 00 defines). Version ff, upper-case hex, all-zero ids
 /// and a missing dash are invalid. The result views `value`, which must outlive it.
 std::optional<TraceParent> parse_traceparent(std::string_view value);
+
+/// Writes `digits` random lowercase hex digits to `out`, from a per-thread generator
+/// (trace ids, span ids, and the request ids the proxy makes).
+void random_hex(char* out, std::size_t digits);
 
 /// A started trace's traceparent: version 00, 55 characters.
 using StartedTrace = std::array<char, 55>;
