@@ -214,7 +214,7 @@ TEST_F(PgCitusTest, ClaimsForOneWorkerQueuedTogetherCommitTogether) {
   const std::string& live = keys[20];  // completed before the batch
   ASSERT_TRUE(
       store->complete({scope, live}, claim_token(request(live)), {201, {}, "kept"}, 1h).ok());
-  PgStore one({dsn(), 1, kHeldTimeout});
+  PgStore one({dsn(), 1, 5s});
   ASSERT_TRUE(one.ping().ok());  // the pool knows it is on Citus, and the shard map
   HeldConnection held(one, request("gate"));
   constexpr int kClaims = 22;  // keys[0..19], the live key, and keys[0] again

@@ -9,7 +9,7 @@ using idemproxy::testing::wait_until_queued;
 
 TEST_F(PgStoreTest, ClaimsQueuedBehindABusyConnectionCommitTogether) {
   if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
-  PgStore one({dsn(), 1, kHeldTimeout});
+  PgStore one({dsn(), 1, 5s});
   HeldConnection held(one, request("gate"));
   constexpr int kClaims = 24;
   std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
@@ -36,7 +36,7 @@ TEST_F(PgStoreTest, ClaimsQueuedBehindABusyConnectionCommitTogether) {
 
 TEST_F(PgStoreTest, OneKeyClaimedManyTimesInOneBatchHasExactlyOneWinner) {
   if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
-  PgStore one({dsn(), 1, kHeldTimeout});
+  PgStore one({dsn(), 1, 5s});
   HeldConnection held(one, request("gate"));
   constexpr int kClaims = 16;
   std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
@@ -61,7 +61,7 @@ TEST_F(PgStoreTest, OneKeyClaimedManyTimesInOneBatchHasExactlyOneWinner) {
 
 TEST_F(PgStoreTest, AFailingStatementDoesNotFailTheRestOfItsBatch) {
   if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
-  PgStore one({dsn(), 1, kHeldTimeout});
+  PgStore one({dsn(), 1, 5s});
   HeldConnection held(one, request("gate"));
   // A claim and a completion that will share the batch with one bad statement.
   const auto done_req = request("to-complete");
@@ -101,7 +101,7 @@ TEST_F(PgStoreTest, BatchedClaimsAndCompletionsRoundTripAwkwardBytes) {
       {200, {}, std::string("nul\0inside", 10)},
       {500, {}, "too big to keep", false}};
   for (const bool sealed : {false, true}) {
-    PgStore one({dsn(), 1, kHeldTimeout, false, sealed ? ring({{"k1", 7}}) : nullptr});
+    PgStore one({dsn(), 1, 5s, false, sealed ? ring({{"k1", 7}}) : nullptr});
     const std::string prefix = sealed ? "sealed/" : "clear/";
     std::vector<std::int64_t> tokens(keys.size());
     {
@@ -150,7 +150,7 @@ TEST_F(PgStoreTest, BatchedClaimsAndCompletionsRoundTripAwkwardBytes) {
 // this, every call held a thread of the proxy's database pool until its batch had
 // run: a thread hop and a context switch each way, docs/PERFORMANCE.md.)
 TEST_F(PgStoreTest, QueuedCallsReturnAtOnceAndAreAnsweredFromARunnerThread) {
-  PgStore one({dsn(), 1, kHeldTimeout});
+  PgStore one({dsn(), 1, 5s});
   ASSERT_TRUE(one.queues_calls());
   HeldConnection held(one, request("gate"));
   constexpr int kClaims = 12;
@@ -275,7 +275,7 @@ TEST_F(PgStoreTest, PlansMadeOnAnEmptyTableStillUseTheIndexOnceItGrows) {
 // still gets its own answer, awkward bytes included.
 TEST_F(PgStoreTest, ClaimsAndCompletionsOfOneBatchGoAsOneStatement) {
   if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
-  PgStore one({dsn(), 1, kHeldTimeout});
+  PgStore one({dsn(), 1, 5s});
   constexpr int kEach = 6;
   std::vector<std::int64_t> held_tokens;
   for (int i = 0; i < kEach; ++i)
@@ -329,7 +329,7 @@ TEST_F(PgStoreTest, ClaimsAndCompletionsOfOneBatchGoAsOneStatement) {
 // fail the whole batch over to one statement per member.
 TEST_F(PgStoreTest, AKeyClaimedAndCompletedInOneBatchIsKeptApart) {
   if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
-  PgStore one({dsn(), 1, kHeldTimeout});
+  PgStore one({dsn(), 1, 5s});
   const auto token = claim_token(request("busy"));
   HeldConnection held(one, request("gate"));
   std::optional<Result<ClaimResult>> retry, fresh;

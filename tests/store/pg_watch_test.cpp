@@ -102,7 +102,7 @@ TEST_F(PgWatchTest, AWatchedRecordAnnouncesItsFinishAndAnUnwatchedOneStaysSilent
 
 TEST_F(PgWatchTest, ABatchOfCompletionsAnnouncesEveryWatchedMember) {
   if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
-  PgStore one({dsn(), 1, kHeldTimeout});
+  PgStore one({dsn(), 1, 5s});
   std::vector<std::int64_t> tokens;
   for (int i = 0; i < 6; ++i) tokens.push_back(claim_token(request("k" + std::to_string(i))));
   for (int i = 0; i < 6; i += 2)
@@ -129,7 +129,7 @@ TEST_F(PgWatchTest, ABatchOfCompletionsAnnouncesEveryWatchedMember) {
 // announce their watched members too, and no claim is announced.
 TEST_F(PgWatchTest, CompletionsBatchedWithClaimsAnnounceEveryWatchedMember) {
   if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
-  PgStore one({dsn(), 1, kHeldTimeout});
+  PgStore one({dsn(), 1, 5s});
   std::vector<std::int64_t> tokens;
   for (int i = 0; i < 4; ++i) tokens.push_back(claim_token(request("m" + std::to_string(i))));
   for (int i = 1; i < 4; i += 2)
