@@ -99,15 +99,20 @@ class HeldConnection {
       completed_ = store_.complete(gate_.id, token, {201, {}, "gate"}, 1h).ok();
     });
     pqxx::connection watch(dsn());
+    // Waits for a session blocked by this lock's holder: that can only be the gate's
+    // completion. (Any session waiting on any lock, as this once asked, could be
+    // another test's gate when ctest runs two store tests at once; the calls that
+    // followed then ran beside this gate instead of queueing behind it.)
+    const std::string blocked = "SELECT count(*) FROM pg_stat_activity WHERE " +
+                                std::to_string(outside_.backendpid()) +
+                                " = ANY(pg_blocking_pids(pid))";
+    // On Citus the completion waits on a worker, which citus_stat_activity shows.
+    const std::string citus_waiting =
+        "SELECT count(*) FROM citus_stat_activity"
+        " WHERE wait_event_type = 'Lock' AND datname = current_database()";
     for (int i = 0; i < 500; ++i) {
       pqxx::nontransaction q(watch);
-      // On Citus the completion waits on a worker, which citus_stat_activity shows.
-      if (q.exec(std::string("SELECT count(*) FROM ") +
-                 (citus() ? "citus_stat_activity" : "pg_stat_activity") +
-                 " WHERE wait_event_type = 'Lock' AND datname = current_database()")[0][0]
-              .as<int>() > 0) {
-        return;
-      }
+      if (q.exec(citus() ? citus_waiting : blocked)[0][0].as<int>() > 0) return;
       std::this_thread::sleep_for(10ms);
     }
     ADD_FAILURE() << "the gate completion never waited on the lock";
