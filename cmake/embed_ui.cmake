@@ -3,7 +3,7 @@
 file(GLOB files "${UI_DIR}/*.html" "${UI_DIR}/*.js" "${UI_DIR}/*.css")
 list(SORT files)
 set(out "// Generated from ui/ by cmake/embed_ui.cmake. Do not edit.\n")
-string(APPEND out "#include \"http/admin_ui.hpp\"\n\nnamespace idemproxy::http {\n")
+string(APPEND out "#include \"server/admin_ui.hpp\"\n\nnamespace idemproxy::http {\n")
 string(APPEND out "const std::vector<UiFile>& ui_files() {\n  static const std::vector<UiFile> all = {\n")
 foreach(f ${files})
   get_filename_component(name "${f}" NAME)

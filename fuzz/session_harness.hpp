@@ -12,10 +12,12 @@
 #include <string>
 #include <string_view>
 
-#include "http/session.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/ops/metrics.hpp"
 #include "idemproxy/store/memory_store.hpp"
+#include "proxy/policy_document.hpp"
+#include "proxy/serve.hpp"
+#include "server/listener.hpp"
 
 namespace idemproxy::fuzz {
 
@@ -37,8 +39,8 @@ class World {
         "upstream: {url: 'http://127.0.0.1:" + std::to_string(upstream_.local_endpoint().port()) +
         "', " + upstream_options + "}\n" + config;
     auto cfg = config::parse_config(text, "fuzz.yaml", config::process_env());
-    runtime_ = std::make_unique<Runtime>(io, std::make_shared<Settings>(std::move(cfg)), store_,
-                                         metrics_, 1);
+    runtime_ = std::make_unique<Runtime>(io, make_settings(std::move(cfg)), store_, metrics_, 1);
+    service_ = std::make_unique<ProxyService>(*runtime_);
     asio::co_spawn(io, accept_upstream(), asio::detached);
   }
 
@@ -70,11 +72,10 @@ class World {
 
     auto conn = std::make_shared<ClientConnection>(std::move(server), nullptr);
     bool served = false;
-    asio::co_spawn(io, serve_connection(conn, *runtime_, tracker_),
-                   [&served](std::exception_ptr e) {
-                     if (e) std::abort();  // a session must never throw
-                     served = true;
-                   });
+    asio::co_spawn(io, serve_client(conn, *service_, tracker_), [&served](std::exception_ptr e) {
+      if (e) std::abort();  // a session must never throw
+      served = true;
+    });
     std::string out;
     bool read_done = false;
     asio::co_spawn(io, read_all(client, out, read_done), asio::detached);
@@ -116,6 +117,7 @@ class World {
   tcp::acceptor listener_;
   UpstreamHandler handler_;
   std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<ProxyService> service_;
   SessionTracker tracker_;
   std::uint32_t inputs_ = 0;
 };

@@ -4,11 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.hpp"
-#include "http/policy_document.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/ops/records.hpp"
 #include "idemproxy/store/migrations.hpp"
 #include "idemproxy/store/pg_store.hpp"
+#include "proxy/policy_document.hpp"
 
 namespace idemproxy::cli {
 namespace {

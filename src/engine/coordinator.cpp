@@ -92,6 +92,17 @@ Decision Coordinator::replay_from_store(const store::ClaimRequest& claim, const 
   return d;
 }
 
+KeyVerdict Coordinator::judge_key(const RoutePolicy& route, KeyState state) {
+  using Kind = KeyVerdict::Kind;
+  if (state == KeyState::present) return {Kind::claim, ops::Outcome::passthrough};
+  if (state == KeyState::absent && !route.key_required) {
+    return {Kind::forward, ops::Outcome::passthrough};
+  }
+  if (route.mode == Mode::shadow) return {Kind::forward, ops::Outcome::shadow_would_reject};
+  return {Kind::refuse,
+          state == KeyState::absent ? ops::Outcome::missing_key : ops::Outcome::bad_key};
+}
+
 Decision Coordinator::decide(const RoutePolicy& route, const store::ClaimRequest& claim,
                              Admission verdict, const WaitBudget& budget,
                              const ReplayCache::Request& form) {

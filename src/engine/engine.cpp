@@ -72,12 +72,13 @@ Finish from_store(const store::StoreError& e) {
   return e.code == store::StoreErrc::fenced ? Finish::fenced : Finish::store_failed;
 }
 
-// A gRPC answer's status: its grpc-status field (a trailer, kept with the fields),
-// UNKNOWN when it has none or an unreadable one. nullopt for other answers.
+// A gRPC answer's status: its grpc-status field, a trailer or, in a trailers-only
+// answer, a header field; UNKNOWN when it has none or an unreadable one. nullopt for
+// other answers.
 std::optional<int> grpc_status_of(const store::StoredResponse& response) {
   bool grpc = false;
   std::optional<int> status;
-  for (const auto& h : response.headers) {
+  const auto look = [&](const store::Header& h) {
     if (strcasecmp(h.name.c_str(), "content-type") == 0) grpc = is_grpc_content_type(h.value);
     if (strcasecmp(h.name.c_str(), "grpc-status") == 0) {
       int code = 0;
@@ -85,7 +86,9 @@ std::optional<int> grpc_status_of(const store::StoredResponse& response) {
       const auto [at, ec] = std::from_chars(h.value.data(), end, code);
       if (ec == std::errc{} && at == end) status = code;
     }
-  }
+  };
+  for (const auto& h : response.headers) look(h);
+  for (const auto& h : response.trailers) look(h);
   if (!grpc) return std::nullopt;
   return status.value_or(2);
 }
@@ -114,7 +117,7 @@ bool Engine::stores(const RoutePolicy& policy, const store::StoredResponse& resp
 store::StoredResponse Engine::kept(const store::StoredResponse& response,
                                    const RoutePolicy& policy) {
   return {response.status, storable_headers(response.headers, policy), response.body,
-          response.body_stored};
+          response.body_stored, storable_headers(response.trailers, policy)};
 }
 
 Finish Engine::finished(const store::Result<TimePoint>& done, const RoutePolicy& policy,

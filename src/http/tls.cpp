@@ -6,6 +6,7 @@
 
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
+#include <cstring>
 #include <stdexcept>
 
 namespace idemproxy::http {
@@ -98,6 +99,52 @@ std::string peer_subject(Stream& stream) {
   std::string subject(data, static_cast<std::size_t>(size));
   BIO_free(out);
   return subject;
+}
+
+namespace {
+
+int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+                unsigned int inlen, void* arg) {
+  const auto* http2 = static_cast<const std::function<bool()>*>(arg);
+  static constexpr unsigned char kH2[] = {2, 'h', '2'};
+  static constexpr unsigned char kH1[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  unsigned char* chosen = nullptr;
+  if ((*http2)() && SSL_select_next_proto(&chosen, outlen, kH2, sizeof kH2, in, inlen) ==
+                        OPENSSL_NPN_NEGOTIATED) {
+    *out = chosen;
+    return SSL_TLSEXT_ERR_OK;
+  }
+  if (SSL_select_next_proto(&chosen, outlen, kH1, sizeof kH1, in, inlen) ==
+      OPENSSL_NPN_NEGOTIATED) {
+    *out = chosen;
+    return SSL_TLSEXT_ERR_OK;
+  }
+  return SSL_TLSEXT_ERR_NOACK;
+}
+
+}  // namespace
+
+void offer_h2(ssl::context& tls, const std::function<bool()>* http2) {
+  SSL_CTX_set_alpn_select_cb(tls.native_handle(), select_alpn,
+                             const_cast<std::function<bool()>*>(http2));
+}
+
+bool alpn_chose_h2(Stream& stream) {
+  if (stream.tls() == nullptr) return false;
+  const unsigned char* data = nullptr;
+  unsigned int len = 0;
+  SSL_get0_alpn_selected(stream.tls()->native_handle(), &data, &len);
+  return len == 2 && std::memcmp(data, "h2", 2) == 0;
+}
+
+void offer_upstream_alpn(ssl::context& tls, bool with_http1) {
+  static constexpr unsigned char kH2[] = {2, 'h', '2'};
+  static constexpr unsigned char kBoth[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  if (with_http1) {
+    SSL_CTX_set_alpn_protos(tls.native_handle(), kBoth, sizeof kBoth);
+  } else {
+    SSL_CTX_set_alpn_protos(tls.native_handle(), kH2, sizeof kH2);
+  }
 }
 
 }  // namespace idemproxy::http

@@ -8,13 +8,14 @@
 #include <stdexcept>
 #include <thread>
 
-#include "http/headers.hpp"
-#include "http/problem.hpp"
 #include "http/request_target.hpp"
-#include "http/runtime.hpp"
 #include "http/trace_context.hpp"
 #include "idemproxy/common/clock.hpp"
 #include "idemproxy/store/memory_store.hpp"
+#include "proxy/policy_document.hpp"
+#include "proxy/problem.hpp"
+#include "proxy/replay.hpp"
+#include "proxy/runtime.hpp"
 
 using namespace idemproxy;
 using namespace idemproxy::http;
@@ -93,7 +94,7 @@ TEST(Problems, EveryRefusalMapsToItsDocumentedProblem) {
   };
   for (const Case& c : cases) {
     const ProxyError e = refusal_error(c.why, "why it was refused", 1);
-    const StringResponse res = problem_response(e, 11, true);
+    const StringResponse res = problem_response(e);
     EXPECT_EQ(res.result_int(), c.status) << c.slug;
     EXPECT_EQ(res[bhttp::field::content_type], "application/problem+json");
     EXPECT_EQ(res[bhttp::field::retry_after], "1");
@@ -118,6 +119,13 @@ TEST(ReplayHead, IsSerializedOnceWithoutThePerRequestLines) {
   empty.response = {204, {}, ""};
   prepare_replay_head(empty);
   EXPECT_TRUE(empty.head.empty());  // built per request: no Content-Length to keep
+  engine::ReplayCache::Entry grpc;
+  grpc.response = {
+      200, {{"content-type", "application/grpc"}}, "msg", true, {{"grpc-status", "0"}}};
+  prepare_replay_head(grpc);
+  EXPECT_TRUE(grpc.head.empty());  // trailers: an HTTP/1.1 client gets it chunked, or not at all
+  ASSERT_EQ(grpc.fields.size(), 3U);
+  EXPECT_EQ(grpc.fields[1].name, "Idempotent-Replayed");
 }
 
 // W3C Trace Context, section 3.2 (the examples are the specification's own).
@@ -166,9 +174,12 @@ TEST(TraceContext, ReplaysNeverSendTheStoredTraceId) {
       {{"Content-Type", "application/json"}, {std::string(store::kTraceIdEntry), "abc"}},
       "{}"};
   EXPECT_EQ(original_trace_id(stored), "abc");
-  const auto res = replay_response(stored, TimePoint{}, 11, true);
-  EXPECT_EQ(res.count(std::string(store::kTraceIdEntry)), 0U);
-  EXPECT_EQ(res["Content-Type"], "application/json");
+  engine::ReplayCache::Entry e;
+  e.response = stored;
+  prepare_replay_head(e);
+  for (const auto& f : e.fields) EXPECT_NE(f.name, store::kTraceIdEntry);
+  EXPECT_EQ(e.head.find(store::kTraceIdEntry), std::string::npos);
+  EXPECT_NE(e.head.find("Content-Type: application/json"), std::string::npos);
 }
 
 // Runtime::queued counts the calls it hands a queuing store, and the server waits
@@ -176,7 +187,7 @@ TEST(TraceContext, ReplaysNeverSendTheStoredTraceId) {
 // before taking a call never answers it: counted in, it would hold shutdown forever.
 TEST(RuntimeQueued, AStartThatThrowsIsNotWaitedForAndAnAnsweredOneIsCountedOut) {
   asio::io_context io;
-  const auto settings = std::make_shared<const Settings>(
+  const auto settings = make_settings(
       config::parse_config("upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\n"
                            "routes: [{name: any, path_prefix: /any}]\n",
                            "test.yaml", [](const std::string&) { return std::nullopt; }));

@@ -1,7 +1,8 @@
-// relay() (issue 26): a body framed by Content-Length is read straight into the relay's
+// relay_answer(): a body framed by Content-Length is read straight into the relay's
 // chunk once the bytes buffered with its head are used up, and no further: what
-// follows it on the connection stays there. Real socket pairs on loopback.
-#include "http/relay.hpp"
+// follows it on the connection stays there. The client's side is a real HTTP/1.1
+// exchange; both sides are real socket pairs on loopback.
+#include "upstream/relay.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,64 +14,91 @@
 #include <optional>
 #include <string>
 
+#include "codec/http1/exchange.hpp"
+#include "proxy/policy_document.hpp"
+
+using namespace idemproxy;
 using namespace idemproxy::http;
 using namespace std::chrono_literals;
 
 namespace {
 
-// A connected pair on loopback: `ours` wrapped in a Stream, `peer` a plain socket.
+// A connected pair on loopback: `ours` the proxy's end, `peer` a plain socket.
 struct Pair {
-  Pair(asio::io_context& io, tcp::acceptor& acceptor) : peer(io) {
-    tcp::socket client(io);
-    client.connect(acceptor.local_endpoint());
+  Pair(asio::io_context& io, tcp::acceptor& acceptor) : ours(io), peer(io) {
+    ours.connect(acceptor.local_endpoint());
     peer = acceptor.accept();
-    ours.emplace(std::move(client));
   }
-  std::optional<Stream> ours;
+  tcp::socket ours;
   tcp::socket peer;
+};
+
+// A codec's view of the server, for one exchange: nothing is served through it.
+class OneExchange final : public Service {
+ public:
+  OneExchange()
+      : settings_(make_settings(
+            config::parse_config("upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\n"
+                                 "routes: [{name: any, path_prefix: /any}]\n",
+                                 "relay.yaml", [](const std::string&) { return std::nullopt; }))) {}
+  std::shared_ptr<const Settings> settings() const override { return settings_; }
+  bool draining() const override { return false; }
+  ops::Metrics& metrics() override { return metrics_; }
+  asio::awaitable<void> serve(Exchange&) override { co_return; }
+
+ private:
+  std::shared_ptr<const Settings> settings_;
+  ops::Metrics metrics_;
 };
 
 struct Relayed {
   RelayError result = RelayError::write;
   beast::error_code error;
-  std::string out;       // what the relay wrote
-  std::size_t left = 0;  // bytes left in the input's buffer after the relay
-  std::string unread;    // what a read of the input found after the relay
+  std::string out;       // what the client read
+  std::size_t left = 0;  // bytes left in the upstream connection's buffer after the relay
+  std::string unread;    // what a read of the upstream connection found after the relay
 };
 
 // Sends `head_and_start` and then `rest` (both before the relay reads), relays the
-// answer from one pair to the other, and closes the writing end when `close` says.
+// answer to a client that asked with a GET, and closes the upstream's writing end
+// when `close` says.
 Relayed relay_answer(const std::string& head_and_start, const std::string& rest, bool close) {
   asio::io_context io;
   tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
-  Pair upstream(io, acceptor);
-  Pair client(io, acceptor);
-  asio::write(upstream.peer, asio::buffer(head_and_start));
+  Pair up(io, acceptor);
+  Pair down(io, acceptor);
+  OneExchange service;
+  auto client = std::make_shared<ClientConnection>(std::move(down.ours), nullptr);
+  h1::Exchange exchange(*client, service.settings(), service);
+  asio::write(down.peer, asio::buffer(std::string_view("GET / HTTP/1.1\r\nHost: x\r\n\r\n")));
+  asio::write(up.peer, asio::buffer(head_and_start));
+  UpstreamConnection conn(std::move(up.ours));
   Relayed r;
-  beast::flat_buffer buffer;
-  ResponseParser<bhttp::buffer_body> p;
+  StreamingParser p;
   p.body_limit(boost::none);
-  bhttp::read_header(upstream.ours->socket(), buffer, p);
-  set_relay_framing(p.get(), p, true);
-  asio::write(upstream.peer, asio::buffer(rest));
-  if (close) upstream.peer.shutdown(tcp::socket::shutdown_send);
+  bhttp::read_header(conn.stream.socket(), conn.buffer, p);
+  asio::write(up.peer, asio::buffer(rest));
+  if (close) up.peer.shutdown(tcp::socket::shutdown_send);
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        r.result = co_await relay<false>(*upstream.ours, buffer, p, *client.ours, 5s, 5s, r.error);
-        client.ours->socket().shutdown(tcp::socket::shutdown_send);
+        const bool read = co_await exchange.read_head(std::chrono::steady_clock::now());
+        EXPECT_TRUE(read);
+        const std::string_view prefix;
+        r.result = co_await relay_answer(conn, p, prefix, false, exchange, 5s, r.error);
+        client->stream.socket().shutdown(tcp::socket::shutdown_send);
         io.stop();  // the sockets' timer waits (5 s deadlines) need not run out
       },
       [](const std::exception_ptr& e) {
         if (e) std::rethrow_exception(e);
       });
   io.run();
-  r.left = buffer.size();
+  r.left = conn.buffer.size();
   beast::error_code ec;
-  asio::read(client.peer, asio::dynamic_buffer(r.out), ec);  // to the relay's shutdown
-  upstream.ours->socket().non_blocking(true);
+  asio::read(down.peer, asio::dynamic_buffer(r.out), ec);  // to the relay's shutdown
+  conn.stream.socket().non_blocking(true);
   char unread[64];
-  const auto n = upstream.ours->socket().read_some(asio::buffer(unread), ec);
+  const auto n = conn.stream.socket().read_some(asio::buffer(unread), ec);
   r.unread.assign(unread, ec ? 0 : n);
   return r;
 }
@@ -119,4 +147,12 @@ TEST(Relay, AChunkedBodyStillGoesThroughTheParser) {
   EXPECT_EQ(r.result, RelayError::none) << r.error.message();
   // Re-framed by the proxy: the extension is not relayed (relay.hpp).
   EXPECT_EQ(r.out, head + "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+}
+
+TEST(Relay, AChunkedAnswersTrailersReachOnlyAClientThatTakesThem) {
+  // The client above sent no `TE: trailers` (RFC 9110 10.1.4): they are dropped.
+  const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const auto r = relay_answer(head, "2\r\nok\r\n0\r\nX-Sum: 7\r\n\r\n", false);
+  EXPECT_EQ(r.result, RelayError::none) << r.error.message();
+  EXPECT_EQ(r.out, head + "2\r\nok\r\n0\r\n\r\n");
 }

@@ -16,11 +16,13 @@
 #include <string>
 #include <thread>
 
-#include "http/session.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/ops/logging.hpp"
 #include "idemproxy/ops/metrics.hpp"
 #include "idemproxy/store/memory_store.hpp"
+#include "proxy/policy_document.hpp"
+#include "proxy/serve.hpp"
+#include "server/listener.hpp"
 
 namespace {
 
@@ -122,8 +124,8 @@ TEST(SteadyState, PassThroughRequestsTakeNothingFromTheHeapOnceTheConnectionIsWa
   SystemClock clock;
   store::MemoryStore store(clock);
   ops::Metrics metrics;
-  auto runtime =
-      std::make_unique<Runtime>(io, std::make_shared<Settings>(std::move(cfg)), store, metrics, 1);
+  auto runtime = std::make_unique<Runtime>(io, make_settings(std::move(cfg)), store, metrics, 1);
+  ProxyService service(*runtime);
   SessionTracker tracker;
 
   tcp::acceptor listener(io, {asio::ip::make_address("127.0.0.1"), 0});
@@ -154,7 +156,7 @@ TEST(SteadyState, PassThroughRequestsTakeNothingFromTheHeapOnceTheConnectionIsWa
   tcp::socket accepted = listener.accept();
   auto conn = std::make_shared<ClientConnection>(std::move(accepted), nullptr);
   bool served = false;
-  asio::co_spawn(io, serve_connection(conn, *runtime, tracker),
+  asio::co_spawn(io, serve_client(conn, service, tracker),
                  [&served](const std::exception_ptr&) { served = true; });
   while (!served) io.run_one_for(std::chrono::milliseconds{100});
   client.join();

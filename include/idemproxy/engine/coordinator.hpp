@@ -75,8 +75,32 @@ struct Completion {
   bool retrying = false;   // store_failed: handed to the background retry
 };
 
+/// What a covered request's key field (or its key in the body) held.
+enum class KeyState {
+  present,  // one usable key
+  absent,   // none
+  invalid,  // unusable: malformed, two key fields, a body value of the wrong kind
+};
+
+/// What a covered request does before any claim, decided by its key alone. The one
+/// home of the decisions shadow mode and key_required make about keys.
+struct KeyVerdict {
+  enum class Kind {
+    claim,    // go on to the claim
+    forward,  // forward without a claim, with `outcome` (passthrough, shadow_would_reject)
+    refuse,   // refuse with `outcome` (missing_key, bad_key)
+  };
+  Kind kind = Kind::claim;
+  ops::Outcome outcome = ops::Outcome::passthrough;
+};
+
 class Coordinator {
  public:
+  /// A key absent from a route that does not require one forwards unprotected; in
+  /// shadow mode what enforce would refuse is forwarded and counted; otherwise an
+  /// absent key is missing_key and an unusable one bad_key.
+  static KeyVerdict judge_key(const RoutePolicy& route, KeyState state);
+
   using Deadline = std::chrono::steady_clock::time_point;
   /// What the transport provides.
   struct Hooks {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "idemproxy/common/clock.hpp"
 #include "idemproxy/store/store.hpp"
@@ -38,11 +39,14 @@ class ReplayCache {
     /// remaining lifetime of the record, measured from when the store reported it.
     /// Only the store's clock decides expiry; the host's wall clock never does.
     Deadline valid_until{};
-    /// The replay's HTTP/1.1 head, serialized once when it is cached (see
-    /// http::cache_entry): every line but Connection, X-Request-Id and the blank
-    /// line. Empty: replays are built per request.
+    /// The replay's HTTP/1.1 head, serialized once when it is cached
+    /// (src/proxy/replay.hpp): every line but Connection, X-Request-Id, Link and the
+    /// blank line. Empty: built per request.
     std::string head{};
     Request request{};
+    /// The replay's fields, laid out once too: the stored ones,
+    /// Idempotent-Replayed and Idempotency-Key-Expires.
+    std::vector<store::Header> fields{};
   };
 
   /// max_bytes 0 turns the cache off.

@@ -50,6 +50,9 @@ struct StoredResponse {
   /// False when the answer was larger than upstream.max_response_size: the record
   /// keeps only the status, and is never replayed (a replay would be truncated).
   bool body_stored = true;
+  /// Trailer fields (RFC 9110 6.5) that followed the body: gRPC's status travels in
+  /// them. Replayed as trailers.
+  std::vector<Header> trailers{};
 };
 
 struct Record {

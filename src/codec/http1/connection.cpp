@@ -1,0 +1,60 @@
+#include "codec/http1/connection.hpp"
+
+#include "codec/http1/exchange.hpp"
+#include "http/chunk.hpp"
+
+namespace idemproxy::http::h1 {
+namespace {
+
+// After a final answer on a connection whose request was not read to the end (413,
+// 431, 400), closing at once would make a client that is still sending see a reset
+// instead of the answer: data arriving at a closed socket draws an RST, which
+// discards the answer the client has not read yet. RFC 9112 9.6: half-close, then
+// read until the client closes. What arrives is discarded until the client closes,
+// stops sending for 2 s, or 10 s have passed (nginx's lingering close; its defaults
+// are 5 s and 30 s). Bounded by time only: a byte cap reset every client whose body
+// outran it, however fast it sent.
+asio::awaitable<void> linger_and_close(ClientConnection& conn) {
+  beast::error_code ec;
+  conn.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  Chunk scratch;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  while (std::chrono::steady_clock::now() < until) {
+    conn.stream.expires_after(std::min<std::chrono::milliseconds>(
+        std::chrono::seconds{2}, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     until - std::chrono::steady_clock::now())));
+    auto [rec, n] = co_await conn.stream.async_read_some(
+        asio::buffer(scratch.data(), scratch.size()), use_nothrow);
+    if (rec) break;
+  }
+  conn.stream.socket().close(ec);
+}
+
+}  // namespace
+
+asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& service) {
+  // The clock is read as each request starts and as it ends; the deadlines of the
+  // waits around a request are set from those readings, not from a reading of their own.
+  auto last_end = std::chrono::steady_clock::now();
+  bool linger = false;
+  for (;;) {
+    Exchange exchange(*conn, service.settings(), service);
+    conn->idle = true;
+    if (service.draining()) break;
+    if (!co_await exchange.read_head(last_end)) break;
+    co_await service.serve(exchange);
+    last_end = std::chrono::steady_clock::now();
+    if (!exchange.reusable()) {
+      linger = exchange.answered() && exchange.linger();
+      break;
+    }
+  }
+  beast::error_code ec;
+  if (linger) {
+    co_await linger_and_close(*conn);
+  } else {
+    conn->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
+}
+
+}  // namespace idemproxy::http::h1

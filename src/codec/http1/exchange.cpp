@@ -1,0 +1,404 @@
+#include "codec/http1/exchange.hpp"
+
+#include <array>
+#include <cstdio>
+
+#include "http/fields.hpp"
+#include "http/parse_buffered.hpp"
+#include "http/request_target.hpp"
+
+namespace idemproxy::http::h1 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool is_disconnect(const beast::error_code& ec) {
+  return ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
+         ec == asio::error::operation_aborted || ec == beast::error::timeout ||
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+}
+
+// Checks a head's raw bytes for what Beast's parser accepts silently: obsolete line
+// folding (RFC 9112 5.2: a server may reject it with 400; folding the line as Beast
+// does lets two parsers read different values) and more fields than `max_fields`.
+std::optional<HeadError> raw_head_error(std::string_view head, std::size_t max_fields) {
+  std::size_t lines = 0;
+  for (std::size_t at = head.find('\n'); at != std::string_view::npos;
+       at = head.find('\n', at + 1)) {
+    ++lines;
+    if (at + 1 < head.size() && (head[at + 1] == ' ' || head[at + 1] == '\t')) {
+      return HeadError{HeadError::Kind::malformed, "obsolete line folding in a header field"};
+    }
+  }
+  // The request line and the blank line end in LF too.
+  if (lines > max_fields + 2) {
+    return HeadError{HeadError::Kind::too_large, "more than " + std::to_string(max_fields) +
+                                                     " header fields (server.max_header_fields)"};
+  }
+  return std::nullopt;
+}
+
+// Reads until the buffer holds a whole request head, or `limit` bytes without one
+// (the parser then reports header_limit). `head_size` gets the head's length. Each
+// read resumes the search where the last one stopped: a head trickled a byte at a
+// time must not cost a scan of everything before it per byte.
+asio::awaitable<beast::error_code> read_head_bytes(ClientConnection& conn, std::size_t limit,
+                                                   std::size_t& head_size) {
+  std::size_t searched = 0;
+  for (;;) {
+    const std::string_view seen(static_cast<const char*>(conn.buffer.data().data()),
+                                conn.buffer.size());
+    const auto end = seen.find("\r\n\r\n", searched);
+    searched = seen.size() < 3 ? 0 : seen.size() - 3;
+    if (end != std::string_view::npos) {
+      head_size = end + 4;
+      co_return beast::error_code{};
+    }
+    if (seen.size() > limit) {
+      head_size = 0;
+      co_return beast::error_code{};
+    }
+    auto [ec, n] = co_await conn.stream.async_read_some(conn.buffer.prepare(4096), use_nothrow);
+    if (ec) co_return ec;
+    conn.buffer.commit(n);
+  }
+}
+
+BodyPiece::Error body_error(const beast::error_code& ec) {
+  if (ec == bhttp::error::body_limit) return BodyPiece::Error::too_large;
+  if (ec == beast::error::timeout) return BodyPiece::Error::timeout;
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
+      ec != bhttp::error::partial_message && ec != bhttp::error::end_of_stream) {
+    return BodyPiece::Error::malformed;
+  }
+  return BodyPiece::Error::gone;
+}
+
+}  // namespace
+
+Exchange::Exchange(ClientConnection& conn, std::shared_ptr<const Settings> settings,
+                   const Service& service)
+    : conn_(conn),
+      service_(service),
+      parser_(std::piecewise_construct, std::make_tuple(),
+              std::make_tuple(conn.fields_allocator())) {
+  settings_ = std::move(settings);
+  head_ = &parser_.get().base();
+  peer_ = &conn.peer;
+  kept_ = &conn.kept;
+  protocol_ = Protocol::http11;
+}
+
+asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
+  const auto& server = settings_->config.server;
+  parser_.header_limit(static_cast<std::uint32_t>(server.max_header_size));
+  // Body limits depend on the route, known only after the head (body_limit()).
+  parser_.body_limit(boost::none);
+  parser_.eager(false);  // the body is not parsed with the head
+  // Two clocks: idle_timeout for the next request to start, then header_timeout for
+  // its head to arrive whole.
+  beast::error_code ec;
+  started_ = last_end;  // a pipelined request waited in the buffer since then
+  if (conn_.buffer.size() == 0) {
+    conn_.stream.expires_at(last_end + server.idle_timeout);
+    std::size_t got = 0;
+    std::tie(ec, got) =
+        co_await conn_.stream.async_read_some(conn_.buffer.prepare(4096), use_nothrow);
+    conn_.buffer.commit(got);
+    started_ = Clock::now();
+  }
+  conn_.idle = false;
+  if (!ec) {
+    conn_.stream.expires_at(started_ + server.header_timeout);
+    std::size_t head_size = 0;
+    ec = co_await read_head_bytes(conn_, server.max_header_size, head_size);
+    if (!ec && head_size > 0) {
+      head_error_ =
+          raw_head_error({static_cast<const char*>(conn_.buffer.data().data()), head_size},
+                         server.max_header_fields);
+    }
+  }
+  if (!ec && !head_error_) {
+    // The whole head is buffered: parsed in place, by the same put() Beast's read
+    // would call (which remains for a parser that wants more).
+    parse_buffered(conn_.buffer, parser_, ec);
+    if (!ec && !parser_.is_header_done()) {
+      std::tie(ec, std::ignore) =
+          co_await bhttp::async_read_header(conn_.stream, conn_.buffer, parser_, use_nothrow);
+    }
+  }
+  if (ec && is_disconnect(ec)) co_return false;
+  if (ec && !head_error_) {
+    head_error_ = HeadError{
+        ec == bhttp::error::header_limit ? HeadError::Kind::too_large : HeadError::Kind::malformed,
+        "the request could not be parsed: " + ec.message()};
+  }
+  if (!head_error_) check_head();
+  co_return true;
+}
+
+// Framing checks that close request-smuggling doors (RFC 9112 6.1, 6.3), and the
+// Host rules of RFC 9112 3.2: an HTTP/1.1 request without Host, or with two, is 400.
+void Exchange::check_head() {
+  const auto& req = parser_.get();
+  version_ = req.version();
+  protocol_ = version_ >= 11 ? Protocol::http11 : Protocol::http10;
+  head_request_ = req.method() == bhttp::verb::head;
+  client_keep_alive_ = req.keep_alive();
+  // RFC 9110 10.1.1: an HTTP/1.0 request's expectation is ignored (and 15.2: no 1xx
+  // is ever sent to an HTTP/1.0 client).
+  expects_continue_ = version_ >= 11 && beast::iequals(req[bhttp::field::expect], "100-continue");
+  for (const auto& coding : bhttp::token_list{req[bhttp::field::te]}) {
+    if (beast::iequals(coding, "trailers")) accepts_trailers_ = true;
+  }
+  content_length_ =
+      parser_.content_length() ? std::optional{*parser_.content_length()} : std::nullopt;
+  has_body_ = !parser_.is_done();
+  const auto bad = [&](const char* why) {
+    head_error_ = HeadError{HeadError::Kind::malformed, why};
+  };
+  const auto lengths = req.count(bhttp::field::content_length);
+  const auto encodings = req.count(bhttp::field::transfer_encoding);
+  const auto hosts = req.count(bhttp::field::host);
+  const auto host = req[bhttp::field::host];
+  if (lengths > 0 && encodings > 0) {
+    bad("both Content-Length and Transfer-Encoding are present");
+  } else if (lengths > 1) {
+    bad("more than one Content-Length header");
+  } else if (encodings > 0 && !req.chunked()) {
+    bad("Transfer-Encoding must end with chunked");
+  } else if (hosts > 1) {
+    bad("more than one Host header");
+  } else if (hosts == 0 && version_ >= 11) {
+    bad("an HTTP/1.1 request needs a Host header");
+  } else if (!host.empty() && !valid_authority(host)) {
+    bad("the Host header is not a valid host");
+  }
+}
+
+bool Exchange::reusable() const {
+  return !broken_ && !head_error_ && keep_ && answered_ && body_done() && !service_.draining();
+}
+
+void Exchange::body_limit(std::uint64_t limit) {
+  limit_ = limit;
+  parser_.body_limit(limit);  // chunked bodies: Beast counts each chunk against it
+}
+
+bool Exchange::body_done() const { return direct_ ? *direct_ == 0 : parser_.is_done(); }
+
+void Exchange::deadline_for_read(std::optional<TimePoint> deadline) {
+  const auto by = Clock::now() + settings_->config.server.read_timeout;
+  conn_.stream.expires_at(deadline ? std::min(by, *deadline) : by);
+}
+
+asio::awaitable<BodyPiece> Exchange::read_body(std::size_t max, std::optional<TimePoint> deadline) {
+  if (body_done()) co_return BodyPiece{{}, true, BodyPiece::Error::none};
+  if (content_length_ && *content_length_ > limit_) {
+    co_return BodyPiece{{}, false, BodyPiece::Error::too_large};
+  }
+  if (!chunk_) chunk_.emplace();
+  const std::size_t room = std::min(max, chunk_->size());
+  beast::error_code ec;
+  // Once the bytes buffered with the head are used up, a body framed by
+  // Content-Length has nothing for the parser to find in it, only bytes to count:
+  // it is read straight into the chunk (through the parser, each byte was copied
+  // once more: docs/PERFORMANCE.md).
+  if (!direct_ && conn_.buffer.size() == 0 && !parser_.chunked()) {
+    if (const auto left = parser_.content_length_remaining()) direct_ = *left;
+  }
+  if (direct_) {
+    deadline_for_read(deadline);
+    std::size_t n = 0;
+    std::tie(ec, n) = co_await conn_.stream.async_read_some(
+        asio::buffer(chunk_->data(),
+                     static_cast<std::size_t>(std::min<std::uint64_t>(room, *direct_))),
+        use_nothrow);
+    if (ec == asio::error::eof) ec = bhttp::error::partial_message;  // as Beast says it
+    if (ec) co_return BodyPiece{{}, false, body_error(ec)};
+    *direct_ -= n;
+    read_ += n;
+    co_return BodyPiece{{chunk_->data(), n}, *direct_ == 0, BodyPiece::Error::none};
+  }
+  if (!head_fields_ && parser_.chunked()) head_fields_.emplace(parser_.get().base());
+  for (;;) {
+    parser_.get().body().data = chunk_->data();
+    parser_.get().body().size = room;
+    if (!parse_buffered(conn_.buffer, parser_, ec)) {
+      deadline_for_read(deadline);
+      std::tie(ec, std::ignore) =
+          co_await bhttp::async_read_some(conn_.stream, conn_.buffer, parser_, use_nothrow);
+    }
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) co_return BodyPiece{{}, false, body_error(ec)};
+    const std::size_t n = room - parser_.get().body().size;
+    read_ += n;
+    if (parser_.is_done()) {
+      // Trailer fields of a chunked request are discarded (RFC 9110 6.5.1 lets a
+      // recipient); merged into the head, as Beast's parser does, they would be
+      // forwarded and fingerprinted as header fields, which RFC 9110 6.5 forbids.
+      if (head_fields_) head_fields_->erase_added(parser_.get().base());
+      co_return BodyPiece{{chunk_->data(), n}, true, BodyPiece::Error::none};
+    }
+    // A read may parse only framing (a chunk header): nothing to hand on yet.
+    if (n > 0) co_return BodyPiece{{chunk_->data(), n}, false, BodyPiece::Error::none};
+  }
+}
+
+asio::awaitable<bool> Exchange::continue_if_expected() {
+  if (!expects_continue_ || body_done()) co_return true;
+  expects_continue_ = false;
+  static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  const auto bytes = asio::buffer(kContinue);
+  co_return co_await write(bytes);
+}
+
+template <class Buffers>
+asio::awaitable<bool> Exchange::write(const Buffers& buffers) {
+  conn_.stream.expires_after(settings_->config.server.read_timeout);
+  auto [ec, n] = co_await asio::async_write(conn_.stream, buffers, use_nothrow);
+  if (ec) broken_ = true;
+  co_return !ec;
+}
+
+asio::awaitable<bool> Exchange::send_interim(ResponseHeader& head) {
+  // RFC 9110 15.2: never to an HTTP/1.0 client.
+  if (version_ < 11 || broken_) co_return true;
+  head.version(11);
+  const HeadBytes bytes = serialize_head(head);
+  const auto buffer = asio::buffer(bytes);
+  co_return co_await write(buffer);
+}
+
+asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing) {
+  const unsigned status = head.result_int();
+  const bool bodiless = head_request_ || status / 100 == 1 || status == 204 || status == 304 ||
+                        framing.kind == Framing::Kind::none;
+  head.version(version_ == 10 ? 10 : 11);
+  trailers_out_ = framing.trailers && accepts_trailers_ && version_ >= 11 && !bodiless;
+  if (!bodiless || (head_request_ && framing.kind == Framing::Kind::length)) {
+    if (framing.kind == Framing::Kind::length && !trailers_out_) {
+      head.erase(bhttp::field::transfer_encoding);
+      char digits[24];
+      const int n = std::snprintf(digits, sizeof digits, "%llu",
+                                  static_cast<unsigned long long>(framing.length));
+      head.set(bhttp::field::content_length, std::string_view(digits, static_cast<std::size_t>(n)));
+    } else if (!head_request_) {
+      // RFC 9112 7.1: a body of unknown length, or one followed by trailers, goes
+      // chunked to an HTTP/1.1 client; an HTTP/1.0 client reads until the close. The
+      // transfer codings before chunked are kept (the proxy leaves them in the field).
+      head.erase(bhttp::field::content_length);
+      std::string codings;  // the transfer codings before chunked, in order
+      for (const auto& coding : bhttp::token_list{head[bhttp::field::transfer_encoding]}) {
+        if (beast::iequals(coding, "chunked")) continue;
+        if (!codings.empty()) codings += ", ";
+        codings += coding;
+      }
+      head.erase(bhttp::field::transfer_encoding);
+      if (version_ >= 11) {
+        chunked_out_ = true;
+        if (!codings.empty()) codings += ", ";
+        codings += "chunked";
+      } else {
+        keep_ = false;  // an HTTP/1.0 client reads the body until the connection closes
+      }
+      if (!codings.empty()) head.set(bhttp::field::transfer_encoding, codings);
+    }
+  }
+  // The connection goes on only while the request was read whole: a body left in
+  // the socket would be taken for the next request.
+  keep_ = keep_ && client_keep_alive_ && body_done() && !head_error_ && !service_.draining();
+  // RFC 9112 9.3: HTTP/1.1 persists unless told to close; HTTP/1.0 the other way round.
+  head.erase(bhttp::field::connection);
+  if (version_ >= 11 && !keep_) head.set(bhttp::field::connection, "close");
+  if (version_ < 11 && keep_) head.set(bhttp::field::connection, "keep-alive");
+  pending_.emplace(serialize_head(head));
+  if (!bodiless) co_return true;
+  const auto buffer = asio::buffer(*pending_);
+  const bool sent = co_await write(buffer);
+  pending_.reset();
+  answered_ = sent;
+  co_return sent;
+}
+
+asio::awaitable<bool> Exchange::send_body(std::string_view data, bool last, Trailers trailers) {
+  if (broken_) co_return false;
+  if (answered_) co_return true;  // a bodiless answer: nothing more goes out
+  static constexpr std::string_view kCrlf = "\r\n";
+  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+  std::array<asio::const_buffer, 5> buffers;
+  std::size_t count = 0;
+  if (pending_) buffers[count++] = asio::buffer(*pending_);
+  char size_line[24];
+  if (!data.empty() && chunked_out_) {
+    const int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+    buffers[count++] = asio::buffer(size_line, static_cast<std::size_t>(n));
+  }
+  if (!data.empty()) buffers[count++] = asio::buffer(data);
+  if (!data.empty() && chunked_out_) buffers[count++] = asio::buffer(kCrlf);
+  std::optional<HeadBytes> last_chunk;
+  if (last && chunked_out_) {
+    if (trailers_out_ && !trailers.empty()) {
+      last_chunk.emplace(conn_.fields_allocator());
+      *last_chunk += "0\r\n";
+      for (const auto& t : trailers) append_field(*last_chunk, t.name, t.value);
+      *last_chunk += kCrlf;
+      buffers[count++] = asio::buffer(*last_chunk);
+    } else {
+      buffers[count++] = asio::buffer(kLastChunk);
+    }
+  }
+  bool sent = true;
+  if (count > 0) {
+    const std::span<const asio::const_buffer> gathered(buffers.data(), count);
+    sent = co_await write(gathered);
+  }
+  pending_.reset();
+  if (sent && last) answered_ = true;
+  co_return sent;
+}
+
+asio::awaitable<bool> Exchange::send_prepared(const PreparedAnswer& answer,
+                                              std::span<const ExtraField> extra) {
+  const bool chunk_trailers = !answer.trailers.empty() && accepts_trailers_;
+  if (answer.http1_head.empty() || version_ < 11 || head_request_ || chunk_trailers ||
+      extra.size() > 4) {
+    // Laid out per request: the head is built from the fields.
+    ResponseHeader head(conn_.fields_allocator());
+    head.result(answer.status);
+    for (const auto& f : answer.fields) head.insert(f.name, f.value);
+    for (const auto& f : extra) head.insert(f.name, f.value);
+    const bool sent = co_await send(head, answer.body, answer.trailers);
+    co_return sent;
+  }
+  // The head laid out at caching time, and the per-exchange lines gathered from where
+  // they are: a replay allocates nothing to be sent.
+  static constexpr std::string_view kCrlf = "\r\n";
+  static constexpr std::string_view kSeparator = ": ";
+  keep_ = keep_ && client_keep_alive_ && body_done() && !service_.draining();
+  std::array<asio::const_buffer, 20> buffers;
+  std::size_t count = 0;
+  const auto add = [&](std::string_view bytes) { buffers[count++] = asio::buffer(bytes); };
+  add(answer.http1_head);
+  if (!keep_) add("Connection: close\r\n");
+  for (const auto& f : extra) {
+    add(f.name);
+    add(kSeparator);
+    add(f.value);
+    add(kCrlf);
+  }
+  add(kCrlf);
+  add(answer.body);
+  const std::span<const asio::const_buffer> gathered(buffers.data(), count);
+  const bool sent = co_await write(gathered);
+  answered_ = sent;
+  co_return sent;
+}
+
+void Exchange::reset() {
+  broken_ = true;
+  beast::error_code ec;
+  conn_.stream.socket().close(ec);
+}
+
+}  // namespace idemproxy::http::h1

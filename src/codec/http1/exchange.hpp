@@ -1,0 +1,76 @@
+#pragma once
+// One HTTP/1.1 request on a client connection and its answer (RFC 9112): the head
+// read and checked, the body read with backpressure (straight from the socket when
+// Content-Length frames it), the answer framed and written, the head together with
+// the first body bytes.
+#include <atomic>
+#include <optional>
+
+#include "http/chunk.hpp"
+#include "http/client_connection.hpp"
+#include "http/exchange.hpp"
+#include "http/fields.hpp"
+#include "http/head_bytes.hpp"
+
+namespace idemproxy::http::h1 {
+
+class Exchange final : public http::Exchange {
+ public:
+  Exchange(ClientConnection& conn, std::shared_ptr<const Settings> settings,
+           const Service& service);
+
+  /// Reads the request head, waiting up to server.idle_timeout from `last_end` for it
+  /// to start and server.header_timeout for the rest (a client trickling bytes cannot
+  /// hold the connection longer). False when the client left or stayed silent: there
+  /// is nothing to answer. A head that is malformed sets head_error().
+  asio::awaitable<bool> read_head(TimePoint last_end);
+  /// Whether the connection may read another request after this one.
+  bool reusable() const;
+  /// Whether the connection should close by lingering (RFC 9112 9.6): the client may
+  /// still be sending a body this exchange did not read.
+  bool linger() const { return !body_done() || head_error_.has_value(); }
+
+  bool accepts_trailers() const override { return accepts_trailers_; }
+  FieldsAllocator fields_allocator() override { return conn_.fields_allocator(); }
+  void body_limit(std::uint64_t limit) override;
+  asio::awaitable<BodyPiece> read_body(std::size_t max, std::optional<TimePoint> deadline) override;
+  asio::awaitable<bool> continue_if_expected() override;
+  bool body_done() const override;
+  asio::awaitable<bool> send_interim(ResponseHeader& head) override;
+  asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
+  asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
+  asio::awaitable<bool> send_prepared(const PreparedAnswer& answer,
+                                      std::span<const ExtraField> extra) override;
+  void reset() override;
+
+ private:
+  /// Checks what the parser accepts but RFC 9112 refuses, once the head is parsed.
+  void check_head();
+  /// Writes `buffers` under server.read_timeout; false (and the connection broken) on failure.
+  template <class Buffers>
+  asio::awaitable<bool> write(const Buffers& buffers);
+  void deadline_for_read(std::optional<TimePoint> deadline);
+
+  ClientConnection& conn_;
+  const Service& service_;
+  RequestParser<bhttp::buffer_body> parser_;
+  std::optional<Chunk> chunk_;
+  /// A body framed by Content-Length (RFC 9112 6.2) is read straight into the chunk
+  /// once the bytes buffered with its head are used up: `direct_` counts what is left.
+  std::optional<std::uint64_t> direct_;
+  std::uint64_t limit_ = std::numeric_limits<std::uint64_t>::max();
+  std::uint64_t read_ = 0;                // body bytes read so far
+  std::optional<FieldMark> head_fields_;  // a chunked body's head, before its trailers
+  unsigned version_ = 11;
+  bool head_request_ = false;
+  bool accepts_trailers_ = false;
+  bool client_keep_alive_ = true;
+  bool expects_continue_ = false;
+  bool keep_ = true;          // the answer said keep-alive
+  bool broken_ = false;       // a write failed, or reset(): the connection closes
+  bool chunked_out_ = false;  // the answer's body goes out chunked
+  bool trailers_out_ = false;
+  std::optional<HeadBytes> pending_;  // a final head waiting for the first body bytes
+};
+
+}  // namespace idemproxy::http::h1

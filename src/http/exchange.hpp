@@ -1,0 +1,203 @@
+#pragma once
+// One request and its answer, whatever the protocol: the HTTP/1.1 codec
+// (codec/http1) and the HTTP/2 codec (codec/http2) each provide it, and the proxy
+// (proxy/) is written once against it. The split is Envoy's (envoy/http/codec.h: a
+// RequestDecoder fed by the codec, a ResponseEncoder the filters write to) and
+// Pingora's `enum Session { H1, H2 }`: the codec owns framing, flow control and the
+// connection; the proxy owns what the request means.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "http/beast.hpp"
+#include "http/request_target.hpp"
+#include "http/settings.hpp"
+#include "idemproxy/ops/metrics.hpp"
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::http {
+
+enum class Protocol : std::uint8_t { http10, http11, http2 };
+
+/// Where a request comes from: facts of its connection.
+struct Peer {
+  std::string ip;
+  std::string subject;  // the verified client certificate's subject (mTLS); "" without
+  bool secure = false;  // TLS
+};
+
+/// Why the codec found a request unservable before any route saw it (RFC 9112's
+/// framing rules, RFC 9113 §8.1.1 and §8.3.1). The proxy answers it.
+struct HeadError {
+  enum class Kind { malformed, too_large } kind = Kind::malformed;
+  std::string detail;
+};
+
+/// One piece of a request body.
+struct BodyPiece {
+  enum class Error : std::uint8_t {
+    none,
+    too_large,  // over the limit set with body_limit()
+    malformed,  // its framing is broken (a bad chunk; DATA against content-length)
+    timeout,    // the client sent too slowly (server.read_timeout, or the deadline)
+    gone,       // the client went away or reset the stream
+  };
+  std::string_view data;  // valid until the next read_body() or the exchange's end
+  bool end = false;       // the body is complete (data may still hold its last bytes)
+  Error error = Error::none;
+};
+
+/// Trailer fields of an answer (RFC 9110 6.5), in order.
+using Trailers = std::span<const store::Header>;
+
+/// How an answer's body is framed. `none`: it has no body (HEAD, 204, 304: RFC 9110
+/// 6.4.1), and its framing fields, which describe the resource, are kept as they are.
+/// `length`: exactly `length` bytes follow. `unknown`: the body ends when it ends.
+/// `trailers`: trailer fields may follow the body (HTTP/1.1 then frames it chunked
+/// for a client that takes them).
+struct Framing {
+  enum class Kind : std::uint8_t { none, length, unknown } kind = Kind::unknown;
+  std::uint64_t length = 0;
+  bool trailers = false;
+  static Framing none() { return {Kind::none, 0, false}; }
+  static Framing of(std::uint64_t n, bool trailers = false) { return {Kind::length, n, trailers}; }
+  static Framing unknown(bool trailers = false) { return {Kind::unknown, 0, trailers}; }
+};
+
+/// An answer whose head was laid out once, when it was cached: a replay.
+struct PreparedAnswer {
+  unsigned status = 0;
+  /// The HTTP/1.1 head (status line and fields, keep-alive, no blank line); empty
+  /// when there is none (the codec builds one from `fields`).
+  std::string_view http1_head;
+  std::span<const store::Header> fields;  // lower-case names, as HTTP/2 sends them
+  std::string_view body;
+  Trailers trailers;
+};
+
+/// A field the proxy adds to a prepared answer per request (X-Request-Id, Link).
+struct ExtraField {
+  std::string_view name;  // as HTTP/1.1 writes it; the HTTP/2 codec lower-cases it
+  std::string_view value;
+};
+
+/// Kept by a connection from one request to the next: strings that outgrow
+/// std::string's 15 inline characters take their memory once per connection.
+struct KeptStrings {
+  std::string target;
+  std::string request_id;
+  std::string trace_id;
+  RequestTarget normalized;  // the route phase's normalize_target() writes into it
+};
+
+class Exchange {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  virtual ~Exchange() = default;
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+
+  // ---- The request.
+  /// Its head: method, origin-form target, fields (HTTP/2's :authority as Host). The
+  /// proxy rewrites it in place for the upstream.
+  RequestHeader& head() { return *head_; }
+  Protocol protocol() const { return protocol_; }
+  const Peer& peer() const { return *peer_; }
+  /// The configuration in force when the request started; it stays for its life.
+  const Settings& settings() const { return *settings_; }
+  const std::shared_ptr<const Settings>& settings_ptr() const { return settings_; }
+  /// When the request's first bytes were at hand.
+  TimePoint started() const { return started_; }
+  const std::optional<HeadError>& head_error() const { return head_error_; }
+  /// The body's declared length; none when it has none or it is not declared.
+  std::optional<std::uint64_t> content_length() const { return content_length_; }
+  /// Whether a body follows the head (false: the request ended with it).
+  bool has_body() const { return has_body_; }
+  /// Whether the client takes trailer fields: every HTTP/2 client; an HTTP/1.1 one
+  /// that sent `TE: trailers` (RFC 9110 10.1.4).
+  virtual bool accepts_trailers() const = 0;
+  /// Memory for fields that live no longer than the connection (its arena).
+  virtual FieldsAllocator fields_allocator() = 0;
+  KeptStrings& kept() { return *kept_; }
+
+  /// Bounds the body: reading past `limit` bytes gives Error::too_large.
+  virtual void body_limit(std::uint64_t limit) = 0;
+  /// The next piece of the body, at most `max` bytes. Each read waits at most
+  /// server.read_timeout, and none ends after `deadline` when one is given. What a
+  /// piece views is the consumer's until its next read: only then does the codec
+  /// take more (HTTP/2 reopens the stream's window), so a slow upstream holds back
+  /// its own client and no one else.
+  virtual asio::awaitable<BodyPiece> read_body(std::size_t max,
+                                               std::optional<TimePoint> deadline) = 0;
+  /// The whole body into `body` (its memory reused), up to the limit, each read as
+  /// read_body() times it.
+  virtual asio::awaitable<BodyPiece::Error> read_whole_body(std::string& body,
+                                                            std::optional<TimePoint> deadline);
+  /// Answers `Expect: 100-continue` (RFC 9110 10.1.1) before the body is read; false
+  /// when the client cannot be written to.
+  virtual asio::awaitable<bool> continue_if_expected() = 0;
+  /// Whether the body was read to its end (or there was none).
+  virtual bool body_done() const = 0;
+
+  // ---- The answer. Each send returns false when the client cannot take it (gone,
+  // reset, or not reading within server.read_timeout).
+  /// An interim answer (1xx but 101).
+  virtual asio::awaitable<bool> send_interim(ResponseHeader& head) = 0;
+  /// The final head; its body follows by send_body(). The codec adds the framing
+  /// and connection fields and drops what its protocol does not carry. A head may
+  /// wait to go out with the first body bytes.
+  virtual asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) = 0;
+  /// More of the body; `last` ends the answer, with `trailers` for a client that
+  /// takes them (HTTP/1.1 then frames the body chunked). `data` must stay valid until
+  /// this returns.
+  virtual asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) = 0;
+  /// A whole answer.
+  asio::awaitable<bool> send(ResponseHeader& head, std::string_view body, Trailers trailers);
+  /// A replay whose head was laid out when it was cached, with `extra` fields.
+  virtual asio::awaitable<bool> send_prepared(const PreparedAnswer& answer,
+                                              std::span<const ExtraField> extra) = 0;
+  /// Abandons the answer: an HTTP/2 stream is reset, an HTTP/1.1 connection closed,
+  /// so that a client never takes part of an answer for all of it.
+  virtual void reset() = 0;
+  /// Whether the final answer went out whole.
+  bool answered() const { return answered_; }
+
+ protected:
+  Exchange() = default;
+
+  RequestHeader* head_ = nullptr;
+  const Peer* peer_ = nullptr;
+  KeptStrings* kept_ = nullptr;
+  std::shared_ptr<const Settings> settings_;
+  Protocol protocol_ = Protocol::http11;
+  TimePoint started_{};
+  std::optional<HeadError> head_error_;
+  std::optional<std::uint64_t> content_length_;
+  bool has_body_ = false;
+  bool answered_ = false;
+};
+
+/// What a codec needs from the server around it, and what serves each exchange it
+/// makes (the proxy).
+class Service {
+ public:
+  virtual ~Service() = default;
+  /// The configuration in force now.
+  virtual std::shared_ptr<const Settings> settings() const = 0;
+  /// Whether the server drains: connections take no new requests.
+  virtual bool draining() const = 0;
+  virtual ops::Metrics& metrics() = 0;
+  /// Serves one exchange to its end.
+  virtual asio::awaitable<void> serve(Exchange& exchange) = 0;
+  /// Takes a slot of server.max_connections for one more concurrent HTTP/2 stream on
+  /// a connection (each may hold an upstream connection); false when none is free.
+  virtual bool reserve_stream() { return true; }
+  virtual void release_stream() {}
+};
+
+}  // namespace idemproxy::http

@@ -1,0 +1,103 @@
+#include "http/fields.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+#include "idemproxy/engine/engine.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+void strip_hop_by_hop(Fields& fields) {
+  // Framing and Host must never be removed because Connection names them.
+  static constexpr std::array<std::string_view, 3> kProtected = {"content-length",
+                                                                 "transfer-encoding", "host"};
+  // Connection names few fields: a small fixed list, no allocation on the common path.
+  std::array<std::string_view, 8> named{};
+  std::size_t count = 0;
+  std::string connection;  // the values viewed by `named`, copied before fields change
+  for (const auto& f : fields) {
+    if (f.name() != bhttp::field::connection) continue;
+    if (!connection.empty()) connection += ',';
+    connection.append(f.value());
+  }
+  for (std::string_view v = connection; !v.empty();) {
+    const auto comma = v.find(',');
+    const auto token = trim(v.substr(0, comma));
+    const bool kept = std::any_of(kProtected.begin(), kProtected.end(),
+                                  [&](std::string_view p) { return beast::iequals(p, token); });
+    if (!token.empty() && !kept && count < named.size()) named[count++] = token;
+    if (comma == std::string_view::npos) break;
+    v.remove_prefix(comma + 1);
+  }
+  for (std::size_t i = 0; i < count; ++i) fields.erase(named[i]);
+  for (const std::string_view h : engine::kConnectionHeaders) fields.erase(h);
+}
+
+bool connection_specific(std::string_view name, std::string_view connection) {
+  static constexpr std::array<std::string_view, 5> kFields = {
+      "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"};
+  for (auto f : kFields) {
+    if (beast::iequals(name, f)) return true;
+  }
+  for (std::size_t at = 0; at < connection.size();) {
+    auto end = connection.find(',', at);
+    if (end == std::string_view::npos) end = connection.size();
+    const auto token = trim(connection.substr(at, end - at));
+    if (!token.empty() && beast::iequals(name, token)) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+void lower_case(std::string_view name, std::string& out) {
+  out.resize(name.size());
+  std::transform(name.begin(), name.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+}
+
+bool allowed_in_trailers(std::string_view name) {
+  static constexpr std::array<std::string_view, 12> kNever = {
+      "content-length", "transfer-encoding", "host",         "connection",
+      "keep-alive",     "proxy-connection",  "te",           "trailer",
+      "upgrade",        "content-encoding",  "content-type", "content-range"};
+  return std::none_of(kNever.begin(), kNever.end(),
+                      [&](std::string_view n) { return beast::iequals(name, n); });
+}
+
+FieldMark::FieldMark(const Fields& fields) {
+  seen_.reserve(static_cast<std::size_t>(std::distance(fields.begin(), fields.end())));
+  for (const auto& f : fields) seen_.push_back(&f);
+  std::sort(seen_.begin(), seen_.end());
+}
+
+bool FieldMark::marked(const void* field) const {
+  return std::binary_search(seen_.begin(), seen_.end(), field);
+}
+
+std::vector<store::Header> FieldMark::added(const Fields& fields) const {
+  std::vector<store::Header> out;
+  for (const auto& f : fields) {
+    if (!marked(&f) && allowed_in_trailers(f.name_string())) {
+      out.push_back({std::string(f.name_string()), std::string(f.value())});
+    }
+  }
+  return out;
+}
+
+void FieldMark::erase_added(Fields& fields) const {
+  for (auto at = fields.begin(); at != fields.end();) {
+    at = marked(&*at) ? std::next(at) : fields.erase(at);
+  }
+}
+
+}  // namespace idemproxy::http

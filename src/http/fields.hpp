@@ -1,0 +1,45 @@
+#pragma once
+// Field rules at the boundary of a hop, shared by both codecs and the proxy.
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "http/beast.hpp"
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::http {
+
+/// Removes hop-by-hop fields (RFC 9110 7.6.1), including those the Connection
+/// field names. Framing fields stay: a streamed body still needs them.
+void strip_hop_by_hop(Fields& fields);
+
+/// RFC 9113 §8.2.2: connection-specific fields are not sent over HTTP/2, nor is
+/// anything the Connection field (`connection`, its value) names.
+bool connection_specific(std::string_view name, std::string_view connection);
+
+/// A field name as HTTP/2 sends it: lower case (RFC 9113 §8.2.1), written into `out`.
+void lower_case(std::string_view name, std::string& out);
+
+/// The fields a message had when it was marked, told apart from those a parser adds
+/// later: the trailer section of a chunked body (RFC 9112 7.1.2). Beast inserts a
+/// field next to those of the same name, so trailers are known by identity, not by
+/// position: a trailer named like a header field lands among the head's.
+class FieldMark {
+ public:
+  explicit FieldMark(const Fields& fields);
+  /// The fields added since, without those a trailer must not carry (RFC 9110 6.5.1:
+  /// framing, routing, connection control, content-type and -encoding).
+  std::vector<store::Header> added(const Fields& fields) const;
+  /// Removes every field added since.
+  void erase_added(Fields& fields) const;
+
+ private:
+  bool marked(const void* field) const;
+  std::vector<const void*> seen_;  // sorted
+};
+
+/// Whether a trailer may carry a field of this name (RFC 9110 6.5.1).
+bool allowed_in_trailers(std::string_view name);
+
+}  // namespace idemproxy::http

@@ -1,0 +1,49 @@
+#include "proxy/completion_retrier.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace idemproxy::http {
+
+bool CompletionRetrier::retry(store::RecordId id, std::int64_t token, engine::RoutePolicy route,
+                              store::StoredResponse answer) {
+  const std::size_t bytes = answer.body.size() + 1024;
+  if (pending_bytes_.fetch_add(bytes) + bytes > max_pending_bytes_) {
+    pending_bytes_.fetch_sub(bytes);
+    return false;
+  }
+  ++pending_;
+  asio::co_spawn(db_pool_.get_executor(),
+                 run(std::move(id), token, std::move(route), std::move(answer), bytes),
+                 asio::detached);
+  return true;
+}
+
+asio::awaitable<void> CompletionRetrier::run(store::RecordId id, std::int64_t token,
+                                             engine::RoutePolicy route,
+                                             store::StoredResponse answer, std::size_t bytes) {
+  // Retry for as long as the record can matter: until its TTL would end.
+  const auto deadline = std::chrono::steady_clock::now() + route.ttl;
+  Duration backoff{100};
+  // Named first: GCC 12 may destroy a temporary inside a co_await expression twice.
+  const auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer timer(ex);
+  engine::Finish finish = engine::Finish::store_failed;
+  while (finish == engine::Finish::store_failed && std::chrono::steady_clock::now() < deadline) {
+    timer.expires_after(backoff);
+    co_await timer.async_wait(use_nothrow);
+    // Already on the database pool: the store call may block here.
+    finish = coordinator_.finish_later(id, token, route, answer);
+    backoff = std::min(backoff * 2, Duration{5000});
+  }
+  if (finish == engine::Finish::store_failed) {
+    spdlog::error("a completion was never written; the record stays in flight");
+  } else {
+    spdlog::info("a delayed completion was written ({})",
+                 finish == engine::Finish::fenced ? "fenced: another holder took over" : "ok");
+    coordinator_.completed_later(id);
+  }
+  pending_bytes_.fetch_sub(bytes);
+  --pending_;
+}
+
+}  // namespace idemproxy::http

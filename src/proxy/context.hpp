@@ -1,0 +1,116 @@
+#pragma once
+// The context one request carries through the proxy's phases, whatever its protocol:
+// the exchange its codec made, the runtime every request shares, and what the
+// phases learn on the way.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "http/exchange.hpp"
+#include "idemproxy/ops/logging.hpp"
+#include "proxy/problem.hpp"
+#include "proxy/runtime.hpp"
+
+namespace idemproxy::http {
+
+struct RequestContext {
+  RequestContext(Exchange& e, Runtime& r)
+      : ex(e),
+        rt(r),
+        settings(e.settings()),
+        target(reuse(e.kept().target)),
+        request_id(reuse(e.kept().request_id)),
+        trace_id(reuse(e.kept().trace_id)),
+        started(e.started()) {}
+  ~RequestContext() {
+    ex.kept().target = std::move(target);
+    ex.kept().request_id = std::move(request_id);
+    ex.kept().trace_id = std::move(trace_id);
+  }
+  RequestContext(const RequestContext&) = delete;
+  RequestContext& operator=(const RequestContext&) = delete;
+
+  Exchange& ex;
+  Runtime& rt;
+  const Settings& settings;  // the exchange's snapshot, for the whole request
+  const engine::RoutePolicy* route = nullptr;
+  ops::Outcome outcome = ops::Outcome::passthrough;
+  unsigned status = 0;
+  std::string method;
+  std::string target;
+  std::string request_id;         // X-Request-Id: the client's, or one made here
+  std::string trace_id;           // traceparent's trace id: the client's, or one started here
+  std::string original_trace_id;  // a replay's: the trace id of the request that executed
+  unsigned upstream_status = 0;
+  double upstream_ms = 0;
+  std::string key_hash;  // logged instead of the key
+  /// A gRPC call (content-type application/grpc…), decided once: refusals are gRPC
+  /// statuses, answers keep their trailers, grpc-timeout bounds the upstream.
+  bool grpc = false;
+  std::chrono::steady_clock::time_point started;
+
+  std::optional<ProxyError> error;  // set by fail(); sent by send_problem()
+
+  /// Records why the request fails; send_problem() then answers with it.
+  /// (Errors travel in the context rather than as temporaries inside co_await
+  /// expressions, which GCC 12 miscompiles.)
+  void fail(ProblemKind kind, std::string detail, ops::Outcome why,
+            std::optional<int> retry_after = std::nullopt) {
+    error = ProxyError{kind, std::move(detail), retry_after, std::nullopt};
+    outcome = why;
+  }
+  void fail(const ProxyError& e, ops::Outcome why) {
+    error = e;
+    outcome = why;
+  }
+
+  /// Logs an event of this request; the line carries its trace id.
+  template <class... Args>
+  void log(spdlog::level::level_enum level, spdlog::format_string_t<Args...> format,
+           Args&&... args) const {
+    const ops::TraceTag tag(trace_id);
+    spdlog::log(level, format, std::forward<Args>(args)...);
+  }
+
+  /// A kept string's memory, emptied.
+  static std::string reuse(std::string& kept) {
+    std::string s = std::move(kept);
+    s.clear();
+    return s;
+  }
+
+  const std::string& route_name() const {
+    static const std::string none = "-";
+    return route ? route->name : none;
+  }
+};
+
+/// Sends a whole answer: X-Request-Id added, the status noted for the log.
+asio::awaitable<bool> send_answer(RequestContext& ctx, ResponseHeader& head, std::string_view body,
+                                  Trailers trailers);
+/// Sends ctx.error as a problem (a gRPC status to a gRPC client).
+asio::awaitable<bool> send_problem(RequestContext& ctx);
+/// Whether an enabled route covers this request's method: its rules apply, whether
+/// or not the request carries a key.
+bool covered(const RequestContext& ctx);
+/// The published policy's Link field value (`<...>; rel="describedby"`) for this
+/// request's problems and stored answers: "" unless a route covers it, a policy is
+/// published, and the client is not gRPC (whose metadata it would clutter).
+std::string_view policy_link(const RequestContext& ctx);
+
+/// Streams an upstream answer to the client: its head (from `parser`), `prefix` (body
+/// bytes already read), then the rest; keeps `conn` for reuse when it can. False
+/// when the answer did not go out whole.
+asio::awaitable<bool> stream_response(RequestContext& ctx,
+                                      std::unique_ptr<UpstreamConnection>& conn,
+                                      StreamingParser& parser, std::string_view prefix);
+/// Streams a request no route protects to the upstream and the answer back.
+asio::awaitable<void> pass_through(RequestContext& ctx);
+/// The idempotent path: key, body, fingerprint, claim, forward, record, respond.
+/// Without `key_header`, the key is in the body at the route's key_json_pointer.
+asio::awaitable<void> run_idempotent(RequestContext& ctx,
+                                     std::optional<std::string_view> key_header);
+
+}  // namespace idemproxy::http

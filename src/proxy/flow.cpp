@@ -1,0 +1,338 @@
+// The idempotent path as named phases over one context (the shape of Pingora's
+// ProxyHttp): key -> body -> body key -> cached -> fingerprint -> claim -> act. Each phase
+// returns next, responded or failed; the driver answers every failure with
+// problem+json in one place. The protocol's decisions are the coordinator's
+// (engine/coordinator.hpp): this file does the I/O they call for.
+#include <spdlog/spdlog.h>
+
+#include <array>
+
+#include "http/fields.hpp"
+#include "idemproxy/engine/grpc_status.hpp"
+#include "proxy/forward.hpp"
+#include "proxy/phases.hpp"
+#include "proxy/replay.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+using engine::Decision;
+using idempotent::Flow;
+using idempotent::forward_unprotected;
+using idempotent::Step;
+using idempotent::upstream_timeout;
+using ops::Outcome;
+
+// Wakes a waiting request: cancels its timer on the request's own executor (a
+// strand), since timers are not thread-safe. `woken` (touched only on that executor)
+// keeps a wake that lands before the request starts sleeping from being lost.
+class TimerWaiter final : public engine::Waiter, public std::enable_shared_from_this<TimerWaiter> {
+ public:
+  explicit TimerWaiter(const asio::any_io_executor& ex) : timer(ex) {}
+  void wake() override {
+    asio::post(timer.get_executor(), [self = shared_from_this()] {
+      self->woken = true;
+      self->timer.cancel();
+    });
+  }
+  /// Sleeps until `until`, unless woken since `woken` was last cleared.
+  asio::awaitable<void> sleep_until(std::chrono::steady_clock::time_point until) {
+    if (woken) co_return;
+    timer.expires_at(until);
+    co_await timer.async_wait(use_nothrow);
+  }
+  asio::steady_timer timer;
+  bool woken = false;
+};
+
+// gRPC's trailers-only answer (a status, no message) is one HEADERS frame: every
+// field of it but content-type is a trailer (gRPC's HTTP/2 protocol, "Trailers-Only").
+// It is kept as a head and trailers, so that a replay carries idempotent-replayed in
+// its initial metadata and the status in its trailing metadata.
+void keep_trailers_apart(store::StoredResponse& answer) {
+  if (!answer.body.empty() || !answer.trailers.empty()) return;
+  std::vector<store::Header> head;
+  for (auto& h : answer.headers) {
+    const bool stays = beast::iequals(h.name, "content-type") || h.name.starts_with(':') ||
+                       !allowed_in_trailers(h.name);
+    (stays ? head : answer.trailers).push_back(std::move(h));
+  }
+  answer.headers = std::move(head);
+}
+
+// A key another instance executes: the store announces its finish (LISTEN/NOTIFY)
+// to the requests that watch it, so they sleep instead of polling. A listener that
+// reconnects wakes every such waiter (announcements may have been lost meanwhile);
+// a slow re-check (WaitBudget::next_fallback) is the last safety net.
+// False when the store cannot announce, and the caller polls instead.
+asio::awaitable<bool> wait_elsewhere(Flow& f, const std::shared_ptr<TimerWaiter>& waiter,
+                                     engine::WaitBudget& budget) {
+  using Elsewhere = engine::Coordinator::Elsewhere;
+  Runtime& rt = f.rt();
+  const store::RecordId& id = f.claim->id;
+  const Elsewhere how = co_await rt.blocking(
+      [&rt, &id, &waiter] { return rt.coordinator.wait_elsewhere(id, waiter); });
+  if (how == Elsewhere::announced) {
+    co_await waiter->sleep_until(budget.next_fallback(std::chrono::steady_clock::now()));
+  }
+  rt.coordinator.stop_waiting_elsewhere(id, waiter.get());
+  co_return how != Elsewhere::poll;
+}
+
+// Phase: claim, until the coordinator decides. With on_concurrent: wait, a request
+// that finds the key in flight sleeps until its holder, here or on another instance,
+// finishes it, up to the lease.
+asio::awaitable<Step> claim_phase(Flow& f) {
+  Runtime& rt = f.rt();
+  const store::ClaimRequest& claim = *f.claim;
+  engine::WaitBudget budget{std::chrono::steady_clock::now() + f.route().lease};
+  std::shared_ptr<TimerWaiter> waiter;
+  for (bool waited = false;; waited = true) {
+    if (waited) {
+      // The holder in this process has probably just finished and cached its answer.
+      f.hit = rt.coordinator.cached(f.route(), claim.id);
+      if (f.hit && f.hit->fingerprint == claim.fingerprint)
+        co_return co_await idempotent::replay_cached(f);
+    }
+    engine::Admission verdict = co_await rt.claim(claim);
+    f.decision = rt.coordinator.decide(f.route(), claim, std::move(verdict), budget, f.form);
+    if (f.decision.kind != Decision::Kind::wait) co_return Step::next;
+    if (!waiter) {
+      const auto ex = co_await asio::this_coro::executor;
+      waiter = std::make_shared<TimerWaiter>(ex);
+    }
+    waiter->woken = false;
+    if (!rt.coordinator.wait_here(claim.id, waiter)) {
+      if (co_await wait_elsewhere(f, waiter, budget)) continue;
+      // The store cannot announce finishes: ask again after a backoff. Answered in
+      // the same group-commit batch as a holder here, this request may have looked
+      // before that holder marked the key: look once more before asking again.
+      co_await waiter->sleep_until(budget.next_backoff(std::chrono::steady_clock::now()));
+      waiter->woken = false;
+      if (!rt.coordinator.wait_here(claim.id, waiter)) continue;
+    }
+    // Held by this process: sleep until it releases the key; no database polling.
+    co_await waiter->sleep_until(budget.deadline);
+  }
+}
+
+// Forwards under the claim, then has the coordinator record the answer, then
+// responds.
+asio::awaitable<Step> execute(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  Runtime& rt = f.rt();
+  const store::ClaimRequest& claim = *f.claim;
+  const std::int64_t token = f.decision.token;
+  const auto& route = f.route();
+  rt.metrics.claim_started();
+  const auto t0 = std::chrono::steady_clock::now();
+  // The lease is renewed while the upstream works (engine::LeaseSchedule).
+  auto heartbeat =
+      std::make_optional<engine::LeaseSchedule::Hold>(rt.leases, claim.id, token, route.lease);
+  if (route.forward_fencing_token) f.req.set(kFencingTokenHeader, std::to_string(token));
+  const Duration timeout = upstream_timeout(ctx, f.req);
+  const InterimSink interim{&ctx.ex};
+  UpstreamAnswer ex = co_await rt.upstream.round_trip(f.req, interim, timeout);
+  heartbeat.reset();
+  const double upstream_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rt.metrics.observe_upstream(upstream_seconds);
+  ctx.upstream_ms = upstream_seconds * 1000;
+  if (ex.error) {
+    // Sent: the upstream may have acted. Retries are told the outcome is unknown
+    // (on_stale: fail) or execute again after the lease (retake).
+    const bool sent = ex.sent;
+    const engine::Finish left = co_await rt.blocking(
+        [&rt, &claim, token, sent] { return rt.coordinator.abandon(claim.id, token, sent); });
+    if (sent) {
+      ctx.log(spdlog::level::warn,
+              "key {}: the upstream failed after the request was sent; record {}", ctx.key_hash,
+              left == engine::Finish::indeterminate ? "marked indeterminate"
+                                                    : "left to its lease (store unreachable)");
+    }
+    rt.metrics.claim_ended();
+    ctx.fail(*ex.error, Outcome::upstream_error);
+    co_return Step::failed;
+  }
+
+  // Never truncated: an answer over upstream.max_response_size is streamed to this
+  // client whole, and its record keeps only the status, so retries are told it
+  // executed instead of being handed part of a body.
+  auto* big = ex.oversized ? &*ex.oversized : nullptr;
+  ResponseHeader& head = big ? big->parser->get().base() : ex.response.base();
+  ctx.upstream_status = head.result_int();
+  store::StoredResponse answer;
+  if (big) {
+    answer = {static_cast<int>(head.result_int()), {}, {}, false};
+    // The status is all a streamed answer's record keeps; an opt-out still counts.
+    const std::string_view policy = head[engine::kPolicyField];
+    if (!policy.empty())
+      answer.headers.push_back({std::string(engine::kPolicyField), std::string(policy)});
+  } else {
+    strip_hop_by_hop(ex.response);
+    answer = {static_cast<int>(ex.response.result_int()), to_headers(ex.response),
+              ex.response.body(), true, ex.trailers};
+    if (ctx.grpc &&
+        answer.headers.end() !=
+            std::find_if(answer.headers.begin(), answer.headers.end(), [](const store::Header& h) {
+              return beast::iequals(h.name, "grpc-status");
+            })) {
+      keep_trailers_apart(answer);
+    }
+    answer.headers.push_back({std::string(store::kTraceIdEntry), ctx.trace_id});
+  }
+  engine::ReplayCache::Request& form = f.form;
+  const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
+  rt.metrics.claim_ended();
+  switch (done.finish) {
+    case engine::Finish::stored:
+      ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;
+      head.set(kExpiresHeader, http_date(done.expires_at));
+      if (const auto link = policy_link(ctx); !link.empty()) head.insert(bhttp::field::link, link);
+      break;
+    case engine::Finish::released:
+      ctx.outcome = Outcome::released;
+      break;
+    case engine::Finish::indeterminate:
+    case engine::Finish::fenced:
+      ctx.outcome = Outcome::executed;
+      ctx.log(spdlog::level::warn,
+              "key {}: the claim was taken over before completion; response not stored",
+              ctx.key_hash);
+      break;
+    case engine::Finish::store_failed:
+      ctx.outcome = Outcome::executed;
+      if (done.retrying) {
+        ctx.log(spdlog::level::warn,
+                "key {}: the response could not be stored yet; retrying in the background",
+                ctx.key_hash);
+      } else {
+        ctx.log(spdlog::level::err,
+                "key {}: the response could not be stored and the retry budget is spent; the "
+                "record stays in flight",
+                ctx.key_hash);
+      }
+      break;
+  }
+  head.erase(engine::kPolicyField);  // for the proxy, not the client
+  if (big) {
+    ctx.log(spdlog::level::warn,
+            "key {}: the response exceeds upstream.max_response_size; streamed whole, and "
+            "retries will not replay it",
+            ctx.key_hash);
+    co_await stream_response(ctx, big->conn, *big->parser, big->prefix);
+  } else {
+    co_await idempotent::respond(ctx, ex);
+  }
+  co_return Step::responded;
+}
+
+// Phase: act on the coordinator's decision.
+asio::awaitable<Step> act_phase(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  Decision& d = f.decision;
+  switch (d.kind) {
+    case Decision::Kind::execute:
+      co_return co_await execute(f);
+    case Decision::Kind::replay:
+      co_await send_replay(ctx, *d.replay);
+      co_return Step::responded;
+    case Decision::Kind::forward_unprotected:
+      if (!d.cause.empty())
+        ctx.log(spdlog::level::warn, "idempotency store unavailable: {}", d.cause);
+      if (d.outcome == Outcome::fail_open && !f.shadow()) {
+        ctx.log(spdlog::level::warn,
+                "route {}: forwarding key {} WITHOUT idempotency protection (fail_open)",
+                f.route().name, ctx.key_hash);
+      }
+      co_return co_await forward_unprotected(f);
+    case Decision::Kind::refuse:
+      if (d.refusal == engine::Refusal::store_unavailable) {
+        ctx.log(spdlog::level::warn, "idempotency store unavailable: {}", d.cause);
+      } else if (d.refusal == engine::Refusal::record_unreadable) {
+        ctx.log(spdlog::level::err, "key {}: {}", ctx.key_hash, d.cause);
+      }
+      ctx.fail(refusal_error(d.refusal, std::move(d.detail), d.retry_after), d.outcome);
+      co_return Step::failed;
+    case Decision::Kind::wait:
+      break;  // claim_phase waits; it never hands a wait on
+  }
+  co_return Step::failed;
+}
+
+struct Phase {
+  const char* name;
+  asio::awaitable<Step> (*run)(Flow&);
+};
+
+constexpr std::array<Phase, 8> kPhases{{
+    {"key", idempotent::key_phase},
+    {"body", idempotent::body_phase},
+    {"body key", idempotent::body_key_phase},
+    {"key age", idempotent::key_age_phase},
+    {"cached", idempotent::cached_phase},
+    {"fingerprint", idempotent::fingerprint_phase},
+    {"claim", claim_phase},
+    {"act", act_phase},
+}};
+
+}  // namespace
+
+namespace idempotent {
+
+// Forwards without a claim: the store is down and the route says fail_open, the
+// route is in shadow mode and enforce would not have forwarded, or an optional key
+// is absent from the body.
+asio::awaitable<Step> forward_unprotected(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  const Duration timeout = upstream_timeout(ctx, f.req);
+  const InterimSink interim{&ctx.ex};
+  UpstreamAnswer ex = co_await ctx.rt.upstream.round_trip(f.req, interim, timeout);
+  if (ex.error) {
+    ctx.fail(*ex.error, Outcome::upstream_error);
+    co_return Step::failed;
+  }
+  ctx.outcome = f.decision.outcome;
+  if (ex.oversized) {
+    co_await stream_response(ctx, ex.oversized->conn, *ex.oversized->parser, ex.oversized->prefix);
+  } else {
+    ctx.upstream_status = ex.response.result_int();
+    strip_hop_by_hop(ex.response);
+    co_await respond(ctx, ex);
+  }
+  co_return Step::responded;
+}
+
+asio::awaitable<bool> respond(RequestContext& ctx, UpstreamAnswer& answer) {
+  const std::string_view body = answer.response.body();
+  const Trailers trailers = answer.trailers;
+  const bool sent = co_await send_answer(ctx, answer.response.base(), body, trailers);
+  co_return sent;
+}
+
+Duration upstream_timeout(const RequestContext& ctx, const RequestHeader& head) {
+  const auto timeout = ctx.settings.config.upstream.timeout;
+  if (!ctx.grpc) return timeout;
+  const auto deadline = engine::parse_grpc_timeout(head["grpc-timeout"]);
+  return deadline ? std::min(timeout, *deadline) : timeout;
+}
+
+}  // namespace idempotent
+
+asio::awaitable<void> run_idempotent(RequestContext& ctx,
+                                     std::optional<std::string_view> key_header) {
+  Flow flow{ctx, key_header};
+  for (const Phase& phase : kPhases) {
+    const Step step = co_await phase.run(flow);
+    if (step == Step::next) continue;
+    if (step == Step::responded) co_return;
+    if (!ctx.error) {
+      ctx.log(spdlog::level::err, "phase {} failed without saying why", phase.name);
+      ctx.fail(ProblemKind::internal, "internal error", Outcome::bad_request);
+    }
+    co_await send_problem(ctx);
+    co_return;
+  }
+}
+
+}  // namespace idemproxy::http

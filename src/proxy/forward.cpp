@@ -1,0 +1,65 @@
+#include "proxy/forward.hpp"
+
+#include <ctime>
+
+#include "http/fields.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+void prepare_forward(RequestHeader& req, const Peer& peer, const config::UpstreamConfig& upstream) {
+  Fields& fields = req;
+  strip_hop_by_hop(fields);
+  fields.erase(bhttp::field::expect);  // 100-continue is answered by the proxy itself
+  std::string xff;
+  for (const auto& f : fields) {
+    if (!beast::iequals(f.name_string(), "X-Forwarded-For")) continue;
+    if (!xff.empty()) xff += ", ";
+    xff += trim(f.value());
+  }
+  xff += (xff.empty() ? "" : ", ") + peer.ip;
+  fields.set("X-Forwarded-For", xff);
+  if (fields.find("X-Forwarded-Proto") == fields.end()) {
+    fields.set("X-Forwarded-Proto", peer.secure ? "https" : "http");
+  }
+  const auto host = fields.find(bhttp::field::host);
+  if (host != fields.end() && fields.find("X-Forwarded-Host") == fields.end()) {
+    fields.set("X-Forwarded-Host", host->value());
+  }
+  // RFC 9112 3.2: every HTTP/1.1 request carries Host; an HTTP/1.0 client's may lack
+  // it, and the upstream then gets its own authority.
+  if (host == fields.end()) fields.set(bhttp::field::host, upstream.host + ":" + upstream.port);
+  if (!upstream.base_path.empty()) req.target(upstream.base_path + std::string(req.target()));
+  req.version(11);  // keep-alive by default: Connection was removed above
+}
+
+std::vector<store::Header> to_headers(const Fields& fields) {
+  std::vector<store::Header> out;
+  for (const auto& f : fields)
+    out.push_back({std::string(f.name_string()), std::string(f.value())});
+  return out;
+}
+
+std::string http_date(TimePoint t) {
+  static constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[tm.tm_wday],
+                tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                tm.tm_sec);
+  return buf;
+}
+
+}  // namespace idemproxy::http

@@ -1,0 +1,200 @@
+// The intake phases of the idempotent path: key -> body -> body key -> key age ->
+// cached -> fingerprint.
+#include "idemproxy/engine/fingerprint.hpp"
+#include "idemproxy/engine/key.hpp"
+#include "proxy/forward.hpp"
+#include "proxy/phases.hpp"
+#include "proxy/replay.hpp"
+
+namespace idemproxy::http::idempotent {
+
+using ops::Outcome;
+
+// Answers from the replay cache: no database round trip, no commit.
+asio::awaitable<Step> replay_cached(Flow& f) {
+  f.rt().metrics.count_cache_hit();
+  co_await send_replay(f.ctx, *f.hit);
+  co_return Step::responded;
+}
+
+namespace {
+// The request's key, and its hash, which names it in logs.
+void take_key(Flow& f, std::string key) {
+  f.id.key = std::move(key);
+  f.ctx.key_hash = engine::sha256_hex(f.id.key).substr(0, 16);
+}
+}  // namespace
+
+// Phase: key, and the scope it lives in.
+asio::awaitable<Step> key_phase(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  if (!f.key_in_body()) {
+    auto parsed = engine::parse_key(*f.key_header);
+    if (const auto* bad = std::get_if<engine::KeyError>(&parsed)) {
+      const auto verdict = engine::Coordinator::judge_key(f.route(), engine::KeyState::invalid);
+      if (verdict.kind == engine::KeyVerdict::Kind::forward) {
+        ctx.outcome = verdict.outcome;
+        co_await pass_through(ctx);
+        co_return Step::responded;
+      }
+      ctx.fail(ProblemKind::bad_key, bad->reason, verdict.outcome);
+      co_return Step::failed;
+    }
+    take_key(f, std::move(std::get<std::string>(parsed)));
+  }
+  const auto& route = f.route();
+  if (route.scope_from == engine::ScopeFrom::authorization) {
+    const std::string_view credentials = ctx.ex.head()[bhttp::field::authorization];
+    if (!credentials.empty()) {
+      f.id.scope = "hmac:" + engine::hmac_sha256_hex(ctx.settings.config.scope_key, credentials);
+    }
+  } else if (route.scope_from == engine::ScopeFrom::client_cert) {
+    // The config requires tls.client_ca_file for this, so the handshake already
+    // refused every client without a certificate that CA signed.
+    f.id.scope = "cert:" + ctx.ex.peer().subject;
+  } else if (!route.scope_header.empty()) {
+    f.id.scope = engine::header_scope(ctx.ex.head()[route.scope_header]);
+  }
+  // A header scope cannot start with "ns:" (header_scope), and a namespace holds no
+  // ':', so this spelling is never another record's.
+  if (!route.key_namespace.empty()) f.id.scope = "ns:" + route.key_namespace + ":" + f.id.scope;
+  co_return Step::next;
+}
+
+// Phase: body, bounded by max_body: a declared length over it is refused before
+// the body is read; a body of unknown length, as it arrives.
+asio::awaitable<Step> body_phase(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  const auto& route = f.route();
+  const auto declared = ctx.ex.content_length();
+  const bool too_large = declared && *declared > route.max_body;
+  if (too_large && f.shadow()) {
+    ctx.outcome = Outcome::shadow_would_reject;
+    co_await pass_through(ctx);
+    co_return Step::responded;
+  }
+  BodyPiece::Error error = BodyPiece::Error::too_large;
+  if (!too_large) {
+    if (!co_await ctx.ex.continue_if_expected()) co_return Step::responded;
+    ctx.ex.body_limit(route.max_body);
+    const auto deadline =
+        std::chrono::steady_clock::now() + ctx.settings.config.server.read_timeout;
+    error = co_await ctx.ex.read_whole_body(f.req.body(), deadline);
+  }
+  if (error == BodyPiece::Error::too_large) {
+    ctx.fail(ProblemKind::body_too_large,
+             "the request body is larger than max_body (" + std::to_string(route.max_body) +
+                 " bytes) for route " + route.name,
+             Outcome::too_large);
+    co_return Step::failed;
+  }
+  if (error == BodyPiece::Error::malformed) {
+    ctx.fail(ProblemKind::malformed_request, "malformed request body", Outcome::bad_request);
+    co_return Step::failed;
+  }
+  if (error != BodyPiece::Error::none) co_return Step::responded;  // the client went away
+  // The head, the codec's until now, is the request's as it is forwarded.
+  f.req.base() = std::move(ctx.ex.head());
+  co_return Step::next;
+}
+
+// Forwards the request as read, without a claim, with `outcome`: for what the body
+// or the key's age decided before the fingerprint phase prepares the request.
+namespace {
+asio::awaitable<Step> forward_as_read(Flow& f, Outcome outcome) {
+  RequestContext& ctx = f.ctx;
+  prepare_forward(f.req, ctx.ex.peer(), ctx.settings.config.upstream);
+  f.req.prepare_payload();
+  f.decision.outcome = outcome;
+  co_return co_await forward_unprotected(f);
+}
+}  // namespace
+
+// Phase: the key from the JSON body, when the request had no key header and the
+// route names key_json_pointer (a webhook's event id). The same rules as a header's
+// key apply; a body that is not JSON, or a value that is not a usable string or
+// integer, is refused with the pointer named. With none there, an optional key
+// forwards unprotected, as a request without the header does.
+asio::awaitable<Step> body_key_phase(Flow& f) {
+  if (!f.key_in_body()) co_return Step::next;
+  RequestContext& ctx = f.ctx;
+  const auto& route = f.route();
+  auto found = engine::key_from_json(f.req.body(), route.key_json_pointer);
+  if (found.found == engine::BodyKey::Found::key) {
+    take_key(f, std::move(found.key));
+    co_return Step::next;
+  }
+  const bool absent = found.found == engine::BodyKey::Found::absent;
+  const auto verdict = engine::Coordinator::judge_key(
+      route, absent ? engine::KeyState::absent : engine::KeyState::invalid);
+  if (verdict.kind == engine::KeyVerdict::Kind::forward) {
+    co_return co_await forward_as_read(f, verdict.outcome);
+  }
+  if (absent) {
+    ctx.fail(ProblemKind::missing_key,
+             "route " + route.name + " requires an " + route.header + " header or a key at " +
+                 route.key_json_pointer + " in the JSON body",
+             Outcome::missing_key);
+  } else {
+    ctx.fail(ProblemKind::invalid_key, std::move(found.reason), Outcome::bad_key);
+  }
+  co_return Step::failed;  // the body was read: the connection stays usable
+}
+
+// Phase: max_key_age. A UUIDv7 key says when it was minted (RFC 9562 5.7): one older
+// than the route allows is a retry that outlived any record of its first try, so it
+// is refused rather than executed again. Other keys are not judged.
+asio::awaitable<Step> key_age_phase(Flow& f) {
+  const auto& route = f.route();
+  if (route.max_key_age.count() == 0) co_return Step::next;
+  const auto minted = engine::uuid7_time(f.id.key);
+  if (!minted || std::chrono::system_clock::now() - *minted <= route.max_key_age) {
+    co_return Step::next;
+  }
+  RequestContext& ctx = f.ctx;
+  if (f.shadow()) co_return co_await forward_as_read(f, Outcome::shadow_would_reject);
+  const auto days = std::chrono::duration_cast<std::chrono::hours>(route.max_key_age).count() / 24;
+  ctx.fail(ProblemKind::expired,
+           "the Idempotency-Key is a UUIDv7 minted at " + rfc3339(*minted) +
+               ", longer ago than this route's max_key_age (" +
+               (days > 0 ? std::to_string(days) + " days"
+                         : std::to_string(route.max_key_age.count() / 1000) + " s") +
+               "); a retry that old is not executed. Use a new key for a new request",
+           Outcome::expired);
+  co_return Step::failed;
+}
+
+// Phase: a completed record this process has seen replays from memory, with no
+// database round trip and no commit. The very same request bytes replay without a
+// fingerprint.
+asio::awaitable<Step> cached_phase(Flow& f) {
+  f.hit = f.rt().coordinator.cached(f.route(), f.id);
+  if (f.hit && f.hit->request.same(f.ctx.method, f.ctx.target, f.req[bhttp::field::content_type],
+                                   f.req.body())) {
+    co_return co_await replay_cached(f);
+  }
+  co_return Step::next;
+}
+
+// Phase: fingerprint. The same request in other bytes (JSON members reordered, say)
+// still replays from memory; anything else (a miss, another fingerprint) goes on to
+// the claim.
+asio::awaitable<Step> fingerprint_phase(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  const auto& route = f.route();
+  const auto& cfg = ctx.settings.config;
+  const std::string_view content_type = f.req[bhttp::field::content_type];
+  f.claim.emplace(store::ClaimRequest{std::move(f.id),
+                                      engine::fingerprint(ctx.method, ctx.target, content_type,
+                                                          f.req.body(), cfg.server.max_json_depth),
+                                      route.lease, route.ttl, route.name, ctx.method, ctx.target,
+                                      route.on_stale == engine::OnStale::retake,
+                                      route.after_expiry_reject});
+  if (f.hit && f.hit->fingerprint == f.claim->fingerprint) co_return co_await replay_cached(f);
+  f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
+  prepare_forward(f.req, ctx.ex.peer(), cfg.upstream);
+  f.req.prepare_payload();
+  co_return Step::next;
+}
+
+}  // namespace idemproxy::http::idempotent

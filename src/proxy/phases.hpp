@@ -1,0 +1,67 @@
+#pragma once
+// The phases of the idempotent path and what they share (flow.cpp runs them in
+// order; the intake phases are in intake.cpp).
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "idemproxy/engine/coordinator.hpp"
+#include "proxy/context.hpp"
+
+namespace idemproxy::http::idempotent {
+
+/// What a phase hands back to the driver.
+enum class Step {
+  next,       // go on to the next phase
+  responded,  // the client has its answer, or cannot be given one
+  failed,     // ctx.error says why; the driver sends it
+};
+
+/// What the phases share, beside the request context.
+struct Flow {
+  Flow(RequestContext& c, std::optional<std::string_view> k)
+      : ctx(c),
+        key_header(k),
+        req(std::piecewise_construct, std::make_tuple(), std::make_tuple(c.ex.fields_allocator())) {
+  }
+
+  RequestContext& ctx;
+  std::optional<std::string_view> key_header;  // none: the key is in the body
+  store::RecordId id;
+  StringRequest req;  // the request as read, then as forwarded
+  std::shared_ptr<const engine::ReplayCache::Entry> hit;
+  std::optional<store::ClaimRequest> claim;
+  engine::ReplayCache::Request form;  // the request as fingerprinted
+  engine::Decision decision;
+
+  Runtime& rt() { return ctx.rt; }
+  const engine::RoutePolicy& route() const { return *ctx.route; }
+  bool shadow() const { return ctx.route->mode == engine::Mode::shadow; }
+  bool key_in_body() const { return !key_header; }
+};
+
+/// Answers from f.hit (a replay cache hit): no database round trip, no commit.
+asio::awaitable<Step> replay_cached(Flow& f);
+
+/// Forwards f.req without a claim (fail_open, shadow mode, or a route whose key is
+/// optional and absent), answering with outcome `f.decision.outcome`.
+asio::awaitable<Step> forward_unprotected(Flow& f);
+
+/// Sends an upstream answer read whole: its trailers, and the fields the proxy adds.
+asio::awaitable<bool> respond(RequestContext& ctx, UpstreamAnswer& answer);
+
+/// How long the upstream has for this request: upstream.timeout, or a gRPC call's
+/// shorter deadline (grpc-timeout).
+Duration upstream_timeout(const RequestContext& ctx, const RequestHeader& head);
+
+/// Intake: the key from its header and the scope; the body; the key from the body
+/// (key_json_pointer); the key's age; a replay of the very same bytes from memory;
+/// the fingerprint (and a replay of the same request in other bytes).
+asio::awaitable<Step> key_phase(Flow& f);
+asio::awaitable<Step> body_phase(Flow& f);
+asio::awaitable<Step> body_key_phase(Flow& f);
+asio::awaitable<Step> key_age_phase(Flow& f);
+asio::awaitable<Step> cached_phase(Flow& f);
+asio::awaitable<Step> fingerprint_phase(Flow& f);
+
+}  // namespace idemproxy::http::idempotent

@@ -1,0 +1,55 @@
+#include "proxy/replay.hpp"
+
+#include "http/head_bytes.hpp"
+#include "proxy/context.hpp"
+#include "proxy/forward.hpp"
+
+namespace idemproxy::http {
+
+std::string original_trace_id(const store::StoredResponse& stored) {
+  for (const auto& h : stored.headers) {
+    if (h.name == store::kTraceIdEntry) return h.value;
+  }
+  return {};
+}
+
+void prepare_replay_head(engine::ReplayCache::Entry& e) {
+  const auto& stored = e.response;
+  e.fields.clear();
+  e.fields.reserve(stored.headers.size() + 2);
+  for (const auto& h : stored.headers) {
+    if (!h.name.starts_with(':')) e.fields.push_back(h);  // kTraceIdEntry stays in the record
+  }
+  e.fields.push_back({"Idempotent-Replayed", "true"});
+  e.fields.push_back({kExpiresHeader, http_date(e.expires_at)});
+  e.head.clear();
+  const int status = stored.status;
+  // Laid out per request: answers without a body, and answers with trailers (which
+  // an HTTP/1.1 client gets chunked, and only when it takes them).
+  if (status / 100 == 1 || status == 204 || status == 304 || !stored.trailers.empty()) return;
+  ResponseHeader head;
+  head.result(static_cast<unsigned>(status));
+  head.version(11);
+  for (const auto& f : e.fields) head.insert(f.name, f.value);
+  head.set(bhttp::field::content_length, std::to_string(stored.body.size()));
+  const HeadBytes bytes = serialize_head(head);
+  e.head.assign(bytes.data(), bytes.size() - 2);  // the blank line: per-request lines go before it
+}
+
+asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
+  ctx.outcome = ops::Outcome::replayed;
+  ctx.original_trace_id = original_trace_id(entry.response);
+  ctx.status = static_cast<unsigned>(entry.response.status);
+  const PreparedAnswer answer{static_cast<unsigned>(entry.response.status), entry.head,
+                              entry.fields, entry.response.body, entry.response.trailers};
+  // In the order a replay built per request had them.
+  std::array<ExtraField, 2> extra;
+  std::size_t count = 0;
+  if (const auto link = policy_link(ctx); !link.empty()) extra[count++] = {"Link", link};
+  if (!ctx.request_id.empty()) extra[count++] = {"X-Request-Id", ctx.request_id};
+  const std::span<const ExtraField> extras(extra.data(), count);
+  const bool sent = co_await ctx.ex.send_prepared(answer, extras);
+  co_return sent;
+}
+
+}  // namespace idemproxy::http

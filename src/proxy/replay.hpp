@@ -1,0 +1,27 @@
+#pragma once
+// Replays: a stored answer laid out once when it is cached, then sent to each retry
+// with Idempotent-Replayed: true.
+#include <string>
+
+#include "http/beast.hpp"
+#include "idemproxy/engine/replay_cache.hpp"
+#include "idemproxy/store/store.hpp"
+
+namespace idemproxy::http {
+
+struct RequestContext;
+
+/// The trace id a stored response was executed under, or "" (records written before
+/// 0.2, or answers too large to store).
+std::string original_trace_id(const store::StoredResponse& stored);
+
+/// Lays out an entry's replay once, before it is cached (the coordinator's
+/// prepare_replay hook): its fields (the stored ones but the record's own entries,
+/// Idempotent-Replayed, Idempotency-Key-Expires) and the HTTP/1.1 head a keep-alive
+/// client gets, without Connection, the per-request lines and the blank line.
+void prepare_replay_head(engine::ReplayCache::Entry& entry);
+
+/// Sends a cached or stored replay; false when the client could not take it.
+asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry);
+
+}  // namespace idemproxy::http

@@ -1,0 +1,215 @@
+#pragma once
+// What every session shares: settings (swapped on reload), the store and the
+// coordinator in front of it, the database pool, the upstream pool and metrics.
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "http/beast.hpp"
+#include "http/settings.hpp"
+#include "idemproxy/config/config.hpp"
+#include "idemproxy/engine/coordinator.hpp"
+#include "idemproxy/engine/lease_schedule.hpp"
+#include "idemproxy/ops/metrics.hpp"
+#include "proxy/completion_retrier.hpp"
+#include "proxy/lease_renewals.hpp"
+#include "proxy/replay.hpp"
+#include "upstream/pool.hpp"
+
+namespace idemproxy::http {
+
+class Runtime {
+ public:
+  Runtime(asio::io_context& io, std::shared_ptr<const Settings> settings, store::Store& store,
+          ops::Metrics& metrics, int db_threads)
+      : record_store(store),
+        metrics(metrics),
+        db_pool(static_cast<std::size_t>(db_threads)),
+        upstream(io.get_executor(), settings->config.upstream, settings->config.server.threads > 1),
+        completions(coordinator, db_pool, std::size_t{64} << 20),
+        cache(settings->config.replay_cache_bytes),
+        coordinator(store, cache, metrics, coordinator_hooks()),
+        settings_(std::move(settings)) {}
+
+  std::shared_ptr<const Settings> settings() const {
+    std::lock_guard lock(mu_);
+    return settings_;
+  }
+  void replace_settings(std::shared_ptr<const Settings> s) {
+    std::lock_guard lock(mu_);
+    settings_ = std::move(s);
+  }
+
+  /// Runs a blocking call (a store call) on the database pool and resumes the
+  /// calling coroutine on its own executor: libpq never blocks an I/O thread.
+  // Only trivially destructible values may appear as temporaries inside a co_await
+  // expression: GCC 12 destroys such temporaries twice. Hence `fn` should capture
+  // by reference, and the initiation below captures only `this`.
+  template <class F>
+  asio::awaitable<std::invoke_result_t<F&>> blocking(F fn) {
+    using R = std::invoke_result_t<F&>;
+    co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(R)>(
+        [this](auto handler, F work) {
+          auto io = asio::get_associated_executor(handler);
+          asio::post(db_pool, [this, handler = std::move(handler), work = std::move(work),
+                               guard = asio::make_work_guard(io)]() mutable {
+            const auto started = std::chrono::steady_clock::now();
+            R result = work();
+            metrics.observe_store(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+            auto ex = guard.get_executor();
+            asio::post(ex, [handler = std::move(handler), result = std::move(result)]() mutable {
+              std::move(handler)(std::move(result));
+            });
+          });
+        },
+        asio::use_awaitable, std::move(fn));
+  }
+
+  /// Calls `start` with a callback, which the store calls from a thread of its own
+  /// (Store::queues_calls), and resumes the calling coroutine on its own executor
+  /// with the value passed to it. Timed as a store call, like blocking().
+  template <class R, class Start>
+  asio::awaitable<R> queued(Start start) {
+    co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
+                                            void(std::exception_ptr, R)>(
+        [this](auto handler, Start begin) {
+          auto io = asio::get_associated_executor(handler);
+          using Handler = decltype(handler);
+          using Guard = decltype(asio::make_work_guard(io));
+          struct Waiting {  // shared: std::function wants a copyable callback
+            Handler handler;
+            Guard guard;
+          };
+          auto waiting =
+              std::make_shared<Waiting>(Waiting{std::move(handler), asio::make_work_guard(io)});
+          const auto started = std::chrono::steady_clock::now();
+          queued_calls_.fetch_add(1, std::memory_order_relaxed);
+          try {
+            begin([this, waiting, started](R result) {
+              metrics.observe_store(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                      .count());
+              auto ex = waiting->guard.get_executor();
+              asio::post(ex, [waiting, result = std::move(result)]() mutable {
+                std::move(waiting->handler)(nullptr, std::move(result));
+              });
+              call_answered();
+            });
+          } catch (...) {
+            // Not queued (a store throws before it takes a call, never after), so
+            // nothing will answer it and shutdown must not wait for it. The caller's
+            // co_await throws it: escaping here, it would leave through io.run() (Asio
+            // 1.81 runs the initiation outside the coroutine) and stop the I/O thread.
+            call_answered();
+            auto ex = waiting->guard.get_executor();
+            asio::post(ex, [waiting, error = std::current_exception()]() mutable {
+              std::move(waiting->handler)(error, R{});
+            });
+          }
+        },
+        asio::use_awaitable, std::move(start));
+  }
+
+  /// The claim of a keyed request, answered on the calling coroutine's executor. A
+  /// store that queues its calls (PostgreSQL's group commit) takes it from this
+  /// thread and answers from its own, so no database-pool thread waits per request:
+  /// that wait cost a context switch each way (docs/PERFORMANCE.md). Otherwise the
+  /// claim runs on the database pool.
+  asio::awaitable<engine::Admission> claim(const store::ClaimRequest& claim) {
+    if (!coordinator.queues_store_calls())
+      co_return co_await blocking([this, &claim] { return coordinator.claim(claim); });
+    co_return co_await queued<engine::Admission>(
+        [this, &claim](std::function<void(engine::Admission)> done) {
+          coordinator.claim_async(claim, std::move(done));
+        });
+  }
+
+  /// The completion of a claim with the upstream's answer, as claim() does it.
+  /// `form` is moved from.
+  asio::awaitable<engine::Completion> complete(const store::ClaimRequest& claim, std::int64_t token,
+                                               const engine::RoutePolicy& route,
+                                               const store::StoredResponse& answer,
+                                               engine::ReplayCache::Request& form) {
+    if (!coordinator.completes_async(route, answer)) {
+      co_return co_await blocking([this, &claim, token, &route, &answer, &form] {
+        return coordinator.complete(claim, token, route, answer, std::move(form));
+      });
+    }
+    co_return co_await queued<engine::Completion>(
+        [this, &claim, token, &route, &answer,
+         &form](std::function<void(engine::Completion)> done) {
+          coordinator.complete_async(claim, token, route, answer, std::move(form), std::move(done));
+        });
+  }
+
+  store::Store& record_store;
+  ops::Metrics& metrics;
+  asio::thread_pool db_pool;
+  UpstreamPool upstream;
+  engine::LeaseSchedule leases;  // renew_leases() is started with the server
+  CompletionRetrier completions;
+  engine::ReplayCache cache;
+  engine::Coordinator coordinator;
+  std::atomic<bool> draining{false};
+  /// False until the store is prepared (migrations applied): the proxy starts, and
+  /// keeps retrying, while PostgreSQL is still unreachable. /readyz reads it.
+  std::atomic<bool> store_prepared{false};
+  void set_store_problem(std::string detail) {
+    std::lock_guard lock(mu_);
+    store_problem_ = std::move(detail);
+  }
+  std::string store_problem() const {
+    std::lock_guard lock(mu_);
+    return store_problem_;
+  }
+  /// Reloads the config file (SIGHUP and POST /admin/reload); returns the error, if any.
+  std::function<std::optional<std::string>()> reload;
+
+  /// Waits until the store has answered every call queued() handed it: its answers
+  /// are posted to the I/O executor, which must outlive them (as db_pool.join()
+  /// waits for blocking() calls).
+  void wait_for_queued_calls() {
+    std::unique_lock lock(queued_mu_);
+    all_answered_.wait(lock, [this] { return queued_calls_.load() == 0; });
+  }
+  /// Calls queued() handed the store that it has not answered yet.
+  long queued_calls() const { return queued_calls_.load(); }
+
+ private:
+  engine::Coordinator::Hooks coordinator_hooks() {
+    engine::Coordinator::Hooks hooks;
+    hooks.prepare_replay = prepare_replay_head;
+    hooks.retry_completion = [this](const store::RecordId& id, std::int64_t token,
+                                    const engine::RoutePolicy& route,
+                                    const store::StoredResponse& answer) {
+      return completions.retry(id, token, route, answer);
+    };
+    return hooks;
+  }
+
+  // The count goes up without the lock, and down under it: wait_for_queued_calls()
+  // sees zero only once the last answerer is inside this lock, and returns (so the
+  // Runtime may go) only after it has let go of it.
+  void call_answered() {
+    std::lock_guard lock(queued_mu_);
+    if (queued_calls_.fetch_sub(1, std::memory_order_acq_rel) == 1) all_answered_.notify_all();
+  }
+
+  mutable std::mutex mu_;
+  std::shared_ptr<const Settings> settings_;
+  std::mutex queued_mu_;
+  std::condition_variable all_answered_;
+  std::atomic<long> queued_calls_{0};  // handed to the store by queued(), not answered yet
+  std::string store_problem_ = "not prepared yet";
+};
+
+}  // namespace idemproxy::http

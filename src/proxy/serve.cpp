@@ -1,0 +1,175 @@
+// The proxy's entry and its first phase, route: what a request is, whether a route
+// protects it, and where it goes next.
+#include "proxy/serve.hpp"
+
+#include <algorithm>
+
+#include "http/trace_context.hpp"
+#include "idemproxy/engine/grpc_status.hpp"
+#include "proxy/context.hpp"
+#include "proxy/forward.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+using engine::KeyState;
+using engine::KeyVerdict;
+
+// Honours a sane X-Request-Id; otherwise makes a random one (128 bits, hex). Written
+// into `id`, whose memory the connection keeps from request to request.
+void take_request_id(const RequestHeader& req, std::string& id) {
+  const auto given = req["X-Request-Id"];
+  if (!given.empty() && given.size() <= 128 &&
+      std::all_of(given.begin(), given.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
+    id.assign(given);
+    return;
+  }
+  id.assign(32, '0');
+  random_hex(id.data(), id.size());
+}
+
+// W3C Trace Context: a valid traceparent is forwarded as sent; otherwise a trace is
+// started, and a tracestate is dropped with the traceparent it belonged to (3.3.1.1:
+// a vendor that cannot parse traceparent must not parse tracestate). Two traceparent
+// fields are invalid (3.2).
+void follow_trace(RequestContext& ctx) {
+  auto& head = ctx.ex.head();
+  std::optional<TraceParent> given;
+  if (head.count("traceparent") == 1) given = parse_traceparent(head["traceparent"]);
+  if (given) {
+    ctx.trace_id.assign(given->trace_id);  // before the fields it views change
+    return;
+  }
+  StartedTrace started{};
+  given = start_trace(started);
+  ctx.trace_id.assign(given->trace_id);
+  head.erase("traceparent");
+  head.erase("tracestate");
+  head.set("traceparent", given->header);
+}
+
+// The published idempotency policy at policy.path: JSON, or a page when the client
+// prefers HTML (a browser's Accept names text/html; RFC 9110 12.5.1). Generated from
+// the configuration in force, so a reload republishes it.
+asio::awaitable<void> send_policy(RequestContext& ctx) {
+  const bool html = ctx.ex.head()[bhttp::field::accept].find("text/html") != std::string_view::npos;
+  ResponseHeader head;
+  head.result(bhttp::status::ok);
+  head.set(bhttp::field::content_type, html ? "text/html; charset=utf-8" : "application/json");
+  head.set(bhttp::field::cache_control, "max-age=300");
+  head.set(bhttp::field::vary, "Accept");
+  ctx.outcome = ops::Outcome::passthrough;
+  const std::string_view body = html ? ctx.settings.policy.html : ctx.settings.policy.json;
+  const Trailers none;
+  co_await send_answer(ctx, head, body, none);
+}
+
+// Records why a covered request is refused for its key (key_required, two key fields).
+void refuse_key(RequestContext& ctx, const KeyVerdict& verdict, std::string detail) {
+  ctx.fail(verdict.outcome == ops::Outcome::missing_key ? ProblemKind::missing_key
+                                                        : ProblemKind::bad_key,
+           std::move(detail), verdict.outcome);
+}
+
+// Phase: route. Decides whether the request is protected, and how.
+asio::awaitable<void> dispatch(RequestContext& ctx) {
+  auto& head = ctx.ex.head();
+  ctx.method.assign(head.method_string());
+  ctx.target.assign(head.target());
+  ctx.grpc = engine::is_grpc_content_type(head[bhttp::field::content_type]);
+  take_request_id(head, ctx.request_id);
+  head.set("X-Request-Id", ctx.request_id);  // forwarded to the upstream
+  follow_trace(ctx);
+  if (const auto& bad = ctx.ex.head_error()) {
+    ctx.fail(bad->kind == HeadError::Kind::too_large ? ProblemKind::header_too_large
+                                                     : ProblemKind::malformed_request,
+             bad->detail, ops::Outcome::bad_request);
+    spdlog::info("malformed request from {}: {}", ctx.ex.peer().ip, bad->detail);
+    co_await send_problem(ctx);
+    co_return;
+  }
+  // Only the proxy writes the fencing token an upstream may trust.
+  if (ctx.settings.fencing) head.erase(kFencingTokenHeader);
+  // Routes match, the fingerprint covers, and the upstream receives one spelling
+  // of the target: the one an upstream's router would resolve it to.
+  const auto& server = ctx.settings.config.server;
+  RequestTarget& target = ctx.ex.kept().normalized;
+  if (const auto bad = normalize_target(
+          head.target(), {server.merge_slashes, server.reject_escaped_slashes}, target)) {
+    ctx.fail(ProblemKind::malformed_request, std::string(*bad), ops::Outcome::bad_request);
+    co_await send_problem(ctx);
+    co_return;
+  }
+  // RFC 9112 3.2.2: with an absolute-form target (HTTP/1.1 only: the HTTP/2 codec
+  // refuses one, RFC 9113 §8.3.1), its authority is the Host.
+  if (!target.authority.empty()) head.set(bhttp::field::host, target.authority);
+  if (target.forward != head.target()) head.target(target.forward);
+  ctx.target.assign(target.forward);
+  const auto& published = ctx.settings.config.policy;
+  if (published.url.empty() && !published.path.empty() && target.route_path == published.path &&
+      ctx.method == "GET") {
+    co_await send_policy(ctx);
+    co_return;
+  }
+  ctx.route = ctx.settings.routes.match(target.route_path);
+  if (!covered(ctx)) {
+    co_await pass_through(ctx);
+    co_return;
+  }
+  const auto& route = *ctx.route;
+  const auto key_count = head.count(route.header);
+  if (key_count == 0 && !route.key_json_pointer.empty()) {
+    const std::optional<std::string_view> none;  // the key is in the body
+    co_await run_idempotent(ctx, none);
+    co_return;
+  }
+  if (key_count == 1) {
+    const std::string key(head[route.header]);
+    const std::optional<std::string_view> key_header = key;
+    co_await run_idempotent(ctx, key_header);
+    co_return;
+  }
+  const auto verdict =
+      engine::Coordinator::judge_key(route, key_count == 0 ? KeyState::absent : KeyState::invalid);
+  if (verdict.kind == KeyVerdict::Kind::forward) {
+    ctx.outcome = verdict.outcome;
+    co_await pass_through(ctx);
+    co_return;
+  }
+  refuse_key(ctx, verdict,
+             key_count == 0 ? "route " + route.name + " requires an " + route.header + " header"
+                            : "more than one " + route.header + " header");
+  co_await send_problem(ctx);
+}
+
+void log_request(const RequestContext& ctx, std::chrono::steady_clock::time_point ended) {
+  if (!ops::access_log_enabled()) return;
+  ops::AccessRecord r;
+  r.request_id = ctx.request_id;
+  r.trace_id = ctx.trace_id;
+  r.original_trace_id = ctx.original_trace_id;
+  r.peer = ctx.ex.peer().ip;
+  r.method = ctx.method;
+  r.target = ctx.target;
+  r.route = ctx.route_name();
+  r.outcome = ops::to_string(ctx.outcome);
+  r.status = ctx.status;
+  r.upstream_status = ctx.upstream_status;
+  r.key_hash = ctx.key_hash;
+  r.duration_ms = std::chrono::duration<double, std::milli>(ended - ctx.started).count();
+  r.upstream_ms = ctx.upstream_ms;
+  ops::log_access(r);
+}
+
+}  // namespace
+
+asio::awaitable<void> Proxy::serve(Exchange& exchange) {
+  RequestContext ctx(exchange, rt_);
+  co_await dispatch(ctx);
+  const auto ended = std::chrono::steady_clock::now();
+  rt_.metrics.count_request(ctx.route_name(), ctx.outcome,
+                            std::chrono::duration<double>(ended - ctx.started).count());
+  log_request(ctx, ended);
+}
+
+}  // namespace idemproxy::http

@@ -1,0 +1,121 @@
+#pragma once
+// Keep-alive connections to the one upstream, and the buffered exchange that the
+// idempotent path uses. Pass-through streams over acquire()/give_back() directly.
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "http/beast.hpp"
+#include "http/exchange.hpp"
+#include "http/stream.hpp"
+#include "idemproxy/config/config.hpp"
+#include "proxy/problem.hpp"
+#include "upstream/h2_upstream.hpp"
+
+namespace idemproxy::http {
+
+struct UpstreamConnection {
+  UpstreamConnection(asio::any_io_executor ex, ssl::context* tls)
+      : stream(tls ? Stream(std::move(ex), *tls) : Stream(std::move(ex))) {}
+  /// A socket bridged to an HTTP/2 connection (H2Upstream).
+  explicit UpstreamConnection(tcp::socket bridged) : stream(std::move(bridged)) {}
+  Stream stream;
+  beast::flat_buffer buffer;
+  bool reused = false;
+};
+
+using StreamingParser = ResponseParser<bhttp::buffer_body>;
+/// Destroys a parser made by read_final_head and returns its memory to where its
+/// fields' memory comes from (a client connection's arena, or the heap).
+struct DeleteParser {
+  void operator()(StreamingParser* parser) const noexcept {
+    ArenaAllocator<StreamingParser> memory(parser->get().get_allocator());
+    parser->~StreamingParser();
+    memory.deallocate(parser, 1);
+  }
+};
+using StreamingParserPtr = std::unique_ptr<StreamingParser, DeleteParser>;
+
+/// The room an answer's body is read through (see relay.cpp's widen_for_body).
+inline constexpr std::size_t kBodyReadSize = std::size_t{64} << 10;
+
+/// Where interim (1xx) answers go while the final one is awaited: the client's
+/// exchange (which sends none to an HTTP/1.0 client, RFC 9110 15.2). Null: dropped.
+struct InterimSink {
+  Exchange* client = nullptr;
+};
+
+/// Reads the upstream's response head into `parser`, past any interim responses:
+/// each 1xx but 101 is forwarded to `sink` (except 100 Continue, which answers an
+/// expectation the proxy handled itself and never forwards) and a fresh parser
+/// reads on (RFC 9110 15.2: a 1xx is never the answer; taking it for one hands the
+/// real answer to the next request on the connection). A 101 is an error: the proxy
+/// never forwards Upgrade, and a server must not switch unasked (RFC 9110 7.8).
+/// `head_request`: the answer to HEAD has no body (RFC 9110 9.3.2). `fields`: where
+/// the answer's fields live (a client connection's arena, or by default the heap).
+asio::awaitable<beast::error_code> read_final_head(UpstreamConnection& conn,
+                                                   StreamingParserPtr& parser, bool head_request,
+                                                   boost::optional<std::uint64_t> body_limit,
+                                                   const InterimSink& sink,
+                                                   FieldsAllocator fields = {});
+
+/// A buffered upstream answer, or the error that prevented one, or (over
+/// max_response_size) what is needed to stream the answer on.
+struct UpstreamAnswer {
+  std::optional<ProxyError> error;
+  bool sent = false;  // whether the request may have reached the upstream
+  StringResponse response;
+  std::vector<store::Header> trailers;  // of a chunked answer (RFC 9110 6.5)
+  /// Set when the body outgrew max_response_size: the parser holds the head, `prefix`
+  /// the body read so far, and `conn` the rest. Never truncated: it is streamed.
+  struct Oversized {
+    std::unique_ptr<UpstreamConnection> conn;
+    StreamingParserPtr parser;
+    std::string prefix;
+  };
+  std::optional<Oversized> oversized;
+};
+
+class UpstreamPool {
+ public:
+  /// `strands`: give each connection its own strand (needed with several I/O
+  /// threads; with one, the strand's locking is pure cost). Throws
+  /// std::runtime_error when an https upstream's TLS settings cannot be loaded.
+  UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config, bool strands);
+
+  /// An idle connection that still looks open, or a new one.
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> acquire(
+      bool fresh);
+  /// Keeps the connection for reuse, if there is room.
+  void give_back(std::unique_ptr<UpstreamConnection> conn);
+
+  /// Sends a whole request and reads the whole response within `timeout`; a body
+  /// larger than max_response_size stops being read and comes back as `oversized`.
+  /// A stale pooled connection that fails before the request is written is retried
+  /// once on a new one; nothing is retried once the request may have been sent.
+  asio::awaitable<UpstreamAnswer> round_trip(StringRequest& request, const InterimSink& interim,
+                                             Duration timeout);
+
+  const config::UpstreamConfig& config() const { return config_; }
+
+ private:
+  /// A new connection: TCP (and TLS), or a socket bridged to HTTP/2.
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> connect();
+  /// A socket bridged to a shared HTTP/2 connection; `established`: see H2Upstream::open.
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> bridged(
+      asio::any_io_executor ex, std::unique_ptr<Stream> established);
+
+  asio::any_io_executor ex_;
+  config::UpstreamConfig config_;
+  std::unique_ptr<ssl::context> tls_;  // https upstreams
+  bool strands_;
+  std::unique_ptr<H2Upstream> h2_;  // upstream.protocol h2c, h2, auto
+  /// auto: whether ALPN chose h2 on the last connection; HTTP/1.1 until it does.
+  std::atomic<bool> auto_h2_{false};
+  std::mutex mu_;
+  std::vector<std::unique_ptr<UpstreamConnection>> idle_;
+};
+
+}  // namespace idemproxy::http

@@ -1,0 +1,178 @@
+// The behaviour table (SPEC.md, "Behaviour"), row by row, over both codecs, in this
+// process: the real codecs and phases on loopback, the memory store, an upstream that
+// counts what it executes. What end-to-end processes test against real peers runs
+// here in milliseconds.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "world.hpp"
+
+namespace idemproxy::testing {
+namespace {
+
+const char* kConfig = R"(store: {memory: {}}
+defaults: {max_body: 64KiB}
+routes:
+  - {name: required, path_prefix: /v1/required, key_required: true}
+  - {name: waits, path_prefix: /v1/waits, on_concurrent: wait, lease: 5s}
+  - {name: orders, path_prefix: /v1/orders}
+  - {name: off, path_prefix: /status, enabled: false}
+)";
+
+Request keyed(std::string key, std::string path = "/v1/orders", std::string body = R"({"a":1})") {
+  return {"POST",
+          std::move(path),
+          {{"Idempotency-Key", std::move(key)}, {"Content-Type", "application/json"}},
+          std::move(body),
+          {}};
+}
+
+std::string problem_type(const Reply& r) {
+  return nlohmann::json::parse(r.body, nullptr, false).value("type", std::string());
+}
+
+class Behaviour : public ::testing::TestWithParam<Codec> {
+ protected:
+  World world{kConfig};
+  Reply send(const Request& r) { return world.send(GetParam(), r); }
+};
+
+TEST_P(Behaviour, AMethodOrRouteNotCoveredIsForwardedUnchanged) {
+  const auto get = send({"GET", "/v1/orders/7", {}, "", {}});
+  EXPECT_EQ(get.status, 201);
+  const auto off = send(keyed("off-1", "/status"));
+  EXPECT_EQ(off.status, 201);
+  EXPECT_EQ(world.executions(), 2);
+  EXPECT_EQ(world.executions("off-1"), 1);
+  EXPECT_EQ(off.field("Idempotent-Replayed"), "");
+}
+
+TEST_P(Behaviour, NoKeyOnAnOptionalRouteIsForwardedAndNothingStored) {
+  send({"POST", "/v1/orders", {}, "{}", {}});
+  send({"POST", "/v1/orders", {}, "{}", {}});
+  EXPECT_EQ(world.executions(""), 2);
+}
+
+TEST_P(Behaviour, NoKeyOnARequiredRouteIs400AndNotForwarded) {
+  const auto r = send({"POST", "/v1/required", {}, "{}", {}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_TRUE(problem_type(r).ends_with("/missing-key")) << r.body;
+  EXPECT_EQ(r.field("Content-Type"), "application/problem+json");
+  EXPECT_EQ(world.executions(), 0);
+}
+
+TEST_P(Behaviour, UnusableKeysAre400AndNotForwarded) {
+  for (const std::string& bad : {std::string(), std::string(256, 'k'), std::string("\"open")}) {
+    const auto r = send(keyed(bad));
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_TRUE(problem_type(r).ends_with("/bad-key")) << r.body;
+  }
+  EXPECT_EQ(world.executions(), 0);
+}
+
+TEST_P(Behaviour, TheFirstRequestExecutesOnceAndRetriesReplayItsAnswer) {
+  const auto first = send(keyed("k-1"));
+  const auto again = send(keyed("k-1"));
+  EXPECT_EQ(first.status, 201);
+  EXPECT_EQ(again.status, 201);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(again.field("Idempotent-Replayed"), "true");
+  EXPECT_EQ(first.field("Idempotent-Replayed"), "");
+  EXPECT_NE(again.field("Idempotency-Key-Expires"), "");
+  EXPECT_EQ(world.executions("k-1"), 1);
+}
+
+TEST_P(Behaviour, TheSameRequestInOtherJsonBytesReplaysToo) {
+  send(keyed("k-json", "/v1/orders", R"({"a":1,"b":2})"));
+  const auto again = send(keyed("k-json", "/v1/orders", R"({ "b": 2, "a": 1 })"));
+  EXPECT_EQ(again.field("Idempotent-Replayed"), "true");
+  EXPECT_EQ(world.executions("k-json"), 1);
+}
+
+TEST_P(Behaviour, AnotherBodyUnderTheSameKeyIs422) {
+  send(keyed("k-2", "/v1/orders", R"({"a":1})"));
+  const auto other = send(keyed("k-2", "/v1/orders", R"({"a":2})"));
+  EXPECT_EQ(other.status, 422);
+  EXPECT_TRUE(problem_type(other).ends_with("/key-mismatch")) << other.body;
+  EXPECT_EQ(world.executions("k-2"), 1);
+}
+
+TEST_P(Behaviour, ASecondRequestWhileTheFirstRunsIs409WithRetryAfter) {
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.delay = std::chrono::milliseconds{300};
+    return a;
+  };
+  const auto replies = world.send_all(GetParam(), {keyed("k-3"), keyed("k-3")});
+  const bool first_won = replies[0].status == 201;
+  const auto& loser = first_won ? replies[1] : replies[0];
+  EXPECT_EQ(loser.status, 409);
+  EXPECT_TRUE(problem_type(loser).ends_with("/request-in-flight")) << loser.body;
+  EXPECT_NE(loser.field("Retry-After"), "");
+  EXPECT_EQ(world.executions("k-3"), 1);
+}
+
+TEST_P(Behaviour, WithOnConcurrentWaitTheSecondGetsTheFirstsAnswer) {
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.delay = std::chrono::milliseconds{300};
+    return a;
+  };
+  const auto replies =
+      world.send_all(GetParam(), {keyed("k-4", "/v1/waits"), keyed("k-4", "/v1/waits")});
+  EXPECT_EQ(replies[0].status, 201);
+  EXPECT_EQ(replies[1].status, 201);
+  EXPECT_EQ(replies[0].body, replies[1].body);
+  EXPECT_EQ(world.executions("k-4"), 1);
+}
+
+TEST_P(Behaviour, AnAnswerNotStoredReleasesTheClaimSoARetryExecutesAgain) {
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.status = 503;
+    return a;
+  };
+  EXPECT_EQ(send(keyed("k-5")).status, 503);
+  EXPECT_EQ(send(keyed("k-5")).status, 503);
+  EXPECT_EQ(world.executions("k-5"), 2);
+}
+
+TEST_P(Behaviour, AnUnreachableUpstreamIs502AndReleasesTheClaim) {
+  world.stop_upstream();
+  const auto r = send(keyed("k-6"));
+  EXPECT_EQ(r.status, 502);
+  EXPECT_TRUE(problem_type(r).ends_with("/upstream-unreachable")) << r.body;
+  const auto again = send(keyed("k-6"));
+  EXPECT_EQ(again.status, 502);  // not in flight, not replayed: released
+}
+
+TEST_P(Behaviour, ABodyOverMaxBodyIs413AndNotForwarded) {
+  const auto r = send(keyed("k-7", "/v1/orders", std::string(70 * 1024, 'x')));
+  EXPECT_EQ(r.status, 413);
+  EXPECT_TRUE(problem_type(r).ends_with("/body-too-large")) << r.body;
+  EXPECT_EQ(world.executions(), 0);
+}
+
+TEST_P(Behaviour, TrailersAreStoredAndReplayedAsTrailers) {
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.trailers = {{"X-Checksum", "abc"}};
+    return a;
+  };
+  Request r = keyed("k-8");
+  r.fields.emplace_back("TE", "trailers");  // HTTP/1.1 clients take trailers only when they say so
+  const auto first = send(r);
+  const auto again = send(r);
+  EXPECT_EQ(again.field("Idempotent-Replayed"), "true");
+  ASSERT_EQ(again.trailers.size(), 1U);
+  EXPECT_EQ(again.trailers[0].second, "abc");
+  EXPECT_EQ(first.trailers, again.trailers);
+  EXPECT_EQ(again.field("X-Checksum"), "");  // never a header field
+}
+
+INSTANTIATE_TEST_SUITE_P(BothCodecs, Behaviour, ::testing::Values(Codec::http1, Codec::http2),
+                         [](const auto& info) { return to_string(info.param); });
+
+}  // namespace
+}  // namespace idemproxy::testing

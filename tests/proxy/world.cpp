@@ -1,0 +1,157 @@
+#include "world.hpp"
+
+#include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+
+#include "idemproxy/ops/logging.hpp"
+#include "proxy/policy_document.hpp"
+#include "server/listener.hpp"
+
+namespace idemproxy::testing {
+
+std::string Reply::field(std::string_view name) const {
+  for (const auto& [n, v] : fields) {
+    if (beast::iequals(n, name)) return v;
+  }
+  return {};
+}
+
+std::string to_string(Codec c) { return c == Codec::http1 ? "http1" : "http2"; }
+
+World::World(const std::string& config, store::Store* store)
+    : memory_(clock_),
+      upstream_(io, {asio::ip::make_address("127.0.0.1"), 0}),
+      listener_(io, {asio::ip::make_address("127.0.0.1"), 0}) {
+  ops::configure_logging("warn", "text");
+  answer = [](const StringRequest&) { return UpstreamAnswer{}; };
+  const std::string text =
+      "upstream: {url: 'http://127.0.0.1:" + std::to_string(upstream_.local_endpoint().port()) +
+      "', timeout: 5s}\n" + config;
+  auto cfg =
+      config::parse_config(text, "world.yaml", [](const std::string&) { return std::nullopt; });
+  runtime_ = std::make_unique<Runtime>(io, make_settings(std::move(cfg)),
+                                       store != nullptr ? *store : memory_, metrics_, 2);
+  runtime_->store_prepared = true;
+  service_ = std::make_unique<ProxyService>(*runtime_);
+  asio::co_spawn(io, accept_upstream(), asio::detached);
+  asio::co_spawn(io, accept_clients(), asio::detached);
+}
+
+World::~World() {
+  beast::error_code ec;
+  listener_.close(ec);
+  upstream_.close(ec);
+  runtime_->draining = true;
+  tracker_.close_idle();
+  for (int i = 0; i < 50 && io.poll() > 0; ++i) {
+  }
+  runtime_.reset();
+}
+
+void World::stop_upstream() {
+  beast::error_code ec;
+  upstream_.close(ec);
+}
+
+int World::executions(const std::string& key) const {
+  const auto it = executions_.find(key);
+  return it == executions_.end() ? 0 : it->second;
+}
+
+void World::run_until(const bool& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{20};
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    io.run_one_for(std::chrono::milliseconds{50});
+  }
+  ASSERT_TRUE(done) << "no answer within 20 s";
+}
+
+Reply World::send(Codec codec, const Request& request) {
+  return send_all(codec, {request}).front();
+}
+
+std::vector<Reply> World::send_all(Codec codec, const std::vector<Request>& requests) {
+  std::vector<Reply> replies(requests.size());
+  std::size_t pending = requests.size();
+  bool done = pending == 0;
+  const auto to = listener_.local_endpoint();
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    asio::co_spawn(
+        io,
+        [&, i]() -> asio::awaitable<void> {
+          // Named, not a temporary in the co_await expression: GCC 12 destroys those twice.
+          if (codec == Codec::http1) {
+            Reply reply = co_await http1_request(to, requests[i]);
+            replies[i] = std::move(reply);
+          } else {
+            Reply reply = co_await http2_request(to, requests[i]);
+            replies[i] = std::move(reply);
+          }
+          if (--pending == 0) done = true;
+        },
+        [](const std::exception_ptr& e) {
+          if (e) std::rethrow_exception(e);
+        });
+  }
+  run_until(done);
+  // What the proxy still does after the client's answer (a completion) settles.
+  for (int i = 0; i < 20 && io.poll() > 0; ++i) {
+  }
+  return replies;
+}
+
+asio::awaitable<void> World::accept_clients() {
+  for (;;) {
+    auto [ec, socket] = co_await listener_.async_accept(use_nothrow);
+    if (ec) co_return;
+    auto conn = std::make_shared<ClientConnection>(std::move(socket), nullptr);
+    asio::co_spawn(io, serve_client(conn, *service_, tracker_), [](const std::exception_ptr& e) {
+      if (e) std::rethrow_exception(e);
+    });
+  }
+}
+
+asio::awaitable<void> World::accept_upstream() {
+  for (;;) {
+    auto [ec, socket] = co_await upstream_.async_accept(use_nothrow);
+    if (ec) co_return;
+    asio::co_spawn(io, serve_upstream(std::move(socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> World::serve_upstream(tcp::socket socket) {
+  beast::flat_buffer buffer;
+  for (;;) {
+    StringRequest req;
+    auto [ec, n] = co_await bhttp::async_read(socket, buffer, req, use_nothrow);
+    if (ec) co_return;
+    ++total_;
+    ++executions_[std::string(req["Idempotency-Key"])];
+    last_ = req;
+    const UpstreamAnswer a = answer(req);
+    if (a.delay.count() > 0) {
+      asio::steady_timer pause(io, a.delay);
+      co_await pause.async_wait(use_nothrow);
+    }
+    if (a.hang_up) co_return;
+    std::string out = "HTTP/1.1 " + std::to_string(a.status) + " X\r\n";
+    for (const auto& [name, value] : a.fields) out += name + ": " + value + "\r\n";
+    if (a.trailers.empty()) {
+      out += "Content-Length: " + std::to_string(a.body.size()) + "\r\n\r\n" + a.body;
+    } else {
+      out += "Transfer-Encoding: chunked\r\n\r\n";
+      if (!a.body.empty()) {
+        char size[32];
+        std::snprintf(size, sizeof size, "%zx\r\n", a.body.size());
+        out += size + a.body + "\r\n";
+      }
+      out += "0\r\n";
+      for (const auto& [name, value] : a.trailers) out += name + ": " + value + "\r\n";
+      out += "\r\n";
+    }
+    auto [wec, w] = co_await asio::async_write(socket, asio::buffer(out), use_nothrow);
+    if (wec) co_return;
+  }
+}
+
+}  // namespace idemproxy::testing

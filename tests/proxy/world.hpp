@@ -1,0 +1,114 @@
+#pragma once
+// A whole proxy in this process, for tests of its behaviour over both codecs in
+// milliseconds: the memory store (or one that is down), an upstream on loopback that
+// counts what it executes, the proxy's listener with its real codecs, and clients
+// that speak HTTP/1.1 (Beast) or HTTP/2 (nghttp2). One io_context runs them all.
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "http/beast.hpp"
+#include "idemproxy/common/clock.hpp"
+#include "idemproxy/ops/metrics.hpp"
+#include "idemproxy/store/memory_store.hpp"
+#include "proxy/runtime.hpp"
+#include "proxy/serve.hpp"
+#include "server/session_tracker.hpp"
+
+namespace idemproxy::testing {
+
+using namespace idemproxy::http;
+
+/// A header field as a client sends or receives it.
+using Field = std::pair<std::string, std::string>;
+
+struct Request {
+  std::string method = "POST";
+  std::string path = "/";
+  std::vector<Field> fields;  // for HTTP/2, pseudo-fields may be given here to override
+  std::string body;
+  /// HTTP/2 only: content-length sent as given (it may disagree with the body), and
+  /// the body sent in DATA frames of these sizes, END_STREAM after the last.
+  std::vector<std::size_t> data_frames;
+};
+
+struct Reply {
+  unsigned status = 0;
+  std::vector<Field> fields;
+  std::string body;
+  std::vector<Field> trailers;
+  std::vector<unsigned> interim;  // 1xx statuses before the final answer
+  bool reset = false;             // HTTP/2: RST_STREAM instead of (all of) an answer
+  std::uint32_t reset_code = 0;
+  bool closed = false;  // the connection ended before an answer
+  std::string field(std::string_view name) const;
+};
+
+enum class Codec { http1, http2 };
+std::string to_string(Codec c);
+
+/// What the upstream does with a request it receives.
+struct UpstreamAnswer {
+  unsigned status = 201;
+  std::vector<Field> fields = {{"Content-Type", "application/json"}};
+  std::string body = R"({"id":1})";
+  std::vector<Field> trailers;  // sent chunked when present
+  std::chrono::milliseconds delay{0};
+  bool hang_up = false;  // close without answering
+};
+
+class World {
+ public:
+  /// `config`: YAML without the upstream line; `store` may replace the memory store.
+  explicit World(const std::string& config, store::Store* store = nullptr);
+  ~World();
+
+  /// Sends `request` on a new connection over `codec` and waits for the answer.
+  Reply send(Codec codec, const Request& request);
+  /// Sends every request at once, each on its own connection; answers in order.
+  std::vector<Reply> send_all(Codec codec, const std::vector<Request>& requests);
+
+  /// How often the upstream executed a request with this Idempotency-Key ("" for
+  /// requests without one).
+  int executions(const std::string& key) const;
+  int executions() const { return total_; }
+  /// The request the upstream received last.
+  const StringRequest& last_request() const { return last_; }
+  /// What the upstream answers next (and from then on).
+  std::function<UpstreamAnswer(const StringRequest&)> answer;
+  /// Stops the upstream: connections are refused.
+  void stop_upstream();
+
+  Runtime& runtime() { return *runtime_; }
+  ops::Metrics& metrics() { return metrics_; }
+  asio::io_context io;
+
+ private:
+  asio::awaitable<void> accept_upstream();
+  asio::awaitable<void> serve_upstream(tcp::socket socket);
+  asio::awaitable<void> accept_clients();
+  void run_until(const bool& done);
+
+  SystemClock clock_;
+  store::MemoryStore memory_;
+  ops::Metrics metrics_;
+  tcp::acceptor upstream_;
+  tcp::acceptor listener_;
+  std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<ProxyService> service_;
+  SessionTracker tracker_;
+  std::map<std::string, int> executions_;
+  int total_ = 0;
+  StringRequest last_;
+};
+
+/// The clients (clients.cpp).
+asio::awaitable<Reply> http1_request(tcp::endpoint to, const Request& request);
+asio::awaitable<Reply> http2_request(tcp::endpoint to, const Request& request);
+
+}  // namespace idemproxy::testing
