@@ -97,7 +97,7 @@ nlohmann::json record_to_json(const store::Record& r, bool summary) {
   return out;
 }
 
-RecordAction show_record(store::Store& store, const store::RecordId& id, bool with_body) {
+RecordAction show_record(store::Views& store, const store::RecordId& id, bool with_body) {
   auto found = store.find(id);
   if (!found.ok()) return store_error(found.error());
   if (!found.value()) return not_found(id, "record");
@@ -106,7 +106,8 @@ RecordAction show_record(store::Store& store, const store::RecordId& id, bool wi
   return a;
 }
 
-RecordAction purge_record(store::Store& store, const store::RecordId& id, std::string_view via) {
+RecordAction purge_record(store::Maintenance& store, const store::RecordId& id,
+                          std::string_view via) {
   auto purged = store.purge(id);
   RecordAction a;
   if (!purged.ok()) {
@@ -120,7 +121,8 @@ RecordAction purge_record(store::Store& store, const store::RecordId& id, std::s
   return a;
 }
 
-RecordAction resolve_record(store::Store& store, const store::RecordId& id, std::string_view via) {
+RecordAction resolve_record(store::Maintenance& store, const store::RecordId& id,
+                            std::string_view via) {
   auto resolved = store.resolve(id);
   RecordAction a;
   if (!resolved.ok()) {
@@ -135,7 +137,7 @@ RecordAction resolve_record(store::Store& store, const store::RecordId& id, std:
   return a;
 }
 
-RecordAction list_records(store::Store& store, const std::string& state, int limit) {
+RecordAction list_records(store::Views& store, const std::string& state, int limit) {
   if (!state.empty() && !store::parse_state(state)) {
     return {RecordAction::Status::bad_request,
             {{"error",
@@ -158,7 +160,7 @@ std::optional<int> parse_limit(std::string_view text) {
   return n;
 }
 
-Collected collect_expired(store::Store& store, int batch_size, int max_batches,
+Collected collect_expired(store::Maintenance& store, int batch_size, int max_batches,
                           const std::vector<TombstoneRoute>& tombstones) {
   Collected c;
   for (int batch = 0; batch < max_batches; ++batch) {

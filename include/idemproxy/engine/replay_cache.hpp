@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "idemproxy/common/clock.hpp"
-#include "idemproxy/store/store.hpp"
+#include "idemproxy/store/record.hpp"
 
 namespace idemproxy::engine {
 

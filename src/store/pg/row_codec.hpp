@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "idemproxy/store/record.hpp"
 #include "idemproxy/store/sealer.hpp"
-#include "idemproxy/store/store.hpp"
 
 namespace idemproxy::store::pg {
 
