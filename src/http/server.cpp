@@ -9,7 +9,7 @@
 #include "http/session.hpp"
 #include "http/tls.hpp"
 #include "idemproxy/http/proxy_server.hpp"
-#include "idemproxy/ops/records.hpp"
+#include "idemproxy/ops/gc.hpp"
 
 namespace idemproxy::http {
 
@@ -258,7 +258,7 @@ asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
     const auto settings = runtime.settings();
     const auto gc = settings->config.gc;
     if (gc.interval.count() <= 0) co_return;
-    const auto tombstones = ops::tombstone_routes(settings->config.routes);
+    const auto tombstones = engine::tombstone_routes(settings->config.routes);
     timer.expires_after(gc.interval);
     co_await timer.async_wait(use_nothrow);
     if (runtime.draining) co_return;

@@ -1,14 +1,11 @@
 #pragma once
 // Records as operators see them: the JSON that `idemproxy keys ...` prints and the
 // admin API returns. One implementation for both.
-#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
-#include "idemproxy/engine/policy.hpp"
 #include "idemproxy/store/maintenance.hpp"
 #include "idemproxy/store/views.hpp"
 
@@ -42,30 +39,5 @@ RecordAction list_records(store::Views& store, const std::string& state, int lim
 /// A listing's limit as the CLI (--limit) and the admin API (?limit=) take it: a
 /// number from 1 to 1000; nothing otherwise.
 std::optional<int> parse_limit(std::string_view text);
-
-/// Deletes expired records in batches of `batch_size` until a batch comes back short
-/// or `max_batches` ran (the in-process GC and `idemproxy gc`).
-struct Collected {
-  std::int64_t deleted = 0;
-  std::int64_t tombstoned = 0;       // answers dropped, their records kept as tombstones
-  std::optional<std::string> error;  // the store failed after `deleted`
-};
-/// Then, for each route (its name and ttl) whose records become tombstones
-/// (after_expiry: reject), drops the answers older than ttl, in the same batches.
-struct TombstoneRoute {
-  std::string name;
-  Duration ttl{};
-};
-Collected collect_expired(store::Maintenance& store, int batch_size, int max_batches,
-                          const std::vector<TombstoneRoute>& tombstones = {});
-/// The routes whose records become tombstones after ttl (after_expiry: reject).
-inline std::vector<TombstoneRoute> tombstone_routes(
-    const std::vector<engine::RoutePolicy>& routes) {
-  std::vector<TombstoneRoute> out;
-  for (const auto& r : routes) {
-    if (r.after_expiry_reject) out.push_back({r.name, r.ttl});
-  }
-  return out;
-}
 
 }  // namespace idemproxy::ops
