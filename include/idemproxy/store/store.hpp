@@ -11,6 +11,7 @@
 namespace idemproxy::store {
 
 /// Where idempotency records live: PgStore (PostgreSQL, and Citus) and MemoryStore.
+/// tests/store/store_contract.hpp states what each must do, once for all of them.
 class Store : public Claims, public Watches, public Views, public Maintenance {};
 
 }  // namespace idemproxy::store
