@@ -5,6 +5,7 @@
 
 #include "cli/cli.hpp"
 #include "idemproxy/config/config.hpp"
+#include "idemproxy/ops/gc.hpp"
 #include "idemproxy/ops/records.hpp"
 #include "idemproxy/store/migrations.hpp"
 #include "idemproxy/store/pg_store.hpp"
@@ -72,7 +73,7 @@ int gc(const Args& args) {
   auto pg = open_pg(config);
   // Until a batch comes back short: max_batches only bounds one in-process run.
   const ops::Collected c = ops::collect_expired(pg, 1000, std::numeric_limits<int>::max(),
-                                                ops::tombstone_routes(config.routes));
+                                                engine::tombstone_routes(config.routes));
   const std::int64_t total = c.deleted;
   if (c.error) {
     std::cerr << "gc failed after deleting " << total << ": " << *c.error << "\n";

@@ -51,7 +51,7 @@ Admission Coordinator::claim(const store::ClaimRequest& claim) {
 
 void Coordinator::claim_async(const store::ClaimRequest& claim,
                               std::function<void(Admission)> done) {
-  store_.claim_async(claim, [this, &claim, done = std::move(done)](auto result) {
+  claims_.claim_async(claim, [this, &claim, done = std::move(done)](auto result) {
     done(admitted(claim, Engine::admission(claim, std::move(result))));
   });
 }
@@ -205,7 +205,7 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
                                  ReplayCache::Request form, std::function<void(Completion)> done) {
   const Deadline started = hooks_.steady_now();  // as in complete()
   auto kept = std::make_shared<store::StoredResponse>(Engine::kept(answer, route));
-  store_.complete_async(
+  claims_.complete_async(
       claim.id, token, *kept, route.record_ttl(),
       [this, &claim, token, &route, &answer, kept, form = std::move(form), started,
        done = std::move(done)](const store::Result<TimePoint>& result) mutable {
@@ -248,9 +248,9 @@ Finish Coordinator::abandon(const store::RecordId& id, std::int64_t token, bool 
 
 Coordinator::Elsewhere Coordinator::wait_elsewhere(const store::RecordId& id,
                                                    const std::shared_ptr<Waiter>& waiter) {
-  if (!store_.announces_finishes()) return Elsewhere::poll;
+  if (!watches_.announces_finishes()) return Elsewhere::poll;
   holders_.add_remote(id, waiter);
-  const auto watched = store_.watch_record(id);
+  const auto watched = watches_.watch_record(id);
   if (!watched.ok()) return Elsewhere::poll;  // the next claim reports the store's state
   return watched.value() ? Elsewhere::announced : Elsewhere::finished;
 }

@@ -11,7 +11,7 @@
 namespace idemproxy::engine {
 
 Admission Engine::admit(const store::ClaimRequest& request) {
-  return admission(request, store_.claim(request));
+  return admission(request, claims_.claim(request));
 }
 
 Admission Engine::admission(const store::ClaimRequest& request,
@@ -100,7 +100,7 @@ Finish Engine::finish(const store::RecordId& id, std::int64_t token, const Route
   if (!stores(policy, response)) return abandon(id, token);
   store::StoredResponse as_kept = kept(response, policy);
   const Finish f =
-      finished(store_.complete(id, token, as_kept, policy.record_ttl()), policy, expires_at);
+      finished(claims_.complete(id, token, as_kept, policy.record_ttl()), policy, expires_at);
   if (f == Finish::stored && stored) *stored = std::move(as_kept);
   return f;
 }
@@ -128,16 +128,16 @@ Finish Engine::finished(const store::Result<TimePoint>& done, const RoutePolicy&
 }
 
 bool Engine::renew(const store::RecordId& id, std::int64_t token, Duration lease) {
-  return store_.renew(id, token, lease).ok();
+  return claims_.renew(id, token, lease).ok();
 }
 
 Finish Engine::abandon(const store::RecordId& id, std::int64_t token) {
-  auto done = store_.release(id, token);
+  auto done = claims_.release(id, token);
   return done.ok() ? Finish::released : from_store(done.error());
 }
 
 Finish Engine::mark_indeterminate(const store::RecordId& id, std::int64_t token) {
-  auto done = store_.mark_indeterminate(id, token);
+  auto done = claims_.mark_indeterminate(id, token);
   return done.ok() ? Finish::indeterminate : from_store(done.error());
 }
 

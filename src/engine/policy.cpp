@@ -64,4 +64,12 @@ bool parse_status_range(std::string_view text, StatusRange& out) {
   return true;
 }
 
+std::vector<ops::TombstoneRoute> tombstone_routes(const std::vector<RoutePolicy>& routes) {
+  std::vector<ops::TombstoneRoute> out;
+  for (const auto& r : routes) {
+    if (r.after_expiry_reject) out.push_back({r.name, r.ttl});
+  }
+  return out;
+}
+
 }  // namespace idemproxy::engine

@@ -97,7 +97,7 @@ nlohmann::json record_to_json(const store::Record& r, bool summary) {
   return out;
 }
 
-RecordAction show_record(store::Store& store, const store::RecordId& id, bool with_body) {
+RecordAction show_record(store::Views& store, const store::RecordId& id, bool with_body) {
   auto found = store.find(id);
   if (!found.ok()) return store_error(found.error());
   if (!found.value()) return not_found(id, "record");
@@ -106,7 +106,8 @@ RecordAction show_record(store::Store& store, const store::RecordId& id, bool wi
   return a;
 }
 
-RecordAction purge_record(store::Store& store, const store::RecordId& id, std::string_view via) {
+RecordAction purge_record(store::Maintenance& store, const store::RecordId& id,
+                          std::string_view via) {
   auto purged = store.purge(id);
   RecordAction a;
   if (!purged.ok()) {
@@ -120,7 +121,8 @@ RecordAction purge_record(store::Store& store, const store::RecordId& id, std::s
   return a;
 }
 
-RecordAction resolve_record(store::Store& store, const store::RecordId& id, std::string_view via) {
+RecordAction resolve_record(store::Maintenance& store, const store::RecordId& id,
+                            std::string_view via) {
   auto resolved = store.resolve(id);
   RecordAction a;
   if (!resolved.ok()) {
@@ -135,7 +137,7 @@ RecordAction resolve_record(store::Store& store, const store::RecordId& id, std:
   return a;
 }
 
-RecordAction list_records(store::Store& store, const std::string& state, int limit) {
+RecordAction list_records(store::Views& store, const std::string& state, int limit) {
   if (!state.empty() && !store::parse_state(state)) {
     return {RecordAction::Status::bad_request,
             {{"error",
@@ -156,32 +158,6 @@ std::optional<int> parse_limit(std::string_view text) {
   const int n = std::stoi(std::string(text));
   if (n < 1 || n > 1000) return std::nullopt;
   return n;
-}
-
-Collected collect_expired(store::Store& store, int batch_size, int max_batches,
-                          const std::vector<TombstoneRoute>& tombstones) {
-  Collected c;
-  for (int batch = 0; batch < max_batches; ++batch) {
-    auto n = store.delete_expired(batch_size);
-    if (!n.ok()) {
-      c.error = n.error().detail;
-      return c;
-    }
-    c.deleted += n.value();
-    if (n.value() < batch_size) break;
-  }
-  for (const auto& route : tombstones) {
-    for (int batch = 0; batch < max_batches; ++batch) {
-      auto n = store.drop_answers(route.name, route.ttl, batch_size);
-      if (!n.ok()) {
-        c.error = n.error().detail;
-        return c;
-      }
-      c.tombstoned += n.value();
-      if (n.value() < batch_size) break;
-    }
-  }
-  return c;
 }
 
 }  // namespace idemproxy::ops

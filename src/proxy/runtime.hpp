@@ -36,7 +36,7 @@ class Runtime {
         upstream(io.get_executor(), settings->config.upstream, settings->config.server.threads > 1),
         completions(coordinator, db_pool, std::size_t{64} << 20),
         cache(settings->config.replay_cache_bytes),
-        coordinator(store, cache, metrics, coordinator_hooks()),
+        coordinator(store, store, cache, metrics, coordinator_hooks()),
         settings_(std::move(settings)) {}
 
   std::shared_ptr<const Settings> settings() const {

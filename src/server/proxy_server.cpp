@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "http/tls.hpp"
+#include "idemproxy/ops/gc.hpp"
 #include "idemproxy/ops/records.hpp"
 #include "proxy/policy_document.hpp"
 #include "proxy/serve.hpp"
@@ -280,7 +281,7 @@ asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
     const auto settings = runtime.settings();
     const auto gc = settings->config.gc;
     if (gc.interval.count() <= 0) co_return;
-    const auto tombstones = ops::tombstone_routes(settings->config.routes);
+    const auto tombstones = engine::tombstone_routes(settings->config.routes);
     timer.expires_after(gc.interval);
     co_await timer.async_wait(use_nothrow);
     if (runtime.draining) co_return;

@@ -5,36 +5,41 @@
 namespace idemproxy::store {
 namespace {
 
-bool lease_over(const Record& r, TimePoint now) {
-  return (r.state == RecordState::in_flight || r.state == RecordState::indeterminate) &&
-         r.locked_until <= now;
+bool held(const Record& r) {
+  return r.state == RecordState::in_flight || r.state == RecordState::indeterminate;
 }
+
+bool lease_over(const Record& r, TimePoint now) { return held(r) && r.locked_until <= now; }
 
 // As kClaim's takeover clause: an in-flight record's TTL never frees it while its
 // holder's lease runs.
 bool reclaimable(const Record& r, TimePoint now, bool retake_stale) {
-  const bool held = r.state == RecordState::in_flight || r.state == RecordState::indeterminate;
   return r.state == RecordState::released ||
-         (r.expires_at <= now && (!held || lease_over(r, now))) ||
+         (r.expires_at <= now && (!held(r) || lease_over(r, now))) ||
          (retake_stale && lease_over(r, now));
 }
 
+const StoreError kFenced{StoreErrc::fenced, "the claim is no longer held"};
+
 }  // namespace
+
+Record MemoryStore::read(const Record& r, TimePoint now) {
+  Record copy = r;
+  copy.expired = r.expires_at <= now;
+  copy.stale = r.state == RecordState::in_flight && r.locked_until <= now;
+  copy.store_now = now;
+  return copy;
+}
 
 Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
   std::lock_guard lock(mu_);
   const TimePoint now = clock_.now();
   const Key key{request.id.scope, request.id.key};
   auto it = records_.find(key);
-  if (it != records_.end() && !reclaimable(it->second, now, request.retake_stale)) {
-    Record copy = it->second;
-    copy.expired = false;
-    copy.store_now = now;
-    copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= now;
-    return ClaimResult{std::move(copy)};
+  if (it != records_.end() && !reclaimable(it->second.record, now, request.retake_stale)) {
+    return ClaimResult{read(it->second.record, now)};
   }
-  const bool took_over = it != records_.end() && (it->second.state == RecordState::in_flight ||
-                                                  it->second.state == RecordState::indeterminate);
+  const bool took_over = it != records_.end() && held(it->second.record);
   Record r;
   r.id = request.id;
   r.fingerprint = request.fingerprint;
@@ -46,14 +51,14 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
   r.created_at = now;
   r.locked_until = now + request.lease;
   r.expires_at = now + request.ttl;
-  records_[key] = r;
+  records_[key] = Entry{r, false};
   return ClaimResult{Claimed{r.token, r.locked_until, took_over}};
 }
 
-Record* MemoryStore::holder(const RecordId& id, std::int64_t token) {
+MemoryStore::Entry* MemoryStore::holder(const RecordId& id, std::int64_t token) {
   auto it = records_.find({id.scope, id.key});
-  if (it == records_.end() || it->second.token != token ||
-      it->second.state != RecordState::in_flight) {
+  if (it == records_.end() || it->second.record.token != token ||
+      it->second.record.state != RecordState::in_flight) {
     return nullptr;
   }
   return &it->second;
@@ -61,30 +66,44 @@ Record* MemoryStore::holder(const RecordId& id, std::int64_t token) {
 
 Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
                                         const StoredResponse& response, Duration ttl) {
-  std::lock_guard lock(mu_);
-  Record* r = holder(id, token);
-  if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
-  r->state = RecordState::completed;
-  r->response = response;
-  r->completed_at = clock_.now();
-  r->expires_at = r->completed_at + ttl;
-  return r->expires_at;
+  bool watched = false;
+  TimePoint expires_at;
+  {
+    std::lock_guard lock(mu_);
+    Entry* e = holder(id, token);
+    if (e == nullptr) return kFenced;
+    Record& r = e->record;
+    r.state = RecordState::completed;
+    // An answer too large to keep is recorded by its status alone.
+    r.response = response.body_stored ? response : StoredResponse{response.status, {}, {}, false};
+    r.completed_at = clock_.now();
+    r.expires_at = r.completed_at + ttl;
+    watched = e->watched;
+    expires_at = r.expires_at;
+  }
+  if (watched) announce_finish(id);
+  return expires_at;
 }
 
 Result<Done> MemoryStore::leave_flight(const RecordId& id, std::int64_t token, RecordState next) {
-  std::lock_guard lock(mu_);
-  Record* r = holder(id, token);
-  if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
-  r->state = next;
+  bool watched = false;
+  {
+    std::lock_guard lock(mu_);
+    Entry* e = holder(id, token);
+    if (e == nullptr) return kFenced;
+    e->record.state = next;
+    watched = e->watched;
+  }
+  if (watched) announce_finish(id);
   return Done{};
 }
 
 Result<TimePoint> MemoryStore::renew(const RecordId& id, std::int64_t token, Duration lease) {
   std::lock_guard lock(mu_);
-  Record* r = holder(id, token);
-  if (r == nullptr) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
-  r->locked_until = clock_.now() + lease;
-  return r->locked_until;
+  Entry* e = holder(id, token);
+  if (e == nullptr) return kFenced;
+  e->record.locked_until = clock_.now() + lease;
+  return e->record.locked_until;
 }
 
 Result<Done> MemoryStore::release(const RecordId& id, std::int64_t token) {
@@ -99,7 +118,7 @@ Result<bool> MemoryStore::resolve(const RecordId& id) {
   std::lock_guard lock(mu_);
   auto it = records_.find({id.scope, id.key});
   if (it == records_.end()) return false;
-  Record& r = it->second;
+  Record& r = it->second.record;
   const bool stale = r.state == RecordState::in_flight && r.locked_until <= clock_.now();
   if (r.state != RecordState::indeterminate && !stale) return false;
   r.state = RecordState::released;
@@ -110,24 +129,19 @@ Result<std::optional<Record>> MemoryStore::find(const RecordId& id) {
   std::lock_guard lock(mu_);
   auto it = records_.find({id.scope, id.key});
   if (it == records_.end()) return std::optional<Record>{};
-  Record copy = it->second;
-  copy.expired = copy.expires_at <= clock_.now();
-  copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= clock_.now();
-  return std::optional<Record>{std::move(copy)};
+  return std::optional<Record>{read(it->second.record, clock_.now())};
 }
 
 Result<std::vector<Record>> MemoryStore::list(std::optional<RecordState> state, int limit) {
   std::lock_guard lock(mu_);
   const TimePoint now = clock_.now();
   std::vector<Record> out;
-  for (const auto& [k, r] : records_) {
-    if (state && r.state != *state) continue;
-    Record copy = r;
+  for (const auto& [k, e] : records_) {
+    if (state && e.record.state != *state) continue;
+    Record copy = read(e.record, now);
     if (copy.response) {
       copy.response = StoredResponse{copy.response->status, {}, {}, copy.response->body_stored};
     }
-    copy.expired = copy.expires_at <= now;
-    copy.stale = copy.state == RecordState::in_flight && copy.locked_until <= now;
     out.push_back(std::move(copy));
   }
   std::sort(out.begin(), out.end(),
@@ -140,20 +154,26 @@ Result<std::int64_t> MemoryStore::count_indeterminate() {
   std::lock_guard lock(mu_);
   return static_cast<std::int64_t>(std::count_if(
       records_.begin(), records_.end(),
-      [](const auto& entry) { return entry.second.state == RecordState::indeterminate; }));
+      [](const auto& entry) { return entry.second.record.state == RecordState::indeterminate; }));
 }
 
 Result<bool> MemoryStore::purge(const RecordId& id) {
-  std::lock_guard lock(mu_);
-  return records_.erase({id.scope, id.key}) > 0;
+  bool purged = false;
+  {
+    std::lock_guard lock(mu_);
+    purged = records_.erase({id.scope, id.key}) > 0;
+  }
+  if (purged) announce_purge(id);
+  return purged;
 }
 
 Result<std::int64_t> MemoryStore::drop_answers(const std::string& route, Duration ttl, int limit) {
   std::lock_guard lock(mu_);
   const TimePoint now = clock_.now();
   std::int64_t dropped = 0;
-  for (auto& [id, r] : records_) {
+  for (auto& [id, e] : records_) {
     if (dropped >= limit) break;
+    Record& r = e.record;
     if (r.route != route || r.state != RecordState::completed || !r.response ||
         !r.response->body_stored || r.completed_at + ttl > now) {
       continue;
@@ -171,11 +191,8 @@ Result<std::int64_t> MemoryStore::delete_expired(int limit) {
   const TimePoint now = clock_.now();
   std::int64_t deleted = 0;
   for (auto it = records_.begin(); it != records_.end() && deleted < limit;) {
-    const Record& r = it->second;
-    const bool held =
-        (r.state == RecordState::in_flight || r.state == RecordState::indeterminate) &&
-        r.locked_until > now;
-    if (r.expires_at <= now && !held) {
+    const Record& r = it->second.record;
+    if (r.expires_at <= now && (!held(r) || lease_over(r, now))) {
       it = records_.erase(it);
       ++deleted;
     } else {
@@ -183,6 +200,37 @@ Result<std::int64_t> MemoryStore::delete_expired(int limit) {
     }
   }
   return deleted;
+}
+
+void MemoryStore::watch(Watchers watchers) {
+  std::lock_guard lock(watch_mu_);
+  watchers_ = std::move(watchers);
+  // Listening from now on, and nothing was missed before: as PgStore says once its
+  // LISTEN is in place.
+  if (watchers_.resumed) watchers_.resumed();
+}
+
+bool MemoryStore::announces_finishes() const {
+  std::lock_guard lock(watch_mu_);
+  return static_cast<bool>(watchers_.finished);
+}
+
+Result<bool> MemoryStore::watch_record(const RecordId& id) {
+  std::lock_guard lock(mu_);
+  auto it = records_.find({id.scope, id.key});
+  if (it == records_.end() || it->second.record.state != RecordState::in_flight) return false;
+  it->second.watched = true;
+  return true;
+}
+
+void MemoryStore::announce_finish(const RecordId& id) {
+  std::lock_guard lock(watch_mu_);
+  if (watchers_.finished) watchers_.finished(id);
+}
+
+void MemoryStore::announce_purge(const RecordId& id) {
+  std::lock_guard lock(watch_mu_);
+  if (watchers_.purged) watchers_.purged(id);
 }
 
 }  // namespace idemproxy::store

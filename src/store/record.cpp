@@ -1,4 +1,4 @@
-#include "idemproxy/store/store.hpp"
+#include "idemproxy/store/record.hpp"
 
 namespace idemproxy::store {
 

@@ -356,23 +356,6 @@ TEST_F(PgCitusTest, ClaimsArrivingWhileTheShardMapIsReadAreGroupCommitted) {
   }
 }
 
-// The routed claim reads what it replaced from the row it updated (taken_over).
-TEST_F(PgCitusTest, ALeaseTakeoverIsToldApartFromAReclaimOfAReleasedRecord) {
-  claim_token(request("stale", 50ms));
-  std::this_thread::sleep_for(120ms);
-  auto retaken = store->claim(request("stale", 30s, 1h, "fp-1", /*retake=*/true));
-  ASSERT_TRUE(retaken.ok());
-  ASSERT_TRUE(std::holds_alternative<Claimed>(retaken.value()));
-  EXPECT_TRUE(std::get<Claimed>(retaken.value()).took_over);
-
-  const auto token = claim_token(request("released"));
-  ASSERT_TRUE(store->release({scope, "released"}, token).ok());
-  auto again = store->claim(request("released"));
-  ASSERT_TRUE(again.ok());
-  ASSERT_TRUE(std::holds_alternative<Claimed>(again.value()));
-  EXPECT_FALSE(std::get<Claimed>(again.value()).took_over);
-}
-
 TEST_F(PgCitusTest, GarbageCollectionReachesEveryShard) {
   for (int i = 0; i < 40; ++i) {
     const auto key = "gc-" + std::to_string(i);

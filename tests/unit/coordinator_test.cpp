@@ -73,7 +73,7 @@ class CoordinatorTest : public ::testing::Test {
   ReplayCache cache{1 << 20};
   ops::Metrics metrics;
   std::vector<Retry> retried;
-  Coordinator coordinator{store, cache, metrics, hooks()};
+  Coordinator coordinator{store, store, cache, metrics, hooks()};
   RoutePolicy route;
   ReplayCache::Request form{"POST", "/v1/orders", "application/json", R"({"n":1})"};
 };
@@ -222,7 +222,7 @@ TEST_F(CoordinatorTest, AReplayFromTheStoreIsCachedForWhatTheStoreSaysIsLeft) {
   const auto c = claim("k");
   // Another instance (its own cache) executed and stored it.
   ReplayCache other_cache{1 << 20};
-  Coordinator other{store, other_cache, metrics, hooks()};
+  Coordinator other{store, store, other_cache, metrics, hooks()};
   const auto first = other.decide(route, c, other.claim(c), budget(), form);
   other.complete(c, first.token, route, created(), form);
   clock.advance(route.ttl - 10s);  // 10 s of the record's life left, by the store's clock

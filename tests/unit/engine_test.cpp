@@ -254,22 +254,6 @@ TEST_F(EngineTest, CompletionRestartsTheTtl) {
   EXPECT_EQ(engine.admit(request("k")).kind, Kind::replay);
 }
 
-TEST(MemoryStore, DeleteExpiredSkipsLiveRecordsAndHonoursTheLimit) {
-  FakeClock clock;
-  store::MemoryStore s(clock);
-  for (int i = 0; i < 5; ++i) {
-    auto r = s.claim({{"", "old" + std::to_string(i)}, "fp", 1s, 1min, "r", "POST", "/"});
-    s.complete({"", "old" + std::to_string(i)}, std::get<store::Claimed>(r.value()).token,
-               {200, {}, ""}, 1min);
-  }
-  clock.advance(2min);
-  s.claim({{"", "fresh"}, "fp", 1s, 1h, "r", "POST", "/"});
-  EXPECT_EQ(s.delete_expired(3).value(), 3);
-  EXPECT_EQ(s.delete_expired(100).value(), 2);
-  EXPECT_EQ(s.delete_expired(100).value(), 0);
-  EXPECT_TRUE(s.find({"", "fresh"}).value().has_value());
-}
-
 // Issue 10, defect 5, on the memory store: the TTL of an in-flight record never frees
 // it while the holder's lease runs; a renewed lease keeps it; a lapsed one frees it.
 TEST_F(EngineTest, AnInFlightRecordPastItsTtlIsHeldUntilItsLeaseLapses) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "idemproxy/ops/gc.hpp"
 #include "idemproxy/store/memory_store.hpp"
 
 using namespace idemproxy;

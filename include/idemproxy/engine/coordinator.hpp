@@ -18,6 +18,7 @@
 #include "idemproxy/engine/local_holders.hpp"
 #include "idemproxy/engine/replay_cache.hpp"
 #include "idemproxy/ops/metrics.hpp"
+#include "idemproxy/store/watches.hpp"
 
 namespace idemproxy::engine {
 
@@ -115,8 +116,16 @@ class Coordinator {
         retry_completion = [](auto&&...) { return false; };
   };
 
-  Coordinator(store::Store& store, ReplayCache& cache, ops::Metrics& metrics, Hooks hooks)
-      : store_(store), engine_(store), cache_(cache), metrics_(metrics), hooks_(std::move(hooks)) {}
+  /// The store in its two roles here: `claims` for the request path, `watches` for
+  /// requests that wait for another instance.
+  Coordinator(store::Claims& claims, store::Watches& watches, ReplayCache& cache,
+              ops::Metrics& metrics, Hooks hooks)
+      : claims_(claims),
+        watches_(watches),
+        engine_(claims),
+        cache_(cache),
+        metrics_(metrics),
+        hooks_(std::move(hooks)) {}
 
   /// A cached answer for `id` on an enforcing route, if any. It replays a retry with
   /// the very same bytes (entry.request.same) or the same fingerprint; anything else
@@ -132,7 +141,7 @@ class Coordinator {
   /// (queues_store_calls()): `done` is called on the store's thread with the verdict.
   /// `claim` must stay alive until then.
   void claim_async(const store::ClaimRequest& claim, std::function<void(Admission)> done);
-  bool queues_store_calls() const { return store_.queues_calls(); }
+  bool queues_store_calls() const { return claims_.queues_calls(); }
 
   /// What the verdict means on `route`. A replay from the store is cached first,
   /// valid for what the store said was left of its lifetime; `form` is the request
@@ -182,7 +191,7 @@ class Coordinator {
   /// Whether complete_async() can carry this answer: the store queues its calls and
   /// the answer is stored (others release the claim, a blocking call).
   bool completes_async(const RoutePolicy& route, const store::StoredResponse& answer) const {
-    return store_.queues_calls() && Engine::stores(route, answer);
+    return claims_.queues_calls() && Engine::stores(route, answer);
   }
 
   /// Gives up a claim (database pool). Nothing was `sent`: released, a retry may
@@ -217,7 +226,8 @@ class Coordinator {
                        ReplayCache::Request form, Deadline started, Completion c,
                        store::StoredResponse stored);
 
-  store::Store& store_;
+  store::Claims& claims_;
+  store::Watches& watches_;
   Engine engine_;
   ReplayCache& cache_;
   ops::Metrics& metrics_;

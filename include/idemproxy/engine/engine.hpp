@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "idemproxy/engine/policy.hpp"
-#include "idemproxy/store/store.hpp"
+#include "idemproxy/store/claims.hpp"
 
 namespace idemproxy::engine {
 
@@ -48,7 +48,7 @@ enum class Finish {
 
 class Engine {
  public:
-  explicit Engine(store::Store& store) : store_(store) {}
+  explicit Engine(store::Claims& claims) : claims_(claims) {}
 
   /// Claims the key or explains why the request must not execute now.
   Admission admit(const store::ClaimRequest& request);
@@ -67,7 +67,7 @@ class Engine {
   /// its grpc-status (store_grpc_status). Others release the claim, and so does an
   /// answer whose upstream opted out (Idempotency-Policy: no-store).
   static bool stores(const RoutePolicy& policy, const store::StoredResponse& response);
-  /// finish() in parts, for a store call answered later (Store::complete_async): the
+  /// finish() in parts, for a store call answered later (Claims::complete_async): the
   /// response as it is stored, then what the store's answer means.
   static store::StoredResponse kept(const store::StoredResponse& response,
                                     const RoutePolicy& policy);
@@ -88,10 +88,8 @@ class Engine {
   /// The request reached the upstream, but no answer came back that can be stored.
   Finish mark_indeterminate(const store::RecordId& id, std::int64_t token);
 
-  store::Store& store() { return store_; }
-
  private:
-  store::Store& store_;
+  store::Claims& claims_;
 };
 
 /// Headers that describe one connection, not the message (RFC 9110 7.6.1, with the

@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "idemproxy/store/store.hpp"
+#include "idemproxy/store/record.hpp"
 
 namespace idemproxy::engine {
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "idemproxy/common/clock.hpp"
+#include "idemproxy/ops/gc.hpp"
 
 namespace idemproxy::engine {
 
@@ -120,5 +121,9 @@ class RouteTable {
 
 /// Parses "2xx" or "201"; returns false on anything else.
 bool parse_status_range(std::string_view text, StatusRange& out);
+
+/// The routes whose records become tombstones after ttl (after_expiry: reject), as
+/// garbage collection takes them.
+std::vector<ops::TombstoneRoute> tombstone_routes(const std::vector<RoutePolicy>& routes);
 
 }  // namespace idemproxy::engine

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "idemproxy/common/clock.hpp"
-#include "idemproxy/store/store.hpp"
+#include "idemproxy/store/record.hpp"
 
 namespace idemproxy::engine {
 

@@ -1,15 +1,13 @@
 #pragma once
 // Records as operators see them: the JSON that `idemproxy keys ...` prints and the
 // admin API returns. One implementation for both.
-#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
-#include "idemproxy/engine/policy.hpp"
-#include "idemproxy/store/store.hpp"
+#include "idemproxy/store/maintenance.hpp"
+#include "idemproxy/store/views.hpp"
 
 namespace idemproxy::ops {
 
@@ -27,42 +25,19 @@ struct RecordAction {  // NOLINT(bugprone-exception-escape)
 /// With `with_body`, the stored body too: as `body` when it is UTF-8, else as
 /// `body_base64`; never for a sealed record (store.encryption), whose body stays
 /// withheld (`body_withheld` says why).
-RecordAction show_record(store::Store& store, const store::RecordId& id, bool with_body = false);
+RecordAction show_record(store::Views& store, const store::RecordId& id, bool with_body = false);
 /// Purge and resolve change what the next request with the key does: each logs an
 /// audit line naming `via` (the admin API or the CLI), the scope and a hash of the
 /// key (never the key), and what happened.
-RecordAction purge_record(store::Store& store, const store::RecordId& id, std::string_view via);
-RecordAction resolve_record(store::Store& store, const store::RecordId& id, std::string_view via);
+RecordAction purge_record(store::Maintenance& store, const store::RecordId& id,
+                          std::string_view via);
+RecordAction resolve_record(store::Maintenance& store, const store::RecordId& id,
+                            std::string_view via);
 /// `state` empty means any state.
-RecordAction list_records(store::Store& store, const std::string& state, int limit);
+RecordAction list_records(store::Views& store, const std::string& state, int limit);
 
 /// A listing's limit as the CLI (--limit) and the admin API (?limit=) take it: a
 /// number from 1 to 1000; nothing otherwise.
 std::optional<int> parse_limit(std::string_view text);
-
-/// Deletes expired records in batches of `batch_size` until a batch comes back short
-/// or `max_batches` ran (the in-process GC and `idemproxy gc`).
-struct Collected {
-  std::int64_t deleted = 0;
-  std::int64_t tombstoned = 0;       // answers dropped, their records kept as tombstones
-  std::optional<std::string> error;  // the store failed after `deleted`
-};
-/// Then, for each route (its name and ttl) whose records become tombstones
-/// (after_expiry: reject), drops the answers older than ttl, in the same batches.
-struct TombstoneRoute {
-  std::string name;
-  Duration ttl{};
-};
-Collected collect_expired(store::Store& store, int batch_size, int max_batches,
-                          const std::vector<TombstoneRoute>& tombstones = {});
-/// The routes whose records become tombstones after ttl (after_expiry: reject).
-inline std::vector<TombstoneRoute> tombstone_routes(
-    const std::vector<engine::RoutePolicy>& routes) {
-  std::vector<TombstoneRoute> out;
-  for (const auto& r : routes) {
-    if (r.after_expiry_reject) out.push_back({r.name, r.ttl});
-  }
-  return out;
-}
 
 }  // namespace idemproxy::ops

@@ -1,5 +1,7 @@
 #pragma once
-// A single-process, non-durable store: local development and unit tests.
+// A single-process, non-durable store: local development and unit tests. It keeps
+// the same contract as PgStore (tests/store/store_contract.hpp), announcements
+// included, so what passes against it holds against the database.
 #include <map>
 #include <mutex>
 #include <utility>
@@ -26,17 +28,35 @@ class MemoryStore final : public Store {
   Result<std::int64_t> drop_answers(const std::string& route, Duration ttl, int limit) override;
   Result<Done> ping() override { return Done{}; }
   Result<std::int64_t> count_indeterminate() override;
+  /// Announces on the calling thread, once the change is made: every purge, and the
+  /// finish of every watched record.
+  void watch(Watchers watchers) override;
+  /// While watching (watch() with `finished` set).
+  bool announces_finishes() const override;
+  Result<bool> watch_record(const RecordId& id) override;
 
  private:
   using Key = std::pair<std::string, std::string>;
-  Record* holder(const RecordId& id, std::int64_t token);
+  struct Entry {
+    Record record;
+    bool watched = false;  // a waiter wants its finish announced; a new claim clears it
+  };
+  Entry* holder(const RecordId& id, std::int64_t token);
   /// Moves the holder's in-flight record to `next`; fenced if `token` no longer holds it.
   Result<Done> leave_flight(const RecordId& id, std::int64_t token, RecordState next);
+  /// A copy of `r` as read at `now`: expired and stale judged then.
+  static Record read(const Record& r, TimePoint now);
+  void announce_finish(const RecordId& id);
+  void announce_purge(const RecordId& id);
 
   const Clock& clock_;
   std::mutex mu_;
-  std::map<Key, Record> records_;
+  std::map<Key, Entry> records_;
   std::int64_t next_token_ = 1;
+  // Announcements run under their own lock, never under mu_, so a watcher may call
+  // the store; recursive, so it may also call watch().
+  mutable std::recursive_mutex watch_mu_;
+  Watchers watchers_;
 };
 
 }  // namespace idemproxy::store

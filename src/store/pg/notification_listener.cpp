@@ -13,7 +13,7 @@ void NotificationListener::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void NotificationListener::start(Store::Watchers watchers) {
+void NotificationListener::start(Watches::Watchers watchers) {
   stop();
   stopping_ = false;
   thread_ = std::thread([this, watchers = std::move(watchers)] {

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "idemproxy/store/store.hpp"
+#include "idemproxy/store/watches.hpp"
 
 namespace idemproxy::store::pg {
 
@@ -21,7 +21,7 @@ class NotificationListener {
   /// Calls the watchers from its own thread for every purged or finished (watched)
   /// record, reconnecting after failures, until stop() (one listener at a time:
   /// start() stops the last one).
-  void start(Store::Watchers watchers);
+  void start(Watches::Watchers watchers);
   void stop();
 
  private:

@@ -108,10 +108,13 @@ Record RowCodec::read(const pqxx::row& row, const Columns& at, const RecordId& i
   if (r.state == RecordState::completed && !row[at.status].is_null()) {
     StoredResponse resp;
     resp.status = row[at.status].as<int>();
-    if (!row[at.headers].is_null()) {
+    // A listing reads neither (kList): its body only says whether one is kept.
+    if (!listing && !row[at.headers].is_null()) {
       resp.headers = decode_headers(opened(pqxx::binarystring(row[at.headers]).str(), "headers"));
     }
-    if (!row[at.body].is_null()) resp.body = opened(pqxx::binarystring(row[at.body]).str(), "body");
+    if (!listing && !row[at.body].is_null()) {
+      resp.body = opened(pqxx::binarystring(row[at.body]).str(), "body");
+    }
     resp.body_stored = !row[at.body].is_null();
     r.response = std::move(resp);
   }

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "idemproxy/store/record.hpp"
 #include "idemproxy/store/sealer.hpp"
-#include "idemproxy/store/store.hpp"
 
 namespace idemproxy::store::pg {
 
@@ -18,7 +18,7 @@ struct Columns {
   int claimed, fingerprint, state, token, route, method, target, created_ms, locked_ms, expires_ms,
       expired, stale, status, headers, body, key_id, store_now_ms;
   int took_over = -1;     // claims only
-  int completed_ms = -1;  // records read whole (not listings)
+  int completed_ms = -1;  // when the result has it
 };
 
 TimePoint from_ms(const pqxx::field& f);
@@ -28,8 +28,9 @@ class RowCodec {
   explicit RowCodec(std::shared_ptr<const Sealer> sealer) : sealer_(std::move(sealer)) {}
 
   /// The record in `row`. Throws UnreadableRecord when a sealed field does not open;
-  /// `listing`: a sealed fingerprint that does not open is shown by its key id
-  /// instead of failing the whole list (listings never include bodies).
+  /// `listing` (kList): a sealed fingerprint that does not open is shown by its key
+  /// id instead of failing the whole list, and the stored fields are not read (a
+  /// listing's body only says whether one is kept).
   Record read(const pqxx::row& row, const Columns& at, const RecordId& id,
               bool listing = false) const;
   /// The stored form of a field: sealed under the current key, or as it is.

@@ -1,0 +1,56 @@
+#pragma once
+// The request path's role: claim a key, then complete, renew, release or abandon the
+// claim under its fencing token. The engine depends on this alone (and on watches.hpp
+// for waiting).
+#include <cstdint>
+#include <functional>
+
+#include "idemproxy/store/record.hpp"
+
+namespace idemproxy::store {
+
+/// Claims and what their holder does with them. Implementations are thread-safe and
+/// may block; the proxy calls them from its database pool, never from an I/O thread
+/// (except claim_async and complete_async on a store that queues_calls()).
+class Claims {
+ public:
+  virtual ~Claims() = default;
+
+  /// Atomically claims `id` unless a live record holds it. A released record, an
+  /// expired one that no live holder has (an in-flight record is live until its
+  /// lease runs out, whatever its TTL), or, with retake_stale, one whose lease ran
+  /// out is claimed anew under a new token.
+  virtual Result<ClaimResult> claim(const ClaimRequest& request) = 0;
+  /// Stores the response and starts the TTL; only the holder of `token` may.
+  virtual Result<TimePoint> complete(const RecordId& id, std::int64_t token,
+                                     const StoredResponse& response, Duration ttl) = 0;
+
+  /// claim() and complete() answered through a callback instead of a blocked
+  /// thread. A store that queues them (queues_calls()) returns at once and calls
+  /// `done` later, on a thread of its own, so the caller may be an I/O thread; the
+  /// arguments must stay alive until `done` is called. Otherwise `done` is called
+  /// here, after the blocking call.
+  using ClaimDone = std::function<void(Result<ClaimResult>)>;
+  using CompleteDone = std::function<void(Result<TimePoint>)>;
+  // Sinks, which the overrides keep:
+  // NOLINTBEGIN(performance-unnecessary-value-param)
+  virtual void claim_async(const ClaimRequest& request, ClaimDone done) { done(claim(request)); }
+  virtual void complete_async(const RecordId& id, std::int64_t token,
+                              const StoredResponse& response, Duration ttl, CompleteDone done) {
+    done(complete(id, token, response, ttl));
+  }
+  // NOLINTEND(performance-unnecessary-value-param)
+  /// Whether claim_async and complete_async return without blocking.
+  virtual bool queues_calls() const { return false; }
+
+  /// Extends the holder's lease to now + `lease` (its heartbeat while the upstream
+  /// works); returns the new end. Fenced when `token` no longer holds the record.
+  virtual Result<TimePoint> renew(const RecordId& id, std::int64_t token, Duration lease) = 0;
+  /// Gives the claim up so a retry executes again; only the holder of `token` may.
+  virtual Result<Done> release(const RecordId& id, std::int64_t token) = 0;
+  /// Records that the upstream got the request but the outcome is unknown; only the
+  /// holder of `token` may. The record keeps its lease and TTL.
+  virtual Result<Done> mark_indeterminate(const RecordId& id, std::int64_t token) = 0;
+};
+
+}  // namespace idemproxy::store

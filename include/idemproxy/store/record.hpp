@@ -1,0 +1,137 @@
+#pragma once
+// What the store keeps and answers: records, claims, and its errors as values. The
+// roles a store plays are in claims.hpp, watches.hpp, views.hpp and maintenance.hpp.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "idemproxy/common/clock.hpp"
+
+namespace idemproxy::store {
+
+/// A record is identified by (scope, key).
+struct RecordId {
+  std::string scope;
+  std::string key;
+};
+
+/// One string per record (scope '\n' key), for in-process maps: a key is printable
+/// ASCII (engine::parse_key), so no two records share one. The purge notification's
+/// payload has the same form.
+inline std::string slot_key(const RecordId& id) { return id.scope + '\n' + id.key; }
+
+/// in_flight: claimed, executing (or its holder vanished, once the lease ran out).
+/// completed: the response is stored and replayed. released: a retry executes again.
+/// indeterminate: the upstream got the request but the outcome is unknown.
+enum class RecordState { in_flight, completed, released, indeterminate };
+std::string_view to_string(RecordState state);
+std::optional<RecordState> parse_state(std::string_view text);
+
+struct Header {
+  std::string name;
+  std::string value;
+  bool operator==(const Header&) const = default;
+};
+
+/// What the upstream answered, as kept for replay.
+/// The executing request's trace id travels among a stored response's headers under
+/// this name, which no HTTP field can have (a field-name is a token, RFC 9110 5.1):
+/// replays never send it; their log lines name it as original_trace_id.
+inline constexpr std::string_view kTraceIdEntry = ":trace-id";
+
+struct StoredResponse {
+  int status = 0;
+  std::vector<Header> headers;
+  std::string body;
+  /// False when the answer was larger than upstream.max_response_size: the record
+  /// keeps only the status, and is never replayed (a replay would be truncated).
+  bool body_stored = true;
+  /// Trailer fields (RFC 9110 6.5) that followed the body: gRPC's status travels in
+  /// them. Replayed as trailers.
+  std::vector<Header> trailers{};
+};
+
+struct Record {
+  RecordId id;
+  std::string fingerprint;
+  RecordState state = RecordState::in_flight;
+  std::int64_t token = 0;
+  std::string route;
+  std::string method;
+  std::string target;
+  TimePoint created_at;
+  TimePoint locked_until;  // meaningful while in flight
+  TimePoint expires_at;
+  TimePoint completed_at;                  // meaningful once completed
+  bool expired = false;                    // judged by the store's clock when the record was read
+  TimePoint store_now;                     // the store's clock when the record was read
+  bool stale = false;                      // in flight with its lease run out: the holder vanished
+  std::optional<StoredResponse> response;  // set when completed
+  /// The id of the key that sealed the stored fields (store.encryption); unset when
+  /// they are in the clear.
+  std::optional<std::string> sealed_with;
+};
+
+struct ClaimRequest {
+  RecordId id;
+  std::string fingerprint;
+  Duration lease{};
+  Duration ttl{};
+  std::string route;
+  std::string method;
+  std::string target;
+  /// Take over a record whose lease ran out (in flight or indeterminate) instead of
+  /// reporting it: the route's on_stale: retake.
+  bool retake_stale = false;
+  /// The route's after_expiry: reject. A completed record kept past `ttl` (its
+  /// expiry is the tombstone's) answers `expired` instead of replaying.
+  bool tombstones = false;
+};
+
+/// The caller now holds the record under this fencing token.
+struct Claimed {
+  std::int64_t token = 0;
+  TimePoint locked_until;
+  bool took_over = false;  // from a holder whose lease ran out (on_stale: retake)
+};
+
+/// Either the caller won the claim, or a live record already exists.
+using ClaimResult = std::variant<Claimed, Record>;
+
+enum class StoreErrc {
+  unavailable,  // the store did not answer; nothing is known
+  fenced,       // the caller's token is no longer current
+  unreadable,   // the record exists but cannot be opened (unknown key, or altered)
+};
+
+struct StoreError {
+  StoreErrc code = StoreErrc::unavailable;
+  std::string detail;
+};
+
+/// A value or the store error that prevented it.
+template <class T>
+class Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}
+  Result(StoreError error) : v_(std::move(error)) {}
+  bool ok() const { return v_.index() == 0; }
+  T& value() { return std::get<0>(v_); }
+  const T& value() const { return std::get<0>(v_); }
+  const StoreError& error() const { return std::get<1>(v_); }
+
+ private:
+  std::variant<T, StoreError> v_;
+};
+
+struct Done {};
+
+/// Encodes headers as "Name: value\r\n" lines, the form they take on the wire.
+std::string encode_headers(const std::vector<Header>& headers);
+std::vector<Header> decode_headers(std::string_view block);
+
+}  // namespace idemproxy::store

@@ -1,0 +1,37 @@
+#pragma once
+// The operators' role: what the admin API, the CLI, readiness and the metrics read
+// from the store. Nothing here changes a record.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "idemproxy/store/record.hpp"
+
+namespace idemproxy::store {
+
+/// Records as they are now, and the store's own health and figures.
+class Views {
+ public:
+  virtual ~Views() = default;
+
+  /// The record of `id`, whole (its stored answer too), or nothing.
+  virtual Result<std::optional<Record>> find(const RecordId& id) = 0;
+  /// The most recently created records, newest first, optionally in one state.
+  /// Stored headers and bodies are not loaded.
+  virtual Result<std::vector<Record>> list(std::optional<RecordState> state, int limit) = 0;
+  /// How many records are indeterminate now (an operator must decide each one).
+  virtual Result<std::int64_t> count_indeterminate() = 0;
+  /// Whether the store answers (readiness).
+  virtual Result<Done> ping() = 0;
+
+  /// A figure the store reports about itself (pool, batching), rendered as a metric.
+  struct Sample {
+    const char* name;  // with its labels
+    const char* help;
+    double value = 0;
+    bool counter = false;  // a total since start; otherwise a gauge
+  };
+  virtual std::vector<Sample> stats() { return {}; }
+};
+
+}  // namespace idemproxy::store

@@ -1,0 +1,68 @@
+#pragma once
+// The request path's statements (store/claims.hpp): a claim, single or routed (Citus),
+// and what its holder does with it, each fenced on the claim's token.
+#include "store/pg/statements_parts.hpp"
+
+namespace idemproxy::store::pg {
+
+// Claims (scope, key) in one statement and one round trip, on plain PostgreSQL: the
+// claimed row, or else the live row unchanged (claimed false).
+// Every column is named, so bench/ can run this exact text under pgbench (\gset).
+// Zero rows means a concurrent claim committed after this statement's snapshot:
+// the caller runs it again and then sees that row. took_over tells whether the
+// claim took over a vanished holder's live record (a lease takeover).
+inline constexpr Statement kClaim{
+    "idemproxy_claim", "WITH claimed AS (" IDEMPROXY_CLAIM_INSERT
+                       " RETURNING r.*)"
+                       " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
+                       ", taken_over AS took_over FROM claimed"
+                       " UNION ALL"
+                       " SELECT false, " IDEMPROXY_RECORD_COLUMNS
+                       ", false FROM idempotency_records"
+                       "  WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"};
+
+// The claim on Citus: the INSERT alone, one single-shard router query. Citus plans a
+// data-modifying CTE as separate subplans run in turn, so kClaim's lookup of the
+// live row cannot share its statement; when this returns no row, the caller reads
+// the live row with kFind (a second round trip, for duplicates only).
+inline constexpr Statement kClaimRouted{
+    "idemproxy_claim_routed", IDEMPROXY_CLAIM_INSERT " RETURNING " IDEMPROXY_CLAIMED_COLUMNS};
+
+// Completion fences on the token. watched: another instance's request waits for
+// this record (kWatch); the caller then announces the finish (kAnnounce).
+inline constexpr Statement kComplete{
+    "idemproxy_complete",
+    "UPDATE idempotency_records SET state = 'completed', status = $4,"
+    " headers = $5, body = $6, completed_at = now(), locked_until = NULL, key_id = $8,"
+    " expires_at = now() + $7::bigint * interval '1 millisecond'"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
+    " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched"};
+
+// Withdraws a claim whose answer was lost with its connection, when sending it again
+// could not learn its fate either: the request was answered without reaching the
+// upstream, so the claim, if it committed, only blocks the client's retry until its
+// lease runs out. It is found by its nonce, so it never touches a later claim.
+inline constexpr Statement kWithdraw{
+    "idemproxy_withdraw",
+    "UPDATE idempotency_records SET state = 'released', locked_until = NULL"
+    " WHERE scope = $1 AND key = $2 AND claim_nonce = $3 AND state = 'in_flight'"
+    " RETURNING watched"};
+
+inline constexpr Statement kRelease{
+    "idemproxy_release",
+    "UPDATE idempotency_records SET state = 'released', locked_until = NULL"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight' RETURNING watched"};
+
+// The holder's heartbeat: extends its lease while it waits on the upstream.
+inline constexpr Statement kRenew{
+    "idemproxy_renew",
+    "UPDATE idempotency_records SET locked_until = now() + $4::bigint * interval '1 millisecond'"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
+    " RETURNING " IDEMPROXY_MS("locked_until")};
+
+inline constexpr Statement kMarkIndeterminate{
+    "idemproxy_mark_indeterminate",
+    "UPDATE idempotency_records SET state = 'indeterminate'"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight' RETURNING watched"};
+
+}  // namespace idemproxy::store::pg

@@ -1,0 +1,79 @@
+#pragma once
+// The pieces the statements share: the Statement type, the record's columns as
+// every answer carries them, and the claim's INSERT with its takeover clause, so
+// single, routed and batched claims decide alike. The macros stay defined: each
+// statements_*.hpp expands them where it defines its statements (IDEMPROXY_ names
+// clash with nothing else).
+
+namespace idemproxy::store::pg {
+
+struct Statement {
+  const char* name;
+  const char* sql;
+};
+
+// Epoch milliseconds of a timestamptz, with immutable functions only.
+#define IDEMPROXY_MS(t) "(extract(epoch from (" t ") - 'epoch'::timestamptz) * 1000)::bigint"
+
+// clang-format off
+#define IDEMPROXY_RECORD_COLUMNS                                                        \
+  "fingerprint, state, token, route, method, target, "                                  \
+  IDEMPROXY_MS("created_at") " AS created_ms, "                                         \
+  IDEMPROXY_MS("coalesce(locked_until, created_at)") " AS locked_ms, "                  \
+  IDEMPROXY_MS("expires_at") " AS expires_ms, expires_at <= now() AS expired, "         \
+  "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, "   \
+  "key_id, (extract(epoch from now()) * 1000)::bigint AS store_now_ms, "               \
+  IDEMPROXY_MS("coalesce(completed_at, created_at)") " AS completed_ms"
+
+// A row the claim just wrote: its clock is its created_at (now() when it ran), and it
+// is neither expired nor stale. Immutable functions only, for RETURNING on Citus.
+#define IDEMPROXY_CLAIMED_COLUMNS                                                       \
+  "true AS claimed, fingerprint, state, token, route, method, target, "                 \
+  IDEMPROXY_MS("created_at") " AS created_ms, "                                         \
+  IDEMPROXY_MS("locked_until") " AS locked_ms, "                                        \
+  IDEMPROXY_MS("expires_at") " AS expires_ms, false AS expired, false AS stale, "       \
+  "status, headers, body, key_id, "                                                     \
+  IDEMPROXY_MS("created_at") " AS store_now_ms, "                                       \
+  IDEMPROXY_MS("created_at") " AS completed_ms, taken_over AS took_over"
+// clang-format on
+
+// How a claim takes over an existing row: when it was released; when it has expired
+// and no live holder has it (an in-flight row's TTL says nothing about its holder,
+// which renews its lease while it waits on the upstream: only a lease that ran out
+// frees it); when it is this very claim, sent again because the answer to the first
+// send was lost with its connection (the same claim_nonce; docs/RELIABILITY.md); or
+// (with the retake parameter that follows) its lease ran out. Shared by every claim
+// form, so single, routed and batched claims decide alike. Times compare with
+// EXCLUDED.created_at, the claim's now(): Citus refuses now() here. taken_over
+// records whether a live holder was replaced (a lease takeover).
+#define IDEMPROXY_CLAIM_TAKEOVER                                                                \
+  " ON CONFLICT (scope, key) DO UPDATE SET"                                                     \
+  "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"          \
+  "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"               \
+  "  created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until,"                   \
+  "  expires_at = EXCLUDED.expires_at, completed_at = NULL, status = NULL, headers = NULL,"     \
+  "  body = NULL, key_id = EXCLUDED.key_id, watched = false,"                                   \
+  "  claim_nonce = EXCLUDED.claim_nonce, taken_over = CASE"                                     \
+  "  WHEN r.claim_nonce = EXCLUDED.claim_nonce THEN r.taken_over"                               \
+  "  ELSE r.state IN ('in_flight', 'indeterminate') END"                                        \
+  " WHERE r.state = 'released' OR (r.expires_at <= EXCLUDED.created_at AND"                     \
+  "  (r.state NOT IN ('in_flight', 'indeterminate') OR r.locked_until <= EXCLUDED.created_at))" \
+  "  OR (r.state = 'in_flight' AND r.claim_nonce = EXCLUDED.claim_nonce)"
+
+#define IDEMPROXY_RETAKE_STALE(param) \
+  "  OR (" param                      \
+  " AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= EXCLUDED.created_at)"
+
+// The single-row claim of (scope, key). The row is inserted, or taken over when it
+// was released, has expired, or (with $9, on_stale: retake) its lease ran out while
+// in flight or indeterminate. $10 is the id of the key that sealed the fingerprint
+// (NULL when stored in the clear); $11 the claim's nonce, random per claim.
+#define IDEMPROXY_CLAIM_INSERT                                                                     \
+  "INSERT INTO idempotency_records AS r"                                                           \
+  "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"     \
+  "   expires_at, key_id, claim_nonce)"                                                            \
+  " VALUES ($1, $2, $3, 'in_flight', nextval('idempotency_fencing_token_seq'), $4, $5, $6, now()," \
+  "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 "             \
+  "millisecond', $10, $11)" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$9")
+
+}  // namespace idemproxy::store::pg

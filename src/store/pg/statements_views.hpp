@@ -1,0 +1,35 @@
+#pragma once
+// The operators' statements (store/views.hpp): nothing here changes a record.
+#include "store/pg/statements_parts.hpp"
+
+namespace idemproxy::store::pg {
+
+inline constexpr Statement kFind{"idemproxy_find",
+                                 "SELECT false AS claimed, " IDEMPROXY_RECORD_COLUMNS
+                                 " FROM idempotency_records WHERE scope = $1 AND key = $2"};
+
+// Newest first; headers and bodies are not read. $1 = '' means any state. A stored
+// body is shown as an empty one (NULL, as in a record, when none was kept), so a
+// listing tells a replayable answer from a status kept alone without reading it.
+inline constexpr Statement kList{
+    "idemproxy_list",
+    "SELECT false AS claimed, fingerprint, state, token, route, method, target,"
+    " (extract(epoch from created_at) * 1000)::bigint AS created_ms,"
+    " (extract(epoch from coalesce(locked_until, created_at)) * 1000)::bigint AS locked_ms,"
+    " (extract(epoch from expires_at) * 1000)::bigint AS expires_ms, expires_at <= now() AS "
+    "expired,"
+    " (state = 'in_flight' AND locked_until <= now()) AS stale, status, NULL::bytea AS headers,"
+    " CASE WHEN body IS NULL THEN NULL ELSE ''::bytea END AS body, key_id,"
+    " (extract(epoch from now()) * 1000)::bigint AS store_now_ms,"
+    " (extract(epoch from coalesce(completed_at, created_at)) * 1000)::bigint AS completed_ms,"
+    " scope, key"
+    " FROM idempotency_records WHERE ($1 = '' OR state = $1) ORDER BY created_at DESC LIMIT $2"};
+
+inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
+
+// Reads the partial index of migration 007 only.
+inline constexpr Statement kIndeterminate{
+    "idemproxy_count_indeterminate",
+    "SELECT count(*) FROM idempotency_records WHERE state = 'indeterminate'"};
+
+}  // namespace idemproxy::store::pg

@@ -1,0 +1,83 @@
+// The backends the store contract runs against, one delegate each:
+//   memory    MemoryStore on a fake clock;
+//   postgres  PgStore on IDEMPROXY_TEST_DSN (scripts/test.sh starts one; with
+//             IDEMPROXY_REQUIRE_PG=1 a missing DSN fails instead of skipping);
+//   citus     PgStore on a Citus coordinator: IDEMPROXY_TEST_CITUS=1 and its DSN
+//             (the Citus stage of scripts/test.sh).
+#include <cstdlib>
+#include <thread>
+
+#include "idemproxy/store/memory_store.hpp"
+#include "idemproxy/store/migrations.hpp"
+#include "idemproxy/store/pg_store.hpp"
+#include "store_contract.hpp"
+
+namespace idemproxy::testing {
+namespace {
+
+class MemoryDelegate final : public StoreDelegate {
+ public:
+  std::optional<std::string> unavailable() const override { return std::nullopt; }
+  std::unique_ptr<store::Store> make() override {
+    return std::make_unique<store::MemoryStore>(clock_);
+  }
+  // The memory store keeps nothing at rest, and the configuration refuses
+  // store.encryption with store.memory.
+  std::unique_ptr<store::Store> make_sealed(std::shared_ptr<const store::Sealer>) override {
+    return nullptr;
+  }
+  void age(Duration d) override { clock_.advance(d); }
+
+ private:
+  FakeClock clock_;
+};
+
+class PgDelegate final : public StoreDelegate {
+ public:
+  explicit PgDelegate(bool citus) : citus_(citus) {}
+
+  std::optional<std::string> unavailable() const override {
+    const bool on_citus = std::getenv("IDEMPROXY_TEST_CITUS") != nullptr;
+    if (dsn().empty()) return "IDEMPROXY_TEST_DSN is not set";
+    if (citus_ && !on_citus) return "IDEMPROXY_TEST_CITUS is not set";
+    if (!citus_ && on_citus) return "the DSN is a Citus coordinator: the citus stores run";
+    return std::nullopt;
+  }
+  // A missing PostgreSQL fails where the tests require one; Citus runs in its stage.
+  bool required() const override {
+    return !citus_ && dsn().empty() && std::getenv("IDEMPROXY_REQUIRE_PG") != nullptr;
+  }
+  std::unique_ptr<store::Store> make() override { return open({dsn(), 4, 5s}); }
+  std::unique_ptr<store::Store> make_sealed(std::shared_ptr<const store::Sealer> sealer) override {
+    return open({dsn(), 2, 5s, false, std::move(sealer)});
+  }
+  // The database's clock: only real time moves it.
+  void age(Duration d) override { std::this_thread::sleep_for(d); }
+
+ private:
+  static std::string dsn() {
+    const char* v = std::getenv("IDEMPROXY_TEST_DSN");
+    return v ? v : "";
+  }
+  std::unique_ptr<store::Store> open(store::PgOptions options) {
+    if (!migrated_) {
+      store::apply_migrations(options.dsn);
+      migrated_ = true;
+    }
+    return std::make_unique<store::PgStore>(std::move(options));
+  }
+  bool citus_;
+  bool migrated_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<StoreDelegate> make_delegate(const std::string& name) {
+  if (name == "memory") return std::make_unique<MemoryDelegate>();
+  return std::make_unique<PgDelegate>(name == "citus");
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, StoreContract, ::testing::Values("memory", "postgres", "citus"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace idemproxy::testing
