@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/reader.hpp"
+#include "config/tracing_reader.hpp"
 #include "idemproxy/store/sealer.hpp"
 
 namespace idemproxy::config {
@@ -365,6 +366,7 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   read_store(root, r, c);
   read_server(root, r, c);
   read_housekeeping(root, r, c);
+  detail::read_tracing(root, r, c);
   read_routes(root, r, c);
   c.warnings = r.take_warnings();
   return c;
