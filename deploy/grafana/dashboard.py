@@ -146,6 +146,12 @@ ROWS = [
         ("Build", "stat", "none", [
             q("idemproxy_build_info%s" % I, "{{version}} {{revision}}"),
         ], "The running version and revision, per instance."),
+        ("Trace spans dropped", "timeseries", "none", [
+            q("sum by (reason) (rate(idemproxy_trace_spans_dropped_total%s%s))" % (I, RATE),
+              "dropped per second ({{reason}})"),
+            q("sum(rate(idemproxy_trace_spans_exported_total%s%s))" % (I, RATE), "exported per second"),
+        ], "Spans recorded but never exported (tracing): queue_full when the tracing backend is "
+           "slow, down or failing. Requests never wait for it; they lose their spans instead."),
     ]),
 ]
 
