@@ -2,7 +2,8 @@
 // project's own message definitions: the protobufjs root generated from
 // opentelemetry-proto that @opentelemetry/otlp-transformer 0.52 ships.
 //
-//   node receiver.js [PORT]    listens on 127.0.0.1:PORT (0: any); prints {"port": N}
+//   node receiver.js [PORT [CERT KEY]]   listens on 127.0.0.1:PORT (0: any), over TLS
+//                                        with CERT and KEY (PEM); prints {"port": N}
 //
 // POST /v1/traces     an export: application/json (OTLP JSON) or application/x-protobuf.
 //                     A JSON body is turned into the message with fromObject once its
@@ -16,7 +17,9 @@
 //                     {"answer": "partial", "rejected": 2}
 // POST /reset         forgets what was received.
 "use strict";
+const fs = require("fs");
 const http = require("http");
+const https = require("https");
 const root = require("@opentelemetry/otlp-transformer/build/src/generated/root");
 
 const Request = root.opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest;
@@ -144,7 +147,8 @@ function onExport(req, res, body) {
   else reply();
 }
 
-const server = http.createServer((req, res) => {
+const tls = process.argv[3] ? { cert: fs.readFileSync(process.argv[3]), key: fs.readFileSync(process.argv[4]) } : null;
+const handler = (req, res) => {
   const chunks = [];
   req.on("data", (c) => chunks.push(c));
   req.on("end", () => {
@@ -161,7 +165,8 @@ const server = http.createServer((req, res) => {
     }
     answer(res, 404, { error: "no such path" });
   });
-});
+};
+const server = tls ? https.createServer(tls, handler) : http.createServer(handler);
 server.listen(Number(process.argv[2] || 0), "127.0.0.1", () => {
   process.stdout.write(JSON.stringify({ port: server.address().port }) + "\n");
 });

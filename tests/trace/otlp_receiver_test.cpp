@@ -3,7 +3,10 @@
 // it decoded is what a tracing backend would show. Then receivers that are slow,
 // down, hanging or failing: the producer's calls return at once, drops are counted.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "idemproxy/store/store.hpp"
@@ -183,6 +186,45 @@ TEST(OtlpReceiver, RefusesWhatTheMessageDefinitionsDoNotAllow) {
   const json got = receiver.received();
   EXPECT_EQ(got["exports"], 1);
   EXPECT_EQ(got["errors"].size(), 4U);
+}
+
+// https://: the receiver's certificate is verified (the system trust store, which
+// SSL_CERT_FILE replaces here) against the endpoint's host name, sent as SNI.
+TEST(OtlpReceiver, ExportsOverHttpsToAVerifiedReceiverOnly) {
+  const std::string dir = ::testing::TempDir() + "otlp-tls-" + std::to_string(getpid());
+  const std::string cmd =
+      "mkdir -p " + dir +
+      " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+      "-nodes -subj /CN=localhost -addext subjectAltName=DNS:localhost -days 1 -keyout " +
+      dir + "/key.pem -out " + dir + "/cert.pem 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const Receiver receiver(dir + "/cert.pem", dir + "/key.pem");
+  config::TracingConfig cfg;
+  cfg.tls = true;
+  cfg.host = "localhost";
+  cfg.port = std::to_string(receiver.port());
+  cfg.target = "/v1/traces";
+  const std::string body = "{}";  // an export of nothing
+  const auto never = [] { return false; };
+  {
+    // The system trust store does not know this certificate: no export.
+    OtlpHttpClient untrusting(cfg, "idemproxy/test");
+    const PostResult refused = untrusting.post(body, 5s, never);
+    EXPECT_EQ(refused.status, 0);
+    EXPECT_NE(refused.error.find("certificate verify failed"), std::string::npos) << refused.error;
+  }
+  setenv("SSL_CERT_FILE", (dir + "/cert.pem").c_str(), 1);
+  OtlpHttpClient trusting(cfg, "idemproxy/test");
+  unsetenv("SSL_CERT_FILE");
+  const PostResult ok = trusting.post(body, 5s, never);
+  EXPECT_EQ(ok.status, 200) << ok.error;
+  // A name the certificate does not carry is refused even by a client that trusts it.
+  cfg.host = "127.0.0.1";
+  setenv("SSL_CERT_FILE", (dir + "/cert.pem").c_str(), 1);
+  OtlpHttpClient wrong_name(cfg, "idemproxy/test");
+  unsetenv("SSL_CERT_FILE");
+  EXPECT_EQ(wrong_name.post(body, 5s, never).status, 0);
+  std::filesystem::remove_all(dir);
 }
 
 namespace {

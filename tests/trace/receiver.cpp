@@ -27,7 +27,7 @@ void install_once() {
 
 }  // namespace
 
-Receiver::Receiver() {
+Receiver::Receiver(const std::string& cert_file, const std::string& key_file) {
   install_once();
   const std::string script = kDir + "/receiver.js";  // built before fork: no malloc after
   int out[2];
@@ -37,7 +37,12 @@ Receiver::Receiver() {
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     close(out[1]);
-    execlp("node", "node", script.c_str(), "0", static_cast<char*>(nullptr));
+    if (cert_file.empty()) {
+      execlp("node", "node", script.c_str(), "0", static_cast<char*>(nullptr));
+    } else {
+      execlp("node", "node", script.c_str(), "0", cert_file.c_str(), key_file.c_str(),
+             static_cast<char*>(nullptr));
+    }
     _exit(127);
   }
   close(out[1]);

@@ -8,8 +8,9 @@ namespace idemproxy::trace::testing {
 
 class Receiver {
  public:
-  /// Starts `node tests/otlp/receiver.js 0` (after `npm ci` there, the first time).
-  Receiver();
+  /// Starts `node tests/otlp/receiver.js 0` (after `npm ci` there, the first time);
+  /// over TLS when given a PEM certificate and key.
+  explicit Receiver(const std::string& cert_file = "", const std::string& key_file = "");
   ~Receiver();
   Receiver(const Receiver&) = delete;
   Receiver& operator=(const Receiver&) = delete;
@@ -18,7 +19,8 @@ class Receiver {
   std::string endpoint() const {
     return "http://127.0.0.1:" + std::to_string(port_) + "/v1/traces";
   }
-  /// What it decoded: {exports, attempts, spans, resources, scopes, headers, errors}.
+  /// What it decoded: {exports, attempts, spans, resources, scopes, headers, errors}
+  /// (over plain HTTP only).
   nlohmann::json received() const;
   /// How it answers exports from now on (receiver.js: POST /mode).
   void answer(const nlohmann::json& mode) const;
