@@ -22,7 +22,7 @@
 # clang-tidy (.clang-tidy) must find nothing in src/. clang-tidy and the ASan, TSan
 # and fuzz builds run in the background at nice 19 while the Release build's tests
 # run. The TSan stage also runs the coordinator, lease schedule and replay cache unit
-# tests.
+# tests, and the span exporter's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -44,14 +44,18 @@ bash scripts/install-deps.sh image
 # ccache (CMakeLists.txt) keys objects by paths relative to the checkout, so a fresh
 # clone elsewhere reuses what an earlier run compiled (~/.cache/ccache).
 export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=true
-# The Kubernetes schema validator (tests/kubernetes) and the browser driver for the
-# admin page (tests/browser: puppeteer-core, which downloads no browser), pinned by
-# their package-lock.json files.
+# The Kubernetes schema validator (tests/kubernetes), the browser driver for the
+# admin page (tests/browser: puppeteer-core, which downloads no browser), and the OTLP
+# receiver's message definitions (tests/otlp: @opentelemetry/otlp-transformer), pinned
+# by their package-lock.json files.
 if [ ! -d tests/kubernetes/node_modules/kubernetes-models ]; then
   (cd tests/kubernetes && npm ci --no-audit --no-fund --loglevel=error)
 fi
 if [ ! -d tests/browser/node_modules/puppeteer-core ]; then
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if [ ! -d tests/otlp/node_modules/@opentelemetry/otlp-transformer ]; then
+  (cd tests/otlp && npm ci --no-audit --no-fund --loglevel=error)
 fi
 format_status=0
 bash scripts/check-format.sh || format_status=1
@@ -83,10 +87,10 @@ background_step() {  # NAME TITLE COMMAND...: runs it, keeping its output, statu
   printf '%5d s  %s (in the background)\n' $((SECONDS - t0)) "$title" >>"$BACKGROUND/times"
 }
 build_tsan() {
-  echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy, store_tests, unit_tests and http_tests)"
+  echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy, store_tests, unit_tests, http_tests and trace_tests)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 \
     -DIDEMPROXY_TSAN=ON >/dev/null
-  cmake --build build-tsan -j2 --target idemproxy store_tests unit_tests http_tests
+  cmake --build build-tsan -j2 --target idemproxy store_tests unit_tests http_tests trace_tests
 }
 (
   renice -n 19 -p $BASHPID >/dev/null || true
@@ -269,11 +273,12 @@ if [ "$SANITIZE" = 1 ]; then
   await_step tsan
 fi
 if [ "$SANITIZE" = 1 ] && step_result tsan; then
-  stage "ThreadSanitizer: the store tests; the coordinator, lease schedule, replay cache and SHA-256 unit tests; the runtime's queued calls; the deadline socket"
+  stage "ThreadSanitizer: the store tests; the coordinator, lease schedule, replay cache and SHA-256 unit tests; the runtime's queued calls; the deadline socket; the span exporter"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp"
   run_gtest build-tsan/tests/store_tests '*'
   run_gtest build-tsan/tests/unit_tests 'Coordinator*:ReplayCache*:LeaseSchedule*:Sha256*'
   run_gtest build-tsan/tests/http_tests 'RuntimeQueued*:DeadlineSocket*'
+  run_gtest build-tsan/tests/trace_tests 'SpanQueue*:OtlpExporter*:OtlpReceiver*'
   IDEMPROXY_TEST_THREADS=4 run_pytest build-tsan tests/e2e/test_concurrency.py \
     tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py \
     tests/e2e/test_operations.py tests/e2e/test_oversized.py tests/e2e/test_ledger_real_peers.py \

@@ -143,6 +143,12 @@ ROWS = [
             q("sum(rate(idemproxy_http2_connections_total%s%s))" % (I, RATE), "HTTP/2 connections per second"),
             q("sum(rate(idemproxy_tls_handshake_failures_total%s%s))" % (I, RATE), "TLS failures per second"),
         ], "Descriptors in use (clients, upstream, database), and connections refused at server.max_connections."),
+        ("Trace spans dropped", "timeseries", "none", [
+            q("sum by (reason) (rate(idemproxy_trace_spans_dropped_total%s%s))" % (I, RATE),
+              "dropped per second ({{reason}})"),
+            q("sum(rate(idemproxy_trace_spans_exported_total%s%s))" % (I, RATE), "exported per second"),
+        ], "Spans recorded but never exported (tracing): queue_full when the tracing backend is "
+           "slow, down or failing. Requests never wait for it; they lose their spans instead."),
         ("Build", "stat", "none", [
             q("idemproxy_build_info%s" % I, "{{version}} {{revision}}"),
         ], "The running version and revision, per instance."),

@@ -31,6 +31,11 @@ std::string render(UpstreamConfig::Protocol p) {
   }
   return "http1";
 }
+std::string render(const std::map<std::string, std::string>& m) {
+  std::string out;
+  for (const auto& [name, value] : m) out += name + ": " + value + "\n";
+  return out;
+}
 std::string render(StoreConfig::Kind k) {
   return k == StoreConfig::Kind::memory ? "memory" : "postgres";
 }
@@ -121,6 +126,23 @@ const std::vector<Key>& table() {
       {"gc", "max_batches"},
       {"log", "level"},
       {"log", "format"},
+      {"", "tracing"},
+      // The exporter thread is built from these; only sample_ratio is reloadable.
+      Key{"tracing", "otlp_endpoint", [](const Config& c) { return c.tracing.otlp_endpoint; },
+          [](Config& next, const Config& running) {
+            next.tracing.otlp_endpoint = running.tracing.otlp_endpoint;
+            next.tracing.tls = running.tracing.tls;
+            next.tracing.host = running.tracing.host;
+            next.tracing.port = running.tracing.port;
+            next.tracing.target = running.tracing.target;
+          }},
+      IDEMPROXY_RESTART("tracing", "service_name", tracing.service_name),
+      {"tracing", "sample_ratio"},
+      IDEMPROXY_RESTART("tracing", "headers", tracing.headers),
+      IDEMPROXY_RESTART("tracing", "timeout", tracing.timeout),
+      IDEMPROXY_RESTART("tracing", "batch_delay", tracing.batch_delay),
+      IDEMPROXY_RESTART("tracing", "max_queue", tracing.max_queue),
+      IDEMPROXY_RESTART("tracing", "max_batch", tracing.max_batch),
       {"route_policy", "header"},
       {"route_policy", "methods"},
       {"route_policy", "key_required"},

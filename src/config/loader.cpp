@@ -10,6 +10,7 @@
 
 #include "config/reader.hpp"
 #include "config/sections.hpp"
+#include "config/tracing_reader.hpp"
 
 namespace idemproxy::config {
 
@@ -51,6 +52,7 @@ Config parse_root(const YAML::Node& root, const Reader& r, const std::string& fi
   detail::read_server(root, r, c);
   detail::read_housekeeping(root, r, c);
   detail::read_routes(root, r, c);
+  detail::read_tracing(root, r, c);
   c.warnings = r.take_warnings();
   return c;
 }

@@ -59,6 +59,20 @@ const char* to_string(Outcome outcome) {
   return "unknown";
 }
 
+const char* to_string(SpanDrop reason) {
+  switch (reason) {
+    case SpanDrop::queue_full:
+      return "queue_full";
+    case SpanDrop::export_failed:
+      return "export_failed";
+    case SpanDrop::rejected:
+      return "rejected";
+    case SpanDrop::shutdown:
+      return "shutdown";
+  }
+  return "unknown";
+}
+
 namespace {
 // Prometheus label values escape backslash, quote and newline.
 std::string label(const std::string& v) {
@@ -248,6 +262,14 @@ std::string Metrics::render() const {
          "# TYPE idemproxy_config_reloads_total counter\n"
       << "idemproxy_config_reloads_total{result=\"ok\"} " << reloads_ok_.load() << "\n"
       << "idemproxy_config_reloads_total{result=\"rejected\"} " << reloads_rejected_.load() << "\n";
+  out << "# HELP idemproxy_trace_spans_dropped_total Spans not exported (tracing), by reason.\n"
+         "# TYPE idemproxy_trace_spans_dropped_total counter\n";
+  for (std::size_t r = 0; r < kSpanDrops; ++r) {
+    out << "idemproxy_trace_spans_dropped_total{reason=\"" << to_string(static_cast<SpanDrop>(r))
+        << "\"} " << spans_dropped_[r].load() << "\n";
+  }
+  counter("idemproxy_trace_spans_exported_total", "Spans the OTLP receiver accepted (tracing).",
+          spans_exported_.load());
   upstream_.render(out, "idemproxy_upstream_duration_seconds",
                    "Upstream exchange time (to the response head when streamed).");
   store_.render(out, "idemproxy_store_duration_seconds",

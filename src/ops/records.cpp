@@ -86,6 +86,8 @@ nlohmann::json record_to_json(const store::Record& r, bool summary) {
       for (const auto& h : r.response->headers) {
         if (h.name == store::kTraceIdEntry) {
           out["response"]["trace_id"] = h.value;  // the trace that executed it
+        } else if (h.name == store::kSpanIdEntry) {
+          out["response"]["span_id"] = h.value;  // and its span, when it was recorded
         } else {
           headers.push_back({h.name, h.value});
         }

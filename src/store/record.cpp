@@ -24,6 +24,16 @@ std::optional<RecordState> parse_state(std::string_view text) {
   return std::nullopt;
 }
 
+std::optional<ExecutingSpan> executing_span(const StoredResponse& stored) {
+  ExecutingSpan span;
+  for (const auto& h : stored.headers) {
+    if (h.name == kTraceIdEntry) span.trace_id = h.value;
+    if (h.name == kSpanIdEntry) span.span_id = h.value;
+  }
+  if (span.trace_id.empty() || span.span_id.empty()) return std::nullopt;
+  return span;
+}
+
 std::string encode_headers(const std::vector<Header>& headers) {
   std::string out;
   for (const auto& h : headers) {

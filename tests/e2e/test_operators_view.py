@@ -240,7 +240,7 @@ def test_every_panel_returns_data_from_a_real_prometheus_under_load(make_proxy, 
         shot = os.path.join(ARTIFACTS, "dashboard.png")
         chromium = shutil.which("chromium") or "/usr/bin/chromium"
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        "--window-size=1400,2560", "--screenshot=" + shot, "file://" + page],
+                        "--window-size=1400,2800", "--screenshot=" + shot, "file://" + page],
                        capture_output=True, timeout=60, check=True)
         assert os.path.getsize(shot) > 20000
     finally:

@@ -2,6 +2,7 @@
 // The YAML configuration, loaded and validated in one step.
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -107,6 +108,26 @@ struct GcConfig {
   int max_batches = 1000;  // per run; a run stops early at the first short batch
 };
 
+/// OpenTelemetry traces exported over OTLP/HTTP (JSON). Off when otlp_endpoint is
+/// empty. sample_ratio is reloadable; every other key is restart-only (the exporter
+/// thread and its connection are built from them).
+struct TracingConfig {
+  std::string otlp_endpoint;  // e.g. http://127.0.0.1:4318/v1/traces; empty: off
+  std::string service_name = "idemproxy";
+  double sample_ratio = 1.0;  // roots only: a traceparent's sampled flag is always followed
+  std::map<std::string, std::string> headers;      // sent with each export (e.g. an API key)
+  Duration timeout = std::chrono::seconds{10};     // one export request, connect to answer
+  Duration batch_delay = std::chrono::seconds{5};  // the longest a span waits for its batch
+  std::size_t max_queue = 2048;  // spans waiting for export; more are dropped and counted
+  std::size_t max_batch = 512;   // spans per export request
+  // Derived from otlp_endpoint.
+  bool tls = false;  // https://
+  std::string host;
+  std::string port;
+  std::string target;  // the path (and query), "/" when the URL has none
+  bool enabled() const { return !otlp_endpoint.empty(); }
+};
+
 struct Config {
   std::string path;
   Endpoint listen{"127.0.0.1", 8080};
@@ -120,6 +141,7 @@ struct Config {
   ServerConfig server;
   GcConfig gc;
   PolicyDocConfig policy;
+  TracingConfig tracing;
   std::string log_level = "info";
   std::string log_format = "text";  // text | json
   engine::RoutePolicy defaults;

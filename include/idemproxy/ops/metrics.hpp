@@ -43,6 +43,15 @@ enum class Outcome {
 };
 const char* to_string(Outcome outcome);
 
+/// Why a span was not exported, as counted in idemproxy_trace_spans_dropped_total{reason=...}.
+enum class SpanDrop {
+  queue_full,     // the export queue was full (the exporter is slow, down or failing)
+  export_failed,  // its export failed: a status not to retry, or retries exhausted
+  rejected,       // the receiver answered but rejected it (OTLP partial success)
+  shutdown,       // still queued when shutdown's flush bound ran out, or ended after
+};
+const char* to_string(SpanDrop reason);
+
 /// Bucket bounds in seconds: 1 ms to 10 s, then 15, 30, 60, ... below `longest`,
 /// then `longest` itself (upstream.timeout), so the slowest requests still fall in a
 /// bucket of their own rather than only in +Inf.
@@ -115,6 +124,16 @@ class Metrics {
   void count_gc_deleted(std::uint64_t n) { gc_deleted_.fetch_add(n); }
   void count_gc_tombstoned(std::uint64_t n) { gc_tombstoned_.fetch_add(n); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_rejected_).fetch_add(1); }
+  void count_spans_dropped(SpanDrop reason, std::uint64_t n = 1) {
+    spans_dropped_[static_cast<std::size_t>(reason)].fetch_add(n, std::memory_order_relaxed);
+  }
+  void count_spans_exported(std::uint64_t n) {
+    spans_exported_.fetch_add(n, std::memory_order_relaxed);
+  }
+  std::uint64_t spans_dropped(SpanDrop reason) const {
+    return spans_dropped_[static_cast<std::size_t>(reason)].load();
+  }
+  std::uint64_t spans_exported() const { return spans_exported_.load(); }
   void observe_upstream(double seconds) { upstream_.observe(seconds); }
   void observe_store(double seconds) { store_.observe(seconds); }
   /// Gauges owned elsewhere (database pool, pending completions), read at scrape time.
@@ -151,6 +170,9 @@ class Metrics {
   std::atomic<std::uint64_t> gc_tombstoned_{0};
   std::atomic<std::uint64_t> reloads_ok_{0};
   std::atomic<std::uint64_t> reloads_rejected_{0};
+  static constexpr std::size_t kSpanDrops = static_cast<std::size_t>(SpanDrop::shutdown) + 1;
+  std::array<std::atomic<std::uint64_t>, kSpanDrops> spans_dropped_{};
+  std::atomic<std::uint64_t> spans_exported_{0};
 };
 
 }  // namespace idemproxy::ops

@@ -42,6 +42,9 @@ struct Header {
 /// this name, which no HTTP field can have (a field-name is a token, RFC 9110 5.1):
 /// replays never send it; their log lines name it as original_trace_id.
 inline constexpr std::string_view kTraceIdEntry = ":trace-id";
+/// The executing request's span id (16 lowercase hex digits), beside kTraceIdEntry when
+/// that request's span was recorded: a replay's span links to it.
+inline constexpr std::string_view kSpanIdEntry = ":span-id";
 
 struct StoredResponse {
   int status = 0;
@@ -54,6 +57,16 @@ struct StoredResponse {
   /// them. Replayed as trailers.
   std::vector<Header> trailers{};
 };
+
+/// The trace and span ids of the request that executed, as a stored response keeps
+/// them (views into it).
+struct ExecutingSpan {
+  std::string_view trace_id;
+  std::string_view span_id;
+};
+/// Both ids, or nullopt when either is absent or empty: records written before spans
+/// were recorded, or while tracing was off.
+std::optional<ExecutingSpan> executing_span(const StoredResponse& stored);
 
 struct Record {
   RecordId id;
