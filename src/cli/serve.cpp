@@ -38,7 +38,12 @@ int serve(const Args& args) {
     }
     store = std::make_unique<store::PgStore>(std::move(options));
   }
-  http::ProxyServer server(cfg, *store, metrics, std::move(prepare));
+  trace::Tracing tracing(cfg.tracing, metrics, IDEMPROXY_PROJECT_VERSION);
+  if (!cfg.tracing.otlp_endpoint.empty()) {
+    spdlog::info("tracing: exporting spans to {} (sample_ratio {})", cfg.tracing.otlp_endpoint,
+                 cfg.tracing.sample_ratio);
+  }
+  http::ProxyServer server(cfg, *store, metrics, std::move(prepare), &tracing);
   server.start();
   spdlog::info("idemproxy {} protecting {} with {} route(s)", IDEMPROXY_VERSION, cfg.upstream.url,
                cfg.routes.size());

@@ -27,15 +27,10 @@ struct PublishedPolicy {
 
 struct Settings {
   Settings(config::Config c, PublishedPolicy p)
-      : config(std::move(c)), routes(config.routes), policy(std::move(p)) {
-    for (const auto& r : config.routes) fencing = fencing || r.forward_fencing_token;
-  }
+      : config(std::move(c)), routes(config.routes), policy(std::move(p)) {}
   config::Config config;
   engine::RouteTable routes;
   PublishedPolicy policy;  // served at policy.path; its link on covered routes' answers
-  /// Some route forwards fencing tokens: then a client's own Idempotency-Fencing-Token
-  /// is removed from every request, on every route and method.
-  bool fencing = false;
 };
 
 }  // namespace idemproxy::http

@@ -10,6 +10,7 @@
 
 #include "http/exchange.hpp"
 #include "idemproxy/ops/logging.hpp"
+#include "idemproxy/trace/span.hpp"
 #include "proxy/problem.hpp"
 #include "proxy/runtime.hpp"
 
@@ -50,6 +51,7 @@ struct RequestContext {
   /// statuses, answers keep their trailers, grpc-timeout bounds the upstream.
   bool grpc = false;
   std::chrono::steady_clock::time_point started;
+  trace::Span span;  // the request's server span (proxy/spans.hpp); null without tracing
 
   std::optional<ProxyError> error;  // set by fail(); sent by send_problem()
 

@@ -12,6 +12,7 @@
 #include "proxy/forward.hpp"
 #include "proxy/phases.hpp"
 #include "proxy/replay.hpp"
+#include "proxy/spans.hpp"
 
 namespace idemproxy::http {
 namespace {
@@ -94,7 +95,9 @@ asio::awaitable<Step> claim_phase(Flow& f) {
       if (f.hit && f.hit->fingerprint == claim.fingerprint)
         co_return co_await idempotent::replay_cached(f);
     }
+    trace::Span claiming = f.ctx.span.child(trace::kSpanStoreClaim);
     engine::Admission verdict = co_await rt.claim(claim);
+    claiming.end();
     f.decision = rt.coordinator.decide(f.route(), claim, std::move(verdict), budget, f.form);
     if (f.decision.kind != Decision::Kind::wait) co_return Step::next;
     if (!waiter) {
@@ -132,6 +135,7 @@ asio::awaitable<Step> execute(Flow& f) {
   if (route.forward_fencing_token) f.req.set(kFencingTokenHeader, std::to_string(token));
   const Duration timeout = upstream_timeout(ctx, f.req);
   const InterimSink interim{&ctx.ex};
+  trace::Span up = start_upstream_span(ctx, f.req.base());
   UpstreamAnswer ex = co_await rt.upstream.round_trip(f.req, interim, timeout);
   heartbeat.reset();
   const double upstream_seconds =
@@ -151,6 +155,7 @@ asio::awaitable<Step> execute(Flow& f) {
                                                     : "left to its lease (store unreachable)");
     }
     rt.metrics.claim_ended();
+    up.set_error(ex.sent ? "upstream failed after the request was sent" : "upstream unreachable");
     ctx.fail(*ex.error, Outcome::upstream_error);
     co_return Step::failed;
   }
@@ -161,6 +166,8 @@ asio::awaitable<Step> execute(Flow& f) {
   auto* big = ex.oversized ? &*ex.oversized : nullptr;
   ResponseHeader& head = big ? big->parser->get().base() : ex.response.base();
   ctx.upstream_status = head.result_int();
+  up.set_http_status(static_cast<int>(head.result_int()));
+  up.end();
   store::StoredResponse answer;
   if (big) {
     answer = {static_cast<int>(head.result_int()), {}, {}, false};
@@ -180,9 +187,12 @@ asio::awaitable<Step> execute(Flow& f) {
       keep_trailers_apart(answer);
     }
     answer.headers.push_back({std::string(store::kTraceIdEntry), ctx.trace_id});
+    keep_span_ids(ctx, answer);
   }
   engine::ReplayCache::Request& form = f.form;
+  trace::Span completing = ctx.span.child(trace::kSpanStoreComplete);
   const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
+  completing.end();
   rt.metrics.claim_ended();
   switch (done.finish) {
     case engine::Finish::stored:
@@ -287,11 +297,16 @@ asio::awaitable<Step> forward_unprotected(Flow& f) {
   RequestContext& ctx = f.ctx;
   const Duration timeout = upstream_timeout(ctx, f.req);
   const InterimSink interim{&ctx.ex};
+  trace::Span up = start_upstream_span(ctx, f.req.base());
   UpstreamAnswer ex = co_await ctx.rt.upstream.round_trip(f.req, interim, timeout);
   if (ex.error) {
+    up.set_error("upstream failed");
     ctx.fail(*ex.error, Outcome::upstream_error);
     co_return Step::failed;
   }
+  up.set_http_status(static_cast<int>(ex.oversized ? ex.oversized->parser->get().result_int()
+                                                   : ex.response.result_int()));
+  up.end();
   ctx.outcome = f.decision.outcome;
   if (ex.oversized) {
     co_await stream_response(ctx, ex.oversized->conn, *ex.oversized->parser, ex.oversized->prefix);

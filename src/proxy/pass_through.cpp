@@ -6,6 +6,7 @@
 #include "proxy/context.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/phases.hpp"
+#include "proxy/spans.hpp"
 #include "upstream/relay.hpp"
 
 namespace idemproxy::http {
@@ -24,11 +25,17 @@ asio::awaitable<bool> stream_response(RequestContext& ctx,
   ctx.upstream_status = ctx.status;
   beast::error_code relay_error;
   const bool head_request = ctx.method == "HEAD";
-  const auto relayed = co_await relay_answer(*conn, parser, prefix, head_request, ctx.ex,
-                                             ctx.settings.config.upstream.timeout, relay_error);
-  if (relayed == RelayError::none && upstream_keep_alive && !parser.need_eof()) {
-    ctx.rt.upstream.give_back(std::move(conn));
-  }
+  // The connection goes back as soon as the answer is read whole, before the client
+  // has its end: an HTTP/2 client's next stream then finds it idle.
+  // (One reference captured: std::function holds it without a heap call.)
+  UpstreamConnection& from = *conn;
+  const auto give_back = [&] {
+    if (upstream_keep_alive && !parser.need_eof()) ctx.rt.upstream.give_back(std::move(conn));
+  };
+  const std::function<void()> answer_read = [&give_back] { give_back(); };
+  const auto relayed =
+      co_await relay_answer(from, parser, prefix, head_request, ctx.ex,
+                            ctx.settings.config.upstream.timeout, relay_error, answer_read);
   // An answer broken off must never pass for a whole one.
   if (relayed == RelayError::read) ctx.ex.reset();
   co_return relayed == RelayError::none;
@@ -52,8 +59,10 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
   frame_request(req, ctx.ex);
 
   const auto upstream_started = std::chrono::steady_clock::now();
+  trace::Span up = start_upstream_span(ctx, req);
   auto [cec, conn] = co_await rt.upstream.acquire(false);
   if (cec) {
+    up.set_error("upstream unreachable");
     ctx.fail(ProblemKind::upstream_unreachable, "cannot connect to the upstream: " + cec.message(),
              ops::Outcome::upstream_error);
     co_await send_problem(ctx);
@@ -111,6 +120,7 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - upstream_started).count();
   rt.metrics.observe_upstream(upstream_seconds);
   ctx.upstream_ms = upstream_seconds * 1000;
+  up.set_http_status(static_cast<int>(res_parser->get().result_int()));
   const std::string_view nothing_read;
   co_await stream_response(ctx, conn, *res_parser, nothing_read);
 }

@@ -3,6 +3,7 @@
 #include "http/head_bytes.hpp"
 #include "proxy/context.hpp"
 #include "proxy/forward.hpp"
+#include "proxy/spans.hpp"
 
 namespace idemproxy::http {
 
@@ -39,6 +40,7 @@ void prepare_replay_head(engine::ReplayCache::Entry& e) {
 asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
   ctx.outcome = ops::Outcome::replayed;
   ctx.original_trace_id = original_trace_id(entry.response);
+  link_to_executing(ctx, entry.response);
   ctx.status = static_cast<unsigned>(entry.response.status);
   const PreparedAnswer answer{static_cast<unsigned>(entry.response.status), entry.head,
                               entry.fields, entry.response.body, entry.response.trailers};

@@ -19,6 +19,7 @@
 #include "idemproxy/engine/coordinator.hpp"
 #include "idemproxy/engine/lease_schedule.hpp"
 #include "idemproxy/ops/metrics.hpp"
+#include "idemproxy/trace/tracer.hpp"
 #include "proxy/completion_retrier.hpp"
 #include "proxy/lease_renewals.hpp"
 #include "proxy/replay.hpp"
@@ -160,6 +161,8 @@ class Runtime {
   engine::ReplayCache cache;
   engine::Coordinator coordinator;
   std::atomic<bool> draining{false};
+  /// Starts each request's span (src/proxy/spans.hpp); null, or off, without tracing.
+  const trace::Tracer* tracer = nullptr;
   /// False until the store is prepared (migrations applied): the proxy starts, and
   /// keeps retrying, while PostgreSQL is still unreachable. /readyz reads it.
   std::atomic<bool> store_prepared{false};

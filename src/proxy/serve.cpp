@@ -8,6 +8,7 @@
 #include "idemproxy/engine/grpc_status.hpp"
 #include "proxy/context.hpp"
 #include "proxy/forward.hpp"
+#include "proxy/spans.hpp"
 
 namespace idemproxy::http {
 namespace {
@@ -31,14 +32,14 @@ void take_request_id(const RequestHeader& req, std::string& id) {
 // W3C Trace Context: a valid traceparent is forwarded as sent; otherwise a trace is
 // started, and a tracestate is dropped with the traceparent it belonged to (3.3.1.1:
 // a vendor that cannot parse traceparent must not parse tracestate). Two traceparent
-// fields are invalid (3.2).
-void follow_trace(RequestContext& ctx) {
+// fields are invalid (3.2). True when the client's traceparent is followed.
+bool follow_trace(RequestContext& ctx) {
   auto& head = ctx.ex.head();
   std::optional<TraceParent> given;
   if (head.count("traceparent") == 1) given = parse_traceparent(head["traceparent"]);
   if (given) {
     ctx.trace_id.assign(given->trace_id);  // before the fields it views change
-    return;
+    return true;
   }
   StartedTrace started{};
   given = start_trace(started);
@@ -46,6 +47,7 @@ void follow_trace(RequestContext& ctx) {
   head.erase("traceparent");
   head.erase("tracestate");
   head.set("traceparent", given->header);
+  return false;
 }
 
 // The published idempotency policy at policy.path: JSON, or a page when the client
@@ -79,7 +81,8 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
   ctx.grpc = engine::is_grpc_content_type(head[bhttp::field::content_type]);
   take_request_id(head, ctx.request_id);
   head.set("X-Request-Id", ctx.request_id);  // forwarded to the upstream
-  follow_trace(ctx);
+  const bool traced = follow_trace(ctx);
+  start_request_span(ctx, traced);
   if (const auto& bad = ctx.ex.head_error()) {
     ctx.fail(bad->kind == HeadError::Kind::too_large ? ProblemKind::header_too_large
                                                      : ProblemKind::malformed_request,
@@ -88,8 +91,9 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
     co_await send_problem(ctx);
     co_return;
   }
-  // Only the proxy writes the fencing token an upstream may trust.
-  if (ctx.settings.fencing) head.erase(kFencingTokenHeader);
+  // Only the proxy writes the fencing token an upstream may trust: a client's never
+  // reaches an upstream, on any route or method.
+  head.erase(kFencingTokenHeader);
   // Routes match, the fingerprint covers, and the upstream receives one spelling
   // of the target: the one an upstream's router would resolve it to.
   const auto& server = ctx.settings.config.server;
@@ -112,6 +116,7 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
     co_return;
   }
   ctx.route = ctx.settings.routes.match(target.route_path);
+  name_request_span(ctx);
   if (!covered(ctx)) {
     co_await pass_through(ctx);
     co_return;
@@ -170,6 +175,7 @@ asio::awaitable<void> Proxy::serve(Exchange& exchange) {
   rt_.metrics.count_request(ctx.route_name(), ctx.outcome,
                             std::chrono::duration<double>(ended - ctx.started).count());
   log_request(ctx, ended);
+  end_request_span(ctx);
 }
 
 }  // namespace idemproxy::http

@@ -63,8 +63,9 @@ class Frontend final : public ProxyService {
 
 struct ProxyServer::Impl {
   Impl(config::Config config, store::Store& store, ops::Metrics& metrics,
-       std::function<void()> prepare)
+       std::function<void()> prepare, trace::Tracing* traces)
       : prepare_store(std::move(prepare)),
+        tracing(traces),
         threads(config.server.threads),
         io(threads),
         runtime(io, make_settings(config), store, metrics, db_threads(config.store)),
@@ -72,6 +73,7 @@ struct ProxyServer::Impl {
         admin_acceptor(io),
         signals(io, SIGINT, SIGTERM, SIGHUP) {
     runtime.reload = [this] { return reload(); };
+    if (tracing != nullptr) runtime.tracer = &tracing->tracer();
     connection_cap = connection_capacity(config);
     if (connection_cap < config.server.max_connections) {
       spdlog::warn(
@@ -120,6 +122,7 @@ struct ProxyServer::Impl {
   std::optional<std::string> reload();
 
   std::function<void()> prepare_store;  // empty once the store is prepared
+  trace::Tracing* tracing;              // null: no spans
   std::chrono::milliseconds backoff{250};
   int threads;
   asio::io_context io;
@@ -239,6 +242,7 @@ std::optional<std::string> ProxyServer::Impl::reload() {
           names);
       config::keep_restart_only(next, current->config);
     }
+    if (tracing != nullptr) tracing->reload(next.tracing);
     runtime.replace_settings(make_settings(std::move(next)));
     runtime.metrics.count_reload(true);
     spdlog::info("reload: configuration reloaded from {}", current->config.path);
@@ -388,8 +392,9 @@ asio::awaitable<void> ProxyServer::Impl::handle_signals() {
 }
 
 ProxyServer::ProxyServer(config::Config config, store::Store& store, ops::Metrics& metrics,
-                         std::function<void()> prepare_store)
-    : impl_(std::make_unique<Impl>(std::move(config), store, metrics, std::move(prepare_store))) {}
+                         std::function<void()> prepare_store, trace::Tracing* tracing)
+    : impl_(std::make_unique<Impl>(std::move(config), store, metrics, std::move(prepare_store),
+                                   tracing)) {}
 
 ProxyServer::~ProxyServer() = default;
 
@@ -430,6 +435,8 @@ int ProxyServer::run() {
   s.runtime.record_store.watch({});  // its callbacks use the cache, about to go
   s.runtime.db_pool.stop();          // abandons completion retries still waiting for the store
   s.runtime.db_pool.join();
+  // The last requests' spans are queued: exported within a bound, or dropped (counted).
+  if (s.tracing != nullptr) s.tracing->shutdown(std::chrono::seconds{2});
   spdlog::info("stopped");
   return 0;
 }

@@ -179,6 +179,7 @@ Result<std::int64_t> MemoryStore::drop_answers(const std::string& route, Duratio
       continue;
     }
     r.response->headers.clear();
+    r.response->trailers.clear();
     r.response->body.clear();
     r.response->body_stored = false;
     ++dropped;

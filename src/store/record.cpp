@@ -1,5 +1,9 @@
 #include "idemproxy/store/record.hpp"
 
+#include <strings.h>
+
+#include <algorithm>
+
 namespace idemproxy::store {
 
 std::string_view to_string(RecordState state) {
@@ -34,30 +38,74 @@ std::optional<ExecutingSpan> executing_span(const StoredResponse& stored) {
   return span;
 }
 
-std::string encode_headers(const std::vector<Header>& headers) {
-  std::string out;
-  for (const auto& h : headers) {
+namespace {
+
+void encode(const std::vector<Header>& fields, std::string& out) {
+  for (const auto& h : fields) {
     out += h.name;
     out += ": ";
     out += h.value;
     out += "\r\n";
   }
+}
+
+// Moves the fields a legacy Idemproxy-Trailers field names out of `head`.
+void move_legacy_trailers(std::vector<Header>& head, std::vector<Header>& trailers) {
+  const auto named = std::find_if(head.begin(), head.end(), [](const Header& h) {
+    return strcasecmp(h.name.c_str(), "idemproxy-trailers") == 0;
+  });
+  if (named == head.end()) return;
+  std::string names = named->value;
+  head.erase(named);
+  for (std::string_view rest = names; !rest.empty();) {
+    const auto comma = rest.find(',');
+    std::string_view name = rest.substr(0, comma);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    for (auto it = head.begin(); it != head.end();) {
+      if (!name.empty() && name.size() == it->name.size() &&
+          strncasecmp(name.data(), it->name.data(), name.size()) == 0) {
+        trailers.push_back(std::move(*it));
+        it = head.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::string encode_headers(const std::vector<Header>& headers,
+                           const std::vector<Header>& trailers) {
+  std::string out;
+  encode(headers, out);
+  if (!trailers.empty()) {
+    out += "\r\n";
+    encode(trailers, out);
+  }
   return out;
 }
 
-std::vector<Header> decode_headers(std::string_view block) {
-  std::vector<Header> out;
+std::vector<Header> decode_headers(std::string_view block, std::vector<Header>* trailers) {
+  std::vector<Header> head;
+  std::vector<Header> after;
+  std::vector<Header>* into = &head;
   while (!block.empty()) {
     const auto eol = block.find("\r\n");
     const std::string_view line = block.substr(0, eol);
     const auto colon = line.find(": ");
+    if (line.empty()) into = &after;  // the trailer section follows
     if (colon != std::string_view::npos) {
-      out.push_back({std::string(line.substr(0, colon)), std::string(line.substr(colon + 2))});
+      into->push_back({std::string(line.substr(0, colon)), std::string(line.substr(colon + 2))});
     }
     if (eol == std::string_view::npos) break;
     block.remove_prefix(eol + 2);
   }
-  return out;
+  move_legacy_trailers(head, after);
+  if (trailers != nullptr) *trailers = std::move(after);
+  return head;
 }
 
 }  // namespace idemproxy::store

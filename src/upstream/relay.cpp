@@ -93,11 +93,13 @@ asio::awaitable<RelayError> send_request(UpstreamConnection& to, RequestHeader& 
 
 asio::awaitable<RelayError> relay_answer(UpstreamConnection& from, StreamingParser& p,
                                          std::string_view prefix, bool head_request, Exchange& to,
-                                         Duration timeout, beast::error_code& error) {
+                                         Duration timeout, beast::error_code& error,
+                                         const std::function<void()>& answer_read) {
   auto& head = p.get().base();
   const unsigned status = head.result_int();
   // A message with no body to relay keeps its fields: they describe the resource.
   if (head_request || status / 100 == 1 || status == 204 || status == 304) {
+    answer_read();
     const Framing none = Framing::none();
     const bool sent = co_await to.send_head(head, none);
     co_return sent ? RelayError::none : RelayError::write;
@@ -131,6 +133,7 @@ asio::awaitable<RelayError> relay_answer(UpstreamConnection& from, StreamingPars
       if (error) co_return RelayError::read;
       filled = chunk.size() - p.get().body().size;
     }
+    answer_read();
     const Framing whole = Framing::of(filled);
     if (!co_await to.send_head(head, whole)) co_return RelayError::write;
     const std::string_view body(chunk.data(), filled);
@@ -183,6 +186,7 @@ asio::awaitable<RelayError> relay_answer(UpstreamConnection& from, StreamingPars
     const bool last = done();
     std::vector<store::Header> trailers;
     if (last && head_fields) trailers = head_fields->added(p.get());
+    if (last) answer_read();
     const Trailers sent_after = trailers;
     if (!co_await to.send_body(data, last, sent_after)) co_return RelayError::write;
     if (last) co_return RelayError::none;

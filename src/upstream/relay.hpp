@@ -3,6 +3,7 @@
 // connection as it arrives, in fixed-size chunks: pass-through both ways, and the
 // idempotent path for answers too large to store.
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string_view>
 
@@ -35,9 +36,13 @@ asio::awaitable<RelayError> send_request(UpstreamConnection& to, RequestHeader& 
 /// made it the client's), then `prefix` (body bytes already read), then the rest as
 /// `from` delivers it, then the trailers of a chunked answer. A body whose length is
 /// known and fits one chunk goes out with its head in one write. Each read from the
-/// upstream waits at most `timeout`.
+/// upstream waits at most `timeout`. `answer_read` is called once the whole answer
+/// has been read, before its last bytes are written: `from` is then no longer used,
+/// and may go back to its pool while the client still takes the end (a client on
+/// HTTP/2 may open its next stream as soon as it has it).
 asio::awaitable<RelayError> relay_answer(UpstreamConnection& from, StreamingParser& parser,
                                          std::string_view prefix, bool head_request, Exchange& to,
-                                         Duration timeout, beast::error_code& read_error);
+                                         Duration timeout, beast::error_code& read_error,
+                                         const std::function<void()>& answer_read);
 
 }  // namespace idemproxy::http

@@ -49,6 +49,11 @@ class Executions:
                 and (method is None or m == method)
             )
 
+    def headers_of(self, key):
+        """The fields of each execution of `key`, lowercased names, in order."""
+        with self._lock:
+            return [entry[4] for entry in self._log if entry[2] == key]
+
     def last(self, path=None):
         with self._lock:
             for entry in reversed(self._log):

@@ -133,11 +133,17 @@ def test_settings_and_ping_floods_end_the_connection(proxy, upstream):
 
 
 def test_window_update_flood_and_overflow(proxy, upstream):
+    # Envoy's limit (protocol_constraints.cc): at most 1 + 2 * (streams + 10 * DATA
+    # frames sent) WINDOW_UPDATE frames. 20,000 with nothing sent is a flood.
     c = RawClient(proxy.port)
     c.send(*[hf.WindowUpdateFrame(0, window_increment=1) for _ in range(20000)])
+    c.read_frames(timeout=5, until=lambda _: c.goaway() is not None)
+    assert c.goaway() is not None and c.goaway().error_code == ENHANCE_YOUR_CALM
+    c.close()
+    # RFC 9113 §6.9.1: a window past 2^31-1 is a connection error FLOW_CONTROL_ERROR.
+    c = RawClient(proxy.port)
     c.send(hf.WindowUpdateFrame(0, window_increment=2 ** 31 - 1))
     c.read_frames(timeout=5, until=lambda _: c.goaway() is not None)
-    # RFC 9113 §6.9.1: a window past 2^31-1 is a connection error FLOW_CONTROL_ERROR.
     assert c.goaway() is not None and c.goaway().error_code == 0x3
     c.close()
     alive(proxy)
@@ -216,3 +222,89 @@ def test_garbage_after_the_preface_gets_goaway(proxy, upstream):
     c.close()
     alive(proxy)
     assert others_are_served(proxy)
+
+
+# Envoy's protocol constraints (source/common/http/http2/protocol_constraints.cc), each
+# passed by a peer writing frames as it likes: the connection ends with
+# ENHANCE_YOUR_CALM, nothing runs, and other clients are served.
+
+def test_frames_with_empty_payloads_back_to_back_are_a_flood(proxy, upstream):
+    c = RawClient(proxy.port)
+    key = "empty-" + uuid.uuid4().hex
+    c.send(c.headers(1, post_fields(key), end_stream=False),
+           *[hf.DataFrame(1, data=b"") for _ in range(3)])
+    c.read_frames(timeout=5, until=lambda _: c.goaway() is not None)
+    assert c.goaway() is not None and c.goaway().error_code == ENHANCE_YOUR_CALM
+    c.close()
+    assert upstream.executions.count(key=key) == 0
+    alive(proxy)
+    assert others_are_served(proxy)
+
+
+def test_more_than_100_priority_frames_per_stream_are_a_flood(proxy, upstream):
+    c = RawClient(proxy.port)
+    c.send(*[hf.PriorityFrame(2 * i + 1, depends_on=0, stream_weight=16) for i in range(150)])
+    c.read_frames(timeout=5, until=lambda _: c.goaway() is not None)
+    assert c.goaway() is not None and c.goaway().error_code == ENHANCE_YOUR_CALM
+    c.close()
+    alive(proxy)
+    assert others_are_served(proxy)
+
+
+def test_a_peer_that_reads_nothing_cannot_queue_unbounded_control_frames(proxy, upstream):
+    # Each HEADERS carries a field HTTP/2 forbids (RFC 9113 §8.2.2), so each draws a
+    # RST_STREAM; the client never reads, and the frames pile up for it. Past 1,000
+    # queued the connection ends instead of holding more.
+    c = RawClient(proxy.port, rcvbuf=4096)
+    sent = 0
+    for batch in range(30):
+        frames = [c.headers(1 + 2 * (batch * 100 + i),
+                            GET_OTHER + [("connection", "keep-alive")]) for i in range(100)]
+        if not c.send(*frames):
+            break
+        sent += 100
+    c.read_frames(timeout=10, until=lambda _: c.goaway() is not None or c.eof)
+    assert c.goaway() is None or c.goaway().error_code != NO_ERROR, sent
+    c.close()
+    alive(proxy)
+    assert others_are_served(proxy)
+
+
+# RFC 9113 §8.3.1 and §8.1.1, before any phase, against python3-h2's frames: each was a
+# way past the proxy when a stream was bridged into HTTP/1.1 text.
+
+def test_an_absolute_path_never_overrides_the_authority(proxy, upstream):
+    before = upstream.executions.count()
+    for path in ("http://evil.example/v1/orders", "http://evil.example/pt/x"):
+        key = "abs-" + uuid.uuid4().hex
+        c = RawClient(proxy.port)
+        fields = [(":method", "POST"), (":path", path), (":scheme", "foo"),
+                  (":authority", "127.0.0.1"), ("idempotency-key", key),
+                  ("content-type", "application/json")]
+        c.send(c.headers(1, fields, end_stream=False), hf.DataFrame(1, data=b"{}",
+                                                                    flags=["END_STREAM"]))
+        c.read_frames(timeout=5, until=lambda _: 1 in c.statuses or 1 in c.resets())
+        assert c.statuses.get(1) == 400 or 1 in c.resets(), path
+        c.close()
+        assert upstream.executions.count(key=key) == 0
+    assert upstream.executions.count() == before  # nothing reached it, under any Host
+    alive(proxy)
+
+
+def test_a_body_past_its_content_length_is_never_executed_nor_stored(proxy, upstream):
+    key = "cl-" + uuid.uuid4().hex
+    c = RawClient(proxy.port)
+    fields = post_fields(key, [("content-type", "application/json"), ("content-length", "7")])
+    c.send(c.headers(1, fields, end_stream=False), hf.DataFrame(1, data=b'{"a":1}'))
+    time.sleep(0.3)  # the first 7 bytes are all the declared length
+    c.send(hf.DataFrame(1, data=b" " * 52, flags=["END_STREAM"]))
+    c.read_frames(timeout=5, until=lambda _: 1 in c.resets())
+    assert c.resets().get(1) == PROTOCOL_ERROR and 1 not in c.statuses
+    c.close()
+    assert upstream.executions.count(key=key) == 0
+    # Nothing was stored: the key executes when its request comes whole.
+    again = Client(proxy.port)
+    r = again.wait(again.request("POST", "/v1/orders", b'{"a":1}', [("idempotency-key", key)]))[0]
+    again.close()
+    assert r.status == 201 and r.header("idempotent-replayed") is None
+    assert upstream.executions.count(key=key) == 1

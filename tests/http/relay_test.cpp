@@ -57,6 +57,7 @@ struct Relayed {
   std::string out;       // what the client read
   std::size_t left = 0;  // bytes left in the upstream connection's buffer after the relay
   std::string unread;    // what a read of the upstream connection found after the relay
+  int answer_read = 0;   // how often the relay said the answer was read whole
 };
 
 // Sends `head_and_start` and then `rest` (both before the relay reads), relays the
@@ -85,7 +86,9 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
         const bool read = co_await exchange.read_head(std::chrono::steady_clock::now());
         EXPECT_TRUE(read);
         const std::string_view prefix;
-        r.result = co_await relay_answer(conn, p, prefix, false, exchange, 5s, r.error);
+        const std::function<void()> answer_read = [&r] { ++r.answer_read; };
+        r.result =
+            co_await relay_answer(conn, p, prefix, false, exchange, 5s, r.error, answer_read);
         client->stream.socket().shutdown(tcp::socket::shutdown_send);
         io.stop();  // the sockets' timer waits (5 s deadlines) need not run out
       },
@@ -127,6 +130,8 @@ TEST(Relay, ALengthFramedBodyIsRelayedWholeAndWhatFollowsItStaysUnread) {
   // swallowed into the buffer (a read through the parser took it with the body's end).
   EXPECT_EQ(r.left, 0U);
   EXPECT_EQ(r.unread, next);
+  // The upstream connection was free for its pool before the client had the end.
+  EXPECT_EQ(r.answer_read, 1);
 }
 
 TEST(Relay, ALengthFramedBodyCutShortIsAReadErrorAsBeastNamesIt) {
@@ -138,6 +143,7 @@ TEST(Relay, ALengthFramedBodyCutShortIsAReadErrorAsBeastNamesIt) {
   EXPECT_EQ(r.result, RelayError::read);
   EXPECT_EQ(r.error, bhttp::error::partial_message);
   EXPECT_LT(r.out.size(), head.size() + body.size());  // never a whole answer
+  EXPECT_EQ(r.answer_read, 0);  // and its connection never goes back to the pool
 }
 
 TEST(Relay, AChunkedBodyStillGoesThroughTheParser) {
@@ -147,6 +153,7 @@ TEST(Relay, AChunkedBodyStillGoesThroughTheParser) {
   EXPECT_EQ(r.result, RelayError::none) << r.error.message();
   // Re-framed by the proxy: the extension is not relayed (relay.hpp).
   EXPECT_EQ(r.out, head + "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  EXPECT_EQ(r.answer_read, 1);
 }
 
 TEST(Relay, AChunkedAnswersTrailersReachOnlyAClientThatTakesThem) {

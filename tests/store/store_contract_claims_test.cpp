@@ -174,7 +174,9 @@ TEST_P(StoreContract, ACompletedAnswerIsKeptByteForByteAndReplayedToTheNextClaim
                                {"X-Multi", "b"},
                                {"X-Empty", ""},
                                {std::string(store::kTraceIdEntry), "4bf92f3577b34da6"}},
-                              body};
+                              body,
+                              true,
+                              {{"grpc-status", "0"}, {"X-Sum", "a, b"}}};
   const auto done = store->complete(id("k"), token, answer, 1h);
   ASSERT_TRUE(done.ok()) << done.error().detail;
   for (const Record& r : {existing(request("k")), found("k")}) {
@@ -183,6 +185,7 @@ TEST_P(StoreContract, ACompletedAnswerIsKeptByteForByteAndReplayedToTheNextClaim
     ASSERT_TRUE(r.response.has_value());
     EXPECT_EQ(r.response->status, 201);
     EXPECT_EQ(r.response->headers, answer.headers);
+    EXPECT_EQ(r.response->trailers, answer.trailers);  // kept apart from the head's fields
     EXPECT_EQ(r.response->body, body);
     EXPECT_TRUE(r.response->body_stored);
     // The TTL starts again at the completion.

@@ -33,3 +33,25 @@ TEST(Records, CollectingExpiredRecordsStopsAtAShortBatchOrTheBatchBudget) {
   EXPECT_EQ(rest.deleted, 5);  // one short batch ends the run
   EXPECT_FALSE(rest.error);
 }
+
+// A stored answer's fields are one block: the head's lines, then an empty line and the
+// trailers'. Blocks written before trailers were kept apart named a gRPC answer's
+// trailers in an Idemproxy-Trailers field among the head's: they read as trailers.
+TEST(StoredFields, HeadAndTrailersRoundTripAndTheOldSpellingStillReads) {
+  using idemproxy::store::Header;
+  const std::vector<Header> head = {{"Content-Type", "application/grpc"}, {"X-A", "1"}};
+  const std::vector<Header> trailers = {{"grpc-status", "5"}, {"grpc-message", "no"}};
+  std::vector<Header> read_trailers;
+  const auto block = idemproxy::store::encode_headers(head, trailers);
+  EXPECT_EQ(idemproxy::store::decode_headers(block, &read_trailers), head);
+  EXPECT_EQ(read_trailers, trailers);
+  const std::string legacy =
+      "Content-Type: application/grpc\r\nIdemproxy-Trailers: grpc-status, grpc-message\r\n"
+      "grpc-status: 5\r\ngrpc-message: no\r\nX-A: 1\r\n";
+  EXPECT_EQ(idemproxy::store::decode_headers(legacy, &read_trailers), head);
+  EXPECT_EQ(read_trailers, trailers);
+  EXPECT_EQ(
+      idemproxy::store::decode_headers(idemproxy::store::encode_headers(head), &read_trailers),
+      head);
+  EXPECT_TRUE(read_trailers.empty());
+}

@@ -6,6 +6,7 @@
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/ops/metrics.hpp"
 #include "idemproxy/store/store.hpp"
+#include "idemproxy/trace/tracing.hpp"
 
 namespace idemproxy::http {
 
@@ -14,8 +15,10 @@ class ProxyServer {
   /// `prepare_store` readies the store (applies migrations) and throws while it
   /// cannot. The server runs it on the database pool, with backoff, until it
   /// succeeds: it serves (and answers /healthz) meanwhile, and /readyz says 503.
+  /// `tracing` (tracing: as configured; it must outlive the server) gets a server
+  /// span per request; a reload applies its sample_ratio, and run() flushes it at exit.
   ProxyServer(config::Config config, store::Store& store, ops::Metrics& metrics,
-              std::function<void()> prepare_store = {});
+              std::function<void()> prepare_store = {}, trace::Tracing* tracing = nullptr);
   ~ProxyServer();
   ProxyServer(const ProxyServer&) = delete;
   ProxyServer& operator=(const ProxyServer&) = delete;

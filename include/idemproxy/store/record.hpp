@@ -144,7 +144,14 @@ class Result {
 struct Done {};
 
 /// Encodes headers as "Name: value\r\n" lines, the form they take on the wire.
-std::string encode_headers(const std::vector<Header>& headers);
-std::vector<Header> decode_headers(std::string_view block);
+/// Encodes a stored answer's fields as one block, laid out as HTTP lays out a message's
+/// head and trailer sections: "Name: value\r\n" lines, then, when it has trailers, an
+/// empty line and theirs.
+std::string encode_headers(const std::vector<Header>& headers,
+                           const std::vector<Header>& trailers = {});
+/// The head fields of a block; its trailers into `trailers` when given. A block an
+/// earlier version wrote names a gRPC answer's trailers in an Idemproxy-Trailers field
+/// among the head's: they are moved to `trailers` and the field dropped.
+std::vector<Header> decode_headers(std::string_view block, std::vector<Header>* trailers = nullptr);
 
 }  // namespace idemproxy::store

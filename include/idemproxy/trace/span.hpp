@@ -82,6 +82,10 @@ class Span {
   void set_double(std::string_view key, double value) {
     if (data_) set(key, value);
   }
+  /// Renames it: a request's span is named by its route once the request is routed.
+  void set_name(std::string_view name) {
+    if (data_) data_->name.assign(name);
+  }
   /// A link to another span, e.g. a replay's to the span of the request that executed.
   void add_link(const SpanContext& other) {
     if (data_) data_->links.push_back(other);

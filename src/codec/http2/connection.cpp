@@ -59,6 +59,7 @@ Connection::Connection(std::shared_ptr<ClientConnection> conn, Service& service)
     : conn_(std::move(conn)),
       service_(service),
       settings_(service.settings()),
+      memory_(conn_->arena),
       writable_(conn_->stream.get_executor()),
       tasks_done_(conn_->stream.get_executor()),
       quiet_since_(Clock::now()),
@@ -85,7 +86,7 @@ Connection::Connection(std::shared_ptr<ClientConnection> conn, Service& service)
   nghttp2_option_set_stream_reset_rate_limit(opt, 1000, 33);
   // CONTINUATION flood (CVE-2024-27316 class): at most 8 per header block.
   nghttp2_option_set_max_continuations(opt, 8);
-  nghttp2_session_server_new2(&session_, cbs, this, opt);
+  nghttp2_session_server_new3(&session_, cbs, this, opt, memory_.get());
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cbs);
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codec/http2/flood_guard.hpp"
+#include "codec/http2/session_memory.hpp"
 #include "codec/http2/stream.hpp"
 #include "http/client_connection.hpp"
 #include "http/exchange.hpp"
@@ -92,6 +93,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<ClientConnection> conn_;
   Service& service_;
   std::shared_ptr<const Settings> settings_;  // the connection's limits, from its start
+  SessionMemory memory_;                      // nghttp2's, from the connection's arena
   nghttp2_session* session_ = nullptr;
   FloodGuard guard_;
   std::vector<std::unique_ptr<Stream>> streams_;  // every stream object this connection made

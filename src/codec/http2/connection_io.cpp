@@ -2,6 +2,8 @@
 // turn, the watchdog, and the end of the connection.
 #include <spdlog/spdlog.h>
 
+#include <span>
+
 #include "codec/http2/connection.hpp"
 
 namespace idemproxy::http::h2 {
@@ -102,8 +104,9 @@ asio::awaitable<void> Connection::write_loop() {
       beast::error_code ec;
       if (!closing_) {
         write_since_ = Clock::now();
-        std::tie(ec, std::ignore) =
-            co_await asio::async_write(conn_->stream, buffers_, use_nothrow);
+        // A view, not the vector: the write keeps a copy of the sequence it is given.
+        const std::span<const asio::const_buffer> out(buffers_);
+        std::tie(ec, std::ignore) = co_await asio::async_write(conn_->stream, out, use_nothrow);
         write_since_ = {};
       }
       guard_.flushed();

@@ -43,7 +43,7 @@ void Stream::open(std::int32_t id, std::shared_ptr<const Settings> settings) {
   scheme_.clear();
   path_.clear();
   header_bytes_ = field_count_ = cookies_ = 0;
-  saw_host_ = head_request_ = expects_continue_ = false;
+  saw_host_ = head_request_ = expects_continue_ = over_limit_ = false;
   in_[0].clear();
   in_[1].clear();
   fill_ = view_ = 0;
@@ -72,7 +72,15 @@ void Stream::on_field(std::string_view name, std::string_view value, bool traile
   ++field_count_;
   if (trailers) return;  // a request's trailers are dropped (RFC 9110 6.5.1)
   if (header_bytes_ > server.max_header_size || field_count_ > server.max_header_fields) {
-    static_cast<Fields&>(head_storage_).clear();
+    // Only content-type is kept, and one value of it: a gRPC client is refused with a
+    // gRPC status.
+    if (!over_limit_) {
+      over_limit_ = true;
+      const std::string content_type(head_storage_[bhttp::field::content_type]);
+      static_cast<Fields&>(head_storage_).clear();
+      if (!content_type.empty()) head_storage_.set(bhttp::field::content_type, content_type);
+    }
+    if (name == "content-type") head_storage_.set(bhttp::field::content_type, value);
     return;
   }
   if (!name.empty() && name.front() == ':') {
@@ -357,7 +365,8 @@ asio::awaitable<bool> Stream::wait_written() {
     const auto until = moved + send_timeout;
     if (!co_await progress_.wait_until(until) && out_at_ == at && !closed_) {
       stalled_since_ = moved;
-      reset();
+      nghttp2_submit_rst_stream(conn_.session(), NGHTTP2_FLAG_NONE, id_, NGHTTP2_CANCEL);
+      conn_.wake_writer();
     }
   }
 }

@@ -161,7 +161,8 @@ struct PgStore::CompleteCall {
     // A response too large to keep is recorded by its status alone: NULL headers and
     // body.
     if (response.body_stored) {
-      params.headers = codec.stored(encode_headers(response.headers), id, "headers");
+      params.headers =
+          codec.stored(encode_headers(response.headers, response.trailers), id, "headers");
       params.body = codec.stored(response.body, id, "body");
     }
   }

@@ -110,7 +110,8 @@ Record RowCodec::read(const pqxx::row& row, const Columns& at, const RecordId& i
     resp.status = row[at.status].as<int>();
     // A listing reads neither (kList): its body only says whether one is kept.
     if (!listing && !row[at.headers].is_null()) {
-      resp.headers = decode_headers(opened(pqxx::binarystring(row[at.headers]).str(), "headers"));
+      resp.headers = decode_headers(opened(pqxx::binarystring(row[at.headers]).str(), "headers"),
+                                    &resp.trailers);
     }
     if (!listing && !row[at.body].is_null()) {
       resp.body = opened(pqxx::binarystring(row[at.body]).str(), "body");
