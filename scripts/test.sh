@@ -44,6 +44,10 @@ bash scripts/install-deps.sh image
 # ccache (CMakeLists.txt) keys objects by paths relative to the checkout, so a fresh
 # clone elsewhere reuses what an earlier run compiled (~/.cache/ccache).
 export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=true
+# New build trees use Ninja, as scripts/build.sh makes them (docs/BUILD.md).
+if [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja >/dev/null; then
+  export CMAKE_GENERATOR=Ninja
+fi
 # The Kubernetes schema validator (tests/kubernetes) and the browser driver for the
 # admin page (tests/browser: puppeteer-core, which downloads no browser), pinned by
 # their package-lock.json files.
@@ -199,17 +203,29 @@ IDEMPROXY_TEST_HTTP2=1 run_pytest build tests/e2e/test_behaviour_table.py \
   tests/e2e/test_metrics.py tests/e2e/test_tls.py tests/e2e/test_tracing.py \
   tests/e2e/test_replay_cache.py tests/e2e/test_contract.py
 
-stage "run-local smoke test (the first README command)"
+# In a copy of the checkout without build trees, as a new clone would be, it must
+# build the binary it runs and nothing else (no test binary); ccache, keyed by paths
+# relative to the copy, reuses the Release build's objects.
+stage "run-local smoke test (the first README command, in a fresh copy of the checkout)"
+first_run=$WORK/first-run
+mkdir -p "$first_run"
+git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$first_run"
 read -r proxy_port admin_port upstream_port <<<"$(python3 scripts/free_port.py 3)"
-if PROXY_PORT=$proxy_port ADMIN_PORT=$admin_port UPSTREAM_PORT=$upstream_port RUN_DIR="$WORK/local" \
-   bash scripts/run-local.sh --smoke >"$WORK/smoke.log" 2>&1; then
-  tail -1 "$WORK/smoke.log"
+if (cd "$first_run" && CCACHE_BASEDIR=$first_run PROXY_PORT=$proxy_port ADMIN_PORT=$admin_port \
+      UPSTREAM_PORT=$upstream_port RUN_DIR="$WORK/local" bash scripts/run-local.sh --smoke) \
+      >"$WORK/smoke.log" 2>&1 &&
+   [ -x "$first_run/build/idemproxy" ] && [ ! -e "$first_run/build/tests/unit_tests" ] &&
+   [ ! -e "$first_run/build/tests/http_tests" ]; then
+  grep -E '^run-local( smoke)?: ' "$WORK/smoke.log" | tail -2
   passed=$((passed + 1))
 else
   cat "$WORK/smoke.log"
+  ls "$first_run/build" "$first_run/build/tests" 2>/dev/null || true
+  echo "run-local smoke: failed, or it built more than build/idemproxy"
   failed=$((failed + 1))
   status=1
 fi
+rm -rf "$first_run"
 
 stage "benchmark harness smoke (bench/run.sh --smoke: nginx, pgbench and idemproxy, 2 s each)"
 if BENCH_BUILD=build bash bench/run.sh --smoke >"$WORK/bench.log" 2>&1; then :; else status=1; fi
