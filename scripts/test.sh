@@ -228,7 +228,7 @@ if (cd "$first_run" && CCACHE_BASEDIR=$first_run PROXY_PORT=$proxy_port ADMIN_PO
       >"$WORK/smoke.log" 2>&1 &&
    [ -x "$first_run/build/idemproxy" ] && [ ! -e "$first_run/build/tests/unit_tests" ] &&
    [ ! -e "$first_run/build/tests/http_tests" ]; then
-  grep -E '^run-local( smoke)?: ' "$WORK/smoke.log" | tail -2
+  grep -E '^run-local: installed and built|^run-local smoke: ' "$WORK/smoke.log"
   passed=$((passed + 1))
 else
   cat "$WORK/smoke.log"
