@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Builds the container image with podman, offline, from Debian's packages only.
-#   scripts/image.sh [TAG]       builds idemproxy:TAG (default: dev), prints its size
-# and writes the package it installs to build/idemproxy_VERSION_amd64.deb.
-# The binary is compiled in the Dockerfile's build stage; with IDEMPROXY_IMAGE_FROM=build
-# it is the Release build in build/ instead (scripts/build.sh, same Debian release),
-# packaged by CPack there: the test command uses that, so one run compiles it once.
+#   scripts/image.sh [TAG]     builds idemproxy:TAG (default: dev) from source, prints
+#                              its size, and writes the package it installs to
+#                              $IDEMPROXY_DEB_DIR/idemproxy_VERSION_amd64.deb (build/)
+#   scripts/image.sh --base    only makes the Debian base (below), once
+# By default the binary is compiled in the Dockerfile's build stage, as
+# `podman build -f docker/Dockerfile .` does. With IDEMPROXY_IMAGE_FROM=build it is the
+# Release build in build/ instead (scripts/build.sh, same Debian release), packaged by
+# CPack there and installed by the Dockerfile's "prebuilt" stage: the test command
+# uses that for the image most tests run, so that it compiles idemproxy once there.
 # The Dockerfile starts FROM debian:bookworm-slim. No registry is reachable here, so
 # that base is made once with mmdebstrap (minbase) and imported under that name; it
-# stays in podman's store for later builds. Layers are cached the same way.
+# stays in podman's store for later builds, and plain `podman build` finds it there.
+# Layers are cached the same way, and the build stage's ccache in a cache mount.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TAG=${1:-dev}
 BASE=docker.io/library/debian:bookworm-slim
 # The flags every podman call here needs (no systemd, no registry, small limits).
 PODMAN=(podman --runtime runc --cgroup-manager=cgroupfs)
@@ -18,10 +22,11 @@ LIMITS=(--ulimit nofile=1024:1024 --ulimit nproc=1000:1000 --network host)
 
 bash scripts/install-deps.sh image >/dev/null
 
-if ! "${PODMAN[@]}" image exists "$BASE"; then
+make_base() {
+  if "${PODMAN[@]}" image exists "$BASE"; then return; fi
   echo "image: making the $BASE base with mmdebstrap (once)"
+  local tmp
   tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
   # As Debian's own slim images do, leave out documentation, man pages and
   # translations (copyright files stay); later installs in the image follow suit.
   mmdebstrap --quiet --variant=minbase \
@@ -30,14 +35,23 @@ if ! "${PODMAN[@]}" image exists "$BASE"; then
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/lintian/*' \
     bookworm "$tmp/rootfs.tar"
   "${PODMAN[@]}" import --quiet "$tmp/rootfs.tar" "$BASE" >/dev/null
-fi
+  rm -rf "$tmp"
+}
+make_base
+if [ "${1:-}" = --base ]; then exit 0; fi
 
+TAG=${1:-dev}
+DEB_DIR=${IDEMPROXY_DEB_DIR:-build}
 version=$(sed -n 's/^project(idemproxy VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 revision=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)
-echo "image: building idemproxy:$TAG ($version, $revision)"
+from=${IDEMPROXY_IMAGE_FROM:-source}
+echo "image: building idemproxy:$TAG ($version, $revision) from $from"
 started=$(date +%s)
-mkdir -p build
-if [ "${IDEMPROXY_IMAGE_FROM:-}" = build ]; then
+mkdir -p "$DEB_DIR"
+deb="$DEB_DIR/idemproxy_${version}_amd64.deb"
+args=(--pull=never "${LIMITS[@]}" -f docker/Dockerfile --build-arg IDEMPROXY_VERSION="$version"
+  --build-arg IDEMPROXY_REVISION="$revision")
+if [ "$from" = build ]; then
   # Configuring again refreshes the revision --version reports (git describe); only
   # the executable's own sources recompile when it changed.
   cmake -S . -B build >/dev/null
@@ -46,23 +60,20 @@ if [ "${IDEMPROXY_IMAGE_FROM:-}" = build ]; then
   (cd build && cpack -G DEB >/dev/null)
   mkdir -p .image
   cp "build/idemproxy_${version}_amd64.deb" .image/idemproxy.deb
-  "${PODMAN[@]}" build --quiet --pull=never "${LIMITS[@]}" -f docker/Dockerfile -t "idemproxy:$TAG" \
-    --build-arg IDEMPROXY_PACKAGE=prebuilt --build-arg IDEMPROXY_VERSION="$version" \
-    --build-arg IDEMPROXY_REVISION="$revision" . >/dev/null
+  if [ "$DEB_DIR" != build ]; then cp .image/idemproxy.deb "$deb"; fi
+  "${PODMAN[@]}" build --quiet "${args[@]}" --target prebuilt -t "idemproxy:$TAG" . >/dev/null
   rm -rf .image
 else
   # The build stage first, tagged, so the .deb can be copied out of it; the full build
   # then finds that stage in the layer cache.
-  "${PODMAN[@]}" build --quiet --pull=never "${LIMITS[@]}" -f docker/Dockerfile --target build \
-    -t "idemproxy-build:$TAG" --build-arg IDEMPROXY_REVISION="$revision" . >/dev/null
-  "${PODMAN[@]}" build --quiet --pull=never "${LIMITS[@]}" -f docker/Dockerfile -t "idemproxy:$TAG" \
-    --build-arg IDEMPROXY_VERSION="$version" --build-arg IDEMPROXY_REVISION="$revision" . >/dev/null
+  "${PODMAN[@]}" build --quiet "${args[@]}" --target build -t "idemproxy-build:$TAG" . >/dev/null
+  "${PODMAN[@]}" build --quiet "${args[@]}" -t "idemproxy:$TAG" . >/dev/null
   ctr=$("${PODMAN[@]}" create "idemproxy-build:$TAG" true)
-  "${PODMAN[@]}" cp "$ctr:/idemproxy.deb" "build/idemproxy_${version}_amd64.deb"
+  "${PODMAN[@]}" cp "$ctr:/idemproxy.deb" "$deb"
   "${PODMAN[@]}" rm "$ctr" >/dev/null
 fi
 size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "idemproxy:$TAG")
 base_size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$BASE")
-echo "image: idemproxy:$TAG built in $(($(date +%s) - started)) s;" \
+echo "image: idemproxy:$TAG built from $from in $(($(date +%s) - started)) s;" \
   "size $((size / 1048576)) MiB (its Debian base alone: $((base_size / 1048576)) MiB);" \
-  "package build/idemproxy_${version}_amd64.deb"
+  "package $deb"

@@ -5,23 +5,28 @@
 #   scripts/install-deps.sh bench    that, plus what bench/run.sh needs
 #   scripts/install-deps.sh build    only what building and packaging (.deb) need,
 #                                    as the container image's build stage uses it
+#   scripts/install-deps.sh run      what scripts/run-local.sh needs: building, plus
+#                                    PostgreSQL, Python and curl for the demo
 #   scripts/install-deps.sh image    what building and running the image needs
 #   scripts/install-deps.sh citus    what building Citus from ../shared/vendor needs
 set -euo pipefail
 
 BUILD_PACKAGES=(
-  cmake g++ make pkg-config dpkg-dev file
+  cmake ninja-build ccache g++ make pkg-config dpkg-dev file
   libboost1.81-dev libboost-url1.81-dev
   libpqxx-dev libpq-dev libssl-dev nlohmann-json3-dev libspdlog-dev libyaml-cpp-dev
   libnghttp2-dev libtcmalloc-minimal4
 )
+# Configuring the build tree looks for GoogleTest, so the first run needs it too.
+RUN_PACKAGES=(
+  "${BUILD_PACKAGES[@]}" libgtest-dev libgmock-dev postgresql-15 python3 curl
+)
 PACKAGES=(
-  "${BUILD_PACKAGES[@]}"
-  libgtest-dev libgmock-dev ccache
+  "${RUN_PACKAGES[@]}"
   clang libclang-rt-14-dev clang-format clang-tidy
-  postgresql-15 pgbouncer postgresql-15-auto-failover pg-auto-failover-cli
-  python3 python3-pytest python3-prometheus-client python3-yaml
-  curl procps openssl
+  pgbouncer postgresql-15-auto-failover pg-auto-failover-cli
+  python3-pytest python3-prometheus-client python3-yaml
+  procps openssl
   # Real peers for the outside-in tests: nginx and Node's http as upstreams, Node's
   # fetch and curl as clients; faketime for a proxy whose clock is off; prlimit.
   nginx-light nodejs faketime util-linux
@@ -35,6 +40,7 @@ PACKAGES=(
 case "${1:-}" in
   bench) PACKAGES+=(wrk haproxy) ;;
   build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+  run) PACKAGES=("${RUN_PACKAGES[@]}") ;;
   # podman runs the image offline; mmdebstrap makes its Debian base (scripts/image.sh).
   image) PACKAGES+=(podman runc mmdebstrap uidmap) ;;
   # Citus builds from source against Debian's PostgreSQL 15 (scripts/citus.sh).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The first README command. Installs what is missing, builds idemproxy, starts a
-# private PostgreSQL, a demo upstream and idemproxy in front of it, and prints curl
-# lines to try. Ctrl-C stops everything.
+# The first README command. Installs what is missing, builds idemproxy (the binary
+# alone, not the tests), starts a private PostgreSQL, a demo upstream and idemproxy in
+# front of it, and prints curl lines to try. Ctrl-C stops everything.
 #
 #   scripts/run-local.sh            run until Ctrl-C
 #   scripts/run-local.sh --smoke    run the curl lines itself, check them, and stop
@@ -18,8 +18,9 @@ ADMIN_PORT=${ADMIN_PORT:-9090}
 UPSTREAM_PORT=${UPSTREAM_PORT:-3000}
 RUN_DIR=${RUN_DIR:-${TMPDIR:-/tmp}/idemproxy-local-$(id -u)}
 
-bash scripts/install-deps.sh
-bash scripts/build.sh
+bash scripts/install-deps.sh run
+BUILD_TARGETS=idemproxy bash scripts/build.sh
+echo "run-local: installed and built in $SECONDS s"
 
 for port in "$PROXY_PORT" "$ADMIN_PORT" "$UPSTREAM_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -113,4 +114,4 @@ grep -q '^HTTP/2 ' "$RUN_DIR/headers" || fail "the HTTP/2 retry was not answered
 grep -qi '^idempotent-replayed: true' "$RUN_DIR/headers" || fail "the HTTP/2 retry was not replayed"
 orders=$(curl -s "$IDEMPROXY_UPSTREAM/v1/orders" | grep -c '"id"')
 [ "$orders" = 1 ] || fail "the upstream created $orders orders, expected 1"
-echo "run-local smoke: ok (1 execution, replay identical over HTTP/1.1 and HTTP/2, 422 and 400 as documented)"
+echo "run-local smoke: ok in $SECONDS s (1 execution, replay identical over HTTP/1.1 and HTTP/2, 422 and 400 as documented)"

@@ -10,7 +10,9 @@
 #   5. the store tests and the concurrency end-to-end tests (with the real-peer
 #      ledger) on a TSan build, with 4 I/O threads per proxy (skip with SANITIZE=0),
 #   6. the container image (scripts/image.sh, podman, offline) run against the test
-#      PostgreSQL, and its .deb installed into the bare Debian base (skip with IMAGE=0),
+#      PostgreSQL, and its .deb installed into the bare Debian base (skip with IMAGE=0):
+#      first the image that installs the Release build's package, then, at the end,
+#      the same tests on the image the Dockerfile compiles from source,
 #   7. the libFuzzer targets, FUZZ_SECONDS each (default 20; 0 skips them),
 #   8. after stage 3, the store tests and the behaviour table, storm, fault and ledger
 #      end-to-end tests again on a Citus cluster: a coordinator and two workers
@@ -19,10 +21,10 @@
 #      add-worker/rebalance/drain cycles under load, at most 200 s of moving).
 # The Kubernetes manifests are rendered and validated in stage 2 (test_kubernetes.py).
 # Before building, every C++ file is checked against .clang-format; after it,
-# clang-tidy (.clang-tidy) must find nothing in src/. clang-tidy and the ASan, TSan
-# and fuzz builds run in the background at nice 19 while the Release build's tests
-# run. The TSan stage also runs the coordinator, lease schedule and replay cache unit
-# tests, and the span exporter's.
+# clang-tidy (.clang-tidy) must find nothing in src/. clang-tidy, the ASan, TSan
+# and fuzz builds and the from-source image run in the background at nice 19 while
+# the Release build's tests run. The TSan stage also runs the coordinator, lease
+# schedule and replay cache unit tests, and the span exporter's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -44,6 +46,10 @@ bash scripts/install-deps.sh image
 # ccache (CMakeLists.txt) keys objects by paths relative to the checkout, so a fresh
 # clone elsewhere reuses what an earlier run compiled (~/.cache/ccache).
 export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=true
+# New build trees use Ninja, as scripts/build.sh makes them (docs/BUILD.md).
+if [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja >/dev/null; then
+  export CMAKE_GENERATOR=Ninja
+fi
 # The Kubernetes schema validator (tests/kubernetes), the browser driver for the
 # admin page (tests/browser: puppeteer-core, which downloads no browser), and the OTLP
 # receiver's message definitions (tests/otlp: @opentelemetry/otlp-transformer), pinned
@@ -72,6 +78,10 @@ trap cleanup EXIT
 # With the bench tools too: the benchmark's smoke run below uses this build.
 stage "build: Release (build/)"
 bash scripts/build.sh -DIDEMPROXY_BENCH=ON
+
+# The images' Debian base (mmdebstrap, once), before the background and the
+# foreground both build on it.
+if [ "$IMAGE" = 1 ]; then bash scripts/image.sh --base || true; fi
 
 # clang-tidy, the sanitizer builds and the fuzz targets' build run in the background,
 # at the lowest CPU priority, while the Release build's tests run: those mostly wait
@@ -104,6 +114,12 @@ build_tsan() {
     background_step fuzz "build: the fuzz targets (build-fuzz/)" \
       env FUZZ_BUILD_ONLY=1 bash scripts/fuzz.sh
   fi
+  # The documented from-source image build: podman build -f docker/Dockerfile, its
+  # compile cached by ccache in a podman cache mount between runs.
+  if [ "$IMAGE" = 1 ]; then
+    background_step image_source "build: the container image from source (scripts/image.sh source)" \
+      env IDEMPROXY_DEB_DIR="$WORK/source-deb" bash scripts/image.sh source
+  fi
 ) &
 background_pid=$!
 # Waits until the background step NAME has finished (or the background is gone).
@@ -125,7 +141,7 @@ if [ "$CITUS" = 1 ]; then
 fi
 image_status=0
 if [ "$IMAGE" = 1 ]; then
-  stage "build: the container image (scripts/image.sh test)"
+  stage "build: the container image from the Release build (scripts/image.sh test)"
   IDEMPROXY_IMAGE_FROM=build bash scripts/image.sh test || image_status=1
 fi
 
@@ -203,17 +219,29 @@ IDEMPROXY_TEST_HTTP2=1 run_pytest build tests/e2e/test_behaviour_table.py \
   tests/e2e/test_metrics.py tests/e2e/test_tls.py tests/e2e/test_tracing.py \
   tests/e2e/test_replay_cache.py tests/e2e/test_contract.py
 
-stage "run-local smoke test (the first README command)"
+# In a copy of the checkout without build trees, as a new clone would be, it must
+# build the binary it runs and nothing else (no test binary); ccache, keyed by paths
+# relative to the copy, reuses the Release build's objects.
+stage "run-local smoke test (the first README command, in a fresh copy of the checkout)"
+first_run=$WORK/first-run
+mkdir -p "$first_run"
+git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$first_run"
 read -r proxy_port admin_port upstream_port <<<"$(python3 scripts/free_port.py 3)"
-if PROXY_PORT=$proxy_port ADMIN_PORT=$admin_port UPSTREAM_PORT=$upstream_port RUN_DIR="$WORK/local" \
-   bash scripts/run-local.sh --smoke >"$WORK/smoke.log" 2>&1; then
-  tail -1 "$WORK/smoke.log"
+if (cd "$first_run" && CCACHE_BASEDIR=$first_run PROXY_PORT=$proxy_port ADMIN_PORT=$admin_port \
+      UPSTREAM_PORT=$upstream_port RUN_DIR="$WORK/local" bash scripts/run-local.sh --smoke) \
+      >"$WORK/smoke.log" 2>&1 &&
+   [ -x "$first_run/build/idemproxy" ] && [ ! -e "$first_run/build/tests/unit_tests" ] &&
+   [ ! -e "$first_run/build/tests/http_tests" ]; then
+  grep -E '^run-local: installed and built|^run-local smoke: ' "$WORK/smoke.log"
   passed=$((passed + 1))
 else
   cat "$WORK/smoke.log"
+  ls "$first_run/build" "$first_run/build/tests" 2>/dev/null || true
+  echo "run-local smoke: failed, or it built more than build/idemproxy"
   failed=$((failed + 1))
   status=1
 fi
+rm -rf "$first_run"
 
 stage "benchmark harness smoke (bench/run.sh --smoke: nginx, pgbench and idemproxy, 2 s each)"
 if BENCH_BUILD=build bash bench/run.sh --smoke >"$WORK/bench.log" 2>&1; then :; else status=1; fi
@@ -287,7 +315,7 @@ if [ "$SANITIZE" = 1 ] && step_result tsan; then
   unset TSAN_OPTIONS
 fi
 
-stage "waiting for the background clang-tidy and fuzz build"
+stage "waiting for the background clang-tidy, fuzz build and from-source image"
 wait "$background_pid" || true
 if step_result tidy; then
   grep -E '^tidy: ' "$BACKGROUND/tidy.log" || true
@@ -297,6 +325,11 @@ if [ "$FUZZ_SECONDS" != 0 ] && step_result fuzz; then
   stage "fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
   if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi
   summary_counts "$WORK/fuzz.log" fuzz || status=1
+fi
+if [ "$IMAGE" = 1 ] && step_result image_source; then
+  tail -1 "$BACKGROUND/image_source.log"
+  IDEMPROXY_IMAGE=idemproxy:source IDEMPROXY_DEB_DIR="$WORK/source-deb" \
+    run_pytest build tests/e2e/test_image.py
 fi
 
 stage "the times"

@@ -53,24 +53,53 @@ def dockerfile():
     return open(os.path.join(DOCKER, "Dockerfile")).read()
 
 
+def stages():
+    """The Dockerfile's stages by name; the last, unnamed one, as "final"."""
+    found = {}
+    for part in re.split(r"\n(?=FROM )", dockerfile())[1:]:
+        head = part.splitlines()[0].split()
+        found[head[3] if len(head) > 3 else "final"] = part
+    return found
+
+
 def test_dockerfile_builds_with_the_projects_own_scripts_in_cache_friendly_layers():
-    build_stage, runtime_stage = dockerfile().split("\nFROM debian:bookworm-slim\n")
-    assert build_stage.startswith("#") and "FROM debian:bookworm-slim AS build" in build_stage
+    text, found = dockerfile(), stages()
+    assert text.startswith("#") and list(found) == ["build", "runtime", "prebuilt", "final"]
+    build = found["build"]
+    assert build.startswith("FROM debian:bookworm-slim AS build")
     # The toolchain layer comes before any source is copied in.
-    steps = [l for l in build_stage.splitlines() if l.startswith(("COPY", "RUN"))]
+    steps = [l for l in build.splitlines() if l.startswith(("COPY", "RUN"))]
     assert steps[:2] == ["COPY scripts/install-deps.sh scripts/install-deps.sh",
                          "RUN bash scripts/install-deps.sh build"]
-    assert steps.index("COPY src src") > 1 and "cpack -G DEB" in build_stage
-    # The runtime libraries come before the package, which changes with every edit.
-    assert runtime_stage.index("apt-get install") < runtime_stage.index("COPY --from=package")
-    # The package is the build stage's, or the one the test command built (prebuilt).
-    assert "ARG IDEMPROXY_PACKAGE=build" in build_stage
-    assert "FROM ${IDEMPROXY_PACKAGE} AS package" in build_stage
-    instructions = [l for l in runtime_stage.splitlines() if not l.startswith("#")]
-    assert "USER 10001:10001" in instructions
+    assert steps.index("COPY src src") > 1 and "cpack -G DEB" in build
+    # The compile keeps its ccache between builds.
+    assert "RUN --mount=type=cache,target=/root/.cache/ccache" in build
+    # No stage is named through a build argument: buildah (podman) would read it as
+    # an image name ("short-name did not resolve").
+    assert not re.search(r"^FROM \S*\$", text, re.M)
+    # The runtime libraries come before the package, which changes with every edit;
+    # the default stage installs the build stage's package, "prebuilt" the context's.
+    runtime = found["runtime"]
+    assert runtime.startswith("FROM debian:bookworm-slim AS runtime")
+    assert "apt-get install" in runtime and "dpkg -i" not in runtime
+    assert found["prebuilt"].startswith("FROM runtime AS prebuilt")
+    assert "COPY .image/idemproxy.deb /tmp/idemproxy.deb" in found["prebuilt"]
+    assert found["final"].startswith("FROM runtime\n")
+    assert "COPY --from=build /idemproxy.deb /tmp/idemproxy.deb" in found["final"]
+    for label in ("title", "source", "licenses"):
+        assert "org.opencontainers.image.%s=" % label in runtime
+    for name in ("prebuilt", "final"):
+        stage = found[name]
+        instructions = [l for l in stage.splitlines() if not l.startswith("#")]
+        assert instructions[-1] == "USER 10001:10001"
+        # The labels naming the build come after the package, and their arguments
+        # before it: buildah would reuse a cached LABEL layer from a build with other
+        # arguments if no RUN step between saw them.
+        assert (stage.index("ARG IDEMPROXY_REVISION") < stage.index("RUN dpkg -i")
+                < stage.index("image.version="))
+        assert "org.opencontainers.image.revision=" in stage
+    instructions = [l for l in text.splitlines() if not l.startswith("#")]
     assert not any(l.startswith("HEALTHCHECK") or "curl" in l for l in instructions)
-    for label in ("version", "revision", "source", "licenses"):
-        assert "org.opencontainers.image.%s=" % label in runtime_stage
 
 
 def dependency_closure(packages):
@@ -86,7 +115,7 @@ def dependency_closure(packages):
 
 
 def test_runtime_image_packages_provide_every_linked_library():
-    runtime_stage = dockerfile().split("\nFROM debian:bookworm-slim\n")[1]
+    runtime_stage = stages()["runtime"]
     install = runtime_stage[runtime_stage.index("apt-get install"):runtime_stage.index("&& rm -rf")]
     listed = set(re.findall(r"\b(lib[\w.+-]+|ca-certificates)\b", install))
     closure = dependency_closure(listed)

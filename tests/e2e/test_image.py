@@ -1,7 +1,9 @@
 """The container image, built by scripts/image.sh and run with podman against the
 test PostgreSQL and the fake upstream: claim, replay and 422 through it, as the
 non-root user 10001, read-only and without capabilities, as Kubernetes runs it.
-IDEMPROXY_IMAGE names the image (scripts/test.sh builds idemproxy:test)."""
+IDEMPROXY_IMAGE names the image and IDEMPROXY_DEB_DIR where image.sh wrote its .deb
+(scripts/test.sh runs these tests on idemproxy:test, which installs the Release
+build's package, and on idemproxy:source, compiled by the Dockerfile itself)."""
 import json
 import os
 import re
@@ -13,6 +15,7 @@ import pytest
 from harness import ROOT, free_port, request
 
 IMAGE = os.environ.get("IDEMPROXY_IMAGE", "idemproxy:test")
+DEB_DIR = os.environ.get("IDEMPROXY_DEB_DIR", os.path.join(ROOT, "build"))
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
 LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1000:1000", "--network", "host"]
 
@@ -122,9 +125,9 @@ def test_the_image_is_small():
 
 
 def test_the_deb_installs_with_apt_into_the_bare_base_and_runs(tmp_path):
-    debs = [f for f in os.listdir(os.path.join(ROOT, "build")) if f.endswith("_amd64.deb")]
-    assert debs, "scripts/image.sh writes build/idemproxy_VERSION_amd64.deb"
-    deb = os.path.join(ROOT, "build", sorted(debs)[-1])
+    debs = [f for f in os.listdir(DEB_DIR) if f.endswith("_amd64.deb")]
+    assert debs, "scripts/image.sh writes %s/idemproxy_VERSION_amd64.deb" % DEB_DIR
+    deb = os.path.join(DEB_DIR, sorted(debs)[-1])
     fields = subprocess.run(["dpkg-deb", "--field", deb], capture_output=True, text=True,
                             check=True).stdout
     assert "Package: idemproxy" in fields and "libpqxx-6.4" in fields
