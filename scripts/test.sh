@@ -20,7 +20,8 @@
 #      then the rebalance test and the shard-move stress ledger (16 moves and 2
 #      add-worker/rebalance/drain cycles under load, at most 200 s of moving).
 # The Kubernetes manifests are rendered and validated in stage 2 (test_kubernetes.py).
-# Before building, every C++ file is checked against .clang-format; after it,
+# Before building, every C++ file is checked against .clang-format, and the sources
+# against the layout rules (scripts/check-layout.sh: 400 lines, no folder cycle); after it,
 # clang-tidy (.clang-tidy) must find nothing in src/. clang-tidy, the ASan, TSan
 # and fuzz builds and the from-source image run in the background at nice 19 while
 # the Release build's tests run. The TSan stage also runs the coordinator, lease
@@ -65,6 +66,10 @@ if [ ! -d tests/otlp/node_modules/@opentelemetry/otlp-transformer ]; then
 fi
 format_status=0
 bash scripts/check-format.sh || format_status=1
+# The layout rules (scripts/check-layout.sh): no source file over 400 lines, no
+# include cycle between folders; the script's own self-test first.
+layout_status=0
+bash scripts/check-layout.sh --self-test && bash scripts/check-layout.sh || layout_status=1
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-test.XXXXXX")
 chmod 755 "$WORK"
 background_pid=""
@@ -157,6 +162,8 @@ failed=0
 status=0
 # The formatting check ran before the build (scripts/check-format.sh).
 if [ "$format_status" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
+# So did the layout check (scripts/check-layout.sh).
+if [ "$layout_status" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
 
 run_ctest() {  # BUILD_DIR
   local log="$WORK/ctest-$1.log"

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "http/exchange.hpp"
+#include "http/problem.hpp"
 #include "idemproxy/ops/logging.hpp"
 #include "idemproxy/trace/span.hpp"
-#include "proxy/problem.hpp"
 #include "proxy/runtime.hpp"
 
 namespace idemproxy::http {

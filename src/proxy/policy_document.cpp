@@ -4,9 +4,9 @@
 #include <array>
 #include <nlohmann/json.hpp>
 
+#include "http/problem.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
 #include "idemproxy/engine/key.hpp"
-#include "proxy/problem.hpp"
 
 namespace idemproxy::http {
 namespace {

@@ -9,9 +9,9 @@
 
 #include "http/beast.hpp"
 #include "http/exchange.hpp"
+#include "http/problem.hpp"
 #include "http/stream.hpp"
 #include "idemproxy/config/config.hpp"
-#include "proxy/problem.hpp"
 #include "upstream/h2_upstream.hpp"
 
 namespace idemproxy::http {

@@ -8,12 +8,12 @@
 #include <stdexcept>
 #include <thread>
 
+#include "http/problem.hpp"
 #include "http/request_target.hpp"
 #include "http/trace_context.hpp"
 #include "idemproxy/common/clock.hpp"
 #include "idemproxy/store/memory_store.hpp"
 #include "proxy/policy_document.hpp"
-#include "proxy/problem.hpp"
 #include "proxy/replay.hpp"
 #include "proxy/runtime.hpp"
 

@@ -1,6 +1,6 @@
 // Problem responses (RFC 9457) and gRPC refusals: the one place where an error from
 // traffic, the upstream or the store becomes what the client is told.
-#include "proxy/problem.hpp"
+#include "http/problem.hpp"
 
 #include <nlohmann/json.hpp>
 

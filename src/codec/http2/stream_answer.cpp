@@ -1,0 +1,231 @@
+// A stream's answer side: its head, interim answers, body and trailers, sent through
+// a deferred data source without a copy (the connection's write loop takes them).
+#include <charconv>
+
+#include "codec/http2/connection.hpp"
+#include "codec/http2/stream.hpp"
+#include "http/fields.hpp"
+
+namespace idemproxy::http::h2 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ssize_t data_source(nghttp2_session*, std::int32_t, std::uint8_t*, std::size_t room,
+                    std::uint32_t* flags, nghttp2_data_source* source, void*) {
+  return static_cast<Stream*>(source->ptr)->next_data(room, flags);
+}
+
+}  // namespace
+
+void Stream::head_fields(unsigned status, const Fields* fields,
+                         std::span<const store::Header> stored, std::span<const ExtraField> extra,
+                         Framing framing) {
+  nv_.clear();
+  std::snprintf(digits_.data(), digits_.size(), "%03u", status);
+  nv_.add(":status", std::string_view(digits_.data(), 3));
+  const bool keep_length = framing.kind == Framing::Kind::none;
+  const auto keep = [&](std::string_view name, std::string_view connection) {
+    return !connection_specific(name, connection) && !beast::iequals(name, "te") &&
+           (keep_length || !beast::iequals(name, "content-length"));
+  };
+  if (fields != nullptr) {
+    const auto connection = (*fields)[bhttp::field::connection];
+    for (const auto& f : *fields) {
+      if (keep(f.name_string(), connection)) nv_.add(f.name_string(), f.value());
+    }
+  }
+  for (const auto& h : stored) {
+    if (keep(h.name, {})) nv_.add(h.name, h.value);
+  }
+  for (const auto& e : extra) nv_.add(e.name, e.value);
+  if (framing.kind == Framing::Kind::length) {
+    char length[24];
+    const int n = std::snprintf(length, sizeof length, "%llu",
+                                static_cast<unsigned long long>(framing.length));
+    nv_.add("content-length", std::string_view(length, static_cast<std::size_t>(n)));
+  }
+}
+
+bool Stream::submit_head(bool with_body) {
+  head_pending_ = false;
+  submitted_ = true;
+  if (closed_) return false;
+  nghttp2_data_provider provider{};
+  provider.source.ptr = this;
+  provider.read_callback = data_source;
+  const int rv = nghttp2_submit_response(conn_.session(), id_, nv_.data(), nv_.size(),
+                                         with_body ? &provider : nullptr);
+  conn_.wake_writer();
+  if (!with_body && rv == 0) answered_ = true;
+  if (answered_ && !end_stream_) answered_early_at_ = Clock::now();
+  return rv == 0;
+}
+
+asio::awaitable<bool> Stream::send_interim(ResponseHeader& head) {
+  if (closed_ || submitted_) co_return !closed_;
+  head_fields(head.result_int(), &head, {}, {}, Framing::none());
+  nghttp2_submit_headers(conn_.session(), NGHTTP2_FLAG_NONE, id_, nullptr, nv_.data(), nv_.size(),
+                         nullptr);
+  conn_.wake_writer();
+  co_return true;
+}
+
+asio::awaitable<bool> Stream::send_head(ResponseHeader& head, Framing framing) {
+  const unsigned status = head.result_int();
+  const bool bodiless =
+      head_request_ || status == 204 || status == 304 || framing.kind == Framing::Kind::none;
+  // A HEAD answer keeps the length the body would have had (RFC 9110 9.3.2).
+  head_fields(status, &head, {}, {},
+              bodiless && !(head_request_ && framing.kind == Framing::Kind::length)
+                  ? Framing::none()
+                  : framing);
+  if (bodiless) co_return submit_head(false);
+  head_pending_ = true;
+  co_return !closed_;
+}
+
+asio::awaitable<bool> Stream::send_body(std::string_view data, bool last, Trailers trailers) {
+  if (closed_) co_return false;
+  if (answered_ || (submitted_ && out_last_)) co_return true;
+  if (head_pending_) {
+    if (last && data.empty() && trailers.empty()) co_return submit_head(false);
+    if (last && data.empty()) {
+      // Head and trailers, no DATA frame between them.
+      head_pending_ = false;
+      submitted_ = true;
+      nghttp2_submit_headers(conn_.session(), NGHTTP2_FLAG_NONE, id_, nullptr, nv_.data(),
+                             nv_.size(), nullptr);
+      nv_.clear();
+      for (const auto& t : trailers) {
+        if (allowed_in_trailers(t.name)) nv_.add(t.name, t.value);
+      }
+      nghttp2_submit_trailer(conn_.session(), id_, nv_.data(), nv_.size());
+      conn_.wake_writer();
+      answered_ = true;
+      if (!end_stream_) answered_early_at_ = Clock::now();
+      co_return true;
+    }
+    if (!submit_head(true)) co_return false;
+  }
+  out_ = data;
+  out_at_ = 0;
+  out_last_ = last;
+  out_trailers_ = trailers;
+  if (deferred_) {
+    deferred_ = false;
+    nghttp2_session_resume_data(conn_.session(), id_);
+  }
+  conn_.wake_writer();
+  const bool written = co_await wait_written();
+  out_ = {};
+  out_trailers_ = {};
+  if (written && last) {
+    answered_ = true;
+    if (!end_stream_) answered_early_at_ = Clock::now();
+  }
+  co_return written;
+}
+
+asio::awaitable<bool> Stream::wait_written() {
+  const auto send_timeout = settings_->config.server.read_timeout;
+  auto moved = Clock::now();
+  std::size_t at = out_at_;
+  for (;;) {
+    const bool taken = out_at_ == out_.size() && (!out_last_ || eof_taken_);
+    if (taken && in_flight_ == 0) co_return true;
+    if (closed_ && in_flight_ == 0) co_return false;
+    if (out_at_ != at) {
+      at = out_at_;
+      moved = Clock::now();
+    }
+    // A client that opens no window for an answer (a zero window held forever) gets
+    // the stream reset after server.read_timeout without progress, as an HTTP/1.1
+    // client that stops reading gets its connection closed.
+    const auto until = moved + send_timeout;
+    if (!co_await progress_.wait_until(until) && out_at_ == at && !closed_) {
+      stalled_since_ = moved;
+      nghttp2_submit_rst_stream(conn_.session(), NGHTTP2_FLAG_NONE, id_, NGHTTP2_CANCEL);
+      conn_.wake_writer();
+    }
+  }
+}
+
+ssize_t Stream::next_data(std::size_t room, std::uint32_t* flags) {
+  const std::size_t ready = out_.size() - out_at_;
+  if (ready == 0 && !out_last_) {
+    deferred_ = true;
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  const std::size_t n = std::min(room, ready);
+  if (n > 0) *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  if (n == ready && out_last_) {
+    eof_taken_ = true;
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (!out_trailers_.empty()) {
+      // RFC 9113 §8.1: trailers are a HEADERS frame that ends the stream after the DATA.
+      *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      NvList trailers;
+      for (const auto& t : out_trailers_) {
+        if (allowed_in_trailers(t.name)) trailers.add(t.name, t.value);
+      }
+      nghttp2_submit_trailer(conn_.session(), id_, trailers.data(), trailers.size());
+    }
+    progress_.notify();
+  }
+  return static_cast<ssize_t>(n);
+}
+
+void Stream::take_data(const std::uint8_t* frame_head, std::size_t size) {
+  conn_.queue_data(*this, frame_head, out_.data() + out_at_, size);
+  out_at_ += size;
+  in_flight_ += size;
+}
+
+void Stream::flushed(std::size_t size) {
+  in_flight_ -= std::min(in_flight_, size);
+  progress_.notify();
+}
+
+void Stream::abandon() {
+  in_flight_ = 0;
+  on_close(NGHTTP2_CANCEL);
+}
+
+void Stream::served() {
+  serving_ = false;
+  discarding_ = true;
+  // Whatever the client still sends, and what it sent that was not read, is dropped
+  // and its window given back.
+  release_view();
+  give_back(in_[fill_].size());
+  in_[fill_].clear();
+  if (closed_) return;
+  // An exchange the proxy left without a whole answer is reset: the client must not
+  // wait for one, nor take part of one for all of it. A malformed request that is
+  // still open is a stream error (RFC 9113 §8.1.1), after its answer.
+  if (!answered_) {
+    nghttp2_submit_rst_stream(conn_.session(), NGHTTP2_FLAG_NONE, id_, NGHTTP2_INTERNAL_ERROR);
+  } else if (head_error_ && !end_stream_) {
+    nghttp2_submit_rst_stream(conn_.session(), NGHTTP2_FLAG_NONE, id_, NGHTTP2_PROTOCOL_ERROR);
+  }
+  conn_.wake_writer();
+}
+
+void Stream::reset() {
+  if (closed_) return;
+  nghttp2_submit_rst_stream(conn_.session(), NGHTTP2_FLAG_NONE, id_, NGHTTP2_INTERNAL_ERROR);
+  conn_.wake_writer();
+}
+
+asio::awaitable<bool> Stream::send_prepared(const PreparedAnswer& answer,
+                                            std::span<const ExtraField> extra) {
+  const bool bodiless = head_request_ || answer.status == 204 || answer.status == 304;
+  head_fields(answer.status, nullptr, answer.fields, extra,
+              Framing::of(answer.body.size(), !answer.trailers.empty()));
+  head_pending_ = true;
+  if (bodiless) co_return submit_head(false);
+  co_return co_await send_body(answer.body, true, answer.trailers);
+}
+
+}  // namespace idemproxy::http::h2
