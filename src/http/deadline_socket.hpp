@@ -18,6 +18,8 @@
 // the direction it sets).
 #include <atomic>
 #include <boost/asio/associator.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/prepend.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -150,7 +152,14 @@ class DeadlineSocket {
     void operator()(beast::error_code ec, Args&&... args) {
       state->pending.set(state->pending.get() - 1);
       if (ec && state->timed_out.get()) ec = beast::error::timeout;
-      std::move(handler)(ec, std::forward<Args>(args)...);
+      // On the handler's own executor: inline when already there (one I/O thread, or
+      // its strand), otherwise queued to it. With several I/O threads the socket's
+      // completions ran the caller on another thread, outside its strand (found with
+      // HTTP/2 clients, whose streams share their connection's strand and state:
+      // TSan saw the races and nghttp2 asserted); tests/e2e/test_http2.py runs under
+      // TSan with four I/O threads.
+      const auto ex = asio::get_associated_executor(handler, state->socket.get_executor());
+      asio::dispatch(ex, asio::prepend(std::move(handler), ec, std::forward<Args>(args)...));
     }
   };
 

@@ -18,7 +18,7 @@ asio::awaitable<bool> stream_response(RequestContext& ctx,
   const bool upstream_keep_alive = res.keep_alive();
   strip_hop_by_hop(res);
   // Idempotency-Policy speaks to the proxy: on a covered route it never reaches the
-  // client, also when this request carried no key (README, "Behaviour").
+  // client, also when this request carried no key (docs/BEHAVIOUR.md).
   if (covered(ctx)) res.erase("Idempotency-Policy");
   res.set("X-Request-Id", ctx.request_id);
   ctx.status = res.result_int();

@@ -60,6 +60,14 @@ asio::awaitable<void> send_policy(RequestContext& ctx) {
   head.set(bhttp::field::content_type, html ? "text/html; charset=utf-8" : "application/json");
   head.set(bhttp::field::cache_control, "max-age=300");
   head.set(bhttp::field::vary, "Accept");
+  // As the admin page's: the page loads nothing, runs nothing and is framed by no one.
+  head.set("X-Content-Type-Options", "nosniff");
+  if (html) {
+    head.set("Content-Security-Policy",
+             "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    head.set("X-Frame-Options", "DENY");
+    head.set("Referrer-Policy", "no-referrer");
+  }
   ctx.outcome = ops::Outcome::passthrough;
   const std::string_view body = html ? ctx.settings.policy.html : ctx.settings.policy.json;
   const Trailers none;

@@ -35,7 +35,7 @@ asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
     if (runtime.draining) co_return;
     auto& store = runtime.record_store;
     // Filled in place: a non-trivially-destructible result would be a temporary in
-    // the co_await expression, which GCC 12 destroys twice (README, Development).
+    // the co_await expression, which GCC 12 destroys twice (docs/DEVELOPMENT.md).
     ops::Collected c;
     co_await runtime.blocking([&store, &gc, &tombstones, &c] {
       c = ops::collect_expired(store, gc.batch_size, gc.max_batches, tombstones);
