@@ -18,10 +18,10 @@
 // the direction it sets).
 #include <atomic>
 #include <boost/asio/associator.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/prepend.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/prepend.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
