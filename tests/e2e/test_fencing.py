@@ -151,3 +151,34 @@ def test_forward_fencing_token_must_be_a_boolean(make_proxy, business):
     assert out.returncode != 0
     assert re.search(re.escape(p.config_path) +
                      r":\d+:\d+: .*forward_fencing_token must be true or false", out.stderr)
+
+
+@pytest.mark.parametrize("http2", [False, True])
+def test_a_clients_fencing_token_never_reaches_the_upstream(make_proxy, upstream, http2):
+    """Only the proxy writes Idempotency-Fencing-Token: a client's own is removed on a
+    covered route's covered method (where the proxy writes the claim's), on a method the
+    route does not cover, and on a route that covers nothing, over HTTP/1.1 and HTTP/2."""
+    from h2_peer import Client
+    p = make_proxy(routes=[dict(ROUTE, methods=["POST"], lease="10s")])
+    forged = "999999999"
+    sent = []
+    for method, path in (("POST", "/v1/orders"), ("PUT", "/v1/orders/1"),
+                         ("DELETE", "/v1/orders/1"), ("POST", "/elsewhere")):
+        key = "forged-" + uuid.uuid4().hex
+        headers = {"Idempotency-Key": key, "Idempotency-Fencing-Token": forged,
+                   "Content-Type": "application/json"}
+        if http2:
+            c = Client(p.port)
+            (r,) = c.wait(c.request(method, path, b"{}", [(k.lower(), v) for k, v in headers.items()]))
+            c.close()
+        else:
+            r = p.request(method, path, "{}", headers)
+        assert r.status == 201, (method, path, r.status)
+        sent.append((method, path, key))
+    for method, path, key in sent:
+        (seen,) = upstream.executions.headers_of(key)
+        token = seen.get("idempotency-fencing-token")
+        if (method, path) == ("POST", "/v1/orders"):
+            assert token is not None and token != forged  # the claim's own
+        else:
+            assert token is None, (method, path, token)
