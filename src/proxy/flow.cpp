@@ -9,7 +9,6 @@
 
 #include "http/fields.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
-#include "proxy/claim_permit.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/phases.hpp"
 #include "proxy/replay.hpp"
@@ -128,7 +127,7 @@ asio::awaitable<Step> execute(Flow& f) {
   const store::ClaimRequest& claim = *f.claim;
   const std::int64_t token = f.decision.token;
   const auto& route = f.route();
-  ClaimPermit permit(rt, claim.id, token);
+  rt.metrics.claim_started();
   const auto t0 = std::chrono::steady_clock::now();
   // The lease is renewed while the upstream works (engine::LeaseSchedule).
   auto heartbeat =
@@ -137,7 +136,6 @@ asio::awaitable<Step> execute(Flow& f) {
   const Duration timeout = upstream_timeout(ctx, f.req);
   const InterimSink interim{&ctx.ex};
   trace::Span up = start_upstream_span(ctx, f.req.base());
-  permit.forwarding();
   UpstreamAnswer ex = co_await rt.upstream.round_trip(f.req, interim, timeout);
   heartbeat.reset();
   const double upstream_seconds =
@@ -148,7 +146,6 @@ asio::awaitable<Step> execute(Flow& f) {
     // Sent: the upstream may have acted. Retries are told the outcome is unknown
     // (on_stale: fail) or execute again after the lease (retake).
     const bool sent = ex.sent;
-    permit.settled();  // the abandon below is its end, whatever becomes of this frame
     const engine::Finish left = co_await rt.blocking(
         [&rt, &claim, token, sent] { return rt.coordinator.abandon(claim.id, token, sent); });
     if (sent) {
@@ -157,6 +154,7 @@ asio::awaitable<Step> execute(Flow& f) {
               left == engine::Finish::indeterminate ? "marked indeterminate"
                                                     : "left to its lease (store unreachable)");
     }
+    rt.metrics.claim_ended();
     up.set_error(ex.sent ? "upstream failed after the request was sent" : "upstream unreachable");
     ctx.fail(*ex.error, Outcome::upstream_error);
     co_return Step::failed;
@@ -193,11 +191,9 @@ asio::awaitable<Step> execute(Flow& f) {
   }
   engine::ReplayCache::Request& form = f.form;
   trace::Span completing = ctx.span.child(trace::kSpanStoreComplete);
-  // Settled as the completion starts: it is this claim's end even if this frame goes
-  // before it answers (an abandon racing it would fence a good answer).
-  permit.settled();
   const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
   completing.end();
+  rt.metrics.claim_ended();
   switch (done.finish) {
     case engine::Finish::stored:
       ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;
