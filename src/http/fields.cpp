@@ -7,15 +7,11 @@
 #include "idemproxy/engine/engine.hpp"
 
 namespace idemproxy::http {
-namespace {
-
-std::string_view trim(std::string_view s) {
+std::string_view trim_ows(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
 }
-
-}  // namespace
 
 void strip_hop_by_hop(Fields& fields) {
   // Framing and Host must never be removed because Connection names them.
@@ -32,7 +28,7 @@ void strip_hop_by_hop(Fields& fields) {
   }
   for (std::string_view v = connection; !v.empty();) {
     const auto comma = v.find(',');
-    const auto token = trim(v.substr(0, comma));
+    const auto token = trim_ows(v.substr(0, comma));
     const bool kept = std::any_of(kProtected.begin(), kProtected.end(),
                                   [&](std::string_view p) { return beast::iequals(p, token); });
     if (!token.empty() && !kept && count < named.size()) named[count++] = token;
@@ -52,7 +48,7 @@ bool connection_specific(std::string_view name, std::string_view connection) {
   for (std::size_t at = 0; at < connection.size();) {
     auto end = connection.find(',', at);
     if (end == std::string_view::npos) end = connection.size();
-    const auto token = trim(connection.substr(at, end - at));
+    const auto token = trim_ows(connection.substr(at, end - at));
     if (!token.empty() && beast::iequals(name, token)) return true;
     at = end + 1;
   }

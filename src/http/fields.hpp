@@ -12,6 +12,9 @@ namespace idemproxy::http {
 
 /// Removes hop-by-hop fields (RFC 9110 7.6.1), including those the Connection
 /// field names. Framing fields stay: a streamed body still needs them.
+/// `s` without the optional whitespace (spaces, tabs) around it (RFC 9110 5.6.3).
+std::string_view trim_ows(std::string_view s);
+
 void strip_hop_by_hop(Fields& fields);
 
 /// RFC 9113 §8.2.2: connection-specific fields are not sent over HTTP/2, nor is

@@ -5,16 +5,6 @@
 #include "http/fields.hpp"
 
 namespace idemproxy::http {
-namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-}  // namespace
-
 void prepare_forward(RequestHeader& req, const Peer& peer, const config::UpstreamConfig& upstream) {
   Fields& fields = req;
   strip_hop_by_hop(fields);
@@ -23,7 +13,7 @@ void prepare_forward(RequestHeader& req, const Peer& peer, const config::Upstrea
   for (const auto& f : fields) {
     if (!beast::iequals(f.name_string(), "X-Forwarded-For")) continue;
     if (!xff.empty()) xff += ", ";
-    xff += trim(f.value());
+    xff += trim_ows(f.value());
   }
   xff += (xff.empty() ? "" : ", ") + peer.ip;
   fields.set("X-Forwarded-For", xff);
