@@ -182,3 +182,47 @@ def test_a_clients_fencing_token_never_reaches_the_upstream(make_proxy, upstream
             assert token is not None and token != forged  # the claim's own
         else:
             assert token is None, (method, path, token)
+
+
+@pytest.mark.parametrize("http2", [False, True])
+def test_a_fencing_token_in_a_clients_trailers_never_reaches_the_upstream(make_proxy, upstream, http2):
+    """A request's trailer section is not forwarded (RFC 9110 6.5.1 lets a recipient
+    discard trailer fields; the proxy never merges them into the head), so a fencing token
+    sent there reaches no upstream either, whether as chunked trailers over HTTP/1.1 or
+    as a trailing HEADERS frame over HTTP/2."""
+    import socket
+    from h2_peer import Client
+    p = make_proxy(routes=[dict(ROUTE, methods=["POST"], lease="10s")])
+    forged = "999999999"
+    for path in ("/v1/orders", "/elsewhere"):
+        key = "trailer-" + uuid.uuid4().hex
+        if http2:
+            c = Client(p.port)
+            sid = c.request("POST", path, b"{}", [("idempotency-key", key),
+                                                  ("content-type", "application/json")], end=False)
+            c.conn.send_headers(sid, [("idempotency-fencing-token", forged)], end_stream=True)
+            c.flush()
+            (r,) = c.wait(sid)
+            c.close()
+            status = r.status
+        else:
+            s = socket.create_connection(("127.0.0.1", p.port), timeout=10)
+            s.sendall(("POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: " + key +
+                       "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                       "Trailer: Idempotency-Fencing-Token\r\nConnection: close\r\n\r\n"
+                       "2\r\n{}\r\n0\r\nIdempotency-Fencing-Token: " + forged + "\r\n\r\n").encode())
+            answer = b""
+            while True:
+                piece = s.recv(65536)
+                if not piece:
+                    break
+                answer += piece
+            s.close()
+            status = int(answer.split(b" ", 2)[1])
+        assert status == 201, (path, status)
+        (seen,) = upstream.executions.headers_of(key)
+        token = seen.get("idempotency-fencing-token")
+        if path == "/v1/orders":
+            assert token is not None and token != forged
+        else:
+            assert token is None, token
