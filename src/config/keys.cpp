@@ -87,6 +87,7 @@ const std::vector<Key>& table() {
       IDEMPROXY_RESTART("upstream", "max_response_size", upstream.max_response_size),
       IDEMPROXY_RESTART("upstream", "protocol", upstream.protocol),
       IDEMPROXY_RESTART("upstream", "http2_max_streams", upstream.http2_max_streams),
+      IDEMPROXY_RESTART("upstream", "idle_timeout", upstream.idle_timeout),
       {"upstream", "tls"},
       IDEMPROXY_RESTART("upstream.tls", "ca_file", upstream.tls.ca_file),
       IDEMPROXY_RESTART("upstream.tls", "server_name", upstream.tls.server_name),

@@ -68,6 +68,8 @@ void read_upstream(const YAML::Node& root, const Reader& r, Config& c) {
   if (up["connect_timeout"])
     c.upstream.connect_timeout = r.duration(up["connect_timeout"], "upstream.connect_timeout");
   if (up["timeout"]) c.upstream.timeout = r.duration(up["timeout"], "upstream.timeout");
+  if (up["idle_timeout"])
+    c.upstream.idle_timeout = r.duration(up["idle_timeout"], "upstream.idle_timeout");
   if (up["max_idle_connections"]) {
     c.upstream.max_idle_connections = static_cast<std::size_t>(
         r.integer(up["max_idle_connections"], "upstream.max_idle_connections", 0, 100000));

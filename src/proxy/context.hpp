@@ -102,12 +102,11 @@ bool covered(const RequestContext& ctx);
 /// published, and the client is not gRPC (whose metadata it would clutter).
 std::string_view policy_link(const RequestContext& ctx);
 
-/// Streams an upstream answer to the client: its head (from `parser`), `prefix` (body
-/// bytes already read), then the rest; keeps `conn` for reuse when it can. False
-/// when the answer did not go out whole.
-asio::awaitable<bool> stream_response(RequestContext& ctx,
-                                      std::unique_ptr<UpstreamConnection>& conn,
-                                      StreamingParser& parser, std::string_view prefix);
+/// Streams an upstream answer to the client: its head (read by `call`), `prefix`
+/// (body bytes already read), then the rest. False when the answer did not go out
+/// whole.
+asio::awaitable<bool> stream_response(RequestContext& ctx, UpstreamCall& call,
+                                      std::string_view prefix);
 /// Streams a request no route protects to the upstream and the answer back.
 asio::awaitable<void> pass_through(RequestContext& ctx);
 /// The idempotent path: key, body, fingerprint, claim, forward, record, respond.

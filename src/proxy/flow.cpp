@@ -164,7 +164,7 @@ asio::awaitable<Step> execute(Flow& f) {
   // client whole, and its record keeps only the status, so retries are told it
   // executed instead of being handed part of a body.
   auto* big = ex.oversized ? &*ex.oversized : nullptr;
-  ResponseHeader& head = big ? big->parser->get().base() : ex.response.base();
+  ResponseHeader& head = big ? big->call->head() : ex.response.base();
   ctx.upstream_status = head.result_int();
   up.set_http_status(static_cast<int>(head.result_int()));
   up.end();
@@ -230,7 +230,7 @@ asio::awaitable<Step> execute(Flow& f) {
             "key {}: the response exceeds upstream.max_response_size; streamed whole, and "
             "retries will not replay it",
             ctx.key_hash);
-    co_await stream_response(ctx, big->conn, *big->parser, big->prefix);
+    co_await stream_response(ctx, *big->call, big->prefix);
   } else {
     co_await idempotent::respond(ctx, ex);
   }
@@ -304,12 +304,12 @@ asio::awaitable<Step> forward_unprotected(Flow& f) {
     ctx.fail(*ex.error, Outcome::upstream_error);
     co_return Step::failed;
   }
-  up.set_http_status(static_cast<int>(ex.oversized ? ex.oversized->parser->get().result_int()
+  up.set_http_status(static_cast<int>(ex.oversized ? ex.oversized->call->head().result_int()
                                                    : ex.response.result_int()));
   up.end();
   ctx.outcome = f.decision.outcome;
   if (ex.oversized) {
-    co_await stream_response(ctx, ex.oversized->conn, *ex.oversized->parser, ex.oversized->prefix);
+    co_await stream_response(ctx, *ex.oversized->call, ex.oversized->prefix);
   } else {
     ctx.upstream_status = ex.response.result_int();
     strip_hop_by_hop(ex.response);

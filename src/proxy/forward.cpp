@@ -7,7 +7,19 @@
 namespace idemproxy::http {
 void prepare_forward(RequestHeader& req, const Peer& peer, const config::UpstreamConfig& upstream) {
   Fields& fields = req;
+  // te is hop-by-hop (RFC 9110 10.1.4), but "te: trailers" is how a client says it
+  // takes trailers, which a gRPC server requires: toward an HTTP/2 upstream it goes
+  // on exactly when the client sent it (RFC 9113 §8.2.2), never added for it.
+  bool te_trailers = false;
+  if (upstream.protocol != config::UpstreamConfig::Protocol::http1) {
+    for (const auto& f : fields) {
+      if (f.name() != bhttp::field::te) continue;
+      for (const auto& coding : bhttp::token_list{f.value()})
+        te_trailers = te_trailers || beast::iequals(coding, "trailers");
+    }
+  }
   strip_hop_by_hop(fields);
+  if (te_trailers) fields.set(bhttp::field::te, "trailers");
   fields.erase(bhttp::field::expect);  // 100-continue is answered by the proxy itself
   std::string xff;
   for (const auto& f : fields) {

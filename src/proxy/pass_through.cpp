@@ -11,11 +11,9 @@
 
 namespace idemproxy::http {
 
-asio::awaitable<bool> stream_response(RequestContext& ctx,
-                                      std::unique_ptr<UpstreamConnection>& conn,
-                                      StreamingParser& parser, std::string_view prefix) {
-  auto& res = parser.get();
-  const bool upstream_keep_alive = res.keep_alive();
+asio::awaitable<bool> stream_response(RequestContext& ctx, UpstreamCall& call,
+                                      std::string_view prefix) {
+  auto& res = call.head();
   strip_hop_by_hop(res);
   // Idempotency-Policy speaks to the proxy: on a covered route it never reaches the
   // client, also when this request carried no key (docs/BEHAVIOUR.md).
@@ -25,17 +23,8 @@ asio::awaitable<bool> stream_response(RequestContext& ctx,
   ctx.upstream_status = ctx.status;
   beast::error_code relay_error;
   const bool head_request = ctx.method == "HEAD";
-  // The connection goes back as soon as the answer is read whole, before the client
-  // has its end: an HTTP/2 client's next stream then finds it idle.
-  // (One reference captured: std::function holds it without a heap call.)
-  UpstreamConnection& from = *conn;
-  const auto give_back = [&] {
-    if (upstream_keep_alive && !parser.need_eof()) ctx.rt.upstream.give_back(std::move(conn));
-  };
-  const std::function<void()> answer_read = [&give_back] { give_back(); };
-  const auto relayed =
-      co_await relay_answer(from, parser, prefix, head_request, ctx.ex,
-                            ctx.settings.config.upstream.timeout, relay_error, answer_read);
+  const auto relayed = co_await call.relay_answer(prefix, head_request, ctx.ex,
+                                                  ctx.settings.config.upstream.timeout, relay_error);
   // An answer broken off must never pass for a whole one.
   if (relayed == RelayError::read) ctx.ex.reset();
   co_return relayed == RelayError::none;
@@ -60,7 +49,7 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
 
   const auto upstream_started = std::chrono::steady_clock::now();
   trace::Span up = start_upstream_span(ctx, req);
-  auto [cec, conn] = co_await rt.upstream.acquire(false);
+  auto [cec, call] = co_await rt.upstream.open_call(ctx.ex.fields_allocator());
   if (cec) {
     up.set_error("upstream unreachable");
     ctx.fail(ProblemKind::upstream_unreachable, "cannot connect to the upstream: " + cec.message(),
@@ -75,8 +64,8 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
       !ctx.ex.has_body() || ctx.ex.body_done()
           ? std::nullopt
           : std::optional{std::chrono::steady_clock::now() + cfg.server.body_timeout};
-  const auto sent = co_await send_request(*conn, req, ctx.ex, cfg.upstream.timeout, body_deadline,
-                                          read_error, write_error);
+  const auto sent = co_await call->send_request(req, ctx.ex, cfg.upstream.timeout, body_deadline,
+                                                read_error, write_error);
   if (sent == RelayError::read) {
     // The client went away mid-body, sent it too slowly, or broke its framing: the
     // upstream connection holds part of a request and is closed with this one.
@@ -104,10 +93,9 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
     co_return;
   }
 
-  StreamingParserPtr res_parser;
-  conn->stream.expires_after(cfg.upstream.timeout);
-  const auto hec = co_await read_final_head(*conn, res_parser, is_head, cfg.server.max_stream_body,
-                                            InterimSink{&ctx.ex}, ctx.ex.fields_allocator());
+  const InterimSink interim{&ctx.ex};
+  const auto hec = co_await call->read_final_head(is_head, cfg.server.max_stream_body, interim,
+                                                  ctx.ex.fields_allocator(), cfg.upstream.timeout);
   if (hec) {
     const auto kind =
         hec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;
@@ -120,9 +108,9 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - upstream_started).count();
   rt.metrics.observe_upstream(upstream_seconds);
   ctx.upstream_ms = upstream_seconds * 1000;
-  up.set_http_status(static_cast<int>(res_parser->get().result_int()));
+  up.set_http_status(static_cast<int>(call->head().result_int()));
   const std::string_view nothing_read;
-  co_await stream_response(ctx, conn, *res_parser, nothing_read);
+  co_await stream_response(ctx, *call, nothing_read);
 }
 
 }  // namespace idemproxy::http

@@ -1,19 +1,24 @@
 #pragma once
-// The HTTP/2 upstream link's parts, shared by h2_upstream.cpp (the nghttp2 session,
-// its loops and the registry of links) and h2_upstream_bridge.cpp (each exchange
-// carried across the socket pair the HTTP/1.1 pool is handed).
+// The HTTP/2 upstream's parts, shared by h2_upstream.cpp (the nghttp2 session, its
+// loops and the registry of connections) and h2_call.cpp (each exchange as a stream).
+//
+// Threads: a link (one connection) runs on its own executor, a strand when there are
+// several I/O threads. Everything that touches its session or a stream's state runs
+// there; a StreamCall, driven from a client connection's strand, hops onto it for
+// each step (on_link) and back, so the two never share a lock.
 #include <nghttp2/nghttp2.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <boost/asio/local/stream_protocol.hpp>
 #include <cstring>
 #include <deque>
-#include <sstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "http/fields.hpp"
 #include "http/problem.hpp"
@@ -25,47 +30,17 @@
 namespace idemproxy::http {
 namespace h2 {
 
-using Pipe = asio::local::stream_protocol::socket;
-
-// Per-stream flow-control window (SETTINGS_INITIAL_WINDOW_SIZE) toward the upstream.
+// Per-stream flow-control window (SETTINGS_INITIAL_WINDOW_SIZE) toward the upstream:
+// the most of one answer held here that its client has not taken.
 inline constexpr std::uint32_t kStreamWindow = 128 * 1024;
-// Request bytes a stream holds here before the bridge stops reading the request.
+// Request bytes a stream holds here before the client's body stops being read.
 inline constexpr std::size_t kOutHighWater = std::size_t{256} * 1024;
-
-inline nghttp2_nv nv(const std::string& name, const std::string& value) {
-  return {reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
-          reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(),
-          value.size(), NGHTTP2_NV_FLAG_NONE};
-}
-
-inline std::vector<nghttp2_nv> nv_list(
-    const std::vector<std::pair<std::string, std::string>>& fields) {
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(fields.size());
-  for (const auto& [name, value] : fields) nva.push_back(nv(name, value));
-  return nva;
-}
-
-inline std::string lower_case(std::string_view name) {
-  std::string out;
-  http::lower_case(name, out);
-  return out;
-}
-
-inline void append_chunk(std::string& to, std::string_view data) {
-  char size[20];
-  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-  to.append(size, static_cast<std::size_t>(n));
-  to.append(data);
-  to.append("\r\n");
-}
-
-constexpr std::int32_t kConnectionWindow = 1 << 20;
-constexpr std::size_t kWriteBatch = std::size_t{64} * 1024;
-constexpr std::size_t kMaxHeadBytes = std::size_t{1} << 20;
+inline constexpr std::int32_t kConnectionWindow = 1 << 20;
+inline constexpr std::size_t kWriteBatch = std::size_t{64} * 1024;
+inline constexpr std::size_t kMaxHeadBytes = std::size_t{1} << 20;
 // Request bodies up to this size are kept while their stream runs, so a stream the
 // upstream refuses unprocessed (GOAWAY, REFUSED_STREAM) can go again.
-constexpr std::size_t kResendBody = std::size_t{1} << 20;
+inline constexpr std::size_t kResendBody = std::size_t{1} << 20;
 
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
@@ -87,22 +62,8 @@ class Latch {
   bool open_ = false;
 };
 
-// Answers a request that never reached the upstream (no connection could carry
-// it, or the upstream refused its stream unprocessed, RFC 9113 §8.7): a 502 the
-// session takes for the upstream's, so the claim is released and a retry runs it.
-inline asio::awaitable<void> not_sent(Pipe& pipe, const std::string& why) {
-  spdlog::info("upstream HTTP/2: a request was not sent: {}", why);
-  auto res = problem_response({ProblemKind::upstream_unreachable,
-                               "the request was not sent: " + why, std::nullopt, std::nullopt});
-  res.keep_alive(false);
-  res.prepare_payload();
-  std::ostringstream bytes;
-  bytes << res;
-  const std::string out = bytes.str();
-  co_await asio::async_write(pipe, asio::buffer(out), use_nothrow);
-}
-
-/// One request on its way up and its answer on its way back.
+/// One stream's state: the request on its way up and the answer on its way back.
+/// Touched only on its link's executor.
 struct Call {
   explicit Call(const asio::any_io_executor& ex) : room(ex), news(ex) {}
 
@@ -115,10 +76,10 @@ struct Call {
 
   Fields block;  // the header block being received
   std::size_t block_bytes = 0;
-  std::deque<std::pair<unsigned, Fields>> interim;  // 1xx answers not yet passed on
+  std::deque<std::pair<unsigned, Fields>> interim;  // 1xx answers not yet taken
   std::optional<std::pair<unsigned, Fields>> head;  // the final answer's head
   bool head_taken = false;
-  std::string in;  // answer body bytes not yet written to the session
+  std::string in;  // answer body bytes not yet taken
   bool in_end = false;
   Fields trailers;
   bool closed = false;
@@ -126,23 +87,18 @@ struct Call {
   Signal news;  // a head, body bytes, the end, or the close
 };
 
-class UpstreamLink;
-
 /// A request as sent on a stream: its fields, and its body while it is small enough
 /// to send again (kResendBody).
 struct Outgoing {
   Fields fields;
   std::string body;
+  bool has_body = false;
   bool resendable = true;
-  bool head_request = false;
-  bool keep_alive = true;
-  /// The client takes trailers (te: trailers; every gRPC call): the answer goes on
-  /// chunked even when it has a content-length, which cannot carry them.
-  bool trailers = false;
 };
 
-/// The upstream's HTTP/2 connections, shared by H2Upstream and by the links, which
-/// hand a request to another link when theirs can no longer carry it.
+class UpstreamLink;
+
+/// The upstream's HTTP/2 connections, shared by H2Upstream and its calls.
 struct Registry : std::enable_shared_from_this<Registry> {
   Registry(asio::any_io_executor executor, const config::UpstreamConfig& upstream,
            ssl::context* context, bool per_link_strands)
@@ -155,22 +111,25 @@ struct Registry : std::enable_shared_from_this<Registry> {
   std::mutex mu;
   std::vector<std::shared_ptr<UpstreamLink>> links;
 
-  /// A link with room for another stream (upstream.http2_max_streams), or a new one
-  /// (on `established`'s executor when given); its bridge count already includes
-  /// the caller.
-  std::shared_ptr<UpstreamLink> pick(const http::Stream* established);
+  /// A link with room for another stream, or a new one (on `established`'s executor
+  /// when given); its stream count already includes the caller's. `besides`: a link
+  /// not to pick (one that refused the caller's stream).
+  std::shared_ptr<UpstreamLink> pick(const http::Stream* established,
+                                     const UpstreamLink* besides = nullptr);
+  /// Closes `link` to new streams if it has had none for `idle`; true when it did.
+  bool close_if_idle(UpstreamLink& link, Duration idle);
 };
 
-/// One HTTP/2 connection to the upstream and the bridges that use it. Everything
-/// runs on its executor (a strand with several I/O threads).
+/// One HTTP/2 connection to the upstream.
 class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
  public:
   UpstreamLink(asio::any_io_executor ex, const config::UpstreamConfig& config, ssl::context* tls,
-               std::weak_ptr<Registry> registry)
+               std::weak_ptr<Registry> registry, bool own_executor)
       : ex_(std::move(ex)),
         config_(config),
         tls_(tls),
         registry_(std::move(registry)),
+        own_executor_(own_executor),
         ready_(ex_),
         writable_(ex_) {}
   ~UpstreamLink() {
@@ -180,18 +139,31 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   UpstreamLink& operator=(const UpstreamLink&) = delete;
 
   const asio::any_io_executor& executor() const { return ex_; }
-  /// No new bridges: the connection failed, or the upstream sent GOAWAY.
+  /// Whether the link runs on an executor of its own (a strand), which callers must
+  /// hop onto; otherwise every caller already runs where it does.
+  bool own_executor() const { return own_executor_; }
+  /// No new streams: the connection failed, went idle, or the upstream sent GOAWAY.
   bool closed_to_new() const { return closed_to_new_.load(); }
-  std::atomic<std::size_t> bridges{0};
+  void close_to_new() { closed_to_new_ = true; }
 
-  asio::awaitable<std::pair<beast::error_code, std::optional<tcp::socket>>> open_bridge(
-      asio::any_io_executor near_ex, std::unique_ptr<http::Stream> established);
-  /// Sends again, on this connection, a request another refused unprocessed.
-  asio::awaitable<void> resend(Pipe& pipe, Outgoing& request);
-  /// Carries one request read by another link's bridge (that link is closing), then
-  /// asks its session to close the socket pair.
-  asio::awaitable<void> carry(Pipe& pipe, beast::flat_buffer& buffer,
-                              RequestParser<bhttp::buffer_body>& parser);
+  /// Streams picked for this link and not yet released (Registry::pick).
+  std::atomic<std::size_t> streams{0};
+  /// The upstream's SETTINGS_MAX_CONCURRENT_STREAMS (unbounded until it says).
+  std::atomic<std::uint32_t> remote_max{0xffffffffu};
+  /// When the last stream was released (steady clock, nanoseconds).
+  std::atomic<std::int64_t> last_release{0};
+
+  /// Connects (or adopts `established`) once; every caller waits for the outcome.
+  asio::awaitable<beast::error_code> ready(std::unique_ptr<http::Stream> established);
+  /// Submits a request's HEADERS; its body, if it has one, comes through push().
+  /// Null when the session takes no new stream.
+  std::shared_ptr<Call> start(const Outgoing& request);
+  /// Hands request body bytes to the stream.
+  void push(Call& call, std::string_view data, bool end);
+  /// The caller took `n` answer bytes: the stream's window reopens by as much.
+  void consume(Call& call, std::size_t n);
+  /// The caller is done with the stream: a stream still open is reset (CANCEL).
+  void release(Call& call);
 
   // nghttp2's callbacks.
   int on_header(const nghttp2_frame& frame, std::string_view name, std::string_view value);
@@ -201,19 +173,12 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   ssize_t read_body(std::int32_t id, std::uint8_t* buf, std::size_t size, std::uint32_t* flags);
 
  private:
-  /// Connects (or adopts `established`) once; every caller waits for the outcome.
-  asio::awaitable<beast::error_code> ready(std::unique_ptr<http::Stream> established);
   asio::awaitable<beast::error_code> connect();
   void start_session();
   asio::awaitable<void> read_loop();
   asio::awaitable<void> write_loop();
-  asio::awaitable<void> bridge(std::shared_ptr<Pipe> pipe);
-  asio::awaitable<bool> exchange(Pipe& pipe, beast::flat_buffer& buffer,
-                                 RequestParser<bhttp::buffer_body>& parser, bool last);
-  /// Submits a request's HEADERS (its body, if any, comes from the Call).
-  std::shared_ptr<Call> start_call(const Outgoing& request, bool has_body);
-  /// Writes a call's answer to the session as HTTP/1.1; false: the pair must close.
-  asio::awaitable<bool> relay_answer(Pipe& pipe, std::shared_ptr<Call> call, Outgoing& request);
+  /// Closes the connection once it has carried no stream for upstream.idle_timeout.
+  asio::awaitable<void> idle_loop();
   void fail(const char* why);
   std::shared_ptr<Call> find(std::int32_t id) const {
     const auto it = calls_.find(id);
@@ -225,6 +190,7 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   const config::UpstreamConfig& config_;
   ssl::context* tls_;
   std::weak_ptr<Registry> registry_;
+  bool own_executor_;
   std::unique_ptr<http::Stream> stream_;
   nghttp2_session* session_ = nullptr;
   enum class State { fresh, connecting, ready, failed } state_ = State::fresh;
@@ -233,6 +199,85 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   Signal writable_;
   std::atomic<bool> closed_to_new_{false};
   std::map<std::int32_t, std::shared_ptr<Call>> calls_;
+};
+
+/// Runs `step` (a callable returning an awaitable) on `link`'s executor and resumes
+/// the caller on its own; directly when the link has no executor of its own.
+template <class Step>
+auto on_link(UpstreamLink& link, Step& step) -> decltype(step()) {
+  if (!link.own_executor()) return step();
+  return asio::co_spawn(link.executor(), step(), asio::use_awaitable);
+}
+
+/// What a wait on a stream found (StreamCall::take).
+struct Taken {
+  std::deque<std::pair<unsigned, Fields>> interim;
+  std::optional<std::pair<unsigned, Fields>> head;
+  std::string data;
+  bool end = false;
+  Fields trailers;
+  bool closed = false;
+  std::uint32_t close_code = 0;
+  bool timed_out = false;
+};
+
+/// One exchange as a stream of a link (UpstreamCall over HTTP/2).
+class StreamCall final : public UpstreamCall {
+ public:
+  explicit StreamCall(std::shared_ptr<Registry> registry) : registry_(std::move(registry)) {}
+  ~StreamCall() override;
+  void destroy() noexcept override { delete this; }
+  StreamCall(const StreamCall&) = delete;
+  StreamCall& operator=(const StreamCall&) = delete;
+
+  /// Picks a link with room (or opens one) and waits until it is ready.
+  asio::awaitable<beast::error_code> open(std::unique_ptr<http::Stream> established);
+
+  asio::awaitable<RelayError> send_request(RequestHeader& head, Exchange& from, Duration timeout,
+                                           std::optional<Exchange::TimePoint> deadline,
+                                           BodyPiece::Error& read_error,
+                                           beast::error_code& write_error) override;
+  asio::awaitable<beast::error_code> read_final_head(bool head_request,
+                                                     boost::optional<std::uint64_t> body_limit,
+                                                     const InterimSink& sink,
+                                                     FieldsAllocator fields,
+                                                     Duration timeout) override;
+  ResponseHeader& head() override { return *head_; }
+  asio::awaitable<RelayError> relay_answer(std::string_view prefix, bool head_request,
+                                           Exchange& to, Duration timeout,
+                                           beast::error_code& read_error) override;
+
+  /// Sends a whole request (UpstreamPool::round_trip).
+  asio::awaitable<beast::error_code> send_whole(const RequestHeader& head, std::string_view body);
+  /// The next answer bytes, within `until`; `end` with the trailers at the end.
+  asio::awaitable<Taken> take_body(std::chrono::steady_clock::time_point until);
+  /// Whether the request may have been processed: false only for a stream the
+  /// upstream refused unprocessed and that was not sent again.
+  bool maybe_processed() const { return !refused_; }
+  /// Bounds every later wait of this call (round_trip's whole exchange).
+  void deadline(std::chrono::steady_clock::time_point at) { deadline_ = at; }
+  std::vector<store::Header> trailers() const;
+
+ private:
+  asio::awaitable<beast::error_code> start();
+  asio::awaitable<Taken> take(std::chrono::steady_clock::time_point until, bool body);
+  /// Sends the request again on another link (it was refused unprocessed).
+  asio::awaitable<bool> resend();
+  void release();
+  std::chrono::steady_clock::time_point until(Duration timeout) const;
+
+  std::shared_ptr<Registry> registry_;
+  std::shared_ptr<UpstreamLink> link_;
+  std::shared_ptr<Call> call_;
+  Outgoing request_;
+  std::optional<ResponseHeader> head_;
+  Fields trailers_;
+  std::size_t unconsumed_ = 0;  // answer bytes taken, their window not yet reopened
+  std::uint64_t body_limit_ = ~std::uint64_t{0};
+  std::uint64_t body_seen_ = 0;
+  bool refused_ = false;
+  bool ended_ = false;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
 };
 
 }  // namespace h2

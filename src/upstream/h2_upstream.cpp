@@ -42,7 +42,15 @@ int UpstreamLink::on_header(const nghttp2_frame& frame, std::string_view name,
 int UpstreamLink::on_frame_recv(const nghttp2_frame& frame) {
   if (frame.hd.type == NGHTTP2_GOAWAY) {
     // RFC 9113 §6.8: streams up to last_stream_id complete; no new ones start here.
+    // nghttp2 closes those above it with REFUSED_STREAM: they go again elsewhere.
     closed_to_new_ = true;
+    return 0;
+  }
+  if (frame.hd.type == NGHTTP2_SETTINGS && (frame.hd.flags & NGHTTP2_FLAG_ACK) == 0) {
+    // RFC 9113 §6.5.2: the streams the upstream takes at once. Registry::pick opens
+    // another connection rather than go past it (nghttp2 would queue the rest).
+    remote_max = nghttp2_session_get_remote_settings(session_,
+                                                     NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
     return 0;
   }
   auto call = find(frame.hd.stream_id);
@@ -169,9 +177,8 @@ void UpstreamLink::start_session() {
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
 }
 
-// The connection is gone: its streams fail. Its bridges stay: a request that comes
-// on one goes by another connection (bridge()), so none is lost to the race
-// between the pool's reuse of a socket pair and this.
+// The connection is gone: its streams fail (a stream that may have been processed
+// is never sent again; StreamCall::resend sends only refused ones).
 void UpstreamLink::fail(const char* why) {
   if (state_ == State::failed) return;
   state_ = State::failed;
@@ -255,6 +262,8 @@ asio::awaitable<beast::error_code> UpstreamLink::ready(std::unique_ptr<http::Str
           ex_, [self]() -> asio::awaitable<void> { co_await self->read_loop(); }, asio::detached);
       asio::co_spawn(
           ex_, [self]() -> asio::awaitable<void> { co_await self->write_loop(); }, asio::detached);
+      asio::co_spawn(
+          ex_, [self]() -> asio::awaitable<void> { co_await self->idle_loop(); }, asio::detached);
     }
     ready_.open();
   }
@@ -263,27 +272,71 @@ asio::awaitable<beast::error_code> UpstreamLink::ready(std::unique_ptr<http::Str
   co_return connect_error_ ? connect_error_ : beast::error_code(asio::error::connection_aborted);
 }
 
-std::shared_ptr<UpstreamLink> Registry::pick(const http::Stream* established) {
+asio::awaitable<void> UpstreamLink::idle_loop() {
+  const Duration idle = config_.idle_timeout;
+  asio::steady_timer timer(ex_);
+  while (state_ == State::ready) {
+    // Checked twice per period: a link is closed after between one and one and a
+    // half idle periods without a stream.
+    timer.expires_after(idle / 2);
+    co_await timer.async_wait(use_nothrow);
+    if (state_ != State::ready) co_return;
+    auto registry = registry_.lock();
+    if (!registry || !registry->close_if_idle(*this, idle)) continue;
+    spdlog::debug("upstream HTTP/2 connection to {} idle for {} s: closed", config_.url,
+                  std::chrono::duration_cast<std::chrono::seconds>(idle).count());
+    // RFC 9113 §6.8: GOAWAY with NO_ERROR, then the close once it is written
+    // (write_loop ends the session when nghttp2 wants neither to read nor write).
+    nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);
+    wake_writer();
+    co_return;
+  }
+}
+
+namespace {
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+bool Registry::close_if_idle(UpstreamLink& link, Duration idle) {
+  std::lock_guard lock(mu);
+  if (link.streams.load() != 0 || link.closed_to_new()) return false;
+  const auto idle_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(idle).count();
+  if (now_ns() - link.last_release.load() < idle_ns) return false;
+  link.close_to_new();
+  std::erase_if(links, [&](const auto& l) { return l.get() == &link; });
+  return true;
+}
+
+std::shared_ptr<UpstreamLink> Registry::pick(const http::Stream* established,
+                                             const UpstreamLink* besides) {
   std::lock_guard lock(mu);
   std::erase_if(links, [](const auto& l) { return l->closed_to_new(); });
   std::shared_ptr<UpstreamLink> chosen;
   if (!established) {
     for (const auto& l : links) {
-      if (l->bridges.load() < config.http2_max_streams) {
+      const std::size_t room = std::min<std::size_t>(config.http2_max_streams, l->remote_max);
+      if (l.get() != besides && l->streams.load() < room) {
         chosen = l;
         break;
       }
     }
   }
   if (!chosen) {
+    const bool own = !established && strands;
     auto link_ex = established ? const_cast<http::Stream*>(established)->get_executor()
-                   : strands   ? asio::any_io_executor(asio::make_strand(ex))
+                   : own       ? asio::any_io_executor(asio::make_strand(ex))
                                : ex;
     // The links know the registry weakly: it goes first when the proxy stops.
-    chosen = std::make_shared<UpstreamLink>(link_ex, config, tls, weak_from_this());
+    chosen = std::make_shared<UpstreamLink>(link_ex, config, tls, weak_from_this(),
+                                            own || (established && strands));
+    chosen->last_release = now_ns();
     links.push_back(chosen);
   }
-  ++chosen->bridges;
+  ++chosen->streams;
   return chosen;
 }
 
@@ -295,13 +348,13 @@ H2Upstream::H2Upstream(asio::any_io_executor ex, const config::UpstreamConfig& c
 
 H2Upstream::~H2Upstream() = default;
 
-asio::awaitable<std::pair<beast::error_code, std::optional<tcp::socket>>> H2Upstream::open(
-    asio::any_io_executor ex, std::unique_ptr<Stream> established) {
-  auto chosen = registry_->pick(established.get());
-  auto result = co_await asio::co_spawn(
-      chosen->executor(), chosen->open_bridge(ex, std::move(established)), asio::use_awaitable);
-  --chosen->bridges;
-  co_return result;
+asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> H2Upstream::open_call(
+    std::unique_ptr<Stream> established) {
+  UpstreamCallPtr call(new h2::StreamCall(registry_));
+  const beast::error_code ec =
+      co_await static_cast<h2::StreamCall&>(*call).open(std::move(established));
+  if (ec) call.reset();
+  co_return std::make_pair(ec, std::move(call));
 }
 
 }  // namespace idemproxy::http

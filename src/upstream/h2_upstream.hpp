@@ -1,18 +1,17 @@
 #pragma once
-// HTTP/2 to the upstream (upstream.protocol h2c, h2, auto). The sessions still
-// forward HTTP/1.1, onto a local socket pair that the upstream pool treats as one
-// more keep-alive connection. A bridge reads each request from the pair, sends it
-// as a stream on a shared HTTP/2 connection, and writes the answer back as
-// HTTP/1.1: protocol translation, as nginx does between its two sides. Framing,
-// HPACK and flow control are libnghttp2's.
+// HTTP/2 to the upstream (upstream.protocol h2c, h2, auto). Each request is a stream
+// of one of a few shared connections: the phases drive it through UpstreamCall, as
+// they drive a pooled HTTP/1.1 connection, and the codec is libnghttp2's (framing,
+// HPACK, flow control). A connection takes streams up to upstream.http2_max_streams
+// and the upstream's SETTINGS_MAX_CONCURRENT_STREAMS; another opens when all are
+// full, and one left idle for upstream.idle_timeout is closed.
 #include <memory>
-#include <optional>
 #include <utility>
-#include <vector>
 
 #include "http/beast.hpp"
 #include "http/stream.hpp"
 #include "idemproxy/config/config.hpp"
+#include "upstream/call.hpp"
 
 namespace idemproxy::http {
 
@@ -29,12 +28,18 @@ class H2Upstream {
   H2Upstream(const H2Upstream&) = delete;
   H2Upstream& operator=(const H2Upstream&) = delete;
 
-  /// A socket on `ex` whose other end is bridged to an HTTP/2 connection with room
-  /// for another stream (upstream.http2_max_streams); one is opened when none has.
-  /// `established`: a TLS connection on which ALPN already chose h2 (auto), used
-  /// as the new HTTP/2 connection.
-  asio::awaitable<std::pair<beast::error_code, std::optional<tcp::socket>>> open(
-      asio::any_io_executor ex, std::unique_ptr<Stream> established = nullptr);
+  /// A stream on a connection with room for it; one is opened when none has.
+  /// `established`: a TLS connection on which ALPN already chose h2 (auto), used as
+  /// the new HTTP/2 connection.
+  asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> open_call(
+      std::unique_ptr<Stream> established = nullptr);
+
+  /// UpstreamPool::round_trip over a stream. A stream the upstream refused
+  /// unprocessed (REFUSED_STREAM, or above a GOAWAY's last stream id: RFC 9113 §8.7)
+  /// is sent once more, on another connection; nothing else is sent twice.
+  asio::awaitable<UpstreamAnswer> round_trip(StringRequest& request, const InterimSink& interim,
+                                             Duration timeout,
+                                             std::unique_ptr<Stream> established = nullptr);
 
  private:
   std::shared_ptr<h2::Registry> registry_;

@@ -11,6 +11,7 @@
 #include "http/head_bytes.hpp"
 #include "http/parse_buffered.hpp"
 #include "http/tls.hpp"
+#include "upstream/relay.hpp"
 
 namespace idemproxy::http {
 namespace {
@@ -51,6 +52,82 @@ std::vector<store::Header> take_trailers(ResponseHeader& head, const FieldMark& 
 
 // A server sends few interim answers; an endless stream of them is an attack.
 constexpr int kMaxInterim = 16;
+
+// te is hop-by-hop in HTTP/1.1 (RFC 9110 10.1.4); the proxy keeps "te: trailers" for
+// an HTTP/2 upstream only (forward.cpp), and auto may have found HTTP/1.1.
+void drop_te(RequestHeader& head) {
+  if (head.find(bhttp::field::te) != head.end()) head.erase(bhttp::field::te);
+}
+
+// One exchange on a pooled HTTP/1.1 connection (UpstreamCall): relay.cpp's functions,
+// and the connection back to the pool once the answer is read.
+class Http1Call final : public UpstreamCall {
+ public:
+  Http1Call(UpstreamPool& pool, std::unique_ptr<UpstreamConnection> conn,
+            StreamingParserPtr parser = {})
+      : pool_(pool), conn_(std::move(conn)), parser_(std::move(parser)) {
+    if (parser_) keep_alive_ = parser_->get().keep_alive();
+  }
+  /// A call in `memory` (made allocates nothing that could throw after the memory
+  /// is taken: the members are moved in).
+  static UpstreamCallPtr make(FieldsAllocator memory, UpstreamPool& pool,
+                              std::unique_ptr<UpstreamConnection> conn,
+                              StreamingParserPtr parser = {}) {
+    ArenaAllocator<Http1Call> typed(memory);
+    auto* call = ::new (typed.allocate(1)) Http1Call(pool, std::move(conn), std::move(parser));
+    call->memory_ = memory;
+    return UpstreamCallPtr(call);
+  }
+  void destroy() noexcept override {
+    ArenaAllocator<Http1Call> typed(memory_);
+    this->~Http1Call();
+    typed.deallocate(this, 1);
+  }
+
+  asio::awaitable<RelayError> send_request(RequestHeader& head, Exchange& from, Duration timeout,
+                                           std::optional<Exchange::TimePoint> deadline,
+                                           BodyPiece::Error& read_error,
+                                           beast::error_code& write_error) override {
+    drop_te(head);
+    co_return co_await http::send_request(*conn_, head, from, timeout, deadline, read_error,
+                                          write_error);
+  }
+
+  asio::awaitable<beast::error_code> read_final_head(bool head_request,
+                                                     boost::optional<std::uint64_t> body_limit,
+                                                     const InterimSink& sink,
+                                                     FieldsAllocator fields,
+                                                     Duration timeout) override {
+    conn_->stream.expires_after(timeout);
+    const auto ec = co_await http::read_final_head(*conn_, parser_, head_request, body_limit, sink,
+                                                   fields);
+    // Read before the caller strips hop-by-hop fields (Connection among them).
+    if (!ec) keep_alive_ = parser_->get().keep_alive();
+    co_return ec;
+  }
+
+  ResponseHeader& head() override { return parser_->get().base(); }
+
+  asio::awaitable<RelayError> relay_answer(std::string_view prefix, bool head_request,
+                                           Exchange& to, Duration timeout,
+                                           beast::error_code& read_error) override {
+    UpstreamConnection& from = *conn_;
+    // (One reference captured: std::function holds it without a heap call.)
+    const auto give_back = [this] {
+      if (keep_alive_ && !parser_->need_eof()) pool_.give_back(std::move(conn_));
+    };
+    const std::function<void()> answer_read = [&give_back] { give_back(); };
+    co_return co_await http::relay_answer(from, *parser_, prefix, head_request, to, timeout,
+                                          read_error, answer_read);
+  }
+
+ private:
+  FieldsAllocator memory_;
+  UpstreamPool& pool_;
+  std::unique_ptr<UpstreamConnection> conn_;
+  StreamingParserPtr parser_;
+  bool keep_alive_ = false;
+};
 
 }  // namespace
 
@@ -96,8 +173,26 @@ UpstreamPool::UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfi
   }
 }
 
+UpstreamPool::~UpstreamPool() = default;
+
+bool UpstreamPool::over_h2() const {
+  using Protocol = config::UpstreamConfig::Protocol;
+  return h2_ && (config_.protocol != Protocol::automatic || auto_h2_);
+}
+
+asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> UpstreamPool::open_call(
+    FieldsAllocator memory) {
+  using Result = std::pair<beast::error_code, UpstreamCallPtr>;
+  if (over_h2()) co_return co_await h2_->open_call();
+  std::unique_ptr<Stream> h2;
+  auto [ec, conn] = co_await acquire(false, h2);
+  if (h2) co_return co_await h2_->open_call(std::move(h2));
+  if (ec) co_return Result{ec, nullptr};
+  co_return Result{ec, Http1Call::make(memory, *this, std::move(conn))};
+}
+
 asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>
-UpstreamPool::acquire(bool fresh) {
+UpstreamPool::acquire(bool fresh, std::unique_ptr<Stream>& h2) {
   while (!fresh) {
     std::unique_ptr<UpstreamConnection> conn;
     {
@@ -111,19 +206,15 @@ UpstreamPool::acquire(bool fresh) {
       co_return std::make_pair(beast::error_code{}, std::move(conn));
     }
   }
-  co_return co_await connect();
+  co_return co_await connect(h2);
 }
 
 asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>
-UpstreamPool::connect() {
-  using Protocol = config::UpstreamConfig::Protocol;
+UpstreamPool::connect(std::unique_ptr<Stream>& h2) {
   using Result = std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>;
   // Each connection has its own strand: Beast's timeout handler and the socket's
   // completions must not run concurrently when several I/O threads run.
   const asio::any_io_executor ex = strands_ ? asio::any_io_executor(asio::make_strand(ex_)) : ex_;
-  if (h2_ && (config_.protocol != Protocol::automatic || auto_h2_)) {
-    co_return co_await bridged(ex, nullptr);
-  }
   auto conn = std::make_unique<UpstreamConnection>(ex, tls_.get());
   prepare_upstream_tls(conn->stream, config_);
   tcp::resolver resolver(ex_);
@@ -142,16 +233,10 @@ UpstreamPool::connect() {
     // auto: the upstream speaks HTTP/2; this connection becomes the first shared one.
     auto_h2_ = true;
     conn->stream.expires_never();
-    co_return co_await bridged(ex, std::make_unique<Stream>(std::move(conn->stream)));
+    h2 = std::make_unique<Stream>(std::move(conn->stream));
+    co_return Result{beast::error_code{}, nullptr};
   }
   co_return Result{beast::error_code{}, std::move(conn)};
-}
-
-asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>
-UpstreamPool::bridged(asio::any_io_executor ex, std::unique_ptr<Stream> established) {
-  auto [ec, socket] = co_await h2_->open(ex, std::move(established));
-  if (ec) co_return std::make_pair(ec, std::unique_ptr<UpstreamConnection>{});
-  co_return std::make_pair(ec, std::make_unique<UpstreamConnection>(std::move(*socket)));
 }
 
 void UpstreamPool::give_back(std::unique_ptr<UpstreamConnection> conn) {
@@ -169,9 +254,13 @@ void UpstreamPool::give_back(std::unique_ptr<UpstreamConnection> conn) {
 asio::awaitable<UpstreamAnswer> UpstreamPool::round_trip(StringRequest& request,
                                                          const InterimSink& interim,
                                                          Duration timeout) {
+  if (over_h2()) co_return co_await h2_->round_trip(request, interim, timeout);
+  drop_te(request.base());
   UpstreamAnswer out;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    auto [ec, conn] = co_await acquire(attempt > 0);
+    std::unique_ptr<Stream> h2;
+    auto [ec, conn] = co_await acquire(attempt > 0, h2);
+    if (h2) co_return co_await h2_->round_trip(request, interim, timeout, std::move(h2));
     if (ec) {
       out.error = upstream_error(ProblemKind::upstream_unreachable,
                                  "cannot connect to the upstream: " + ec.message());
@@ -201,8 +290,9 @@ asio::awaitable<UpstreamAnswer> UpstreamPool::round_trip(StringRequest& request,
     const auto limit = config_.max_response_size;
     while (!rec && !parser->is_done()) {
       if (body.size() > limit || parser->content_length().value_or(0) > limit) {
-        out.oversized =
-            UpstreamAnswer::Oversized{std::move(conn), std::move(parser), std::move(body)};
+        out.oversized = UpstreamAnswer::Oversized{
+            Http1Call::make({}, *this, std::move(conn), std::move(parser)),
+            std::move(body)};
         co_return out;
       }
       parser->get().body().data = chunk.data();
@@ -224,8 +314,9 @@ asio::awaitable<UpstreamAnswer> UpstreamPool::round_trip(StringRequest& request,
     }
     if (out.error) co_return out;
     if (body.size() > limit) {  // the last read went past the limit and finished the body
-      out.oversized =
-          UpstreamAnswer::Oversized{std::move(conn), std::move(parser), std::move(body)};
+      out.oversized = UpstreamAnswer::Oversized{
+          Http1Call::make({}, *this, std::move(conn), std::move(parser)),
+          std::move(body)};
       co_return out;
     }
     if (parser->chunked()) out.trailers = take_trailers(parser->get(), *head_fields);

@@ -12,6 +12,7 @@
 #include "http/problem.hpp"
 #include "http/stream.hpp"
 #include "idemproxy/config/config.hpp"
+#include "upstream/call.hpp"
 #include "upstream/h2_upstream.hpp"
 
 namespace idemproxy::http {
@@ -19,8 +20,8 @@ namespace idemproxy::http {
 struct UpstreamConnection {
   UpstreamConnection(asio::any_io_executor ex, ssl::context* tls)
       : stream(tls ? Stream(std::move(ex), *tls) : Stream(std::move(ex))) {}
-  /// A socket bridged to an HTTP/2 connection (H2Upstream).
-  explicit UpstreamConnection(tcp::socket bridged) : stream(std::move(bridged)) {}
+  /// A socket already connected (the relay's tests hand it one end of a pair).
+  explicit UpstreamConnection(tcp::socket connected) : stream(std::move(connected)) {}
   Stream stream;
   beast::flat_buffer buffer;
   bool reused = false;
@@ -41,12 +42,6 @@ using StreamingParserPtr = std::unique_ptr<StreamingParser, DeleteParser>;
 /// The room an answer's body is read through (see relay.cpp's widen_for_body).
 inline constexpr std::size_t kBodyReadSize = std::size_t{64} << 10;
 
-/// Where interim (1xx) answers go while the final one is awaited: the client's
-/// exchange (which sends none to an HTTP/1.0 client, RFC 9110 15.2). Null: dropped.
-struct InterimSink {
-  Exchange* client = nullptr;
-};
-
 /// Reads the upstream's response head into `parser`, past any interim responses:
 /// each 1xx but 101 is forwarded to `sink` (except 100 Continue, which answers an
 /// expectation the proxy handled itself and never forwards) and a fresh parser
@@ -61,51 +56,42 @@ asio::awaitable<beast::error_code> read_final_head(UpstreamConnection& conn,
                                                    const InterimSink& sink,
                                                    FieldsAllocator fields = {});
 
-/// A buffered upstream answer, or the error that prevented one, or (over
-/// max_response_size) what is needed to stream the answer on.
-struct UpstreamAnswer {
-  std::optional<ProxyError> error;
-  bool sent = false;  // whether the request may have reached the upstream
-  StringResponse response;
-  std::vector<store::Header> trailers;  // of a chunked answer (RFC 9110 6.5)
-  /// Set when the body outgrew max_response_size: the parser holds the head, `prefix`
-  /// the body read so far, and `conn` the rest. Never truncated: it is streamed.
-  struct Oversized {
-    std::unique_ptr<UpstreamConnection> conn;
-    StreamingParserPtr parser;
-    std::string prefix;
-  };
-  std::optional<Oversized> oversized;
-};
-
 class UpstreamPool {
  public:
   /// `strands`: give each connection its own strand (needed with several I/O
   /// threads; with one, the strand's locking is pure cost). Throws
   /// std::runtime_error when an https upstream's TLS settings cannot be loaded.
   UpstreamPool(asio::any_io_executor ex, const config::UpstreamConfig& config, bool strands);
+  ~UpstreamPool();
 
-  /// An idle connection that still looks open, or a new one.
-  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> acquire(
-      bool fresh);
+  /// An exchange for one streamed request: on an idle connection that still looks
+  /// open or a new one (HTTP/1.1), or on a stream of a shared HTTP/2 connection.
+  /// `memory`: where the call lives (a client connection's arena).
+  asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> open_call(FieldsAllocator memory);
+
   /// Keeps the connection for reuse, if there is room.
   void give_back(std::unique_ptr<UpstreamConnection> conn);
 
   /// Sends a whole request and reads the whole response within `timeout`; a body
   /// larger than max_response_size stops being read and comes back as `oversized`.
   /// A stale pooled connection that fails before the request is written is retried
-  /// once on a new one; nothing is retried once the request may have been sent.
+  /// once on a new one, as is an HTTP/2 stream the upstream refused unprocessed;
+  /// nothing is retried once the request may have been processed.
   asio::awaitable<UpstreamAnswer> round_trip(StringRequest& request, const InterimSink& interim,
                                              Duration timeout);
 
   const config::UpstreamConfig& config() const { return config_; }
 
  private:
-  /// A new connection: TCP (and TLS), or a socket bridged to HTTP/2.
-  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> connect();
-  /// A socket bridged to a shared HTTP/2 connection; `established`: see H2Upstream::open.
-  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> bridged(
-      asio::any_io_executor ex, std::unique_ptr<Stream> established);
+  /// An idle connection that still looks open, or a new one (`fresh`: a new one).
+  /// `h2`: set instead when ALPN chose h2 on the new connection (auto): it becomes
+  /// the first shared HTTP/2 connection.
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> acquire(
+      bool fresh, std::unique_ptr<Stream>& h2);
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> connect(
+      std::unique_ptr<Stream>& h2);
+  /// Whether requests go over HTTP/2 (h2c, h2, or auto once ALPN chose it).
+  bool over_h2() const;
 
   asio::any_io_executor ex_;
   config::UpstreamConfig config_;

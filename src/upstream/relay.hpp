@@ -8,12 +8,10 @@
 #include <string_view>
 
 #include "http/exchange.hpp"
+#include "upstream/call.hpp"
 #include "upstream/pool.hpp"
 
 namespace idemproxy::http {
-
-/// Where a relay stopped: reading from its source or writing to its sink.
-enum class RelayError { none, read, write };
 
 /// Sets the framing fields of a request the proxy forwards from what the codec read,
 /// never from the sender's text (RFC 9112 6.3: a message's framing is the receiver's
