@@ -23,6 +23,9 @@ class StreamResult:
         self.body = b""
         self.ended = False
         self.reset = None  # the RST_STREAM error code, when the server reset it
+        self.head_ended = False  # the response HEADERS frame carried END_STREAM
+        self.data_frames = 0
+        self.trailers = None  # the trailing HEADERS frame's fields
 
     def header(self, name):
         for k, v in self.headers:
@@ -97,10 +100,14 @@ class Client:
             r = self.streams.setdefault(event.stream_id, StreamResult())
             r.headers = list(event.headers)
             r.status = int(r.header(":status"))
+            r.head_ended = event.stream_ended is not None
+        elif isinstance(event, h2.events.TrailersReceived):
+            self.streams[event.stream_id].trailers = list(event.headers)
         elif isinstance(event, h2.events.InformationalResponseReceived):
             self.streams[event.stream_id].informational.append(dict(event.headers)[":status"])
         elif isinstance(event, h2.events.DataReceived):
             self.streams[event.stream_id].body += event.data
+            self.streams[event.stream_id].data_frames += 1
             try:
                 self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             except h2.exceptions.StreamClosedError:

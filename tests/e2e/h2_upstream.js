@@ -13,7 +13,8 @@
 // Control:  GET /executions   every request, in order
 //           GET /goaway       every connection gets GOAWAY (its streams complete)
 //           GET /sessions     {sessions, max_concurrent: the most streams one session
-//                              had open at once}
+//                              had open at once, live: sessions open now,
+//                              goaways_received: GOAWAY frames the proxy sent}
 'use strict';
 const http = require('http');
 const http2 = require('http2');
@@ -28,6 +29,7 @@ const allowHTTP1 = args.includes('--http1');
 
 const executions = [];
 let sessions = 0;
+let goawaysReceived = 0;  // GOAWAY frames the proxy sent
 let maxConcurrent = 0;
 let order = 0;
 
@@ -95,6 +97,7 @@ server.on('session', (session) => {
   ++sessions;
   liveSessions.add(session);
   session.on('close', () => liveSessions.delete(session));
+  session.on('goaway', () => ++goawaysReceived);
   let open = 0;
   session.on('stream', (stream) => {
     maxConcurrent = Math.max(maxConcurrent, ++open);
@@ -108,7 +111,8 @@ http.createServer((req, res) => {
   if (req.url === '/executions') {
     res.end(JSON.stringify(executions));
   } else if (req.url === '/sessions') {
-    res.end(JSON.stringify({sessions, max_concurrent: maxConcurrent}));
+    res.end(JSON.stringify({sessions, max_concurrent: maxConcurrent, live: liveSessions.size,
+                            goaways_received: goawaysReceived}));
   } else if (req.url === '/goaway') {
     // A graceful restart: GOAWAY, the streams under way complete, then the close.
     for (const session of liveSessions) session.close();

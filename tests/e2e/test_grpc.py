@@ -486,3 +486,31 @@ def test_an_answer_with_a_content_length_keeps_its_trailers(make_proxy, tmp_path
         ch.close()
     finally:
         nginx.close()
+
+
+def grpc_frame(message):
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def test_trailers_only_answers_are_one_headers_frame(make_proxy, backend):
+    """gRPC's Trailers-Only answer is one HEADERS frame with END_STREAM: an upstream's
+    passes through as one, and so is every refusal of the proxy's own; never HEADERS
+    plus an empty DATA frame, nor a head with separate trailers."""
+    from h2_peer import Client
+    p = make_proxy(routes=[{"name": "orders", "path_prefix": "/%s/Create" % SERVICE,
+                            "methods": ["POST"], "header": "idempotency-key",
+                            "key_required": True}],
+                   extra_top={"upstream": {"url": "http://127.0.0.1:%d" % backend.port,
+                                           "protocol": "h2c", "timeout": "10s"}})
+    c = Client(p.port)
+    grpc_fields = [("content-type", "application/grpc"), ("te", "trailers")]
+    upstream_status = c.request("POST", "/%s/Fail" % SERVICE, grpc_frame(b"42"), grpc_fields)
+    refused = c.request("POST", "/%s/Create" % SERVICE, grpc_frame(b"no key"), grpc_fields)
+    failed, refusal = c.wait(upstream_status, refused)
+    c.close()
+    for r in (failed, refusal):
+        assert r.status == 200 and r.head_ended, (r.headers, r.trailers)
+        assert r.data_frames == 0 and r.trailers is None
+    assert failed.header("grpc-status") == "5"  # NOT_FOUND, from the grpcio server
+    assert failed.header("x-why") == "no such order"
+    assert refusal.header("grpc-status") == "3"  # INVALID_ARGUMENT: the key is missing

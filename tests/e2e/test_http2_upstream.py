@@ -86,6 +86,54 @@ def test_concurrent_streams_per_upstream_connection_are_bounded(make_proxy):
         upstream.close()
 
 
+def test_te_trailers_reaches_an_http2_upstream_only_as_the_client_sent_it(make_proxy, h2c):
+    """RFC 9113 §8.2.2: te is connection-specific except "trailers". The proxy forwards
+    it as the client sent it, and never adds it (not even for a gRPC content type)."""
+    p = h2c_proxy(make_proxy, h2c)
+    c = Client(p.port)
+    keys = ["te-%d-" % i + uuid.uuid4().hex for i in range(3)]
+    ids = [c.request("POST", "/pt/te", b"{}", [("idempotency-key", keys[0]),
+                                                ("te", "trailers")]),
+           c.request("POST", "/pt/te", b"{}", [("idempotency-key", keys[1])]),
+           c.request("POST", "/pt/te", b"\x00\x00\x00\x00\x00",
+                     [("idempotency-key", keys[2]), ("content-type", "application/grpc")])]
+    answers = c.wait(*ids)
+    c.close()
+    assert [r.status for r in answers] == [201] * 3
+    assert [h2c.executions(k)[0]["te"] for k in keys] == ["trailers", None, None]
+    # An HTTP/1.1 client's "TE: trailers, deflate" (with Connection: TE) says the same.
+    key = "te-h1-" + uuid.uuid4().hex
+    r = request(p.port, "POST", "/pt/te", "{}", {"Idempotency-Key": key,
+                                                   "TE": "trailers, deflate",
+                                                   "Connection": "TE"})
+    assert r.status == 201 and h2c.executions(key)[0]["te"] == "trailers"
+
+
+def test_an_idle_upstream_connection_is_closed_with_goaway(make_proxy, key):
+    """upstream.idle_timeout: a connection that carried no request that long is closed
+    (GOAWAY, RFC 9113 §6.8), and the next request opens a new one."""
+    upstream = H2NodeUpstream()
+    try:
+        p = h2c_proxy(make_proxy, upstream, idle_timeout="1s")
+        assert p.post("/v1/orders", "{}", key=key).status == 201
+        seen = upstream.sessions()
+        assert seen["live"] == 1 and seen["goaways_received"] == 0
+        deadline = time.time() + 5
+        while upstream.sessions()["live"] != 0 and time.time() < deadline:
+            time.sleep(0.1)
+        seen = upstream.sessions()
+        assert seen["live"] == 0 and seen["goaways_received"] == 1, seen
+        assert p.post("/v1/orders", "{}", key=key + "-2").status == 201
+        assert upstream.sessions()["sessions"] == 2
+        # Busy connections are not closed: requests every 0.3 s keep it open.
+        for i in range(8):
+            assert request(p.port, "GET", "/health").status == 200
+            time.sleep(0.3)
+        assert upstream.sessions()["sessions"] == 2
+    finally:
+        upstream.close()
+
+
 def test_bodies_both_ways_and_an_answer_without_content_length(make_proxy, h2c):
     p = h2c_proxy(make_proxy, h2c)
     big = b"b" * (2 << 20)
