@@ -29,7 +29,9 @@ start_upstream
 # The gRPC upstream: a second nginx answering every unary call to bench.Orders and
 # bench.Plain with one framed message and grpc-status 0 in the trailers (a static
 # file: as lean an upstream as the HTTP/1.1 one). On the load's CPU, like it.
-read -r NGINX_PORT NGINX_H2_PORT GRPC_UP_PORT <<<"$(free_port 3)"
+# It also listens over HTTP/1.1 (GRPC_UP_H1_PORT): the same answers, to compare the
+# proxy's cost toward an h2c upstream with its cost toward an HTTP/1.1 one.
+read -r NGINX_PORT NGINX_H2_PORT GRPC_UP_PORT GRPC_UP_H1_PORT <<<"$(free_port 4)"
 mkdir -p "$WORK/grpc/root/bench.Orders" "$WORK/grpc/root/bench.Plain"
 python3 - "$WORK/grpc" <<'EOP'
 import struct, sys
@@ -54,6 +56,7 @@ http {
   scgi_temp_path $WORK/grpc/scgi;
   server {
     listen 127.0.0.1:$GRPC_UP_PORT http2;
+    listen 127.0.0.1:$GRPC_UP_H1_PORT;
     location / {
       # The call's message is read whole before the answer, as a gRPC server reads
       # its request. A static file alone answers first and then resets the stream
@@ -109,6 +112,17 @@ http {
     }
     # gRPC calls (on the HTTP/2 port) go on to the gRPC upstream by grpc_pass.
     location /bench. { grpc_pass grpc://grpc; }
+    # nginx answering a gRPC call by itself (the upstream's framed message and
+    # grpc-status trailer): the reference for a gRPC replay, which needs no upstream.
+    location /bench.Direct/ {
+      mirror /read-body;
+      mirror_request_body on;
+      alias $WORK/grpc/root/bench.Plain/;
+      default_type application/grpc;
+      add_trailer grpc-status 0 always;
+      error_page 405 =200 \$uri;
+    }
+    location = /read-body { internal; return 204; }
     location / {
       proxy_pass http://bench;
       proxy_http_version 1.1;
@@ -353,6 +367,13 @@ print(int(answer == b"created:ord_1" and c.code() == grpc.StatusCode.OK and
 EOP
 )
 echo "bench: a grpcio client's replay checked: $GRPC_REPLAY_OK" >&2
+run_h2 nginx.grpcdirect "$N" "$NGINX_H2_PORT" /bench.Direct/Create
+# HTTP/1.1 clients (wrk) through the proxy to the same upstream answers, over h2c and
+# over HTTP/1.1: what HTTP/2 toward the upstream costs the proxy.
+run idem.h2cup "$G" "$PROXY_PORT" /bench.Plain/Create 64 post.lua
+PROXY_UPSTREAM="{url: \"http://127.0.0.1:$GRPC_UP_H1_PORT\", max_idle_connections: 256}" \
+  start_proxy idemh1up "$DSN" 8
+run idem.h1up "$PROXY_PID" "$PROXY_PORT" /bench.Plain/Create 64 post.lua
 
 # server.threads 1 -> 2: a second proxy with two I/O threads, on both CPUs (the
 # load shares CPU 0 with it, so this is a floor of what two free cores would give),
@@ -434,7 +455,7 @@ row() {  # label name
   echo "| scenario | req/s | mean | CPU µs/req | errors |"
   echo "|---|---|---|---|---|"
   for name in nginx.h2pass idem.h2pass idem.h2replay nginx.grpcpass idem.grpcpass \
-              idem.grpcreplay idem.grpcfresh; do
+              idem.grpcreplay idem.grpcfresh nginx.grpcdirect; do
     echo "| $name | ${R[$name.rps]} | ${R[$name.mean]} | ${R[$name.cpu_us]} | ${R[$name.errors]} |"
   done
   echo
@@ -444,8 +465,23 @@ row() {  # label name
   echo "| HTTP/2 pass-through CPU µs/req ÷ nginx's | $(ratio "${R[idem.h2pass.cpu_us]}" "${R[nginx.h2pass.cpu_us]}") | ≤ 1.20 |"
   echo "| HTTP/2 replay req/s ÷ nginx's HTTP/2 pass-through | $(ratio "${R[idem.h2replay.rps]}" "${R[nginx.h2pass.rps]}") | ≥ 2.00 |"
   echo "| gRPC replay calls/s ÷ nginx grpc_pass | $(ratio "${R[idem.grpcreplay.rps]}" "${R[nginx.grpcpass.rps]}") | ≥ 2.00 |"
-  echo "| (reference) gRPC pass-through calls/s ÷ nginx grpc_pass | $(ratio "${R[idem.grpcpass.rps]}" "${R[nginx.grpcpass.rps]}") | |"
-  echo "| (reference) gRPC pass-through CPU µs/call ÷ nginx grpc_pass | $(ratio "${R[idem.grpcpass.cpu_us]}" "${R[nginx.grpcpass.cpu_us]}") | |"
+  echo "| gRPC replay CPU µs/call ÷ nginx answering the call by itself | $(ratio "${R[idem.grpcreplay.cpu_us]}" "${R[nginx.grpcdirect.cpu_us]}") | ≤ 1.20 (when h2load is the limit) |"
+  echo "| gRPC pass-through calls/s ÷ nginx grpc_pass | $(ratio "${R[idem.grpcpass.rps]}" "${R[nginx.grpcpass.rps]}") | ≥ 0.90 |"
+  echo "| gRPC pass-through CPU µs/call ÷ nginx grpc_pass | $(ratio "${R[idem.grpcpass.cpu_us]}" "${R[nginx.grpcpass.cpu_us]}") | ≤ 1.20 |"
+  echo "| gRPC fresh keys: proxy CPU µs/call ÷ its CPU µs per HTTP/1.1 fresh key | $(ratio "${R[idem.grpcfresh.cpu_us]}" "${R[idem.fresh.cpu_us]}") | ≤ 1.20 |"
+  echo
+  echo "HTTP/1.1 clients (wrk, 64 connections) to the same upstream answers over h2c and over"
+  echo "HTTP/1.1: req/s, p99 ms, proxy CPU µs per request."
+  echo
+  echo "| scenario | req/s | p99 | CPU µs/req | errors |"
+  echo "|---|---|---|---|---|"
+  for name in idem.h2cup idem.h1up; do
+    echo "| $name | ${R[$name.rps]} | ${R[$name.p99]} | ${R[$name.cpu_us]} | ${R[$name.errors]} |"
+  done
+  echo
+  echo "| ratio | measured | goal |"
+  echo "|---|---|---|"
+  echo "| h2c upstream CPU µs/req ÷ HTTP/1.1 upstream's | $(ratio "${R[idem.h2cup.cpu_us]}" "${R[idem.h1up.cpu_us]}") | ≤ 1.20 |"
   echo "| (reference) gRPC fresh keys calls/s ÷ minimal pgbench reference | $(ratio "${R[idem.grpcfresh.rps]}" "$MIN_TPS") | |"
   echo "| (reference) gRPC fresh keys: database commits per call | ${R[idem.grpcfresh.commits]} | |"
 } | tee "$WORK/table.md"
@@ -475,7 +511,7 @@ if [ "${1:-}" = "--smoke" ]; then
   done
   for name in idem.pass idem2.pass idem.fresh idem.replay idem.pass64k idem.fresh64k idem.pass1m \
               nginx.h2pass idem.h2pass idem.h2replay nginx.grpcpass idem.grpcpass idem.grpcreplay \
-              idem.grpcfresh; do
+              idem.grpcfresh nginx.grpcdirect idem.h2cup idem.h1up; do
     check "$name ran" above "${R[$name.rps]}" 0
     check "$name answered without errors" [ "${R[$name.errors]}" = 0 ]
   done

@@ -134,11 +134,20 @@ std::chrono::steady_clock::time_point StreamCall::until(Duration timeout) const 
 
 asio::awaitable<beast::error_code> StreamCall::open(std::unique_ptr<http::Stream> established) {
   link_ = registry_->pick(established.get());
-  auto& link = *link_;
-  auto step = [&link, &established]() -> asio::awaitable<beast::error_code> {
-    co_return co_await link.ready(std::move(established));
-  };
-  const beast::error_code ec = co_await on_link(link, step);
+  beast::error_code ec;
+  for (int attempt = 0;; ++attempt) {
+    auto& link = *link_;
+    auto step = [&link, &established]() -> asio::awaitable<beast::error_code> {
+      co_return co_await link.ready(std::move(established));
+    };
+    ec = co_await on_link(link, step);
+    // A burst picked a new link before its SETTINGS said how many streams it takes:
+    // those beyond go to another connection, once (nghttp2 queues any still beyond).
+    if (ec || attempt > 0 || link.streams.load() <= registry_->room(link)) break;
+    const UpstreamLink* full = link_.get();
+    release();
+    link_ = registry_->pick(nullptr, full);
+  }
   if (ec) release();
   co_return ec;
 }

@@ -68,6 +68,7 @@ struct Call {
   explicit Call(const asio::any_io_executor& ex) : room(ex), news(ex) {}
 
   std::int32_t id = -1;
+  bool headers_sent = false;  // the request's HEADERS frame went out
   std::string out;  // request body bytes not yet taken by nghttp2
   std::size_t out_at = 0;
   bool out_end = false;
@@ -116,6 +117,9 @@ struct Registry : std::enable_shared_from_this<Registry> {
   /// not to pick (one that refused the caller's stream).
   std::shared_ptr<UpstreamLink> pick(const http::Stream* established,
                                      const UpstreamLink* besides = nullptr);
+  /// How many streams `link` takes at once: upstream.http2_max_streams, and never
+  /// more than the upstream's SETTINGS_MAX_CONCURRENT_STREAMS.
+  std::size_t room(const UpstreamLink& link) const;
   /// Closes `link` to new streams if it has had none for `idle`; true when it did.
   bool close_if_idle(UpstreamLink& link, Duration idle);
 };
@@ -168,6 +172,7 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   // nghttp2's callbacks.
   int on_header(const nghttp2_frame& frame, std::string_view name, std::string_view value);
   int on_frame_recv(const nghttp2_frame& frame);
+  int on_frame_send(const nghttp2_frame& frame);
   int on_data(std::int32_t id, const std::uint8_t* data, std::size_t size);
   int on_stream_close(std::int32_t id, std::uint32_t code);
   ssize_t read_body(std::int32_t id, std::uint8_t* buf, std::size_t size, std::uint32_t* flags);
@@ -196,6 +201,8 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   enum class State { fresh, connecting, ready, failed } state_ = State::fresh;
   beast::error_code connect_error_;
   Latch ready_;
+  bool settings_received_ = false;
+  asio::steady_timer* settings_wait_ = nullptr;  // ready() waiting for them
   Signal writable_;
   std::atomic<bool> closed_to_new_{false};
   std::map<std::int32_t, std::shared_ptr<Call>> calls_;

@@ -18,6 +18,10 @@ int frame_recv_cb(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   return link_of(user).on_frame_recv(*frame);
 }
 
+int frame_send_cb(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  return link_of(user).on_frame_send(*frame);
+}
+
 int data_cb(nghttp2_session*, std::uint8_t, std::int32_t id, const std::uint8_t* data,
             std::size_t size, void* user) {
   return link_of(user).on_data(id, data, size);
@@ -51,6 +55,8 @@ int UpstreamLink::on_frame_recv(const nghttp2_frame& frame) {
     // another connection rather than go past it (nghttp2 would queue the rest).
     remote_max = nghttp2_session_get_remote_settings(session_,
                                                      NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+    settings_received_ = true;
+    if (settings_wait_ != nullptr) settings_wait_->cancel();
     return 0;
   }
   auto call = find(frame.hd.stream_id);
@@ -76,6 +82,12 @@ int UpstreamLink::on_frame_recv(const nghttp2_frame& frame) {
   }
   if (end) call->in_end = true;
   call->news.notify();
+  return 0;
+}
+
+int UpstreamLink::on_frame_send(const nghttp2_frame& frame) {
+  if (frame.hd.type != NGHTTP2_HEADERS) return 0;
+  if (auto call = find(frame.hd.stream_id)) call->headers_sent = true;
   return 0;
 }
 
@@ -158,6 +170,7 @@ void UpstreamLink::start_session() {
   nghttp2_session_callbacks_new(&cbs);
   nghttp2_session_callbacks_set_on_header_callback(cbs, header_cb);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, frame_recv_cb);
+  nghttp2_session_callbacks_set_on_frame_send_callback(cbs, frame_send_cb);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, data_cb);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, stream_close_cb);
   nghttp2_option* opt = nullptr;
@@ -188,12 +201,15 @@ void UpstreamLink::fail(const char* why) {
   calls_.clear();
   for (auto& [id, call] : calls) {
     call->closed = true;
-    call->close_code = NGHTTP2_CANCEL;
+    // A request whose HEADERS never left was not processed (RFC 9113 §8.7): it may
+    // go again on another connection, as a refused stream does.
+    call->close_code = call->headers_sent ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM;
     call->news.notify();
     call->room.notify();
   }
   beast::error_code ec;
   if (stream_) stream_->socket().close(ec);
+  if (settings_wait_ != nullptr) settings_wait_->cancel();
   wake_writer();
 }
 
@@ -264,6 +280,21 @@ asio::awaitable<beast::error_code> UpstreamLink::ready(std::unique_ptr<http::Str
           ex_, [self]() -> asio::awaitable<void> { co_await self->write_loop(); }, asio::detached);
       asio::co_spawn(
           ex_, [self]() -> asio::awaitable<void> { co_await self->idle_loop(); }, asio::detached);
+      // No stream starts before the upstream's SETTINGS (its connection preface,
+      // RFC 9113 §3.4): until then its SETTINGS_MAX_CONCURRENT_STREAMS and initial
+      // window are unknown, and a burst sent blind can be refused whole. One round
+      // trip per connection, bounded by upstream.connect_timeout.
+      asio::steady_timer timer(ex_);
+      timer.expires_after(config_.connect_timeout);
+      while (!settings_received_ && state_ == State::ready) {
+        settings_wait_ = &timer;
+        auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        settings_wait_ = nullptr;
+        if (!ec) {
+          fail("no SETTINGS from the upstream within upstream.connect_timeout");
+          connect_error_ = beast::error::timeout;
+        }
+      }
     }
     ready_.open();
   }
@@ -301,6 +332,10 @@ std::int64_t now_ns() {
 }
 }  // namespace
 
+std::size_t Registry::room(const UpstreamLink& link) const {
+  return std::min<std::size_t>(config.http2_max_streams, link.remote_max.load());
+}
+
 bool Registry::close_if_idle(UpstreamLink& link, Duration idle) {
   std::lock_guard lock(mu);
   if (link.streams.load() != 0 || link.closed_to_new()) return false;
@@ -318,8 +353,7 @@ std::shared_ptr<UpstreamLink> Registry::pick(const http::Stream* established,
   std::shared_ptr<UpstreamLink> chosen;
   if (!established) {
     for (const auto& l : links) {
-      const std::size_t room = std::min<std::size_t>(config.http2_max_streams, l->remote_max);
-      if (l.get() != besides && l->streams.load() < room) {
+      if (l.get() != besides && l->streams.load() < room(*l)) {
         chosen = l;
         break;
       }

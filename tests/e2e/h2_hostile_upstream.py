@@ -184,6 +184,9 @@ class _Connection:
                 self.flush()
         except OSError:
             pass
+        except h2.exceptions.H2Error as e:  # the server's own state machine refused
+            with self.server.lock:
+                self.server.errors.append((self.number, repr(e)))
         finally:
             self.sock.close()
 
@@ -263,13 +266,14 @@ class _Connection:
     def answer(self, record):
         if record["stream"] not in self.open:
             return  # the peer reset it meanwhile
+        # Marked before a byte goes out, so a test that saw the answer sees the mark.
+        record["processed"] = record["answered"] = True
         body = self.body_for(record)
         status = "201" if (record["path"] or "").startswith("/v1") else "200"
         self.h2.send_headers(record["stream"], [(":status", status),
                                                 ("content-type", "application/json"),
                                                 ("content-length", str(len(body)))])
         self.h2.send_data(record["stream"], body, end_stream=True)
-        record["processed"] = record["answered"] = True
         self.closed_by_server(record)
 
     def b_normal(self, record):
@@ -280,10 +284,10 @@ class _Connection:
 
     def b_reset_mid_answer(self, record):
         sid = record["stream"]
+        record["processed"] = True
         self.h2.send_headers(sid, [(":status", "201"), ("content-type", "application/json"),
                                    ("content-length", "100")])
         self.h2.send_data(sid, b"x" * 10)
-        record["processed"] = True
 
         def reset():
             if sid in self.open:
@@ -293,29 +297,29 @@ class _Connection:
 
     def b_data_beyond_length(self, record):
         sid = record["stream"]
+        record["processed"] = True
         self.h2.send_headers(sid, [(":status", "201"), ("content-type", "text/plain"),
                                    ("content-length", "5")])
         self.h2.send_data(sid, b"y" * 20, end_stream=True)
-        record["processed"] = True
         self.closed_by_server(record)
 
     def b_headers_after_trailers(self, record):
         sid = record["stream"]
+        record["processed"] = True
         self.h2.send_headers(sid, [(":status", "201"), ("content-type", "application/json")])
         self.h2.send_data(sid, b'{"partial":true}')
         self.raw(hf.HeadersFrame(sid, data=self.block([("x-trailer-one", "1")]),
                                  flags=["END_HEADERS"]),
                  hf.HeadersFrame(sid, data=self.block([("x-trailer-two", "2")]),
                                  flags=["END_HEADERS", "END_STREAM"]))
-        record["processed"] = True
         self.closed_by_server(record)
 
     def b_pseudo_in_trailers(self, record):
         sid = record["stream"]
+        record["processed"] = True
         self.h2.send_headers(sid, [(":status", "201"), ("content-type", "application/json")])
         self.h2.send_data(sid, b'{"partial":true}')
         self.h2.send_headers(sid, [(":status", "200"), ("x-trailer", "1")], end_stream=True)
-        record["processed"] = True
         self.closed_by_server(record)
 
     def b_goaway_in_flight(self, record):
