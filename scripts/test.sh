@@ -318,7 +318,7 @@ if [ "$SANITIZE" = 1 ] && step_result tsan; then
     tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py \
     tests/e2e/test_operations.py tests/e2e/test_oversized.py tests/e2e/test_ledger_real_peers.py \
     tests/e2e/test_startup.py tests/e2e/test_http2.py tests/e2e/test_http2_hostile.py \
-    tests/e2e/test_http2_upstream.py tests/e2e/test_grpc.py
+    tests/e2e/test_http2_upstream.py tests/e2e/test_http2_upstream_hostile.py tests/e2e/test_grpc.py
   unset TSAN_OPTIONS
 fi
 
