@@ -16,7 +16,7 @@ set(IDEMPROXY_UNITY_BATCH 10 CACHE STRING "sources per unity batch (0: one batch
 # `using namespace`, a Clock) meet another's. Matched by file name, so a move to
 # another folder keeps it; a clash shows as a "redefinition" or "ambiguous" error in a
 # file included from build/unity/.
-set(IDEMPROXY_UNITY_SEPARATE h2_upstream.cpp h2_call.cpp relay_test.cpp deadline_socket_test.cpp)
+set(IDEMPROXY_UNITY_SEPARATE h2_upstream.cpp h2_call.cpp h2_answer.cpp relay_test.cpp deadline_socket_test.cpp)
 
 # Precompiled headers (target_precompile_headers) for the heavy third-party headers.
 # Off: on top of unity batches they made the build slower (the binary: 114 s against

@@ -9,6 +9,7 @@
 
 #include "http/fields.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
+#include "proxy/permits.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/phases.hpp"
 #include "proxy/replay.hpp"
@@ -71,12 +72,12 @@ asio::awaitable<bool> wait_elsewhere(Flow& f, const std::shared_ptr<TimerWaiter>
   using Elsewhere = engine::Coordinator::Elsewhere;
   Runtime& rt = f.rt();
   const store::RecordId& id = f.claim->id;
+  const WaitingElsewhere registered(rt, id, *waiter);  // unregisters on every way out
   const Elsewhere how = co_await rt.blocking(
       [&rt, &id, &waiter] { return rt.coordinator.wait_elsewhere(id, waiter); });
   if (how == Elsewhere::announced) {
     co_await waiter->sleep_until(budget.next_fallback(std::chrono::steady_clock::now()));
   }
-  rt.coordinator.stop_waiting_elsewhere(id, waiter.get());
   co_return how != Elsewhere::poll;
 }
 
@@ -127,7 +128,9 @@ asio::awaitable<Step> execute(Flow& f) {
   const store::ClaimRequest& claim = *f.claim;
   const std::int64_t token = f.decision.token;
   const auto& route = f.route();
-  rt.metrics.claim_started();
+  // Held until the answer is recorded or the claim given up; whatever ends this
+  // coroutine first gives it up (ClaimPermit).
+  ClaimPermit permit(rt, claim.id, token);
   const auto t0 = std::chrono::steady_clock::now();
   // The lease is renewed while the upstream works (engine::LeaseSchedule).
   auto heartbeat =
@@ -136,6 +139,7 @@ asio::awaitable<Step> execute(Flow& f) {
   const Duration timeout = upstream_timeout(ctx, f.req);
   const InterimSink interim{&ctx.ex};
   trace::Span up = start_upstream_span(ctx, f.req.base());
+  permit.mark_sent();
   UpstreamAnswer ex = co_await rt.upstream.round_trip(f.req, interim, timeout);
   heartbeat.reset();
   const double upstream_seconds =
@@ -154,7 +158,7 @@ asio::awaitable<Step> execute(Flow& f) {
               left == engine::Finish::indeterminate ? "marked indeterminate"
                                                     : "left to its lease (store unreachable)");
     }
-    rt.metrics.claim_ended();
+    permit.settle();
     up.set_error(ex.sent ? "upstream failed after the request was sent" : "upstream unreachable");
     ctx.fail(*ex.error, Outcome::upstream_error);
     co_return Step::failed;
@@ -193,7 +197,7 @@ asio::awaitable<Step> execute(Flow& f) {
   trace::Span completing = ctx.span.child(trace::kSpanStoreComplete);
   const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
   completing.end();
-  rt.metrics.claim_ended();
+  permit.settle();
   switch (done.finish) {
     case engine::Finish::stored:
       ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;

@@ -39,6 +39,9 @@ class Runtime {
         cache(settings->config.replay_cache_bytes),
         coordinator(store, store, cache, metrics, coordinator_hooks()),
         settings_(std::move(settings)) {}
+  ~Runtime() { leave_claims_to_leases(); }
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
 
   std::shared_ptr<const Settings> settings() const {
     std::lock_guard lock(mu_);
@@ -161,6 +164,12 @@ class Runtime {
   engine::ReplayCache cache;
   engine::Coordinator coordinator;
   std::atomic<bool> draining{false};
+  /// Whether a ClaimPermit let go without an answer abandons its claim; shared with
+  /// every permit, which may outlive this runtime (frames destroyed with `io`).
+  std::shared_ptr<std::atomic<bool>> abandons_allowed = std::make_shared<std::atomic<bool>>(true);
+  /// Past the drain: request frames still running are destroyed with their upstream
+  /// exchanges possibly under way; their claims stay until their leases end.
+  void leave_claims_to_leases() { abandons_allowed->store(false); }
   /// Starts each request's span (src/proxy/spans.hpp); null, or off, without tracing.
   const trace::Tracer* tracer = nullptr;
   /// False until the store is prepared (migrations applied): the proxy starts, and

@@ -189,6 +189,9 @@ int ProxyServer::run() {
   std::vector<std::thread> extra;
   for (int i = 1; i < s.threads; ++i) extra.emplace_back([&s] { s.io.run(); });
   s.io.run();
+  // Frames still here were cut off by the drain timeout (or a stop): their claims are
+  // left to their leases, never abandoned as they are destroyed (ClaimPermit).
+  s.runtime.leave_claims_to_leases();
   for (auto& t : extra) t.join();
   s.runtime.wait_for_queued_calls();  // their answers go to `io`, which must outlive them
   if (const auto pending = s.runtime.completions.pending(); pending > 0) {

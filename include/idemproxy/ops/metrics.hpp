@@ -104,6 +104,7 @@ class Metrics {
   void count_request(const std::string& route, Outcome outcome, double seconds = 0);
   void claim_started() { in_flight_claims_.fetch_add(1); }
   void claim_ended() { in_flight_claims_.fetch_sub(1); }
+  std::int64_t in_flight_claims() const { return in_flight_claims_.load(); }
   void count_store_error() { store_errors_.fetch_add(1); }
   void count_takeover() { takeovers_.fetch_add(1); }
   /// A record this process marked indeterminate: its upstream exchange broke after
