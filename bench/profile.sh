@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Profiles idemproxy under one scenario of bench/run.sh, with the same setup (SUT
 # pinned to CPU 1, load on CPU 0, private PostgreSQL, bench upstream):
-#   bench/profile.sh pass|pass1m|fresh|replay [SECONDS]
+#   bench/profile.sh pass|pass1m|fresh|replay|h2pass|h2replay [SECONDS]
+# (h2pass and h2replay: h2load -c 8 -m 32 over h2c, as bench/run.sh's HTTP/2 rows)
 # Prints the CPU time per request, `perf report` (self time, top entries, by symbol
 # and by shared object) and `strace -c` over a second window of the same load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SCENARIO=${1:?pass, pass1m, fresh or replay}
+SCENARIO=${1:?pass, pass1m, fresh, replay, h2pass or h2replay}
 SECS=${2:-8}
 WORK_NAME=profile
 . bench/common.sh
@@ -15,7 +16,19 @@ DSN=$(start_pg "$WORK/pg")
 start_upstream
 start_proxy idemproxy "$DSN" 8
 
-load() { scenario_wrk "$SCENARIO" "$1" | awk '/requests in/ {print $1}'; }  # prints the request count
+printf '%s' '{"amount":1000,"currency":"eur"}' >"$WORK/post.json"
+# Prints the count of requests answered in $1 seconds of the scenario's load.
+load() {
+  case $SCENARIO in
+    h2pass | h2replay)
+      local path=/pass extra=()
+      if [ "$SCENARIO" = h2replay ]; then path=/v1/orders extra=(-H "idempotency-key: h2prof-$$"); fi
+      taskset -c "$LOAD_CPU" h2load -c 8 -m 32 -D "$1" -d "$WORK/post.json" \
+        -H 'content-type: application/json' "${extra[@]}" "http://127.0.0.1:$PROXY_PORT$path" \
+        | awk '/^requests:/ {print $8}' ;;
+    *) scenario_wrk "$SCENARIO" "$1" | awk '/requests in/ {print $1}' ;;
+  esac
+}
 load 2 >/dev/null  # warm: pool connections, prepared statements, WAL
 HZ=$(getconf CLK_TCK)
 # Context switches of all the proxy's threads, voluntary and not (common.sh).

@@ -9,8 +9,8 @@
 
 #include "http/fields.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
-#include "proxy/permits.hpp"
 #include "proxy/forward.hpp"
+#include "proxy/permits.hpp"
 #include "proxy/phases.hpp"
 #include "proxy/replay.hpp"
 #include "proxy/spans.hpp"

@@ -23,8 +23,8 @@ asio::awaitable<bool> stream_response(RequestContext& ctx, UpstreamCall& call,
   ctx.upstream_status = ctx.status;
   beast::error_code relay_error;
   const bool head_request = ctx.method == "HEAD";
-  const auto relayed = co_await call.relay_answer(prefix, head_request, ctx.ex,
-                                                  ctx.settings.config.upstream.timeout, relay_error);
+  const auto relayed = co_await call.relay_answer(
+      prefix, head_request, ctx.grpc, ctx.ex, ctx.settings.config.upstream.timeout, relay_error);
   // An answer broken off must never pass for a whole one.
   if (relayed == RelayError::read) ctx.ex.reset();
   co_return relayed == RelayError::none;

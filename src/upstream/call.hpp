@@ -6,8 +6,8 @@
 // answer's head comes back past any interim ones, and the body is relayed to the
 // client as it arrives.
 #include <boost/optional.hpp>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,12 +56,13 @@ class UpstreamCall {
   virtual ResponseHeader& head() = 0;
 
   /// Writes the answer to `to`: head(), then `prefix` (body bytes already read), then
-  /// the rest as it arrives, then its trailers. Each read from the upstream waits at
-  /// most `timeout`. The connection or stream is given back once the answer is read,
-  /// before its last bytes are written (a client on HTTP/2 may open its next stream
-  /// as soon as it has them).
+  /// the rest as it arrives, then its trailers. `grpc`: the call is gRPC (decided
+  /// once, on the client's request), so its answer ends in trailers whatever its
+  /// length. Each read from the upstream waits at most `timeout`. The connection or
+  /// stream is given back once the answer is read, before its last bytes are written
+  /// (a client on HTTP/2 may open its next stream as soon as it has them).
   virtual asio::awaitable<RelayError> relay_answer(std::string_view prefix, bool head_request,
-                                                   Exchange& to, Duration timeout,
+                                                   bool grpc, Exchange& to, Duration timeout,
                                                    beast::error_code& read_error) = 0;
 
  protected:

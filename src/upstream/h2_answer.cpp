@@ -41,8 +41,9 @@ asio::awaitable<beast::error_code> StreamCall::read_final_head(
       for (const auto& [name, value] : got.head->second) head_->insert(name, value);
       const auto length = (*head_)[bhttp::field::content_length];
       std::uint64_t declared = 0;
-      if (!length.empty() && std::from_chars(length.data(), length.data() + length.size(),
-                                             declared).ec == std::errc{} &&
+      if (!length.empty() &&
+          std::from_chars(length.data(), length.data() + length.size(), declared).ec ==
+              std::errc{} &&
           declared > body_limit_) {
         release();
         co_return bhttp::error::body_limit;
@@ -90,7 +91,7 @@ std::vector<store::Header> StreamCall::trailers() const {
 }
 
 asio::awaitable<RelayError> StreamCall::relay_answer(std::string_view prefix, bool head_request,
-                                                     Exchange& to, Duration timeout,
+                                                     bool grpc, Exchange& to, Duration timeout,
                                                      beast::error_code& read_error) {
   ResponseHeader& head = *head_;
   const unsigned status = head.result_int();
@@ -103,16 +104,15 @@ asio::awaitable<RelayError> StreamCall::relay_answer(std::string_view prefix, bo
   // An HTTP/2 answer may end in trailers whatever its length (RFC 9113 §8.1); an
   // HTTP/1.1 client takes them only chunked, so a gRPC answer, or one that announces
   // them (Trailer, RFC 9110 6.6.2), goes chunked to a client that accepts them.
-  const bool with_trailers = to.accepts_trailers() &&
-                        (engine::is_grpc_content_type(head[bhttp::field::content_type]) ||
-                         head.find(bhttp::field::trailer) != head.end());
+  const bool with_trailers =
+      to.accepts_trailers() && (grpc || head.find(bhttp::field::trailer) != head.end());
   const auto length = head[bhttp::field::content_length];
   std::uint64_t declared = 0;
   const bool has_length =
       !length.empty() &&
       std::from_chars(length.data(), length.data() + length.size(), declared).ec == std::errc{};
-  const Framing framing = has_length ? Framing::of(declared, with_trailers)
-                                      : Framing::unknown(with_trailers);
+  const Framing framing =
+      has_length ? Framing::of(declared, with_trailers) : Framing::unknown(with_trailers);
   if (!co_await to.send_head(head, framing)) {
     release();
     co_return RelayError::write;
@@ -162,17 +162,16 @@ asio::awaitable<RelayError> StreamCall::relay_answer(std::string_view prefix, bo
 }  // namespace h2
 
 asio::awaitable<UpstreamAnswer> H2Upstream::round_trip(StringRequest& request,
-                                                       const InterimSink& interim,
-                                                       Duration timeout,
+                                                       const InterimSink& interim, Duration timeout,
                                                        std::unique_ptr<Stream> established) {
   UpstreamAnswer out;
   std::unique_ptr<h2::StreamCall, DestroyCall> call(new h2::StreamCall(registry_));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   call->deadline(deadline);
   if (auto ec = co_await call->open(std::move(established))) {
-    out.error = ProxyError{ProblemKind::upstream_unreachable,
-                           "cannot connect to the upstream: " + ec.message(), std::nullopt,
-                           std::nullopt};
+    out.error =
+        ProxyError{ProblemKind::upstream_unreachable,
+                   "cannot connect to the upstream: " + ec.message(), std::nullopt, std::nullopt};
     co_return out;
   }
   const std::string_view body = request.body();
@@ -193,8 +192,7 @@ asio::awaitable<UpstreamAnswer> H2Upstream::round_trip(StringRequest& request,
     std::uint64_t declared = 0;
     const bool too_long =
         !length.empty() &&
-        std::from_chars(length.data(), length.data() + length.size(), declared).ec ==
-            std::errc{} &&
+        std::from_chars(length.data(), length.data() + length.size(), declared).ec == std::errc{} &&
         declared > limit;
     for (bool end = head_request || too_long; !end;) {
       h2::Taken got = co_await call->take_body(deadline);
@@ -221,12 +219,11 @@ asio::awaitable<UpstreamAnswer> H2Upstream::round_trip(StringRequest& request,
                            std::nullopt, std::nullopt};
   } else if (rec) {
     out.sent = call->maybe_processed();
-    out.error = ProxyError{out.sent ? ProblemKind::upstream_failed
-                                    : ProblemKind::upstream_unreachable,
-                           out.sent ? "the upstream stream failed after the request was sent: " +
-                                          rec.message()
-                                    : "the upstream refused the stream unprocessed",
-                           std::nullopt, std::nullopt};
+    out.error = ProxyError{
+        out.sent ? ProblemKind::upstream_failed : ProblemKind::upstream_unreachable,
+        out.sent ? "the upstream stream failed after the request was sent: " + rec.message()
+                 : "the upstream refused the stream unprocessed",
+        std::nullopt, std::nullopt};
   }
   if (out.error) co_return out;
   out.trailers = call->trailers();

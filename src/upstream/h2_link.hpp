@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -24,7 +23,6 @@
 #include "http/problem.hpp"
 #include "http/signal.hpp"
 #include "http/tls.hpp"
-#include "idemproxy/engine/grpc_status.hpp"
 #include "upstream/h2_upstream.hpp"
 
 namespace idemproxy::http {
@@ -69,7 +67,7 @@ struct Call {
 
   std::int32_t id = -1;
   bool headers_sent = false;  // the request's HEADERS frame went out
-  std::string out;  // request body bytes not yet taken by nghttp2
+  std::string out;            // request body bytes not yet taken by nghttp2
   std::size_t out_at = 0;
   bool out_end = false;
   bool out_deferred = false;
@@ -77,7 +75,8 @@ struct Call {
 
   Fields block;  // the header block being received
   std::size_t block_bytes = 0;
-  std::deque<std::pair<unsigned, Fields>> interim;  // 1xx answers not yet taken
+  // 1xx answers not yet taken (a vector: libstdc++'s deque allocates when made)
+  std::vector<std::pair<unsigned, Fields>> interim;
   std::optional<std::pair<unsigned, Fields>> head;  // the final answer's head
   bool head_taken = false;
   std::string in;  // answer body bytes not yet taken
@@ -218,7 +217,7 @@ auto on_link(UpstreamLink& link, Step& step) -> decltype(step()) {
 
 /// What a wait on a stream found (StreamCall::take).
 struct Taken {
-  std::deque<std::pair<unsigned, Fields>> interim;
+  std::vector<std::pair<unsigned, Fields>> interim;
   std::optional<std::pair<unsigned, Fields>> head;
   std::string data;
   bool end = false;
@@ -250,7 +249,7 @@ class StreamCall final : public UpstreamCall {
                                                      FieldsAllocator fields,
                                                      Duration timeout) override;
   ResponseHeader& head() override { return *head_; }
-  asio::awaitable<RelayError> relay_answer(std::string_view prefix, bool head_request,
+  asio::awaitable<RelayError> relay_answer(std::string_view prefix, bool head_request, bool grpc,
                                            Exchange& to, Duration timeout,
                                            beast::error_code& read_error) override;
 

@@ -53,8 +53,8 @@ int UpstreamLink::on_frame_recv(const nghttp2_frame& frame) {
   if (frame.hd.type == NGHTTP2_SETTINGS && (frame.hd.flags & NGHTTP2_FLAG_ACK) == 0) {
     // RFC 9113 §6.5.2: the streams the upstream takes at once. Registry::pick opens
     // another connection rather than go past it (nghttp2 would queue the rest).
-    remote_max = nghttp2_session_get_remote_settings(session_,
-                                                     NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+    remote_max =
+        nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
     settings_received_ = true;
     if (settings_wait_ != nullptr) settings_wait_->cancel();
     return 0;

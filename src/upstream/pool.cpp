@@ -99,8 +99,8 @@ class Http1Call final : public UpstreamCall {
                                                      FieldsAllocator fields,
                                                      Duration timeout) override {
     conn_->stream.expires_after(timeout);
-    const auto ec = co_await http::read_final_head(*conn_, parser_, head_request, body_limit, sink,
-                                                   fields);
+    const auto ec =
+        co_await http::read_final_head(*conn_, parser_, head_request, body_limit, sink, fields);
     // Read before the caller strips hop-by-hop fields (Connection among them).
     if (!ec) keep_alive_ = parser_->get().keep_alive();
     co_return ec;
@@ -109,6 +109,7 @@ class Http1Call final : public UpstreamCall {
   ResponseHeader& head() override { return parser_->get().base(); }
 
   asio::awaitable<RelayError> relay_answer(std::string_view prefix, bool head_request,
+                                           bool /*grpc: a chunked answer carries its trailers*/,
                                            Exchange& to, Duration timeout,
                                            beast::error_code& read_error) override {
     UpstreamConnection& from = *conn_;
@@ -291,8 +292,7 @@ asio::awaitable<UpstreamAnswer> UpstreamPool::round_trip(StringRequest& request,
     while (!rec && !parser->is_done()) {
       if (body.size() > limit || parser->content_length().value_or(0) > limit) {
         out.oversized = UpstreamAnswer::Oversized{
-            Http1Call::make({}, *this, std::move(conn), std::move(parser)),
-            std::move(body)};
+            Http1Call::make({}, *this, std::move(conn), std::move(parser)), std::move(body)};
         co_return out;
       }
       parser->get().body().data = chunk.data();
@@ -315,8 +315,7 @@ asio::awaitable<UpstreamAnswer> UpstreamPool::round_trip(StringRequest& request,
     if (out.error) co_return out;
     if (body.size() > limit) {  // the last read went past the limit and finished the body
       out.oversized = UpstreamAnswer::Oversized{
-          Http1Call::make({}, *this, std::move(conn), std::move(parser)),
-          std::move(body)};
+          Http1Call::make({}, *this, std::move(conn), std::move(parser)), std::move(body)};
       co_return out;
     }
     if (parser->chunked()) out.trailers = take_trailers(parser->get(), *head_fields);

@@ -1,15 +1,18 @@
-// The guards for calls that must be paired (src/proxy/permits.hpp), each shown by what
-// goes wrong without it: a claim let go without an answer is abandoned (and counted
-// out of the in-flight gauge); a claim cut off past the drain is left to its lease;
-// a waiter whose coroutine ended is never woken.
+// The guards for calls that must be paired (src/proxy/permits.hpp, and the session
+// tracker's entry), each shown by what goes wrong without it: a claim let go without
+// an answer is abandoned (and counted out of the in-flight gauge); a claim cut off
+// past the drain is left to its lease; a waiter whose coroutine ended is never
+// woken; a connection whose session ended leaves the tracker.
+#include "proxy/permits.hpp"
+
 #include <gtest/gtest.h>
 
 #include <variant>
 
 #include "idemproxy/common/clock.hpp"
 #include "idemproxy/store/memory_store.hpp"
-#include "proxy/permits.hpp"
 #include "proxy/runtime.hpp"
+#include "server/session_tracker.hpp"
 
 namespace idemproxy::http {
 namespace {
@@ -17,10 +20,10 @@ namespace {
 class Permits : public ::testing::Test {
  protected:
   Permits()
-      : settings(make_settings(config::parse_config(
-            "upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\n"
-            "routes: [{name: any, path_prefix: /any}]\n",
-            "test.yaml", [](const std::string&) { return std::nullopt; }))),
+      : settings(make_settings(
+            config::parse_config("upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\n"
+                                 "routes: [{name: any, path_prefix: /any}]\n",
+                                 "test.yaml", [](const std::string&) { return std::nullopt; }))),
         store(clock),
         runtime(io, settings, store, metrics, 1) {}
 
@@ -131,6 +134,23 @@ TEST_F(Permits, AWaiterThatStoppedWaitingElsewhereIsNeverWoken) {
   runtime.coordinator.finished_elsewhere(id);
   EXPECT_EQ(gone->woken, 0);
   EXPECT_EQ(staying->woken, 1);
+}
+
+// The drain waits until the tracker is empty: a connection whose session ended by
+// an exception, and stayed counted, would hold every shutdown to its timeout.
+TEST(SessionTrackerEntry, AConnectionLeavesTheTrackerWhateverWayItsSessionEnds) {
+  asio::io_context io;
+  SessionTracker tracker;
+  auto conn = std::make_shared<ClientConnection>(tcp::socket(io), nullptr);
+  const auto session = [&](bool fails) {
+    const auto tracked = tracker.track(conn);
+    EXPECT_EQ(tracker.connections(), 1u);
+    if (fails) throw std::runtime_error("the session failed");
+  };
+  session(false);
+  EXPECT_EQ(tracker.connections(), 0u);
+  EXPECT_THROW(session(true), std::runtime_error);
+  EXPECT_EQ(tracker.connections(), 0u);
 }
 
 }  // namespace

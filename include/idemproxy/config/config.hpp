@@ -58,7 +58,7 @@ struct UpstreamConfig {
   Duration timeout = std::chrono::seconds{30};
   std::size_t max_idle_connections = 64;
   std::size_t max_response_size = std::size_t{16} << 20;  // bodies read for storage
-  std::size_t http2_max_streams = 100;  // concurrent requests on one HTTP/2 connection
+  std::size_t http2_max_streams = 100;               // concurrent requests on one HTTP/2 connection
   Duration idle_timeout = std::chrono::seconds{60};  // an HTTP/2 connection left without streams
   UpstreamTls tls;
 };
