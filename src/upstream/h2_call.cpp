@@ -17,12 +17,6 @@ ssize_t body_source_cb(nghttp2_session*, std::int32_t id, std::uint8_t* buf, std
   return static_cast<UpstreamLink*>(user)->read_body(id, buf, size, flags);
 }
 
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 nghttp2_nv nv(const std::string& name, const std::string& value) {
   return {reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
           reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(),

@@ -42,6 +42,13 @@ inline constexpr std::size_t kResendBody = std::size_t{1} << 20;
 
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
+/// The steady clock in nanoseconds: how links keep when their last stream went.
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 /// Wakes every waiting coroutine once it is opened; opening is for good.
 class Latch {
  public:

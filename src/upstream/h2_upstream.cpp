@@ -324,14 +324,6 @@ asio::awaitable<void> UpstreamLink::idle_loop() {
   }
 }
 
-namespace {
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
 std::size_t Registry::room(const UpstreamLink& link) const {
   return std::min<std::size_t>(config.http2_max_streams, link.remote_max.load());
 }
