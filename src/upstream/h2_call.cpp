@@ -296,11 +296,11 @@ asio::awaitable<beast::error_code> StreamCall::send_whole(const RequestHeader& h
 }
 
 asio::awaitable<bool> StreamCall::resend() {
-  if (!request_.resendable) co_return false;
+  if (!request_.resendable || resends_ == kMaxResends) co_return false;
+  ++resends_;
   spdlog::info("upstream HTTP/2 stream refused unprocessed: sent again");
   const UpstreamLink* refused = link_.get();
   release();
-  request_.resendable = false;  // once
   link_ = registry_->pick(nullptr, refused);
   auto& link = *link_;
   auto ready = [&link]() -> asio::awaitable<beast::error_code> {

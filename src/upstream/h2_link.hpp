@@ -39,6 +39,11 @@ inline constexpr std::size_t kMaxHeadBytes = std::size_t{1} << 20;
 // Request bodies up to this size are kept while their stream runs, so a stream the
 // upstream refuses unprocessed (GOAWAY, REFUSED_STREAM) can go again.
 inline constexpr std::size_t kResendBody = std::size_t{1} << 20;
+// How often a refused stream goes again. An upstream that lowers its
+// SETTINGS_MAX_CONCURRENT_STREAMS in a later SETTINGS frame (python-h2 sends its
+// defaults first) refuses what was sent under the earlier limit, and may refuse a
+// resend that raced the same change (RFC 9113 §5.1.2, §8.7).
+inline constexpr int kMaxResends = 3;
 
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
@@ -289,6 +294,7 @@ class StreamCall final : public UpstreamCall {
   std::uint64_t body_limit_ = ~std::uint64_t{0};
   std::uint64_t body_seen_ = 0;
   bool refused_ = false;
+  int resends_ = 0;  // of kMaxResends
   bool ended_ = false;
   std::optional<std::chrono::steady_clock::time_point> deadline_;
 };

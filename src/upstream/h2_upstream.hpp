@@ -36,7 +36,8 @@ class H2Upstream {
 
   /// UpstreamPool::round_trip over a stream. A stream the upstream refused
   /// unprocessed (REFUSED_STREAM, or above a GOAWAY's last stream id: RFC 9113 §8.7)
-  /// is sent once more, on another connection; nothing else is sent twice.
+  /// is sent again on another connection, up to three times (h2::kMaxResends);
+  /// nothing else is sent twice.
   asio::awaitable<UpstreamAnswer> round_trip(StringRequest& request, const InterimSink& interim,
                                              Duration timeout,
                                              std::unique_ptr<Stream> established = nullptr);
