@@ -41,8 +41,8 @@ inline constexpr std::size_t kMaxHeadBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kResendBody = std::size_t{1} << 20;
 // How often a refused stream goes again. An upstream that lowers its
 // SETTINGS_MAX_CONCURRENT_STREAMS in a later SETTINGS frame (python-h2 sends its
-// defaults first) refuses what was sent under the earlier limit, and may refuse a
-// resend that raced the same change (RFC 9113 §5.1.2, §8.7).
+// defaults first) refuses what was sent under the earlier limit (RFC 9113 §5.1.2,
+// §8.7); the registry learns the limit then, so a resend is rarely refused again.
 inline constexpr int kMaxResends = 3;
 
 using Fields = std::vector<std::pair<std::string, std::string>>;
@@ -122,6 +122,11 @@ struct Registry : std::enable_shared_from_this<Registry> {
   bool strands;
   std::mutex mu;
   std::vector<std::shared_ptr<UpstreamLink>> links;
+  /// The last SETTINGS_MAX_CONCURRENT_STREAMS any link of this upstream was sent. A
+  /// new link assumes it until its own SETTINGS say otherwise, so a burst does not
+  /// crowd onto a fresh connection that the upstream then refuses in part (a
+  /// server may send its limit in a second SETTINGS frame, after its preface).
+  std::atomic<std::uint32_t> learned_max{0xffffffffu};
 
   /// A link with room for another stream, or a new one (on `established`'s executor
   /// when given); its stream count already includes the caller's. `besides`: a link
@@ -163,7 +168,8 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
 
   /// Streams picked for this link and not yet released (Registry::pick).
   std::atomic<std::size_t> streams{0};
-  /// The upstream's SETTINGS_MAX_CONCURRENT_STREAMS (unbounded until it says).
+  /// The upstream's SETTINGS_MAX_CONCURRENT_STREAMS on this connection: what the
+  /// registry learned from other links until this one's SETTINGS name it.
   std::atomic<std::uint32_t> remote_max{0xffffffffu};
   /// When the last stream was released (steady clock, nanoseconds).
   std::atomic<std::int64_t> last_release{0};

@@ -53,8 +53,13 @@ int UpstreamLink::on_frame_recv(const nghttp2_frame& frame) {
   if (frame.hd.type == NGHTTP2_SETTINGS && (frame.hd.flags & NGHTTP2_FLAG_ACK) == 0) {
     // RFC 9113 §6.5.2: the streams the upstream takes at once. Registry::pick opens
     // another connection rather than go past it (nghttp2 would queue the rest).
-    remote_max =
-        nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+    // A SETTINGS frame that does not name the limit leaves it as it was (§6.5.3);
+    // this link started from what the registry learned from the others.
+    for (std::size_t i = 0; i < frame.settings.niv; ++i) {
+      if (frame.settings.iv[i].settings_id != NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) continue;
+      remote_max = frame.settings.iv[i].value;
+      if (auto registry = registry_.lock()) registry->learned_max = frame.settings.iv[i].value;
+    }
     settings_received_ = true;
     if (settings_wait_ != nullptr) settings_wait_->cancel();
     return 0;
@@ -360,6 +365,7 @@ std::shared_ptr<UpstreamLink> Registry::pick(const http::Stream* established,
     chosen = std::make_shared<UpstreamLink>(link_ex, config, tls, weak_from_this(),
                                             own || (established && strands));
     chosen->last_release = now_ns();
+    chosen->remote_max = learned_max.load();
     links.push_back(chosen);
   }
   ++chosen->streams;

@@ -246,5 +246,8 @@ def test_one_stream_at_a_time_is_respected_and_every_request_served(make_proxy, 
     # (streams it opened before then were refused with REFUSED_STREAM and sent again).
     for c in hostile.connections:
         assert c["max_open"] <= 1 and c["stream_violations"] == 0, hostile.connections
+    # The warm request taught the proxy the limit (it came in the server's second
+    # SETTINGS frame): the burst went one stream per new connection, none refused.
+    assert sum(c["refused_before_ack"] for c in hostile.connections) == 0, hostile.connections
     assert hostile.errors == []
     still_serves(p, hostile, key)
