@@ -10,6 +10,7 @@
 
 #include "idemproxy/ops/records.hpp"
 #include "server/admin_ui.hpp"
+#include "server/listener.hpp"
 
 namespace idemproxy::http {
 
@@ -291,6 +292,20 @@ awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::Runtime& 
   }
   http::beast::error_code ignored;
   stream.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
+}
+
+boost::asio::awaitable<void> accept_admin(boost::asio::io_context& io,
+                                          boost::asio::ip::tcp::acceptor& acceptor, Runtime& rt) {
+  for (;;) {
+    const auto strand = boost::asio::make_strand(io);
+    auto [ec, socket] = co_await acceptor.async_accept(strand, http::use_nothrow);
+    if (ec) {
+      if (!acceptor.is_open()) co_return;
+      continue;
+    }
+    auto ex = socket.get_executor();
+    boost::asio::co_spawn(ex, serve_admin(std::move(socket), rt), log_exception);
+  }
 }
 
 }  // namespace idemproxy::http

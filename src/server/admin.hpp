@@ -7,4 +7,8 @@ namespace idemproxy::http {
 /// Serves one admin connection until it closes.
 boost::asio::awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, Runtime& rt);
 
+/// Accepts admin connections, each on a strand of `io`, until `acceptor` closes.
+boost::asio::awaitable<void> accept_admin(boost::asio::io_context& io,
+                                          boost::asio::ip::tcp::acceptor& acceptor, Runtime& rt);
+
 }  // namespace idemproxy::http

@@ -1,142 +1,75 @@
+// The running server, put together from its parts: the client listener
+// (client_acceptor), the admin listener (admin), the store's upkeep (store_upkeep),
+// reload and the gauges (reload). What stays here is their order: start, the run
+// loop, signals, the drain, and what must go in order at exit.
 #include "idemproxy/http/proxy_server.hpp"
 
-#include "server/server_impl.hpp"
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <thread>
+
+#include "proxy/policy_document.hpp"
+#include "server/admin.hpp"
+#include "server/client_acceptor.hpp"
+#include "server/listener.hpp"
+#include "server/reload.hpp"
+#include "server/store_upkeep.hpp"
 
 namespace idemproxy::http {
+namespace {
 
-void ProxyServer::Impl::bind(tcp::acceptor& acceptor, const config::Endpoint& at,
-                             const char* what) {
-  try {
-    tcp::resolver resolver(io);
-    const auto endpoint = resolver.resolve(at.host, std::to_string(at.port))->endpoint();
-    acceptor.open(endpoint.protocol());
-    acceptor.set_option(asio::socket_base::reuse_address(true));
-    acceptor.bind(endpoint);
-    acceptor.listen(asio::socket_base::max_listen_connections);
-    const auto bound = acceptor.local_endpoint();
-    spdlog::info("{} listening on {}:{}", what, bound.address().to_string(), bound.port());
-  } catch (const boost::system::system_error& e) {
-    // Not e.what(): it ends in the Boost header and line that threw. The code's
-    // message ("Address already in use") is what an operator acts on.
-    throw std::runtime_error(std::string("cannot listen on ") + at.host + ":" +
-                             std::to_string(at.port) + " (" + what + "): " + e.code().message());
-  }
+// Database-pool threads. With PostgreSQL: one per connection, plus room for a full
+// batch of blocking calls to queue for the next free connection (claims and
+// completions of requests skip this pool: PgStore queues them itself, see
+// Runtime::queued; background completion retries and releases still wait here).
+int db_threads(const config::StoreConfig& store) {
+  if (store.kind != config::StoreConfig::Kind::postgres) return 1;
+  return store.pool_size + (store.batch_max > 1 ? store.batch_max : 0);
 }
 
-asio::awaitable<void> ProxyServer::Impl::accept_clients() {
-  for (;;) {
-    // Named, not a temporary: GCC 12 destroys temporaries in co_await expressions twice.
-    // A strand per connection with several I/O threads; with one, it is pure cost.
-    const asio::any_io_executor ex = threads > 1 ? asio::any_io_executor(asio::make_strand(io))
-                                                 : asio::any_io_executor(io.get_executor());
-    auto [ec, socket] = co_await proxy_acceptor.async_accept(ex, use_nothrow);
-    if (ec) {
-      if (!proxy_acceptor.is_open()) co_return;
-      if (const auto n = accept_error_log.admit()) {
-        spdlog::warn("accept failed: {} ({} since the last such line)", ec.message(), n);
-      }
-      asio::steady_timer pause(io, std::chrono::milliseconds{50});  // e.g. out of descriptors
-      co_await pause.async_wait(use_nothrow);
-      continue;
-    }
-    beast::error_code ignored;
-    const std::size_t limit =
-        std::min(runtime.settings()->config.server.max_connections, connection_cap);
-    // At the limit, an idle connection (waiting for its next request) makes room for
-    // a new client, as nginx reuses idle keep-alive connections; its close takes a
-    // moment, and the reserve in connection_capacity covers the overlap.
-    bool refuse = false;
-    if (tracker.size() >= limit) {
-      if (tracker.reclaim_idle(1) == 0) {
-        refuse = true;
-      } else if (const auto n = reclaim_log.admit()) {
-        spdlog::warn(
-            "{} client connections open (server.max_connections or the open-files "
-            "limit): closing idle ones for new clients ({} since the last such line)",
-            limit, n);
-      }
-    }
-    if (refuse) {
-      // At the limit with nothing idle: refuse at once rather than queue work we
-      // cannot serve.
-      runtime.metrics.count_refused_connection();
-      if (const auto n = refused_log.admit()) {
-        spdlog::warn(
-            "connection refused: {} client connections open (server.max_connections "
-            "or the open-files limit); {} refused since the last such line",
-            limit, n);
-      }
-      socket.close(ignored);
-      continue;
-    }
-    socket.set_option(tcp::no_delay(true), ignored);
-    auto conn = std::make_shared<ClientConnection>(std::move(socket), tls.get());
-    asio::co_spawn(conn->stream.get_executor(), serve_client(conn, frontend, tracker),
-                   log_exception);
-  }
-}
+}  // namespace
 
-asio::awaitable<void> ProxyServer::Impl::accept_admin() {
-  for (;;) {
-    const auto strand = asio::make_strand(io);
-    auto [ec, socket] = co_await admin_acceptor.async_accept(strand, use_nothrow);
-    if (ec) {
-      if (!admin_acceptor.is_open()) co_return;
-      continue;
-    }
-    auto ex = socket.get_executor();
-    asio::co_spawn(ex, serve_admin(std::move(socket), runtime), log_exception);
+struct ProxyServer::Impl {
+  Impl(config::Config config, store::Store& store, ops::Metrics& metrics,
+       std::function<void()> prepare, trace::Tracing* traces)
+      : tracing(traces),
+        threads(config.server.threads),
+        io(threads),
+        runtime(io, make_settings(config), store, metrics, db_threads(config.store)),
+        clients(io, threads, runtime, config),
+        admin(io),
+        upkeep(io, runtime, std::move(prepare)),
+        signals(io, SIGINT, SIGTERM, SIGHUP) {
+    runtime.reload = [this] { return reload_config(runtime, tracing); };
+    if (tracing != nullptr) runtime.tracer = &tracing->tracer();
+    publish_gauges(runtime);
   }
-}
 
-std::optional<std::string> ProxyServer::Impl::reload() {
-  const auto current = runtime.settings();
-  try {
-    config::Config next = config::load_config(current->config.path);
-    for (const auto& w : next.warnings) spdlog::warn("reload: {}", w);
-    const auto changed = config::restart_only_changes(current->config, next);
-    if (!changed.empty()) {
-      std::string names;
-      for (const auto& n : changed) names += (names.empty() ? "" : ", ") + n;
-      spdlog::warn(
-          "reload: {} changed, which takes effect only after a restart; keeping the running "
-          "values of every restart-only key",
-          names);
-      config::keep_restart_only(next, current->config);
-    }
-    if (tracing != nullptr) tracing->reload(next.tracing);
-    runtime.replace_settings(make_settings(std::move(next)));
-    runtime.metrics.count_reload(true);
-    spdlog::info("reload: configuration reloaded from {}", current->config.path);
-    return std::nullopt;
-  } catch (const std::exception& e) {
-    runtime.metrics.count_reload(false);
-    spdlog::error("reload rejected, the previous configuration stays in force: {}", e.what());
-    return std::string(e.what());
-  }
-}
+  asio::awaitable<void> handle_signals();
+  asio::awaitable<void> drain();
+
+  trace::Tracing* tracing;  // null: no spans
+  int threads;
+  asio::io_context io;
+  Runtime runtime;
+  ClientAcceptor clients;
+  tcp::acceptor admin;
+  StoreUpkeep upkeep;
+  asio::signal_set signals;
+  asio::strand<asio::io_context::executor_type> control{asio::make_strand(io)};
+};
 
 asio::awaitable<void> ProxyServer::Impl::drain() {
-  const auto timeout = runtime.settings()->config.server.drain_timeout;
-  spdlog::info("draining: no new connections; waiting up to {} ms for {} connection(s)",
-               timeout.count(), tracker.size());
   runtime.draining = true;
-  beast::error_code ignored;
-  proxy_acceptor.close(ignored);
-  tracker.close_idle();
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  asio::steady_timer tick(io);
-  while (tracker.size() > 0 && std::chrono::steady_clock::now() < deadline) {
-    tick.expires_after(std::chrono::milliseconds{20});
-    co_await tick.async_wait(use_nothrow);
-    tracker.close_idle();  // connections that finished a request since
-  }
-  if (tracker.size() > 0) {
+  const auto busy = co_await clients.drain(runtime.settings()->config.server.drain_timeout);
+  if (busy > 0) {
     spdlog::warn(
         "drain timeout: {} connection(s) still busy; their claims are left to their leases",
-        tracker.size());
+        busy);
   }
-  admin_acceptor.close(ignored);
+  beast::error_code ignored;
+  admin.close(ignored);
   io.stop();
 }
 
@@ -145,7 +78,7 @@ asio::awaitable<void> ProxyServer::Impl::handle_signals() {
     auto [ec, signo] = co_await signals.async_wait(use_nothrow);
     if (ec) co_return;
     if (signo == SIGHUP) {
-      reload();
+      runtime.reload();
       continue;
     }
     spdlog::info("received {}, shutting down", signo == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -162,28 +95,21 @@ ProxyServer::ProxyServer(config::Config config, store::Store& store, ops::Metric
 ProxyServer::~ProxyServer() = default;
 
 void ProxyServer::start() {
-  // The first try runs here, before the listeners open: with PostgreSQL up, the
-  // store is ready before the first request. Later tries run in prepare().
-  if (impl_->prepare_store) {
-    if (const auto error = impl_->try_prepare()) {
-      impl_->note_not_ready(1, *error);
-    } else {
-      impl_->prepare_store = nullptr;
-    }
-  }
+  // The first try runs here, before the listeners open; later ones in run().
+  impl_->upkeep.try_now();
   const auto settings = impl_->runtime.settings();
-  impl_->bind(impl_->proxy_acceptor, settings->config.listen, "proxy");
-  impl_->bind(impl_->admin_acceptor, settings->config.admin_listen, "admin");
+  impl_->clients.bind(settings->config.listen);
+  listen_on(impl_->io, impl_->admin, settings->config.admin_listen, "admin");
 }
 
 int ProxyServer::run() {
   auto& s = *impl_;
   // The acceptors are not thread-safe, and drain closes them: everything that
   // touches them runs on one strand (TSan found the race with server.threads > 1).
-  asio::co_spawn(s.control, s.accept_clients(), log_exception);
-  asio::co_spawn(s.control, s.accept_admin(), log_exception);
+  asio::co_spawn(s.control, s.clients.accept(), log_exception);
+  asio::co_spawn(s.control, accept_admin(s.io, s.admin, s.runtime), log_exception);
   asio::co_spawn(s.control, s.handle_signals(), log_exception);
-  asio::co_spawn(s.control, s.prepare(), log_exception);  // then the notification listener and GC
+  asio::co_spawn(s.control, s.upkeep.run(), log_exception);  // then the watchers and GC
   // Leases are at least 1s and renewed at a third of it: a 100 ms beat is on time.
   asio::co_spawn(s.control, renew_leases(s.runtime, std::chrono::milliseconds{100}), log_exception);
   std::vector<std::thread> extra;

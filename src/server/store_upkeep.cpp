@@ -1,6 +1,9 @@
-// The store's upkeep while the server runs: preparing it (migrations, with backoff,
-// while /readyz says 503), then garbage collection and the records gauges.
-#include "server/server_impl.hpp"
+#include "server/store_upkeep.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "idemproxy/ops/gc.hpp"
+#include "server/listener.hpp"
 
 namespace idemproxy::http {
 namespace {
@@ -23,30 +26,30 @@ std::string one_line(const std::string& text) {
 }  // namespace
 
 // Deletes expired records in bounded batches, every gc.interval, off the I/O threads.
-asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
-  asio::steady_timer timer(io);
+asio::awaitable<void> StoreUpkeep::collect_garbage() {
+  asio::steady_timer timer(io_);
   for (;;) {
-    const auto settings = runtime.settings();
+    const auto settings = runtime_.settings();
     const auto gc = settings->config.gc;
     if (gc.interval.count() <= 0) co_return;
     const auto tombstones = engine::tombstone_routes(settings->config.routes);
     timer.expires_after(gc.interval);
     co_await timer.async_wait(use_nothrow);
-    if (runtime.draining) co_return;
-    auto& store = runtime.record_store;
+    if (runtime_.draining) co_return;
+    auto& store = runtime_.record_store;
     // Filled in place: a non-trivially-destructible result would be a temporary in
     // the co_await expression, which GCC 12 destroys twice (docs/DEVELOPMENT.md).
     ops::Collected c;
-    co_await runtime.blocking([&store, &gc, &tombstones, &c] {
+    co_await runtime_.blocking([&store, &gc, &tombstones, &c] {
       c = ops::collect_expired(store, gc.batch_size, gc.max_batches, tombstones);
       return true;
     });
     if (c.deleted > 0) {
-      runtime.metrics.count_gc_deleted(static_cast<std::uint64_t>(c.deleted));
+      runtime_.metrics.count_gc_deleted(static_cast<std::uint64_t>(c.deleted));
       spdlog::info("gc: deleted {} expired record(s)", c.deleted);
     }
     if (c.tombstoned > 0) {
-      runtime.metrics.count_gc_tombstoned(static_cast<std::uint64_t>(c.tombstoned));
+      runtime_.metrics.count_gc_tombstoned(static_cast<std::uint64_t>(c.tombstoned));
       spdlog::info("gc: kept {} tombstone(s): answers past ttl dropped", c.tombstoned);
     }
   }
@@ -55,69 +58,78 @@ asio::awaitable<void> ProxyServer::Impl::collect_garbage() {
 // Every 10 s, the store's count of indeterminate records for the
 // idemproxy_records_indeterminate gauge (migration 007's partial index makes it cheap).
 // A failed count leaves the last figure; the store's errors are counted elsewhere.
-asio::awaitable<void> ProxyServer::Impl::sample_records() {
-  asio::steady_timer timer(io);
-  auto& store = runtime.record_store;
+asio::awaitable<void> StoreUpkeep::sample_records() {
+  asio::steady_timer timer(io_);
+  auto& store = runtime_.record_store;
   for (;;) {
     std::optional<std::int64_t> n;
-    co_await runtime.blocking([&store, &n] {
+    co_await runtime_.blocking([&store, &n] {
       auto counted = store.count_indeterminate();
       if (counted.ok()) n = counted.value();
       return true;
     });
-    if (n) runtime.metrics.set_indeterminate_records(*n);
+    if (n) runtime_.metrics.set_indeterminate_records(*n);
     timer.expires_after(std::chrono::seconds{10});
     co_await timer.async_wait(use_nothrow);
-    if (runtime.draining) co_return;
+    if (runtime_.draining) co_return;
   }
 }
 
-std::optional<std::string> ProxyServer::Impl::try_prepare() {
+void StoreUpkeep::try_now() {
+  if (!prepare_) return;
+  if (const auto error = try_prepare()) {
+    note_not_ready(1, *error);
+  } else {
+    prepare_ = nullptr;
+  }
+}
+
+std::optional<std::string> StoreUpkeep::try_prepare() {
   try {
-    prepare_store();
+    prepare_();
     return std::nullopt;
   } catch (const std::exception& e) {
     return one_line(e.what());
   }
 }
 
-void ProxyServer::Impl::note_not_ready(int attempt, const std::string& error) {
-  runtime.set_store_problem(error);
+void StoreUpkeep::note_not_ready(int attempt, const std::string& error) {
+  runtime_.set_store_problem(error);
   spdlog::warn("store: not ready (attempt {}): {}; retrying in {} ms", attempt, error,
-               backoff.count());
+               backoff_.count());
 }
 
-// Retries prepare_store on the database pool with backoff (250 ms doubling to 5 s),
+// Retries prepare_ on the database pool with backoff (250 ms doubling to 5 s),
 // logging each try, so a proxy started before PostgreSQL becomes ready without a
 // restart. The notification listener and GC start only once the store is prepared.
-asio::awaitable<void> ProxyServer::Impl::prepare() {
-  asio::steady_timer pause(io);
-  for (int attempt = 2; prepare_store; ++attempt) {
-    pause.expires_after(backoff);
+asio::awaitable<void> StoreUpkeep::run() {
+  asio::steady_timer pause(io_);
+  for (int attempt = 2; prepare_; ++attempt) {
+    pause.expires_after(backoff_);
     co_await pause.async_wait(use_nothrow);
-    if (runtime.draining) co_return;
+    if (runtime_.draining) co_return;
     auto run_once = [this]() -> asio::awaitable<std::optional<std::string>> {
       co_return try_prepare();
     };
-    const auto on_pool = runtime.db_pool.get_executor();
+    const auto on_pool = runtime_.db_pool.get_executor();
     const auto error = co_await asio::co_spawn(on_pool, run_once(), asio::use_awaitable);
     if (!error) {
       spdlog::info("store: ready after {} attempts", attempt);
       break;
     }
-    backoff = std::min(backoff * 2, std::chrono::milliseconds{5000});
+    backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds{5000});
     note_not_ready(attempt, *error);
   }
-  runtime.set_store_problem("");
-  runtime.store_prepared = true;
+  runtime_.set_store_problem("");
+  runtime_.store_prepared = true;
   store::Store::Watchers watchers;
-  watchers.purged = [this](const store::RecordId& id) { runtime.coordinator.forget(id); };
+  watchers.purged = [this](const store::RecordId& id) { runtime_.coordinator.forget(id); };
   watchers.finished = [this](const store::RecordId& id) {
-    runtime.coordinator.finished_elsewhere(id);
+    runtime_.coordinator.finished_elsewhere(id);
   };
-  watchers.resumed = [this] { runtime.coordinator.announcements_resumed(); };
-  runtime.record_store.watch(std::move(watchers));
-  asio::co_spawn(io, sample_records(), log_exception);
+  watchers.resumed = [this] { runtime_.coordinator.announcements_resumed(); };
+  runtime_.record_store.watch(std::move(watchers));
+  asio::co_spawn(io_, sample_records(), log_exception);
   co_await collect_garbage();
 }
 

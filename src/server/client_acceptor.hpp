@@ -1,0 +1,74 @@
+#pragma once
+// The client listener: accepts connections within the connection limit
+// (server.max_connections and what the open-files limit carries), closing idle ones
+// to make room, and hands each to its codec; the drain's waiting for them.
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "http/tls.hpp"
+#include "proxy/serve.hpp"
+#include "server/fd_limit.hpp"
+#include "server/session_tracker.hpp"
+
+namespace idemproxy::http {
+
+/// Binds `acceptor` to `at` and listens; throws std::runtime_error naming `what`
+/// ("proxy", "admin") and the cause when it cannot.
+void listen_on(asio::io_context& io, tcp::acceptor& acceptor, const config::Endpoint& at,
+               const char* what);
+
+/// The service the codecs get: the proxy, with the server's connection limit for
+/// HTTP/2 streams.
+class Frontend final : public ProxyService {
+ public:
+  Frontend(Runtime& rt, SessionTracker& tracker, const std::size_t& cap)
+      : ProxyService(rt), tracker_(tracker), cap_(cap) {}
+  bool reserve_stream() override {
+    return tracker_.reserve_stream(std::min(rt_.settings()->config.server.max_connections, cap_));
+  }
+  void release_stream() override { tracker_.release_stream(); }
+
+ private:
+  SessionTracker& tracker_;
+  const std::size_t& cap_;
+};
+
+class ClientAcceptor {
+ public:
+  /// `threads`: server.threads; with more than one, each connection gets a strand.
+  ClientAcceptor(asio::io_context& io, int threads, Runtime& runtime,
+                 const config::Config& config);
+  ClientAcceptor(const ClientAcceptor&) = delete;
+  ClientAcceptor& operator=(const ClientAcceptor&) = delete;
+
+  void bind(const config::Endpoint& at) { listen_on(io_, acceptor_, at, "proxy"); }
+  /// Accepts until the listener closes (drain).
+  asio::awaitable<void> accept();
+  /// Stops accepting, closes idle connections, and waits up to `timeout` for the
+  /// busy ones to finish their requests; returns how many are still open.
+  asio::awaitable<std::size_t> drain(std::chrono::milliseconds timeout);
+
+ private:
+  /// False when the connection must be refused: at the limit with nothing idle.
+  bool make_room();
+
+  asio::io_context& io_;
+  int threads_;
+  Runtime& runtime_;
+  tcp::acceptor acceptor_;
+  SessionTracker tracker_;
+  std::unique_ptr<ssl::context> tls_;  // downstream termination (tls.cert_file)
+  std::size_t cap_ = 0;                // what the open-files limit carries
+  Frontend frontend_{runtime_, tracker_, cap_};
+  /// ALPN offers h2 while server.http2 is on (it may change on reload).
+  std::function<bool()> http2_on_ = [this] {
+    return runtime_.settings()->config.server.http2;
+  };
+  LogLimiter refused_log_;
+  LogLimiter reclaim_log_;
+  LogLimiter accept_error_log_;
+};
+
+}  // namespace idemproxy::http
