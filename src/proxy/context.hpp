@@ -97,6 +97,13 @@ asio::awaitable<bool> send_problem(RequestContext& ctx);
 /// Whether an enabled route covers this request's method: its rules apply, whether
 /// or not the request carries a key.
 bool covered(const RequestContext& ctx);
+
+/// Refuses a covered request for its key, as engine::Coordinator::judge_key decided
+/// (refuse): a missing key is told where a key may go (the route's header, and the
+/// body when the route reads keys from it); an unusable one is `unusable` (two key
+/// fields, or a body key that is no usable string), with `why`.
+void refuse_key(RequestContext& ctx, const engine::KeyVerdict& verdict, ProblemKind unusable,
+                std::string why);
 /// The published policy's Link field value (`<...>; rel="describedby"`) for this
 /// request's problems and stored answers: "" unless a route covers it, a policy is
 /// published, and the client is not gRPC (whose metadata it would clutter).

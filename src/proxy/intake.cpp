@@ -130,14 +130,7 @@ asio::awaitable<Step> body_key_phase(Flow& f) {
   if (verdict.kind == engine::KeyVerdict::Kind::forward) {
     co_return co_await forward_as_read(f, verdict.outcome);
   }
-  if (absent) {
-    ctx.fail(ProblemKind::missing_key,
-             "route " + route.name + " requires an " + route.header + " header or a key at " +
-                 route.key_json_pointer + " in the JSON body",
-             Outcome::missing_key);
-  } else {
-    ctx.fail(ProblemKind::invalid_key, std::move(found.reason), Outcome::bad_key);
-  }
+  refuse_key(ctx, verdict, ProblemKind::invalid_key, std::move(found.reason));
   co_return Step::failed;  // the body was read: the connection stays usable
 }
 

@@ -8,6 +8,20 @@ bool covered(const RequestContext& ctx) {
   return route != nullptr && route->enabled && route->covers_method(ctx.method);
 }
 
+void refuse_key(RequestContext& ctx, const engine::KeyVerdict& verdict, ProblemKind unusable,
+                std::string why) {
+  if (verdict.outcome != ops::Outcome::missing_key) {
+    ctx.fail(unusable, std::move(why), verdict.outcome);
+    return;
+  }
+  const auto& route = *ctx.route;
+  std::string detail = "route " + route.name + " requires an " + route.header + " header";
+  if (!route.key_json_pointer.empty()) {
+    detail += " or a key at " + route.key_json_pointer + " in the JSON body";
+  }
+  ctx.fail(ProblemKind::missing_key, std::move(detail), verdict.outcome);
+}
+
 std::string_view policy_link(const RequestContext& ctx) {
   if (ctx.grpc || !covered(ctx)) return {};
   return ctx.settings.policy.link;

@@ -74,13 +74,6 @@ asio::awaitable<void> send_policy(RequestContext& ctx) {
   co_await send_answer(ctx, head, body, none);
 }
 
-// Records why a covered request is refused for its key (key_required, two key fields).
-void refuse_key(RequestContext& ctx, const KeyVerdict& verdict, std::string detail) {
-  ctx.fail(verdict.outcome == ops::Outcome::missing_key ? ProblemKind::missing_key
-                                                        : ProblemKind::bad_key,
-           std::move(detail), verdict.outcome);
-}
-
 // Phase: route. Decides whether the request is protected, and how.
 asio::awaitable<void> dispatch(RequestContext& ctx) {
   auto& head = ctx.ex.head();
@@ -149,9 +142,7 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
     co_await pass_through(ctx);
     co_return;
   }
-  refuse_key(ctx, verdict,
-             key_count == 0 ? "route " + route.name + " requires an " + route.header + " header"
-                            : "more than one " + route.header + " header");
+  refuse_key(ctx, verdict, ProblemKind::bad_key, "more than one " + route.header + " header");
   co_await send_problem(ctx);
 }
 
