@@ -35,7 +35,7 @@ HZ=$(getconf CLK_TCK)
 all_switches() { switches "$PROXY_PID" | awk '{print $1 + $2}'; }
 s0=$(all_switches)
 c0=$(ticks "$PROXY_PID")
-perf record -q -g -F 999 -p "$PROXY_PID" -o "$WORK/perf.data" -- sleep "$SECS" 2>/dev/null &
+perf record -q ${PERF_CALL_GRAPH:--g} -F 999 -p "$PROXY_PID" -o "$WORK/perf.data" -- sleep "$SECS" 2>/dev/null &
 PERF=$!
 n=$(load "$SECS")
 wait "$PERF" || true
@@ -44,7 +44,8 @@ s1=$(all_switches)
 echo "== $SCENARIO: $n requests in ${SECS}s, $(awk -v t=$((c1 - c0)) -v hz="$HZ" -v n="$n" \
   'BEGIN {printf "%.1f", t / hz * 1e6 / n}') us of CPU and $(awk -v s=$((s1 - s0)) -v n="$n" \
   'BEGIN {printf "%.1f", s / n}') context switches per request (perf running)"
-# KEEP_PERF=FILE keeps the recording for further `perf report -i FILE`.
+# KEEP_PERF=FILE keeps the recording for further `perf report -i FILE`; PERF_CALL_GRAPH
+# (e.g. "--call-graph dwarf") replaces -g, frame pointers, which skip a leaf's caller.
 if [ -n "${KEEP_PERF:-}" ]; then cp "$WORK/perf.data" "$KEEP_PERF"; fi
 echo "== perf: by shared object"
 perf report -i "$WORK/perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]' | sed -E 's/ +$//' | head -8 || true

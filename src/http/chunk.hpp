@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <memory>
@@ -22,19 +23,38 @@ class Chunk {
  public:
   static constexpr std::size_t kSize = std::size_t{64} << 10;
 
-  Chunk() : block_(take()) {}
-  ~Chunk() { give_back(std::move(block_)); }
+  Chunk() : block_(take()) {
+    auto& c = counts();
+    c.most = std::max(c.most, ++c.held);
+  }
+  ~Chunk() {
+    --counts().held;
+    give_back(std::move(block_));
+  }
   Chunk(const Chunk&) = delete;
   Chunk& operator=(const Chunk&) = delete;
 
   char* data() { return block_->data(); }
   static constexpr std::size_t size() { return kSize; }
 
+  /// The most chunks this thread held at once since reset_most_held(). A request that
+  /// holds more than its answer's relay needs outruns the free list under load.
+  static std::size_t most_held() { return counts().most; }
+  static void reset_most_held() { counts().most = counts().held; }
+
  private:
   using Block = std::array<char, kSize>;
   // Blocks kept per thread: what 64 concurrent relays use, 4 MiB at most.
   static constexpr std::size_t kKept = 64;
 
+  struct Counts {
+    std::size_t held = 0;
+    std::size_t most = 0;
+  };
+  static Counts& counts() {
+    thread_local Counts c;
+    return c;
+  }
   static std::vector<std::unique_ptr<Block>>& spare() {
     thread_local std::vector<std::unique_ptr<Block>> blocks;
     return blocks;

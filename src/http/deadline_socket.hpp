@@ -158,7 +158,17 @@ class DeadlineSocket {
       // HTTP/2 clients, whose streams share their connection's strand and state:
       // TSan saw the races and nghttp2 asserted); tests/e2e/test_http2.py runs under
       // TSan with four I/O threads.
-      const auto ex = asio::get_associated_executor(handler, state->socket.get_executor());
+      // A handler on the socket's own executor, the io_context itself (one I/O
+      // thread: no strands), is called at once, as asio::dispatch would call it:
+      // dispatching through the type-erased executor wrapped it in an
+      // executor_function, a recycled allocation and two indirect calls on each read
+      // and write (6 % of a pass-through request's CPU, docs/PERFORMANCE.md).
+      const auto own = state->socket.get_executor();
+      const auto ex = asio::get_associated_executor(handler, own);
+      if (ex == own && own.target<asio::io_context::executor_type>() != nullptr) {
+        std::move(handler)(ec, std::forward<Args>(args)...);
+        return;
+      }
       asio::dispatch(ex, asio::prepend(std::move(handler), ec, std::forward<Args>(args)...));
     }
   };

@@ -58,6 +58,23 @@ asio::awaitable<BodyPiece> Exchange::read_body(std::size_t max, std::optional<Ti
   if (content_length_ && *content_length_ > limit_) {
     co_return BodyPiece{{}, false, BodyPiece::Error::too_large};
   }
+  // A body framed by Content-Length whose bytes came with the head (most API
+  // requests) is handed on where it lies, in the connection's buffer, which nothing
+  // reads into again before the exchange ends: no chunk is taken for it. Holding one
+  // per request beside the answer's relay chunk outran the thread's free list of
+  // chunks at 64 connections, and each request then zeroed and freed 64 KiB
+  // (docs/PERFORMANCE.md, "HTTP/1.1 pass-through regression").
+  if (!direct_ && !parser_.chunked() && conn_.buffer.size() > 0) {
+    if (const auto left = parser_.content_length_remaining()) {
+      const auto n = static_cast<std::size_t>(
+          std::min<std::uint64_t>(std::min<std::uint64_t>(*left, max), conn_.buffer.size()));
+      const std::string_view data(static_cast<const char*>(conn_.buffer.data().data()), n);
+      conn_.buffer.consume(n);
+      direct_ = *left - n;  // the rest, if any, is read straight into a chunk
+      read_ += n;
+      co_return BodyPiece{data, *direct_ == 0, BodyPiece::Error::none};
+    }
+  }
   if (!chunk_) chunk_.emplace();
   const std::size_t room = std::min(max, chunk_->size());
   beast::error_code ec;

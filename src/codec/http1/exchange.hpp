@@ -55,8 +55,9 @@ class Exchange final : public http::Exchange {
   const Service& service_;
   RequestParser<bhttp::buffer_body> parser_;
   std::optional<Chunk> chunk_;
-  /// A body framed by Content-Length (RFC 9112 6.2) is read straight into the chunk
-  /// once the bytes buffered with its head are used up: `direct_` counts what is left.
+  /// A body framed by Content-Length (RFC 9112 6.2) is handed on from the buffer as
+  /// far as it came with the head, then read straight into the chunk: `direct_`
+  /// counts what is left.
   std::optional<std::uint64_t> direct_;
   std::uint64_t limit_ = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t read_ = 0;                // body bytes read so far
