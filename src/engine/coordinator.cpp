@@ -51,6 +51,10 @@ Admission Coordinator::claim(const store::ClaimRequest& claim) {
 
 void Coordinator::claim_async(const store::ClaimRequest& claim,
                               std::function<void(Admission)> done) {
+  if (!claims_.queues_calls()) {
+    hooks_.run_blocking([this, &claim, done = std::move(done)] { done(this->claim(claim)); });
+    return;
+  }
   claims_.claim_async(claim, [this, &claim, done = std::move(done)](auto result) {
     done(admitted(claim, Engine::admission(claim, std::move(result))));
   });
@@ -203,6 +207,13 @@ Completion Coordinator::complete(const store::ClaimRequest& claim, std::int64_t 
 void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t token,
                                  const RoutePolicy& route, const store::StoredResponse& answer,
                                  ReplayCache::Request form, std::function<void(Completion)> done) {
+  if (!completes_async(route, answer)) {
+    hooks_.run_blocking([this, &claim, token, &route, &answer, form = std::move(form),
+                         done = std::move(done)]() mutable {
+      done(complete(claim, token, route, answer, std::move(form)));
+    });
+    return;
+  }
   const Deadline started = hooks_.steady_now();  // as in complete()
   auto kept = std::make_shared<store::StoredResponse>(Engine::kept(answer, route));
   claims_.complete_async(

@@ -1,6 +1,8 @@
 #pragma once
-// What every session shares: settings (swapped on reload), the store and the
-// coordinator in front of it, the database pool, the upstream pool and metrics.
+// What the proxy's phases share: settings (swapped on reload), the coordinator in
+// front of the store, the database pool, the upstream pool, leases, metrics and the
+// tracer. What only the server touches (the store in all its roles, readiness,
+// reload, the exit sequence's waits) is ServerRuntime's (server/server_runtime.hpp).
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -47,10 +49,6 @@ class Runtime {
     std::lock_guard lock(mu_);
     return settings_;
   }
-  void replace_settings(std::shared_ptr<const Settings> s) {
-    std::lock_guard lock(mu_);
-    settings_ = std::move(s);
-  }
 
   /// Runs a blocking call (a store call) on the database pool and resumes the
   /// calling coroutine on its own executor: libpq never blocks an I/O thread.
@@ -77,6 +75,64 @@ class Runtime {
         },
         asio::use_awaitable, std::move(fn));
   }
+
+  /// The claim of a keyed request, answered on the calling coroutine's executor. The
+  /// coordinator chooses how: a store that queues its calls (PostgreSQL's group
+  /// commit) takes it from this thread and answers from its own, so no database-pool
+  /// thread waits per request (that wait cost a context switch each way,
+  /// docs/PERFORMANCE.md); another store's call runs on the database pool.
+  asio::awaitable<engine::Admission> claim(const store::ClaimRequest& claim) {
+    co_return co_await queued<engine::Admission>(
+        [this, &claim](std::function<void(engine::Admission)> done) {
+          coordinator.claim_async(claim, std::move(done));
+        });
+  }
+
+  /// The completion of a claim with the upstream's answer, as claim() does it.
+  /// `form` is moved from.
+  asio::awaitable<engine::Completion> complete(const store::ClaimRequest& claim, std::int64_t token,
+                                               const engine::RoutePolicy& route,
+                                               const store::StoredResponse& answer,
+                                               engine::ReplayCache::Request& form) {
+    co_return co_await queued<engine::Completion>(
+        [this, &claim, token, &route, &answer,
+         &form](std::function<void(engine::Completion)> done) {
+          coordinator.complete_async(claim, token, route, answer, std::move(form), std::move(done));
+        });
+  }
+
+  // Declared in the order they are built: the coordinator uses the store, the
+  // database pool, the completion retrier and the cache.
+ protected:
+  store::Store& record_store;  // in all its roles: the server's, not the phases'
+
+ public:
+  ops::Metrics& metrics;
+  asio::thread_pool db_pool;
+  UpstreamPool upstream;
+  engine::LeaseSchedule leases;  // renew_leases() is started with the server
+
+ protected:
+  CompletionRetrier completions;
+  engine::ReplayCache cache;
+
+ public:
+  engine::Coordinator coordinator;
+  std::atomic<bool> draining{false};
+  /// Whether a ClaimPermit let go without an answer abandons its claim; shared with
+  /// every permit, which may outlive this runtime (frames destroyed with `io`).
+  std::shared_ptr<std::atomic<bool>> abandons_allowed = std::make_shared<std::atomic<bool>>(true);
+  /// Starts each request's span (src/proxy/spans.hpp); null, or off, without tracing.
+  const trace::Tracer* tracer = nullptr;
+
+ protected:
+  void replace_settings(std::shared_ptr<const Settings> s) {
+    std::lock_guard lock(mu_);
+    settings_ = std::move(s);
+  }
+  /// Past the drain: request frames still running are destroyed with their upstream
+  /// exchanges possibly under way; their claims stay until their leases end.
+  void leave_claims_to_leases() { abandons_allowed->store(false); }
 
   /// Calls `start` with a callback, which the store calls from a thread of its own
   /// (Store::queues_calls), and resumes the calling coroutine on its own executor
@@ -123,69 +179,6 @@ class Runtime {
         asio::use_awaitable, std::move(start));
   }
 
-  /// The claim of a keyed request, answered on the calling coroutine's executor. A
-  /// store that queues its calls (PostgreSQL's group commit) takes it from this
-  /// thread and answers from its own, so no database-pool thread waits per request:
-  /// that wait cost a context switch each way (docs/PERFORMANCE.md). Otherwise the
-  /// claim runs on the database pool.
-  asio::awaitable<engine::Admission> claim(const store::ClaimRequest& claim) {
-    if (!coordinator.queues_store_calls())
-      co_return co_await blocking([this, &claim] { return coordinator.claim(claim); });
-    co_return co_await queued<engine::Admission>(
-        [this, &claim](std::function<void(engine::Admission)> done) {
-          coordinator.claim_async(claim, std::move(done));
-        });
-  }
-
-  /// The completion of a claim with the upstream's answer, as claim() does it.
-  /// `form` is moved from.
-  asio::awaitable<engine::Completion> complete(const store::ClaimRequest& claim, std::int64_t token,
-                                               const engine::RoutePolicy& route,
-                                               const store::StoredResponse& answer,
-                                               engine::ReplayCache::Request& form) {
-    if (!coordinator.completes_async(route, answer)) {
-      co_return co_await blocking([this, &claim, token, &route, &answer, &form] {
-        return coordinator.complete(claim, token, route, answer, std::move(form));
-      });
-    }
-    co_return co_await queued<engine::Completion>(
-        [this, &claim, token, &route, &answer,
-         &form](std::function<void(engine::Completion)> done) {
-          coordinator.complete_async(claim, token, route, answer, std::move(form), std::move(done));
-        });
-  }
-
-  store::Store& record_store;
-  ops::Metrics& metrics;
-  asio::thread_pool db_pool;
-  UpstreamPool upstream;
-  engine::LeaseSchedule leases;  // renew_leases() is started with the server
-  CompletionRetrier completions;
-  engine::ReplayCache cache;
-  engine::Coordinator coordinator;
-  std::atomic<bool> draining{false};
-  /// Whether a ClaimPermit let go without an answer abandons its claim; shared with
-  /// every permit, which may outlive this runtime (frames destroyed with `io`).
-  std::shared_ptr<std::atomic<bool>> abandons_allowed = std::make_shared<std::atomic<bool>>(true);
-  /// Past the drain: request frames still running are destroyed with their upstream
-  /// exchanges possibly under way; their claims stay until their leases end.
-  void leave_claims_to_leases() { abandons_allowed->store(false); }
-  /// Starts each request's span (src/proxy/spans.hpp); null, or off, without tracing.
-  const trace::Tracer* tracer = nullptr;
-  /// False until the store is prepared (migrations applied): the proxy starts, and
-  /// keeps retrying, while PostgreSQL is still unreachable. /readyz reads it.
-  std::atomic<bool> store_prepared{false};
-  void set_store_problem(std::string detail) {
-    std::lock_guard lock(mu_);
-    store_problem_ = std::move(detail);
-  }
-  std::string store_problem() const {
-    std::lock_guard lock(mu_);
-    return store_problem_;
-  }
-  /// Reloads the config file (SIGHUP and POST /admin/reload); returns the error, if any.
-  std::function<std::optional<std::string>()> reload;
-
   /// Waits until the store has answered every call queued() handed it: its answers
   /// are posted to the I/O executor, which must outlive them (as db_pool.join()
   /// waits for blocking() calls).
@@ -200,6 +193,9 @@ class Runtime {
   engine::Coordinator::Hooks coordinator_hooks() {
     engine::Coordinator::Hooks hooks;
     hooks.prepare_replay = prepare_replay_head;
+    hooks.run_blocking = [this](std::function<void()> call) {
+      asio::post(db_pool, [call = std::move(call)] { call(); });
+    };
     hooks.retry_completion = [this](const store::RecordId& id, std::int64_t token,
                                     const engine::RoutePolicy& route,
                                     const store::StoredResponse& answer) {
@@ -221,7 +217,6 @@ class Runtime {
   std::mutex queued_mu_;
   std::condition_variable all_answered_;
   std::atomic<long> queued_calls_{0};  // handed to the store by queued(), not answered yet
-  std::string store_problem_ = "not prepared yet";
 };
 
 }  // namespace idemproxy::http

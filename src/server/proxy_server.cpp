@@ -52,7 +52,7 @@ struct ProxyServer::Impl {
   trace::Tracing* tracing;  // null: no spans
   int threads;
   asio::io_context io;
-  Runtime runtime;
+  ServerRuntime runtime;
   ClientAcceptor clients;
   tcp::acceptor admin;
   StoreUpkeep upkeep;

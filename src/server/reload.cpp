@@ -4,7 +4,7 @@
 
 namespace idemproxy::http {
 
-std::optional<std::string> reload_config(Runtime& runtime, trace::Tracing* tracing) {
+std::optional<std::string> reload_config(ServerRuntime& runtime, trace::Tracing* tracing) {
   const auto current = runtime.settings();
   try {
     config::Config next = config::load_config(current->config.path);
@@ -31,7 +31,7 @@ std::optional<std::string> reload_config(Runtime& runtime, trace::Tracing* traci
   }
 }
 
-void publish_gauges(Runtime& runtime) {
+void publish_gauges(ServerRuntime& runtime) {
   runtime.metrics.set_gauges([&runtime] {
     std::vector<ops::GaugeSample> samples;
     for (const auto& s : runtime.record_store.stats()) {

@@ -7,14 +7,14 @@
 #include <optional>
 #include <string>
 
-#include "proxy/runtime.hpp"
+#include "server/server_runtime.hpp"
 
 namespace idemproxy::http {
 
 class StoreUpkeep {
  public:
   /// `prepare` readies the store and throws while it cannot; empty: nothing to do.
-  StoreUpkeep(asio::io_context& io, Runtime& runtime, std::function<void()> prepare)
+  StoreUpkeep(asio::io_context& io, ServerRuntime& runtime, std::function<void()> prepare)
       : io_(io), runtime_(runtime), prepare_(std::move(prepare)) {}
 
   /// The first try, on the calling thread, before the listeners open: with
@@ -31,7 +31,7 @@ class StoreUpkeep {
   asio::awaitable<void> sample_records();
 
   asio::io_context& io_;
-  Runtime& runtime_;
+  ServerRuntime& runtime_;
   std::function<void()> prepare_;  // empty once the store is prepared
   std::chrono::milliseconds backoff_{250};
 };

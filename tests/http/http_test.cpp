@@ -15,7 +15,7 @@
 #include "idemproxy/store/memory_store.hpp"
 #include "proxy/policy_document.hpp"
 #include "proxy/replay.hpp"
-#include "proxy/runtime.hpp"
+#include "server/server_runtime.hpp"
 
 using namespace idemproxy;
 using namespace idemproxy::http;
@@ -194,7 +194,7 @@ TEST(RuntimeQueued, AStartThatThrowsIsNotWaitedForAndAnAnsweredOneIsCountedOut) 
   SystemClock clock;
   store::MemoryStore store(clock);
   ops::Metrics metrics;
-  Runtime runtime(io, settings, store, metrics, 1);
+  ServerRuntime runtime(io, settings, store, metrics, 1);
   bool threw = false;
   int answer = 0;
   std::thread answerer;

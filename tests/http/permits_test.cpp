@@ -11,7 +11,7 @@
 
 #include "idemproxy/common/clock.hpp"
 #include "idemproxy/store/memory_store.hpp"
-#include "proxy/runtime.hpp"
+#include "server/server_runtime.hpp"
 #include "server/session_tracker.hpp"
 
 namespace idemproxy::http {
@@ -58,7 +58,7 @@ class Permits : public ::testing::Test {
   SystemClock clock;
   store::MemoryStore store;
   ops::Metrics metrics;
-  Runtime runtime;
+  ServerRuntime runtime;
   store::ClaimRequest request;
 };
 

@@ -31,7 +31,6 @@ World::World(const std::string& config, store::Store* store)
       config::parse_config(text, "world.yaml", [](const std::string&) { return std::nullopt; });
   runtime_ = std::make_unique<Runtime>(io, make_settings(std::move(cfg)),
                                        store != nullptr ? *store : memory_, metrics_, 2);
-  runtime_->store_prepared = true;
   service_ = std::make_unique<ProxyService>(*runtime_);
   asio::co_spawn(io, accept_upstream(), asio::detached);
   asio::co_spawn(io, accept_clients(), asio::detached);

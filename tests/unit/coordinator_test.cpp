@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -46,6 +47,8 @@ class CoordinatorTest : public ::testing::Test {
       retried.push_back({id.key, token, answer.status});
       return true;
     };
+    // Held, as the database pool holds them, until the test runs them.
+    h.run_blocking = [this](std::function<void()> call) { blocking.push_back(std::move(call)); };
     return h;
   }
   store::ClaimRequest claim(std::string key, std::string fp = "fp-1") {
@@ -73,6 +76,12 @@ class CoordinatorTest : public ::testing::Test {
   ReplayCache cache{1 << 20};
   ops::Metrics metrics;
   std::vector<Retry> retried;
+  std::vector<std::function<void()>> blocking;  // calls handed to Hooks::run_blocking
+  void run_blocking_calls() {
+    auto calls = std::move(blocking);
+    blocking.clear();
+    for (auto& call : calls) call();
+  }
   Coordinator coordinator{store, store, cache, metrics, hooks()};
   RoutePolicy route;
   ReplayCache::Request form{"POST", "/v1/orders", "application/json", R"({"n":1})"};
@@ -149,6 +158,33 @@ TEST_F(CoordinatorTest, AQueuedClaimMarksTheKeyHeldBeforeItsVerdictIsHandedOver)
   store.run_queued();
   ASSERT_TRUE(second);
   EXPECT_EQ(second->kind, Admission::Kind::in_flight);
+}
+
+// The coordinator alone chooses between a queued store call and a blocking one: with
+// a store that does not queue its calls, claim_async() and complete_async() hand
+// claim() and complete() to Hooks::run_blocking (the database pool in http/), never
+// running them on the caller's thread, and answer once those have run.
+TEST_F(CoordinatorTest, AStoreThatDoesNotQueueIsCalledThroughRunBlocking) {
+  ASSERT_FALSE(coordinator.queues_store_calls());
+  const auto c = claim("k");
+  std::optional<Admission> verdict;
+  coordinator.claim_async(c, [&](Admission a) { verdict = std::move(a); });
+  EXPECT_FALSE(verdict);
+  ASSERT_EQ(blocking.size(), 1u);
+  run_blocking_calls();
+  ASSERT_TRUE(verdict);
+  ASSERT_EQ(verdict->kind, Admission::Kind::execute);
+  const auto first = coordinator.decide(route, c, *verdict, budget(), form);
+  ASSERT_EQ(first.kind, DKind::execute);
+  const auto answer = created();
+  std::optional<Completion> done;
+  coordinator.complete_async(c, first.token, route, answer, form, [&](Completion d) { done = d; });
+  EXPECT_FALSE(done);
+  ASSERT_EQ(blocking.size(), 1u);
+  run_blocking_calls();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->finish, Finish::stored);
+  EXPECT_TRUE(coordinator.cached(route, c.id));
 }
 
 // A queued completion keeps complete()'s order: the store, then the replay cache,

@@ -114,6 +114,11 @@ class Coordinator {
     std::function<bool(const store::RecordId&, std::int64_t, const RoutePolicy&,
                        const store::StoredResponse&)>
         retry_completion = [](auto&&...) { return false; };
+    /// Runs a blocking store call where blocking is allowed (http/: the database
+    /// pool), for a store that does not queue its calls; inline by default.
+    std::function<void(std::function<void()>)> run_blocking = [](const std::function<void()>& call) {
+      call();
+    };
   };
 
   /// The store in its two roles here: `claims` for the request path, `watches` for
@@ -137,8 +142,9 @@ class Coordinator {
   /// returns: the losers of one group-commit batch are answered at the same moment
   /// as its winner, and must find the key held here, not poll for it.
   Admission claim(const store::ClaimRequest& claim);
-  /// claim() without a thread waiting for the store, when it queues its calls
-  /// (queues_store_calls()): `done` is called on the store's thread with the verdict.
+  /// claim(), answered through `done`: by the store's own thread when it queues its
+  /// calls (queues_store_calls(), no thread waits for it), otherwise by claim() run
+  /// through Hooks::run_blocking. The one place that chooses between the two.
   /// `claim` must stay alive until then.
   void claim_async(const store::ClaimRequest& claim, std::function<void(Admission)> done);
   bool queues_store_calls() const { return claims_.queues_calls(); }
@@ -182,9 +188,9 @@ class Coordinator {
   Completion complete(const store::ClaimRequest& claim, std::int64_t token,
                       const RoutePolicy& route, const store::StoredResponse& answer,
                       ReplayCache::Request form);
-  /// complete() without a thread waiting for the store, for an answer it stores
-  /// (completes_async()): `done` is called on the store's thread. Every argument but
-  /// `form` must stay alive until then.
+  /// complete(), answered through `done`: by the store's own thread for an answer a
+  /// queueing store takes that way (completes_async()), otherwise by complete() run
+  /// through Hooks::run_blocking. Every argument but `form` must stay alive until then.
   void complete_async(const store::ClaimRequest& claim, std::int64_t token,
                       const RoutePolicy& route, const store::StoredResponse& answer,
                       ReplayCache::Request form, std::function<void(Completion)> done);
