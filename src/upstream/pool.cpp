@@ -65,9 +65,7 @@ class Http1Call final : public UpstreamCall {
  public:
   Http1Call(UpstreamPool& pool, std::unique_ptr<UpstreamConnection> conn,
             StreamingParserPtr parser = {})
-      : pool_(pool), conn_(std::move(conn)), parser_(std::move(parser)) {
-    if (parser_) keep_alive_ = parser_->get().keep_alive();
-  }
+      : pool_(pool), conn_(std::move(conn)), parser_(std::move(parser)) {}
   /// A call in `memory` (made allocates nothing that could throw after the memory
   /// is taken: the members are moved in).
   static UpstreamCallPtr make(FieldsAllocator memory, UpstreamPool& pool,
@@ -84,13 +82,15 @@ class Http1Call final : public UpstreamCall {
     typed.deallocate(this, 1);
   }
 
+  // These hand back relay.cpp's coroutines as they are, not awaited in a coroutine of
+  // their own: a frame fewer each, on every request (docs/PERFORMANCE.md, "What
+  // remains"). What they pass by reference is the caller's or this call's.
   asio::awaitable<RelayError> send_request(RequestHeader& head, Exchange& from, Duration timeout,
                                            std::optional<Exchange::TimePoint> deadline,
                                            BodyPiece::Error& read_error,
                                            beast::error_code& write_error) override {
     drop_te(head);
-    co_return co_await http::send_request(*conn_, head, from, timeout, deadline, read_error,
-                                          write_error);
+    return http::send_request(*conn_, head, from, timeout, deadline, read_error, write_error);
   }
 
   asio::awaitable<beast::error_code> read_final_head(bool head_request,
@@ -99,11 +99,7 @@ class Http1Call final : public UpstreamCall {
                                                      FieldsAllocator fields,
                                                      Duration timeout) override {
     conn_->stream.expires_after(timeout);
-    const auto ec =
-        co_await http::read_final_head(*conn_, parser_, head_request, body_limit, sink, fields);
-    // Read before the caller strips hop-by-hop fields (Connection among them).
-    if (!ec) keep_alive_ = parser_->get().keep_alive();
-    co_return ec;
+    return http::read_final_head(*conn_, parser_, head_request, body_limit, sink, fields);
   }
 
   ResponseHeader& head() override { return parser_->get().base(); }
@@ -112,14 +108,8 @@ class Http1Call final : public UpstreamCall {
                                            bool /*grpc: a chunked answer carries its trailers*/,
                                            Exchange& to, Duration timeout,
                                            beast::error_code& read_error) override {
-    UpstreamConnection& from = *conn_;
-    // (One reference captured: std::function holds it without a heap call.)
-    const auto give_back = [this] {
-      if (keep_alive_ && !parser_->need_eof()) pool_.give_back(std::move(conn_));
-    };
-    const std::function<void()> answer_read = [&give_back] { give_back(); };
-    co_return co_await http::relay_answer(from, *parser_, prefix, head_request, to, timeout,
-                                          read_error, answer_read);
+    return http::relay_answer(*conn_, *parser_, prefix, head_request, to, timeout, read_error,
+                              answer_read_);
   }
 
  private:
@@ -127,7 +117,13 @@ class Http1Call final : public UpstreamCall {
   UpstreamPool& pool_;
   std::unique_ptr<UpstreamConnection> conn_;
   StreamingParserPtr parser_;
-  bool keep_alive_ = false;
+  /// The connection goes back to the pool once the answer is read. The parser's
+  /// keep_alive() is what the head said, from its parse: the caller strips the
+  /// Connection field from the message before the relay. (One pointer captured:
+  /// std::function holds it without a heap call.)
+  std::function<void()> answer_read_ = [this] {
+    if (parser_->keep_alive() && !parser_->need_eof()) pool_.give_back(std::move(conn_));
+  };
 };
 
 }  // namespace
