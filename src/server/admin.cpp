@@ -295,7 +295,8 @@ awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::ServerRun
 }
 
 boost::asio::awaitable<void> accept_admin(boost::asio::io_context& io,
-                                          boost::asio::ip::tcp::acceptor& acceptor, ServerRuntime& rt) {
+                                          boost::asio::ip::tcp::acceptor& acceptor,
+                                          ServerRuntime& rt) {
   for (;;) {
     const auto strand = boost::asio::make_strand(io);
     auto [ec, socket] = co_await acceptor.async_accept(strand, http::use_nothrow);

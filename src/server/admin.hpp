@@ -9,6 +9,7 @@ boost::asio::awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, Se
 
 /// Accepts admin connections, each on a strand of `io`, until `acceptor` closes.
 boost::asio::awaitable<void> accept_admin(boost::asio::io_context& io,
-                                          boost::asio::ip::tcp::acceptor& acceptor, ServerRuntime& rt);
+                                          boost::asio::ip::tcp::acceptor& acceptor,
+                                          ServerRuntime& rt);
 
 }  // namespace idemproxy::http

@@ -38,8 +38,7 @@ class Frontend final : public ProxyService {
 class ClientAcceptor {
  public:
   /// `threads`: server.threads; with more than one, each connection gets a strand.
-  ClientAcceptor(asio::io_context& io, int threads, Runtime& runtime,
-                 const config::Config& config);
+  ClientAcceptor(asio::io_context& io, int threads, Runtime& runtime, const config::Config& config);
   ClientAcceptor(const ClientAcceptor&) = delete;
   ClientAcceptor& operator=(const ClientAcceptor&) = delete;
 
@@ -63,9 +62,7 @@ class ClientAcceptor {
   std::size_t cap_ = 0;                // what the open-files limit carries
   Frontend frontend_{runtime_, tracker_, cap_};
   /// ALPN offers h2 while server.http2 is on (it may change on reload).
-  std::function<bool()> http2_on_ = [this] {
-    return runtime_.settings()->config.server.http2;
-  };
+  std::function<bool()> http2_on_ = [this] { return runtime_.settings()->config.server.http2; };
   LogLimiter refused_log_;
   LogLimiter reclaim_log_;
   LogLimiter accept_error_log_;

@@ -65,8 +65,7 @@ asio::awaitable<void> ProxyServer::Impl::drain() {
   const auto busy = co_await clients.drain(runtime.settings()->config.server.drain_timeout);
   if (busy > 0) {
     spdlog::warn(
-        "drain timeout: {} connection(s) still busy; their claims are left to their leases",
-        busy);
+        "drain timeout: {} connection(s) still busy; their claims are left to their leases", busy);
   }
   beast::error_code ignored;
   admin.close(ignored);

@@ -116,9 +116,8 @@ class Coordinator {
         retry_completion = [](auto&&...) { return false; };
     /// Runs a blocking store call where blocking is allowed (http/: the database
     /// pool), for a store that does not queue its calls; inline by default.
-    std::function<void(std::function<void()>)> run_blocking = [](const std::function<void()>& call) {
-      call();
-    };
+    std::function<void(std::function<void()>)> run_blocking =
+        [](const std::function<void()>& call) { call(); };
   };
 
   /// The store in its two roles here: `claims` for the request path, `watches` for
