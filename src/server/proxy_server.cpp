@@ -31,7 +31,7 @@ int db_threads(const config::StoreConfig& store) {
 }  // namespace
 
 struct ProxyServer::Impl {
-  Impl(config::Config config, store::Store& store, ops::Metrics& metrics,
+  Impl(const config::Config& config, store::Store& store, ops::Metrics& metrics,
        std::function<void()> prepare, trace::Tracing* traces)
       : tracing(traces),
         threads(config.server.threads),
@@ -86,10 +86,9 @@ asio::awaitable<void> ProxyServer::Impl::handle_signals() {
   }
 }
 
-ProxyServer::ProxyServer(config::Config config, store::Store& store, ops::Metrics& metrics,
+ProxyServer::ProxyServer(const config::Config& config, store::Store& store, ops::Metrics& metrics,
                          std::function<void()> prepare_store, trace::Tracing* tracing)
-    : impl_(std::make_unique<Impl>(std::move(config), store, metrics, std::move(prepare_store),
-                                   tracing)) {}
+    : impl_(std::make_unique<Impl>(config, store, metrics, std::move(prepare_store), tracing)) {}
 
 ProxyServer::~ProxyServer() = default;
 

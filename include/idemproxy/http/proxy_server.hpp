@@ -17,7 +17,7 @@ class ProxyServer {
   /// succeeds: it serves (and answers /healthz) meanwhile, and /readyz says 503.
   /// `tracing` (tracing: as configured; it must outlive the server) gets a server
   /// span per request; a reload applies its sample_ratio, and run() flushes it at exit.
-  ProxyServer(config::Config config, store::Store& store, ops::Metrics& metrics,
+  ProxyServer(const config::Config& config, store::Store& store, ops::Metrics& metrics,
               std::function<void()> prepare_store = {}, trace::Tracing* tracing = nullptr);
   ~ProxyServer();
   ProxyServer(const ProxyServer&) = delete;
