@@ -356,7 +356,11 @@ TEST_F(PgStoreTest, AKeyClaimedAndCompletedInOneBatchIsKeptApart) {
 // batch runs beside the first.
 TEST_F(PgStoreTest, ASecondBatchStartsBesideARunningOneOnlyOnceAFullBatchWaits) {
   if (citus()) GTEST_SKIP() << "on Citus each worker's lane runs one batch at a time";
-  PgOptions options{dsn(), 8, 5s};  // two batch slots
+  // Two batch slots. The gate's completion waits on its lock for as long as the test
+  // waits below (up to 10 s), so its statement_timeout is longer than that: with 5 s,
+  // the completion timed out once under ASan in CI while the claims took their time,
+  // and release() read false (the test ran 5063 ms).
+  PgOptions options{dsn(), 8, 30s};
   options.batch_max = 4;
   PgStore eight(options);
   HeldConnection held(eight, request("gate"));  // the running batch, held on a lock
