@@ -43,7 +43,7 @@ ClientAcceptor::ClientAcceptor(asio::io_context& io, int threads, Runtime& runti
 }
 
 bool ClientAcceptor::make_room() {
-  const std::size_t limit = std::min(runtime_.settings()->config.server.max_connections, cap_);
+  const std::size_t limit = connection_limit(runtime_, cap_);
   if (tracker_.size() < limit) return true;
   // At the limit, an idle connection (waiting for its next request) makes room for a
   // new client, as nginx reuses idle keep-alive connections; its close takes a

@@ -19,15 +19,19 @@ namespace idemproxy::http {
 void listen_on(asio::io_context& io, tcp::acceptor& acceptor, const config::Endpoint& at,
                const char* what);
 
+/// The connections (and HTTP/2 streams) served at once: server.max_connections as
+/// now configured, within what the open-files limit carries (`cap`).
+inline std::size_t connection_limit(const Runtime& rt, std::size_t cap) {
+  return std::min(rt.settings()->config.server.max_connections, cap);
+}
+
 /// The service the codecs get: the proxy, with the server's connection limit for
 /// HTTP/2 streams.
 class Frontend final : public ProxyService {
  public:
   Frontend(Runtime& rt, SessionTracker& tracker, const std::size_t& cap)
       : ProxyService(rt), tracker_(tracker), cap_(cap) {}
-  bool reserve_stream() override {
-    return tracker_.reserve_stream(std::min(rt_.settings()->config.server.max_connections, cap_));
-  }
+  bool reserve_stream() override { return tracker_.reserve_stream(connection_limit(rt_, cap_)); }
   void release_stream() override { tracker_.release_stream(); }
 
  private:
