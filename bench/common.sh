@@ -82,7 +82,7 @@ start_upstream() {
   wait_port "$UP_PORT"
 }
 
-# scenario_wrk pass|pass1m|fresh|replay SECONDS: wrk at 64 connections (pass1m: 256)
+# scenario_wrk pass|pass1m|fresh|replay SECONDS: wrk at 64 connections (pass1m: 256; CONNS overrides)
 # on the proxy at PROXY_PORT as bench/run.sh loads it in that scenario; prints wrk's output.
 scenario_wrk() {
   local path lua env conns=64
@@ -93,14 +93,15 @@ scenario_wrk() {
     replay) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="replay-$$" KEY_SPACE=64) ;;
     *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac
-  env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c"$conns" -d"$2s" --timeout 10s \
+  env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c"${CONNS:-$conns}" -d"$2s" --timeout 10s \
     -s "bench/lua/$lua" "http://127.0.0.1:$PROXY_PORT$path"
 }
 
 # start_proxy NAME DSN POOL [THREADS [CPUS]]: idemproxy with THREADS I/O threads (1)
 # on CPUS (SUT_CPU) in front of the upstream on UP_PORT, with the benchmarks' one
 # route; sets PROXY_PORT and PROXY_PID. PROXY_BIN picks another binary;
-# PROXY_UPSTREAM and PROXY_ROUTE (YAML flow mappings) another upstream and route.
+# PROXY_UPSTREAM and PROXY_ROUTE (YAML flow mappings) another upstream and route;
+# PROXY_STORE_EXTRA more store.postgres keys ("batch_wait: 250us").
 start_proxy() {
   local admin
   read -r PROXY_PORT admin <<<"$(free_port 2)"
@@ -108,7 +109,7 @@ start_proxy() {
 listen: 127.0.0.1:$PROXY_PORT
 admin_listen: 127.0.0.1:$admin
 upstream: ${PROXY_UPSTREAM:-"{url: \"http://127.0.0.1:$UP_PORT\", max_idle_connections: 256}"}
-store: {postgres: {dsn: "$2", pool_size: $3}}
+store: {postgres: {dsn: "$2", pool_size: $3${PROXY_STORE_EXTRA:+, $PROXY_STORE_EXTRA}}}
 server: {threads: ${4:-1}, max_connections: 100000}
 log: {level: warn}
 routes:

@@ -34,7 +34,8 @@ store::PgOptions pg_options(const config::Config& c, int pool_size) {
                      c.store.transaction_pooling,
                      nullptr,
                      c.store.batch_max,
-                     c.store.citus};
+                     c.store.citus,
+                     c.store.batch_wait};
   if (!c.store.encryption_key_file.empty()) {
     o.sealer =
         std::make_shared<const store::Sealer>(store::read_key_file(c.store.encryption_key_file));

@@ -13,6 +13,7 @@ namespace {
 
 std::string render(const std::string& s) { return s; }
 std::string render(Duration d) { return std::to_string(d.count()) + "ms"; }
+std::string render(std::chrono::microseconds d) { return std::to_string(d.count()) + "us"; }
 std::string render(std::size_t n) { return std::to_string(n); }
 std::string render(int n) { return std::to_string(n); }
 std::string render(bool b) { return b ? "true" : "false"; }
@@ -102,6 +103,7 @@ const std::vector<Key>& table() {
       IDEMPROXY_RESTART("store.postgres", "dsn", store.dsn),
       IDEMPROXY_RESTART("store.postgres", "pool_size", store.pool_size),
       IDEMPROXY_RESTART("store.postgres", "batch_max", store.batch_max),
+      IDEMPROXY_RESTART("store.postgres", "batch_wait", store.batch_wait),
       IDEMPROXY_RESTART("store.postgres", "statement_timeout", store.statement_timeout),
       IDEMPROXY_RESTART("store.postgres", "transaction_pooling", store.transaction_pooling),
       IDEMPROXY_RESTART("store.postgres", "citus", store.citus),

@@ -4,6 +4,7 @@
 #include "config/sections.hpp"
 
 #include <boost/url/parse.hpp>
+#include <charconv>
 #include <fstream>
 
 #include "idemproxy/store/sealer.hpp"
@@ -18,6 +19,23 @@ std::string readable_file(const Reader& r, const YAML::Node& node, const std::st
   if (path.empty()) r.fail(node, name + " is empty");
   if (!std::ifstream(path)) r.fail(node, name + ": cannot read " + path);
   return path;
+}
+
+// store.postgres.batch_wait: a duration as elsewhere, or microseconds ("250us"), since
+// the useful waits are shorter than a millisecond; at most 100ms.
+std::chrono::microseconds batch_wait(const Reader& r, const YAML::Node& node) {
+  const std::string name = "store.postgres.batch_wait";
+  const auto wait = r.parsed<std::chrono::microseconds>(node, name, [](const std::string& t) {
+    if (!t.ends_with("us")) return std::chrono::microseconds{parse_duration(t)};
+    std::uint32_t n = 0;
+    const char* end = t.data() + t.size() - 2;
+    if (auto [at, ec] = std::from_chars(t.data(), end, n); ec != std::errc{} || at != end) {
+      throw std::invalid_argument("invalid duration \"" + t + "\" (e.g. 250us or 1ms)");
+    }
+    return std::chrono::microseconds{n};
+  });
+  if (wait > std::chrono::milliseconds{100}) r.fail(node, name + " must be at most 100ms");
+  return wait;
 }
 
 }  // namespace
@@ -131,6 +149,7 @@ void read_store(const YAML::Node& root, const Reader& r, Config& c) {
       c.store.pool_size = r.integer(pg["pool_size"], "store.postgres.pool_size", 1, 256);
     if (pg["batch_max"])
       c.store.batch_max = r.integer(pg["batch_max"], "store.postgres.batch_max", 1, 1024);
+    if (pg["batch_wait"]) c.store.batch_wait = batch_wait(r, pg["batch_wait"]);
     if (pg["transaction_pooling"])
       c.store.transaction_pooling =
           r.boolean(pg["transaction_pooling"], "store.postgres.transaction_pooling");

@@ -391,3 +391,71 @@ TEST_F(PgStoreTest, ASecondBatchStartsBesideARunningOneOnlyOnceAFullBatchWaits) 
   }
   EXPECT_TRUE(held.release());
 }
+
+// Issue 37: store.postgres.batch_wait. A drain whose lane's last batch had company
+// waits up to batch_wait for as many members as that batch had, and runs as soon as
+// they are queued; after a batch of one, nothing waits, so a lone request's latency
+// is as without the wait.
+TEST_F(PgStoreTest, ABatchWaitsForCompanyOnlyAfterOneThatHadIt) {
+  if (citus()) GTEST_SKIP() << "on Citus claims batch per worker; the lane rule is the same";
+  PgOptions options{dsn(), 1, 5s};
+  options.batch_max = 3;
+  options.batch_wait = 1s;
+  PgStore one(options);
+  using Clock = std::chrono::steady_clock;
+  // A claim answered through group commit, timed from its submission.
+  struct Timed {
+    std::mutex mu;
+    std::condition_variable cv;
+    int answered = 0;
+    std::vector<Clock::duration> took;
+  } timed;
+  std::deque<ClaimRequest> requests;  // a queued claim refers to its request until answered
+  auto submit = [&](const std::string& key) {
+    const auto start = Clock::now();
+    one.claim_async(requests.emplace_back(request(key)), [&timed, start](Result<ClaimResult> r) {
+      EXPECT_TRUE(r.ok() && std::holds_alternative<Claimed>(r.value()));
+      std::lock_guard lock(timed.mu);
+      timed.took.push_back(Clock::now() - start);
+      ++timed.answered;
+      timed.cv.notify_all();
+    });
+  };
+  auto await = [&](int n) {
+    std::unique_lock lock(timed.mu);
+    EXPECT_TRUE(timed.cv.wait_for(lock, 10s, [&] { return timed.answered >= n; }));
+  };
+  // The first batch ever, and every one after a batch of one: at once.
+  auto started = Clock::now();
+  ASSERT_TRUE(one.claim(request("wait-lone-1")).ok());
+  EXPECT_LT(Clock::now() - started, 500ms);
+  // Two claims queued behind a held connection run as a batch with company.
+  {
+    HeldConnection held(one, request("wait-gate"));
+    held.queue_and_release(
+        2, [&](int i) { ASSERT_TRUE(one.claim(request("wait-pair-" + std::to_string(i))).ok()); });
+  }
+  // So the next one waits for company, and runs as soon as two are queued.
+  const auto before = one.batch_stats();
+  submit("wait-a");
+  std::this_thread::sleep_for(200ms);
+  {
+    std::lock_guard lock(timed.mu);
+    EXPECT_EQ(timed.answered, 0) << "ran without waiting for company";
+  }
+  submit("wait-b");
+  await(2);
+  const auto after = one.batch_stats();
+  EXPECT_EQ(after.batches - before.batches, 1);
+  EXPECT_EQ(after.operations - before.operations, 2);
+  EXPECT_LT(timed.took.at(0), 900ms) << "the expected company did not end the wait";
+  // After that batch of two, a lone claim waits the whole batch_wait, no longer ...
+  submit("wait-c");
+  await(3);
+  EXPECT_GE(timed.took.at(2), 900ms);
+  EXPECT_LT(timed.took.at(2), 5s);
+  // ... and, its batch having been one, the next runs at once.
+  started = Clock::now();
+  ASSERT_TRUE(one.claim(request("wait-lone-2")).ok());
+  EXPECT_LT(Clock::now() - started, 500ms);
+}

@@ -451,3 +451,23 @@ TEST(ConfigLease, ALeaseFromDefaultsIsReportedWithItsRealCauseAtItsPlace) {
                 .substr(0, 5),
             "4:19:");
 }
+
+// Issue 37: store.postgres.batch_wait, in microseconds or as any other duration, at
+// most 100ms; a malformed or too-long wait is reported at its place.
+TEST(ConfigStore, BatchWaitTakesMicrosecondsAndIsBounded) {
+  const std::string base =
+      "upstream: {url: http://127.0.0.1:3000}\n"
+      "routes: [{name: o, path_prefix: /o}]\n"
+      "store:\n  postgres:\n    dsn: postgresql://x/y\n";
+  EXPECT_EQ(parse(base).store.batch_wait, std::chrono::microseconds{1000});  // the default
+  EXPECT_EQ(parse(base + "    batch_wait: 250us\n").store.batch_wait,
+            std::chrono::microseconds{250});
+  EXPECT_EQ(parse(base + "    batch_wait: 2ms\n").store.batch_wait,
+            std::chrono::microseconds{2000});
+  EXPECT_EQ(error_of(base + "    batch_wait: 101ms\n"),
+            "6:17: store.postgres.batch_wait must be at most 100ms");
+  EXPECT_EQ(error_of(base + "    batch_wait: 1.5us\n"),
+            "6:17: store.postgres.batch_wait: invalid duration \"1.5us\" (e.g. 250us or 1ms)");
+  EXPECT_NE(error_of(base + "    batch_wait: soon\n").find("6:17: store.postgres.batch_wait"),
+            std::string::npos);
+}

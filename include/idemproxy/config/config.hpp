@@ -70,8 +70,10 @@ struct StoreConfig {
   Duration statement_timeout = std::chrono::seconds{5};
   bool transaction_pooling = false;  // a transaction-pooling PgBouncer is in the path
   int batch_max = 64;                // claims and completions per group commit; 1: off
-  std::optional<bool> citus;         // records distributed by Citus; unset: detect
-  std::string encryption_key_file;   // store.encryption.key_file; empty: stored in the clear
+  // Most a batch waits for company (docs/PERFORMANCE.md, "Batches that stay full").
+  std::chrono::microseconds batch_wait{1000};
+  std::optional<bool> citus;        // records distributed by Citus; unset: detect
+  std::string encryption_key_file;  // store.encryption.key_file; empty: stored in the clear
 };
 
 struct ServerConfig {

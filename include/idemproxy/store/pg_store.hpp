@@ -30,6 +30,9 @@ struct PgOptions {
   /// statements; claims batched per shard). Unset: whether the database has the citus
   /// extension.
   std::optional<bool> citus{};
+  /// store.postgres.batch_wait: how long a batch may wait for company before it runs,
+  /// while the lane's last batch had company (so one request alone never waits).
+  std::chrono::microseconds batch_wait{0};
 };
 
 class PgStore final : public Store {

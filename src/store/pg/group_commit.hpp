@@ -116,14 +116,21 @@ class GroupCommit {
   struct Lane {
     std::deque<Pending*> queue;
     int running = 0;
-    int slots = 1;    // batches at once
-    int worker = -1;  // the Citus worker whose keys this lane batches; -1: plain
+    int slots = 1;              // batches at once
+    int worker = -1;            // the Citus worker whose keys this lane batches; -1: plain
+    std::size_t last_size = 0;  // members of the lane's last batch
+    bool waiting = false;       // a drain waits for company (batch_wait) ...
+    std::size_t expected = 0;   // ... until this many are queued
   };
   /// Whether another batch of `lane` starts now (under mu_): at once when none runs;
   /// beside running ones only while a full batch waits, up to the lane's slots.
   bool may_start(const Lane& lane) const;
   /// Runs batches of `lane` until its queue is empty, holding one of its slots.
   void drain(Lane& lane);
+  /// Under `lock` (on mu_): when the lane's last batch had company, waits up to
+  /// batch_wait for as many members as it had (at most batch_max); after a batch of
+  /// one, nothing waits, so a lone request's latency is unchanged.
+  void wait_for_company(std::unique_lock<std::mutex>& lock, Lane& lane);
   /// `self` alone, now: the single-row statement in autocommit.
   void run_alone(Pending& self);
   /// `worker`: every member's key is on that Citus worker (-1: not on Citus).
@@ -156,7 +163,8 @@ class GroupCommit {
   Pool& pool_;
   const PgOptions& options_;
   std::mutex mu_;
-  std::map<int, Lane> lanes_;  // kPlainLane, or a Citus worker's group id
+  std::condition_variable company_;  // a waiting lane's queue reached its expected size
+  std::map<int, Lane> lanes_;        // kPlainLane, or a Citus worker's group id
   PgStore::BatchStats stats_;
   static constexpr int kPlainLane = -1;
   Runners runners_;  // last: its threads finish what is queued before the rest goes
