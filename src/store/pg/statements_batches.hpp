@@ -27,7 +27,8 @@ namespace idemproxy::store::pg {
   "nextval('idempotency_fencing_token_seq'),"                                                  \
   "  in_route, in_method, in_target, now(), now() + in_lease_ms * interval '1 millisecond',"   \
   "  now() + in_ttl_ms * interval '1 millisecond', in_key_id, in_nonce FROM input"             \
-  " ORDER BY in_scope, in_key" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$10")          \
+  " ORDER BY in_scope COLLATE \"C\", in_key COLLATE \"C\""                                     \
+  IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$10")                                       \
   " RETURNING r.*)"
 #define IDEMPROXY_CLAIM_MANY_ANSWER(extra)                                                 \
   " SELECT " extra "true AS claimed, " IDEMPROXY_RECORD_COLUMNS                            \
@@ -50,7 +51,7 @@ namespace idemproxy::store::pg {
   " locked AS (SELECT scope AS l_scope, key AS l_key FROM idempotency_records"                  \
   "  JOIN " cte " ON scope = in_scope AND key = in_key"                                         \
   "  WHERE token = in_token AND state = 'in_flight'"                                            \
-  "  ORDER BY scope, key FOR UPDATE OF idempotency_records)"
+  "  ORDER BY scope COLLATE \"C\", key COLLATE \"C\" FOR UPDATE OF idempotency_records)"
 #define IDEMPROXY_COMPLETE_MANY_UPDATE(cte)                                                     \
   " UPDATE idempotency_records SET state = 'completed', status = in_status,"                    \
   "  headers = in_headers, body = in_body, completed_at = now(), locked_until = NULL,"          \
