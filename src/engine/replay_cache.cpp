@@ -17,7 +17,7 @@ std::shared_ptr<const ReplayCache::Entry> ReplayCache::get(const store::RecordId
                                                            Deadline now) {
   if (max_bytes_ == 0) return nullptr;
   std::lock_guard lock(mu_);
-  auto it = slots_.find(store::slot_key(id));
+  auto it = slots_.find(id);
   if (it == slots_.end()) return nullptr;
   if (it->second.entry->valid_until <= now) {
     drop(it);
@@ -47,10 +47,10 @@ void ReplayCache::put(const store::RecordId& id, std::shared_ptr<const Entry> en
 
 void ReplayCache::erase(const store::RecordId& id) {
   std::lock_guard lock(mu_);
-  if (auto it = slots_.find(store::slot_key(id)); it != slots_.end()) drop(it);
+  if (auto it = slots_.find(id); it != slots_.end()) drop(it);
 }
 
-void ReplayCache::drop(std::unordered_map<Key, Slot>::iterator it) {
+void ReplayCache::drop(Slots::iterator it) {
   bytes_ -= it->second.bytes;
   lru_.erase(it->second.lru);
   slots_.erase(it);

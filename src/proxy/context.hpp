@@ -10,6 +10,7 @@
 
 #include "http/exchange.hpp"
 #include "http/problem.hpp"
+#include "idemproxy/common/inline_string.hpp"
 #include "idemproxy/ops/logging.hpp"
 #include "idemproxy/trace/span.hpp"
 #include "proxy/runtime.hpp"
@@ -41,12 +42,12 @@ struct RequestContext {
   unsigned status = 0;
   std::string method;
   std::string target;
-  std::string request_id;         // X-Request-Id: the client's, or one made here
-  std::string trace_id;           // traceparent's trace id: the client's, or one started here
-  std::string original_trace_id;  // a replay's: the trace id of the request that executed
+  std::string request_id;              // X-Request-Id: the client's, or one made here
+  std::string trace_id;                // traceparent's trace id: the client's, or one started here
+  InlineString<32> original_trace_id;  // a replay's: the trace id of the request that executed
   unsigned upstream_status = 0;
   double upstream_ms = 0;
-  std::string key_hash;  // logged instead of the key
+  InlineString<16> key_hash;  // logged instead of the key (its SHA-256's first 16 digits)
   /// A gRPC call (content-type application/grpc…), decided once: refusals are gRPC
   /// statuses, answers keep their trailers, grpc-timeout bounds the upstream.
   bool grpc = false;

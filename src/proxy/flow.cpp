@@ -154,7 +154,8 @@ asio::awaitable<Step> execute(Flow& f) {
         [&rt, &claim, token, sent] { return rt.coordinator.abandon(claim.id, token, sent); });
     if (sent) {
       ctx.log(spdlog::level::warn,
-              "key {}: the upstream failed after the request was sent; record {}", ctx.key_hash,
+              "key {}: the upstream failed after the request was sent; record {}",
+              ctx.key_hash.view(),
               left == engine::Finish::indeterminate ? "marked indeterminate"
                                                     : "left to its lease (store unreachable)");
     }
@@ -212,19 +213,19 @@ asio::awaitable<Step> execute(Flow& f) {
       ctx.outcome = Outcome::executed;
       ctx.log(spdlog::level::warn,
               "key {}: the claim was taken over before completion; response not stored",
-              ctx.key_hash);
+              ctx.key_hash.view());
       break;
     case engine::Finish::store_failed:
       ctx.outcome = Outcome::executed;
       if (done.retrying) {
         ctx.log(spdlog::level::warn,
                 "key {}: the response could not be stored yet; retrying in the background",
-                ctx.key_hash);
+                ctx.key_hash.view());
       } else {
         ctx.log(spdlog::level::err,
                 "key {}: the response could not be stored and the retry budget is spent; the "
                 "record stays in flight",
-                ctx.key_hash);
+                ctx.key_hash.view());
       }
       break;
   }
@@ -233,7 +234,7 @@ asio::awaitable<Step> execute(Flow& f) {
     ctx.log(spdlog::level::warn,
             "key {}: the response exceeds upstream.max_response_size; streamed whole, and "
             "retries will not replay it",
-            ctx.key_hash);
+            ctx.key_hash.view());
     co_await stream_response(ctx, *big->call, big->prefix);
   } else {
     co_await idempotent::respond(ctx, ex);
@@ -257,14 +258,14 @@ asio::awaitable<Step> act_phase(Flow& f) {
       if (d.outcome == Outcome::fail_open && !f.shadow()) {
         ctx.log(spdlog::level::warn,
                 "route {}: forwarding key {} WITHOUT idempotency protection (fail_open)",
-                f.route().name, ctx.key_hash);
+                f.route().name, ctx.key_hash.view());
       }
       co_return co_await forward_unprotected(f);
     case Decision::Kind::refuse:
       if (d.refusal == engine::Refusal::store_unavailable) {
         ctx.log(spdlog::level::warn, "idempotency store unavailable: {}", d.cause);
       } else if (d.refusal == engine::Refusal::record_unreadable) {
-        ctx.log(spdlog::level::err, "key {}: {}", ctx.key_hash, d.cause);
+        ctx.log(spdlog::level::err, "key {}: {}", ctx.key_hash.view(), d.cause);
       }
       ctx.fail(refusal_error(d.refusal, std::move(d.detail), d.retry_after), d.outcome);
       co_return Step::failed;

@@ -21,7 +21,7 @@ namespace {
 // The request's key, and its hash, which names it in logs.
 void take_key(Flow& f, std::string key) {
   f.id.key = std::move(key);
-  f.ctx.key_hash = engine::sha256_hex(f.id.key).substr(0, 16);
+  f.ctx.key_hash = sha256_hex16(f.id.key);
 }
 }  // namespace
 

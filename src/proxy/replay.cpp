@@ -7,7 +7,7 @@
 
 namespace idemproxy::http {
 
-std::string original_trace_id(const store::StoredResponse& stored) {
+std::string_view original_trace_id(const store::StoredResponse& stored) {
   for (const auto& h : stored.headers) {
     if (h.name == store::kTraceIdEntry) return h.value;
   }
@@ -39,7 +39,7 @@ void prepare_replay_head(engine::ReplayCache::Entry& e) {
 
 asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
   ctx.outcome = ops::Outcome::replayed;
-  ctx.original_trace_id = original_trace_id(entry.response);
+  ctx.original_trace_id.assign(original_trace_id(entry.response));
   link_to_executing(ctx, entry.response);
   ctx.status = static_cast<unsigned>(entry.response.status);
   const PreparedAnswer answer{static_cast<unsigned>(entry.response.status), entry.head,

@@ -13,7 +13,7 @@ struct RequestContext;
 
 /// The trace id a stored response was executed under, or "" (records written before
 /// 0.2, or answers too large to store).
-std::string original_trace_id(const store::StoredResponse& stored);
+std::string_view original_trace_id(const store::StoredResponse& stored);
 
 /// Lays out an entry's replay once, before it is cached (the coordinator's
 /// prepare_replay hook): its fields (the stored ones but the record's own entries,

@@ -151,7 +151,7 @@ void log_request(const RequestContext& ctx, std::chrono::steady_clock::time_poin
   ops::AccessRecord r;
   r.request_id = ctx.request_id;
   r.trace_id = ctx.trace_id;
-  r.original_trace_id = ctx.original_trace_id;
+  r.original_trace_id = ctx.original_trace_id.view();
   r.peer = ctx.ex.peer().ip;
   r.method = ctx.method;
   r.target = ctx.target;
@@ -159,7 +159,7 @@ void log_request(const RequestContext& ctx, std::chrono::steady_clock::time_poin
   r.outcome = ops::to_string(ctx.outcome);
   r.status = ctx.status;
   r.upstream_status = ctx.upstream_status;
-  r.key_hash = ctx.key_hash;
+  r.key_hash = ctx.key_hash.view();
   r.duration_ms = std::chrono::duration<double, std::milli>(ended - ctx.started).count();
   r.upstream_ms = ctx.upstream_ms;
   ops::log_access(r);

@@ -70,7 +70,7 @@ void link_to_executing(RequestContext& ctx, const store::StoredResponse& stored)
 void end_request_span(RequestContext& ctx) {
   if (!ctx.span.recording()) return;
   trace::set_outcome(ctx.span, ops::to_string(ctx.outcome));
-  if (!ctx.key_hash.empty()) trace::set_key_hash(ctx.span, ctx.key_hash);
+  if (!ctx.key_hash.empty()) trace::set_key_hash(ctx.span, ctx.key_hash.view());
   if (ctx.status != 0) ctx.span.set_http_status(static_cast<int>(ctx.status));
   ctx.span.end();
 }

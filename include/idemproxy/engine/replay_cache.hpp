@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -64,17 +65,46 @@ class ReplayCache {
   std::size_t size() const;
 
  private:
-  using Key = std::string;  // scope '\n' key
+  using Key = std::string;  // scope '\n' key (store::slot_key)
+  /// Finds a slot by its record's id without building its key (a heap block per
+  /// replay): the hash and the comparison walk scope, '\n' and key in place.
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view key) const { return mix(kBasis, key); }
+    std::size_t operator()(const store::RecordId& id) const {
+      return mix(mix(mix(kBasis, id.scope), "\n"), id.key);
+    }
+
+   private:
+    // FNV-1a, 64-bit: a sum that can go on across pieces.
+    static constexpr std::size_t kBasis = 14695981039346656037ULL;
+    static std::size_t mix(std::size_t h, std::string_view s) {
+      for (const unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+      return h;
+    }
+  };
+  struct KeyEqual {
+    using is_transparent = void;
+    bool operator()(std::string_view a, std::string_view b) const { return a == b; }
+    bool operator()(const store::RecordId& id, std::string_view key) const {
+      return key.size() == id.scope.size() + 1 + id.key.size() && key.starts_with(id.scope) &&
+             key[id.scope.size()] == '\n' && key.ends_with(id.key);
+    }
+    bool operator()(std::string_view key, const store::RecordId& id) const {
+      return (*this)(id, key);
+    }
+  };
   struct Slot {
     std::shared_ptr<const Entry> entry;
     std::size_t bytes;
     std::list<Key>::iterator lru;
   };
-  void drop(std::unordered_map<Key, Slot>::iterator it);
+  using Slots = std::unordered_map<Key, Slot, KeyHash, KeyEqual>;
+  void drop(Slots::iterator it);
 
   const std::size_t max_bytes_;
   mutable std::mutex mu_;
-  std::unordered_map<Key, Slot> slots_;
+  Slots slots_;
   std::list<Key> lru_;  // front: most recently used
   std::size_t bytes_ = 0;
 };
