@@ -6,8 +6,8 @@
 # Prints the calls per request of each entry point. operator new (tc_new; new[] is
 # the same code) is what the proxy's own code and its libraries ask for; tc_memalign
 # is Asio's recycler taking coroutine frames and operations it has no cached block
-# for. The probes slow the proxy several times over: the counts are exact, the rate
-# is not. Needs perf and root.
+# for. STACKS=1 also prints their callers. The probes slow the proxy several times
+# over: the counts are exact, the rate is not. Needs perf and root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCENARIO=${1:?pass, pass1m, fresh or replay}
@@ -32,3 +32,14 @@ n=$(scenario_wrk "$SCENARIO" "$SECS" | awk '/requests in/ {print $1}')
 wait "$STAT" || true
 echo "== $SCENARIO: $n requests in ${SECS}s (probed); heap calls per request:"
 awk -F, -v n="$n" '$3 ~ /:/ {sub(/.*:/, "", $3); printf "%-18s %8.2f\n", $3, $1 / n}' "$WORK/stat"
+# STACKS=1: then records where the calls come from (perf record on the probes, with
+# DWARF call graphs, over a further window) and prints the callers, heaviest first.
+if [ "${STACKS:-0}" = 1 ]; then
+  perf record -q -e "$GROUP:*" --call-graph dwarf,16384 -p "$PROXY_PID" -o "$WORK/stacks.data" \
+    -- sleep "$SECS" 2>/dev/null &
+  REC=$!
+  scenario_wrk "$SCENARIO" "$SECS" >/dev/null
+  wait "$REC" || true
+  perf report -i "$WORK/stacks.data" --no-children --stdio -G --percent-limit 2 2>/dev/null \
+    | grep -v '^$' | head -${STACK_LINES:-150}
+fi
