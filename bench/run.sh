@@ -180,14 +180,16 @@ run() {
   local name=$1 pid=$2 port=$3 path=$4 conns=$5 lua=$6
   shift 6
   reset_peak_rss "$pid"
-  local c0 k0 out l0 s0
+  local c0 k0 out l0 s0 g0 g1
   c0=$(ticks "$pid")
   k0=$(commits)
+  g0=$(server_ticks "$WORK/pg")
   l0=$(cpu_ticks "$LOAD_CPU") s0=$(cpu_ticks "$SUT_CPU")
   out=$(env "$@" taskset -c "$LOAD_CPU" wrk -t1 -c"$conns" -d"${SECONDS_}s" --timeout 10s --latency \
           -s "bench/lua/$lua" "http://127.0.0.1:$port$path")
   local c1
   c1=$(ticks "$pid")
+  g1=$(server_ticks "$WORK/pg")
   # Which CPU limited the rate: the load's (wrk, the upstream, PostgreSQL) or the SUT's.
   R[$name.busy]="$(busy_share "$l0" "$(cpu_ticks "$LOAD_CPU")") / $(busy_share "$s0" "$(cpu_ticks "$SUT_CPU")")"
   local k1 requests errors
@@ -201,6 +203,8 @@ run() {
   R[$name.rss]=$(peak_rss_mib "$pid")
   R[$name.commits]=$(awk -v k=$((k1 - k0)) -v n="$requests" 'BEGIN {printf "%.2f", k / n}')
   R[$name.errors]=${errors:-0}
+  # PostgreSQL's CPU (its processes, with the backends it reaped) per request.
+  R[$name.db_us]=$(awk -v t=$((g1 - g0)) -v hz="$HZ" -v n="$requests" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
   echo "bench: $name: ${R[$name.rps]} req/s, p99 ${R[$name.p99]} ms, errors ${R[$name.errors]}" >&2
 }
 
@@ -246,9 +250,18 @@ pgbench_ceiling() {
 
 # The minimal reference (common.sh). pgbench_minimal SECONDS: sets MIN_TPS.
 minimal_reference "$DSN"
+# Also sets MIN_DB_US, PostgreSQL's CPU per keyed request (its backends exit with
+# pgbench; the second's wait lets the postmaster reap them and count their time).
 pgbench_minimal() {
+  local g0 g1
+  sleep 1
+  g0=$(server_ticks "$WORK/pg")
   MIN_TPS=$(minimal_tps "$DSN" "$1")
-  echo "bench: pgbench minimal insert+update: $MIN_TPS keyed requests/s" >&2
+  sleep 1
+  g1=$(server_ticks "$WORK/pg")
+  MIN_DB_US=$(awk -v t=$((g1 - g0)) -v hz="$HZ" -v n="$MIN_TPS" -v s="$1" \
+    'BEGIN {if (n == 0) print "n/a"; else printf "%.1f", t / hz * 1e6 / (n * s)}')
+  echo "bench: pgbench minimal insert+update: $MIN_TPS keyed requests/s, database $MIN_DB_US CPU us each" >&2
 }
 
 # A fresh cluster creates its WAL segments as it first fills them, which slows
@@ -270,6 +283,8 @@ run haproxy.pass    "$H" "$HAPROXY_PORT" /pass   64 post.lua
 run idem.pass       "$P" "$PROXY_PORT" /pass     64 post.lua
 "${PSQL[@]}" -c CHECKPOINT
 run idem.fresh      "$P" "$PROXY_PORT" /v1/orders 64 keys.lua KEY_PREFIX="fresh-$$"
+"${PSQL[@]}" -c CHECKPOINT
+run idem.fresh32    "$P" "$PROXY_PORT" /v1/orders 32 keys.lua KEY_PREFIX="fresh32-$$"
 # Right after, from the same starting point: the pgbench ceiling.
 "${PSQL[@]}" -c CHECKPOINT
 pgbench_ceiling "$SECONDS_"
@@ -412,6 +427,7 @@ row() {  # label name
   row "idemproxy, pass-through (64 conns)" idem.pass
   row "idemproxy, pass-through, server.threads 2 on both CPUs (64 conns)" idem2.pass
   row "idemproxy, fresh keys (64 conns)" idem.fresh
+  row "idemproxy, fresh keys (32 conns)" idem.fresh32
   row "idemproxy, replay of completed keys (64 conns)" idem.replay
   row "nginx, answering by itself (return 201, the same body; 64 conns)" nginx.direct
   row "nginx, pass-through, 64 KiB answers" nginx.pass64k
@@ -426,6 +442,8 @@ row() {  # label name
   echo "|---|---|"
   echo "| pgbench, claim + complete, 8 connections, one transaction each (keyed requests/s) | $PGB_TPS |"
   echo "| pgbench, minimal: INSERT ON CONFLICT DO NOTHING + UPDATE, 8 connections (keyed requests/s) | $MIN_TPS |"
+  echo "| pgbench, minimal: PostgreSQL CPU µs per keyed request | $MIN_DB_US |"
+  echo "| idemproxy, fresh keys: PostgreSQL CPU µs per key, 64 / 32 conns | ${R[idem.fresh.db_us]} / ${R[idem.fresh32.db_us]} |"
   echo "| same-key storm: 64 concurrent requests, 201 answers | $STORM_OK |"
   echo "| same-key storm: upstream calls | $STORM_CALLS |"
   echo "| same-key storm: database commits | $STORM_COMMITS |"
@@ -444,6 +462,10 @@ row() {  # label name
   echo "| proxy CPU µs per fresh key | ${R[idem.fresh.cpu_us]} | ≤ 40 |"
   echo "| fresh keys req/s ÷ minimal pgbench reference | $(ratio "${R[idem.fresh.rps]}" "$MIN_TPS") | ≥ 2.00 |"
   echo "| fresh keys req/s ÷ pgbench of our own statements | $(ratio "${R[idem.fresh.rps]}" "$PGB_TPS") | (was ≥ 1.50) |"
+  echo "| (issue 37) PostgreSQL CPU per fresh key ÷ the minimal pgbench's, 64 / 32 conns | $(ratio "${R[idem.fresh.db_us]}" "$MIN_DB_US") / $(ratio "${R[idem.fresh32.db_us]}" "$MIN_DB_US") | ≤ 0.25 |"
+  echo "| (issue 37) fresh keys/s ÷ the minimal pgbench's, 64 / 32 conns | $(ratio "${R[idem.fresh.rps]}" "$MIN_TPS") / $(ratio "${R[idem.fresh32.rps]}" "$MIN_TPS") | ≥ 2.00 |"
+  echo "| (issue 37) proxy CPU µs per fresh key, 64 / 32 conns | ${R[idem.fresh.cpu_us]} / ${R[idem.fresh32.cpu_us]} | ≤ 25 |"
+  echo "| (issue 37) replay CPU µs/req ÷ nginx answering by itself | $(ratio "${R[idem.replay.cpu_us]}" "${R[nginx.direct.cpu_us]}") | ≤ 1.00 |"
   echo "| 64 KiB pass-through req/s ÷ the leaner anchor's ($LEAN64K) | $(ratio "${R[idem.pass64k.rps]}" "${R[$LEAN64K.pass64k.rps]}") | ≥ 0.90 |"
   echo "| 1 MiB pass-through req/s ÷ the leaner anchor's ($LEAN1M) | $(ratio "${R[idem.pass1m.rps]}" "${R[$LEAN1M.pass1m.rps]}") | ≥ 0.90, one mode |"
   echo "| same-key storm upstream calls | $STORM_CALLS | 1 |"
