@@ -127,6 +127,13 @@ struct Registry : std::enable_shared_from_this<Registry> {
   /// crowd onto a fresh connection that the upstream then refuses in part (a
   /// server may send its limit in a second SETTINGS frame, after its preface).
   std::atomic<std::uint32_t> learned_max{0xffffffffu};
+  /// The limit a link takes from a SETTINGS frame naming `announced`. A link's first
+  /// frame does not raise it above learned_max while other links live: python-h2
+  /// announces 100 in its preface and its real limit (1) in the next frame, and a
+  /// burst that went by the 100 in between was refused in part. Otherwise (a later
+  /// frame, or a link alone, as after the upstream restarted) the frame decides, and
+  /// teaches the registry.
+  std::uint32_t limit_from(const UpstreamLink& link, std::uint32_t announced, bool first);
 
   /// A link with room for another stream, or a new one (on `established`'s executor
   /// when given); its stream count already includes the caller's. `besides`: a link

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "upstream/h2_link.hpp"
 
 namespace idemproxy::http {
@@ -57,8 +59,10 @@ int UpstreamLink::on_frame_recv(const nghttp2_frame& frame) {
     // this link started from what the registry learned from the others.
     for (std::size_t i = 0; i < frame.settings.niv; ++i) {
       if (frame.settings.iv[i].settings_id != NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) continue;
-      remote_max = frame.settings.iv[i].value;
-      if (auto registry = registry_.lock()) registry->learned_max = frame.settings.iv[i].value;
+      const std::uint32_t announced = frame.settings.iv[i].value;
+      auto registry = registry_.lock();
+      remote_max =
+          registry ? registry->limit_from(*this, announced, !settings_received_) : announced;
     }
     settings_received_ = true;
     if (settings_wait_ != nullptr) settings_wait_->cancel();
@@ -327,6 +331,16 @@ asio::awaitable<void> UpstreamLink::idle_loop() {
     wake_writer();
     co_return;
   }
+}
+
+std::uint32_t Registry::limit_from(const UpstreamLink& link, std::uint32_t announced, bool first) {
+  std::lock_guard lock(mu);
+  const bool alone = std::none_of(links.begin(), links.end(), [&](const auto& l) {
+    return l.get() != &link && !l->closed_to_new();
+  });
+  if (first && !alone && announced > learned_max.load()) return learned_max.load();
+  learned_max = announced;
+  return announced;
 }
 
 std::size_t Registry::room(const UpstreamLink& link) const {

@@ -56,6 +56,7 @@ class HostileH2Upstream:
     def __init__(self):
         self.behaviour = "normal"
         self.settings = {}          # advertised in a SETTINGS frame of its own
+        self.late_settings = 0.0    # seconds that frame waits, on every connection but the first
         self.window_updates = True  # False: never a WINDOW_UPDATE
         self.delay = 0.2
         self.goaway_after = 4
@@ -153,7 +154,12 @@ class _Connection:
             self.h2.initiate_connection()
             self.flush()
             if self.settings:
-                self.raw(hf.SettingsFrame(0, settings=self.settings))
+                frame = hf.SettingsFrame(0, settings=self.settings)
+                late = self.server.late_settings if self.number > 1 else 0.0
+                if late > 0:
+                    self.timers.append((time.monotonic() + late, lambda: self.raw(frame)))
+                else:
+                    self.raw(frame)
             while not self.done and not self.server.closed:
                 now = time.monotonic()
                 due = [t for t in self.timers if t[0] <= now]
