@@ -312,5 +312,15 @@ class StreamCall final : public UpstreamCall {
   std::optional<std::chrono::steady_clock::time_point> deadline_;
 };
 
+inline std::uint32_t Registry::limit_from(const UpstreamLink& link, std::uint32_t announced,
+                                          bool first) {
+  std::lock_guard lock(mu);
+  const auto other = [&](const auto& l) { return l.get() != &link && !l->closed_to_new(); };
+  if (first && announced > learned_max && std::any_of(links.begin(), links.end(), other)) {
+    return learned_max;
+  }
+  return learned_max = announced;
+}
+
 }  // namespace h2
 }  // namespace idemproxy::http

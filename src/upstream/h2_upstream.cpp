@@ -1,5 +1,3 @@
-#include <algorithm>
-
 #include "upstream/h2_link.hpp"
 
 namespace idemproxy::http {
@@ -53,10 +51,9 @@ int UpstreamLink::on_frame_recv(const nghttp2_frame& frame) {
     return 0;
   }
   if (frame.hd.type == NGHTTP2_SETTINGS && (frame.hd.flags & NGHTTP2_FLAG_ACK) == 0) {
-    // RFC 9113 §6.5.2: the streams the upstream takes at once. Registry::pick opens
-    // another connection rather than go past it (nghttp2 would queue the rest).
-    // A SETTINGS frame that does not name the limit leaves it as it was (§6.5.3);
-    // this link started from what the registry learned from the others.
+    // RFC 9113 §6.5.2: the streams the upstream takes at once; Registry::pick opens
+    // another connection rather than go past it (nghttp2 would queue the rest). A frame
+    // that does not name it leaves it as it was (§6.5.3): as the registry learned it.
     for (std::size_t i = 0; i < frame.settings.niv; ++i) {
       if (frame.settings.iv[i].settings_id != NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) continue;
       const std::uint32_t announced = frame.settings.iv[i].value;
@@ -331,16 +328,6 @@ asio::awaitable<void> UpstreamLink::idle_loop() {
     wake_writer();
     co_return;
   }
-}
-
-std::uint32_t Registry::limit_from(const UpstreamLink& link, std::uint32_t announced, bool first) {
-  std::lock_guard lock(mu);
-  const bool alone = std::none_of(links.begin(), links.end(), [&](const auto& l) {
-    return l.get() != &link && !l->closed_to_new();
-  });
-  if (first && !alone && announced > learned_max.load()) return learned_max.load();
-  learned_max = announced;
-  return announced;
 }
 
 std::size_t Registry::room(const UpstreamLink& link) const {
