@@ -81,3 +81,21 @@ TEST(HmacSha256, MatchesRfc4231TestCase2) {
   EXPECT_EQ(hmac_sha256_hex("Jefe", "what do ya want for nothing?"),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
 }
+
+// The key's log hash (sha256_hex16) is sha256_hex's first 16 digits, held inline; an
+// InlineString holds a whole value or nothing, and takes a view with no data.
+TEST(KeyHash, IsTheDigestsFirstSixteenDigitsHeldInline) {
+  const std::vector<std::string> keys = {"", "k", "order-2026-11-27-000000000001",
+                                         std::string(300, 'x')};
+  for (const auto& key : keys) {
+    EXPECT_EQ(idemproxy::sha256_hex16(key).view(), idemproxy::sha256_hex(key).substr(0, 16));
+  }
+  idemproxy::InlineString<4> s;
+  EXPECT_TRUE(s.empty());
+  s.assign(std::string_view{});  // no data at all
+  EXPECT_TRUE(s.empty());
+  s.assign("abcd");
+  EXPECT_EQ(s.view(), "abcd");
+  s.assign("abcde");  // too long: not held, never cut short
+  EXPECT_TRUE(s.empty());
+}

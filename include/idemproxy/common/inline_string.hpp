@@ -19,7 +19,9 @@ class InlineString {
   /// what is held is always a whole value.
   void assign(std::string_view s) {
     size_ = s.size() <= N ? s.size() : 0;
-    std::memcpy(data_.data(), s.data(), size_);
+    // An empty view may have no data at all (a default string_view): memcpy's source
+    // must not be null, even for no bytes.
+    if (size_ != 0) std::memcpy(data_.data(), s.data(), size_);
   }
   std::string_view view() const { return {data_.data(), size_}; }
   bool empty() const { return size_ == 0; }
