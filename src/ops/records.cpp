@@ -17,7 +17,7 @@ void audit(std::string_view action, std::string_view via, const store::RecordId&
                         : a.status == RecordAction::Status::not_found ? "not found"
                                                                       : "failed";
   spdlog::info("audit: {} via {}: scope \"{}\" key {}: {}", action, via, id.scope,
-               sha256_hex(id.key).substr(0, 16), outcome);
+               sha256_hex16(id.key).view(), outcome);
 }
 
 RecordAction store_error(const store::StoreError& e) {

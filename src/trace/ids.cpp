@@ -45,12 +45,8 @@ std::array<std::uint8_t, N> random_id() {
 
 template <std::size_t N>
 char* write_hex(const std::array<std::uint8_t, N>& id, char* out) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (const auto b : id) {
-    *out++ = kDigits[b >> 4];
-    *out++ = kDigits[b & 15];
-  }
-  return out;
+  hex_into({reinterpret_cast<const char*>(id.data()), N}, out);
+  return out + 2 * N;
 }
 
 }  // namespace

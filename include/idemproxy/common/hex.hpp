@@ -6,14 +6,18 @@
 
 namespace idemproxy {
 
-inline std::string to_hex(std::string_view bytes) {
+/// Writes the 2 * bytes.size() lower-case hex digits of `bytes` at `out`.
+inline void hex_into(std::string_view bytes, char* out) {
   static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
+  for (const unsigned char c : bytes) {
+    *out++ = digits[c >> 4];
+    *out++ = digits[c & 15];
   }
+}
+
+inline std::string to_hex(std::string_view bytes) {
+  std::string out(bytes.size() * 2, '\0');
+  hex_into(bytes, out.data());
   return out;
 }
 

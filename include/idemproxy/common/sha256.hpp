@@ -31,12 +31,18 @@ inline EVP_MD_CTX* sha256_start() {
   return ctx.get();
 }
 
+/// The digest of what `ctx` was given (SHA-256's 32 bytes).
+inline std::array<char, 32> sha256_final(EVP_MD_CTX* ctx) {
+  std::array<char, 32> md{};
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(ctx, reinterpret_cast<unsigned char*>(md.data()), &n);
+  return md;
+}
+
 /// The digest of what `ctx` was given, in lower-case hex.
 inline std::string sha256_final_hex(EVP_MD_CTX* ctx) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-  unsigned int n = 0;
-  EVP_DigestFinal_ex(ctx, md.data(), &n);
-  return to_hex({reinterpret_cast<const char*>(md.data()), n});
+  const auto md = sha256_final(ctx);
+  return to_hex({md.data(), md.size()});
 }
 
 inline std::string sha256_hex(std::string_view data) {
@@ -50,15 +56,9 @@ inline std::string sha256_hex(std::string_view data) {
 inline InlineString<16> sha256_hex16(std::string_view data) {
   EVP_MD_CTX* ctx = sha256_start();
   EVP_DigestUpdate(ctx, data.data(), data.size());
-  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-  unsigned int n = 0;
-  EVP_DigestFinal_ex(ctx, md.data(), &n);
-  static constexpr char digits[] = "0123456789abcdef";
+  const auto md = sha256_final(ctx);
   std::array<char, 16> hex{};
-  for (std::size_t i = 0; i < hex.size() / 2; ++i) {
-    hex[2 * i] = digits[md[i] >> 4];
-    hex[2 * i + 1] = digits[md[i] & 15];
-  }
+  hex_into({md.data(), hex.size() / 2}, hex.data());
   return InlineString<16>({hex.data(), hex.size()});
 }
 

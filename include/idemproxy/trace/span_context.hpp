@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "idemproxy/common/hex.hpp"
+
 namespace idemproxy::trace {
 
 using TraceId = std::array<std::uint8_t, 16>;
@@ -26,12 +28,8 @@ bool is_valid(const std::array<std::uint8_t, N>& id) {
 /// Lowercase hex, as traceparent and OTLP JSON spell ids.
 template <std::size_t N>
 std::string to_hex(const std::array<std::uint8_t, N>& id) {
-  static constexpr char kDigits[] = "0123456789abcdef";
   std::string out(2 * N, '0');
-  for (std::size_t i = 0; i < N; ++i) {
-    out[2 * i] = kDigits[id[i] >> 4];
-    out[2 * i + 1] = kDigits[id[i] & 15];
-  }
+  hex_into({reinterpret_cast<const char*>(id.data()), N}, out.data());
   return out;
 }
 
