@@ -127,7 +127,7 @@ void GroupCommit::submit(Pending& self) {
     lane.slots = citus ? 1 : slots();
     lane.worker = worker;
     lane.queue.push_back(&self);
-    if (lane.waiting && lane.queue.size() >= lane.expected) company_.notify_all();
+    if (lane.expected != 0 && lane.queue.size() >= lane.expected) company_.notify_all();
     if (!may_start(lane)) return;  // a running drain takes it next
     ++lane.running;
     starts = &lane;  // map nodes stay put
@@ -172,11 +172,10 @@ void GroupCommit::drain(Lane& lane) {
 }
 
 void GroupCommit::wait_for_company(std::unique_lock<std::mutex>& lock, Lane& lane) {
-  if (options_.batch_wait.count() <= 0 || lane.last_size < 2 || lane.waiting) return;
-  lane.waiting = true;
+  if (options_.batch_wait.count() <= 0 || lane.last_size < 2 || lane.expected != 0) return;
   lane.expected = std::min(lane.last_size, batch_limit());
   company_.wait_for(lock, options_.batch_wait, [&] { return lane.queue.size() >= lane.expected; });
-  lane.waiting = false;
+  lane.expected = 0;
 }
 
 bool GroupCommit::may_start(const Lane& lane) const {

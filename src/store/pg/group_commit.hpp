@@ -119,8 +119,7 @@ class GroupCommit {
     int slots = 1;              // batches at once
     int worker = -1;            // the Citus worker whose keys this lane batches; -1: plain
     std::size_t last_size = 0;  // members of the lane's last batch
-    bool waiting = false;       // a drain waits for company (batch_wait) ...
-    std::size_t expected = 0;   // ... until this many are queued
+    std::size_t expected = 0;   // a drain waits (batch_wait) until this many are queued; 0: none
   };
   /// Whether another batch of `lane` starts now (under mu_): at once when none runs;
   /// beside running ones only while a full batch waits, up to the lane's slots.
