@@ -4,7 +4,7 @@
 # CPU 1; the upstream and wrk on CPU 0), 64 connections, alternating rounds:
 #   bench/access_log.sh [ROUNDS] [SECONDS]
 # nginx: one worker, upstream keep-alive, its default `combined` access log written
-# to a file; idemproxy: log.level info, its access lines (JSON) to a file. Each is
+# to a file; idemproxy: log.level info, its access lines (text) to a file. Each is
 # also measured with its log off, so the log's own cost per request shows.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -19,7 +19,6 @@ WORK_NAME=batch_wait
 DSN=$(start_pg "$WORK/pg")
 start_upstream
 HZ=$(getconf CLK_TCK)
-to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /[0-9]s$/ && v !~ /ms$/) n *= 1000; printf "%.2f", n }'; }
 metric() { curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 printf '%-7s %5s %8s %7s %7s %9s %9s %8s\n' wait conns keys/s p50 p99 db_us/key px_us/key per_batch
 for wait in $WAITS; do

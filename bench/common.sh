@@ -37,6 +37,8 @@ switches() {
   cat /proc/"$1"/task/*/status |
     awk '/^voluntary_ctxt_switches/ {v += $2} /^nonvoluntary_ctxt_switches/ {n += $2} END {print v, n}'
 }
+# to_ms LATENCY: one of wrk's latencies (850.00us, 1.20ms, 2.00s) in milliseconds.
+to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /[0-9]s$/ && v !~ /ms$/) n *= 1000; printf "%.2f", n }'; }
 # cpu_ticks CPU: that CPU's busy and total ticks since boot (/proc/stat: user, nice,
 # system, irq, softirq and steal are busy; idle and iowait are not).
 cpu_ticks() { awk -v c="cpu$1" '$1 == c {b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6}' /proc/stat; }

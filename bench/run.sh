@@ -171,7 +171,6 @@ peak_rss_mib() { awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 # ids handed out (pg_stat_database publishes its counts seconds late). Every claim
 # and completion writes; reading the counter does not.
 commits() { "${PSQL[@]}" -c "SELECT pg_snapshot_xmax(pg_current_snapshot())"; }
-to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /[0-9]s$/ && v !~ /ms$/) n *= 1000; printf "%.2f", n }'; }
 upstream_count() { curl -s "http://127.0.0.1:$UP_PORT/count"; }
 
 # run NAME PID PORT PATH CONNECTIONS LUA [ENV...]: one wrk measurement. Sets R[NAME.*].
