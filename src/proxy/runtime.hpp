@@ -3,6 +3,7 @@
 // front of the store, the database pool, the upstream pool, leases, metrics and the
 // tracer. What only the server touches (the store in all its roles, readiness,
 // reload, the exit sequence's waits) is ServerRuntime's (server/server_runtime.hpp).
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -17,6 +18,7 @@
 
 #include "http/beast.hpp"
 #include "http/settings.hpp"
+#include "idemproxy/common/handoff.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/engine/coordinator.hpp"
 #include "idemproxy/engine/lease_schedule.hpp"
@@ -40,7 +42,9 @@ class Runtime {
         completions(coordinator, db_pool, std::size_t{64} << 20),
         cache(settings->config.replay_cache_bytes),
         coordinator(store, store, cache, metrics, coordinator_hooks()),
-        settings_(std::move(settings)) {}
+        settings_(std::move(settings)),
+        io_(io),
+        io_threads_(static_cast<std::size_t>(std::max(1, settings_->config.server.threads))) {}
   ~Runtime() { leave_claims_to_leases(); }
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -158,10 +162,19 @@ class Runtime {
               metrics.observe_store(
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
                       .count());
-              auto ex = waiting->guard.get_executor();
-              asio::post(ex, [waiting, result = std::move(result)]() mutable {
+              auto answer = [waiting, result = std::move(result)]() mutable {
                 std::move(waiting->handler)(nullptr, std::move(result));
-              });
+              };
+              if (common::Handoff* batch = common::Handoff::current()) {
+                // Delivered with the rest of its batch (deliver_batch), which counts
+                // it answered once it is posted.
+                batch->defer(this, &Runtime::deliver_batch,
+                             [waiting, answer = std::move(answer)]() mutable {
+                               asio::dispatch(waiting->guard.get_executor(), std::move(answer));
+                             });
+                return;
+              }
+              asio::post(waiting->guard.get_executor(), std::move(answer));
               call_answered();
             });
           } catch (...) {
@@ -204,6 +217,23 @@ class Runtime {
     return hooks;
   }
 
+  // A batch's answers (common::Handoff), posted to the I/O threads together, each
+  // resumed on its own executor: a dispatch there runs it at once unless its strand
+  // is busy on another thread. One post per I/O thread, so that with
+  // `server.threads` above one the batch's requests still go on side by side.
+  static void deliver_batch(void* self, std::vector<std::function<void()>>& answers) {
+    auto& rt = *static_cast<Runtime*>(self);
+    const std::size_t n = answers.size();
+    const std::size_t posts = std::min(n, rt.io_threads_);
+    auto shared = std::make_shared<std::vector<std::function<void()>>>(std::move(answers));
+    for (std::size_t part = 0; part < posts; ++part) {
+      asio::post(rt.io_, [shared, part, posts] {
+        for (std::size_t i = part; i < shared->size(); i += posts) (*shared)[i]();
+      });
+    }
+    for (std::size_t i = 0; i < n; ++i) rt.call_answered();
+  }
+
   // The count goes up without the lock, and down under it: wait_for_queued_calls()
   // sees zero only once the last answerer is inside this lock, and returns (so the
   // Runtime may go) only after it has let go of it.
@@ -217,6 +247,8 @@ class Runtime {
   std::mutex queued_mu_;
   std::condition_variable all_answered_;
   std::atomic<long> queued_calls_{0};  // handed to the store by queued(), not answered yet
+  asio::io_context& io_;
+  std::size_t io_threads_;  // server.threads, which a reload does not change
 };
 
 }  // namespace idemproxy::http

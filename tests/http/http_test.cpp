@@ -4,6 +4,9 @@
 // runtime's count of store calls it queued.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
@@ -12,6 +15,7 @@
 #include "http/request_target.hpp"
 #include "http/trace_context.hpp"
 #include "idemproxy/common/clock.hpp"
+#include "idemproxy/common/handoff.hpp"
 #include "idemproxy/store/memory_store.hpp"
 #include "proxy/policy_document.hpp"
 #include "proxy/replay.hpp"
@@ -19,6 +23,7 @@
 
 using namespace idemproxy;
 using namespace idemproxy::http;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -221,4 +226,64 @@ TEST(RuntimeQueued, AStartThatThrowsIsNotWaitedForAndAnAnsweredOneIsCountedOut) 
   EXPECT_EQ(answer, 7);
   EXPECT_EQ(runtime.queued_calls(), 0);
   runtime.wait_for_queued_calls();  // returns at once
+}
+
+// A group-commit batch answers its members under a common::Handoff: Runtime::queued
+// defers each answer to it, and delivers them when it closes, one post per I/O
+// thread, each resumed on its own executor (here a strand per caller, as with
+// server.threads 2). Until then none resumes, and shutdown still waits for them.
+TEST(RuntimeQueued, ABatchsAnswersLeaveTogetherWhenItsHandoffCloses) {
+  asio::io_context io;
+  const auto settings = make_settings(config::parse_config(
+      "upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\nserver: {threads: 2}\n"
+      "routes: [{name: any, path_prefix: /any}]\n",
+      "test.yaml", [](const std::string&) { return std::nullopt; }));
+  SystemClock clock;
+  store::MemoryStore store(clock);
+  ops::Metrics metrics;
+  ServerRuntime runtime(io, settings, store, metrics, 1);
+  constexpr int kCallers = 6;
+  std::mutex mu;
+  std::condition_variable all_queued;
+  std::vector<std::pair<int, std::function<void(int)>>> pending;  // the "store's" queue
+  std::atomic<int> resumed{0}, on_own_strand{0};
+  std::vector<int> answers(kCallers, -1);
+  for (int i = 0; i < kCallers; ++i) {
+    const auto strand = asio::make_strand(io);
+    asio::co_spawn(
+        strand,
+        [&, i, strand]() -> asio::awaitable<void> {
+          answers[i] = co_await runtime.queued<int>([&](std::function<void(int)> done) {
+            std::lock_guard lock(mu);
+            pending.emplace_back(i, std::move(done));
+            all_queued.notify_one();
+          });
+          if (strand.running_in_this_thread()) ++on_own_strand;
+          ++resumed;
+        },
+        asio::detached);
+  }
+  std::vector<std::thread> io_threads;
+  auto work = asio::make_work_guard(io);
+  for (int t = 0; t < 2; ++t) io_threads.emplace_back([&io] { io.run(); });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(all_queued.wait_for(lock, 5s, [&] { return pending.size() == kCallers; }));
+  }
+  std::thread runner([&] {  // the batch's runner: a thread of the store's own
+    common::Handoff batch;
+    for (auto& [caller, done] : pending) done(100 + caller);
+    pending.clear();  // as a store lets go of its callbacks (each holds its caller's work)
+    std::this_thread::sleep_for(100ms);  // time enough for a posted answer to run
+    EXPECT_EQ(resumed.load(), 0) << "an answer left before its batch's handoff closed";
+    EXPECT_EQ(runtime.queued_calls(), kCallers) << "shutdown would not wait for them";
+  });
+  runner.join();
+  runtime.wait_for_queued_calls();
+  for (int i = 0; i < 500 && resumed.load() < kCallers; ++i) std::this_thread::sleep_for(10ms);
+  work.reset();
+  for (auto& t : io_threads) t.join();
+  EXPECT_EQ(resumed.load(), kCallers);
+  EXPECT_EQ(on_own_strand.load(), kCallers);
+  for (int i = 0; i < kCallers; ++i) EXPECT_EQ(answers[i], 100 + i);
 }

@@ -1,7 +1,10 @@
 // PgStore group commit: batches behind a busy connection, one key many times in a
 // batch, a failing member, awkward bytes in the multi-row statements.
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 
+#include "idemproxy/common/handoff.hpp"
 #include "pg_store_fixture.hpp"
 #include "store/pg/pool.hpp"
 
@@ -458,4 +461,57 @@ TEST_F(PgStoreTest, ABatchWaitsForCompanyOnlyAfterOneThatHadIt) {
   started = Clock::now();
   ASSERT_TRUE(one.claim(request("wait-lone-2")).ok());
   EXPECT_LT(Clock::now() - started, 500ms);
+}
+
+// A batch hands its members their answers through one common::Handoff, which the
+// proxy delivers with one post per I/O thread instead of one per member (bench/ab.sh
+// fresh: 1.13 x the keys/s at 0.90 x the proxy's CPU per key). Each answer is handed
+// over while the batch's handoff is open, and the handoff delivers them together, in
+// the batch's order, once every member has its answer.
+TEST_F(PgStoreTest, ABatchHandsItsAnswersOverTogether) {
+  if (citus()) GTEST_SKIP() << "on Citus a claim's batch is its worker's; the handoff is the same";
+  PgStore one({dsn(), 1, 5s});
+  HeldConnection held(one, request("handoff-gate"));
+  struct Delivered {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::vector<int>> deliveries;  // the members' indexes, per delivery
+    int answered = 0;
+    int without_handoff = 0;
+  } d;
+  const common::Handoff::Deliver deliver = [](void* target,
+                                              std::vector<std::function<void()>>& answers) {
+    auto& to = *static_cast<Delivered*>(target);
+    std::lock_guard lock(to.mu);
+    to.deliveries.emplace_back();
+    for (auto& answer : answers) answer();  // each adds its index to this delivery
+    to.cv.notify_all();
+  };
+  constexpr int kClaims = 4;
+  std::deque<ClaimRequest> requests;  // a queued claim refers to its request until answered
+  for (int i = 0; i < kClaims; ++i) {
+    one.claim_async(requests.emplace_back(request("handoff-" + std::to_string(i))),
+                    [&d, deliver, i](Result<ClaimResult> r) {
+                      EXPECT_TRUE(r.ok() && std::holds_alternative<Claimed>(r.value()));
+                      common::Handoff* batch = common::Handoff::current();
+                      if (batch == nullptr) {
+                        std::lock_guard lock(d.mu);
+                        ++d.without_handoff;
+                        ++d.answered;
+                        d.cv.notify_all();
+                        return;
+                      }
+                      batch->defer(&d, deliver, [&d, i] {
+                        d.deliveries.back().push_back(i);
+                        ++d.answered;
+                      });
+                    });
+  }
+  wait_until_queued(one, kClaims);
+  EXPECT_TRUE(held.release());
+  std::unique_lock lock(d.mu);
+  ASSERT_TRUE(d.cv.wait_for(lock, 10s, [&] { return d.answered == kClaims; })) << d.answered;
+  EXPECT_EQ(d.without_handoff, 0);
+  ASSERT_EQ(d.deliveries.size(), 1U) << "one delivery for the batch, not one per member";
+  EXPECT_EQ(d.deliveries[0], (std::vector<int>{0, 1, 2, 3}));
 }

@@ -6,6 +6,8 @@
 #include <map>
 #include <utility>
 
+#include "idemproxy/common/handoff.hpp"
+
 namespace idemproxy::store::pg {
 
 // Group commit. A claim or completion joins its lane's queue, and its caller goes on
@@ -164,8 +166,13 @@ void GroupCommit::drain(Lane& lane) {
     ++stats_.batches;
     stats_.operations += static_cast<std::int64_t>(batch.size());
     lock.unlock();
-    // Moved out first: `finished` may end its Pending's life.
-    for (Pending* p : batch) std::exchange(p->finished, nullptr)();
+    {
+      // The members' callers take their answers together when it closes: one post
+      // per I/O thread, not one per member (common/handoff.hpp).
+      common::Handoff handoff;
+      // Moved out first: `finished` may end its Pending's life.
+      for (Pending* p : batch) std::exchange(p->finished, nullptr)();
+    }
     lock.lock();
   }
   --lane.running;
