@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pass-through CPU with the access log on, idemproxy against nginx (issue 37: the
+# Pass-through CPU with the access log on, idemproxy against nginx (round four: the
 # access log at info must not cost more than nginx's does). run.sh's setup (SUT on
 # CPU 1; the upstream and wrk on CPU 0), 64 connections, alternating rounds:
 #   bench/access_log.sh [ROUNDS] [SECONDS]
