@@ -1,0 +1,95 @@
+// The access log's text line (ops::log_access), read back from standard output: the
+// fields in their order, the durations to the microsecond, "-" for an absent key and
+// trace id, and the original trace id only on a replay.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "idemproxy/ops/logging.hpp"
+
+using namespace idemproxy;
+
+namespace {
+
+// Runs `log` with standard output sent to a file, and returns what it wrote.
+template <class F>
+std::string captured_stdout(F log) {
+  char path[] = "/tmp/access_log_test.XXXXXX";
+  const int file = ::mkstemp(path);
+  EXPECT_GE(file, 0);
+  std::fflush(stdout);
+  const int saved = ::dup(STDOUT_FILENO);
+  ::dup2(file, STDOUT_FILENO);
+  log();
+  std::fflush(stdout);
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  ::close(file);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  ::unlink(path);
+  return text.str();
+}
+
+ops::AccessRecord record() {
+  ops::AccessRecord r;
+  r.request_id = "0123456789abcdef0123456789abcdef";
+  r.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  r.peer = "127.0.0.1";
+  r.method = "POST";
+  r.target = "/v1/orders?x=1";
+  r.route = "orders";
+  r.outcome = "executed";
+  r.status = 201;
+  r.upstream_status = 201;
+  r.key_hash = "54a983e0d368cb34";
+  r.duration_ms = 12.25;
+  r.upstream_ms = 0.0625;  // 62.5 us: to the microsecond, rounded half away from zero
+  return r;
+}
+
+const std::regex kStamp(R"(^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z )");
+
+}  // namespace
+
+TEST(AccessLog, TextLineHasEveryFieldInOrder) {
+  ops::configure_logging("info", "text");
+  const std::string out = captured_stdout([] { ops::log_access(record()); });
+  ASSERT_TRUE(std::regex_search(out, kStamp)) << out;
+  EXPECT_EQ(out.substr(25),
+            "info [access] POST /v1/orders?x=1 route=orders outcome=executed status=201 "
+            "upstream_status=201 key=54a983e0d368cb34 ms=12.250 upstream_ms=0.063 "
+            "request_id=0123456789abcdef0123456789abcdef peer=127.0.0.1 "
+            "trace_id=4bf92f3577b34da6a3ce929d0e0e4736\n");
+}
+
+TEST(AccessLog, AReplayNamesTheOriginalTraceAndAbsentFieldsReadAsDashes) {
+  ops::configure_logging("info", "text");
+  auto r = record();
+  r.outcome = "replayed";
+  r.upstream_status = 0;
+  r.upstream_ms = 0;
+  r.duration_ms = 1234.5;
+  r.key_hash = {};
+  r.trace_id = {};
+  r.original_trace_id = "ffe4a77207e987a07f76243f81d18a1e";
+  const std::string out = captured_stdout([&] { ops::log_access(r); });
+  EXPECT_NE(out.find(" upstream_status=0 key=- ms=1234.500 upstream_ms=0.000 "), std::string::npos)
+      << out;
+  EXPECT_NE(out.find(" trace_id=- original_trace_id=ffe4a77207e987a07f76243f81d18a1e\n"),
+            std::string::npos)
+      << out;
+}
+
+TEST(AccessLog, NothingIsWrittenBelowTheConfiguredLevel) {
+  ops::configure_logging("warn", "text");
+  EXPECT_FALSE(ops::access_log_enabled());
+  EXPECT_EQ(captured_stdout([] { ops::log_access(record()); }), "");
+  ops::configure_logging("info", "text");
+}
