@@ -17,17 +17,9 @@ HZ=$(getconf CLK_TCK)
 NGINX_PORT=$(free_port)
 nginx_conf() {  # nginx_conf NAME ACCESS_LOG_DIRECTIVE
   mkdir -p "$WORK/$1"
-  cat >"$WORK/$1/nginx.conf" <<EOC
-worker_processes 1;
-daemon off;
-pid $WORK/$1/nginx.pid;
-error_log $WORK/$1/error.log warn;
-events { worker_connections 4096; }
-http {
+  { nginx_head "$WORK/$1"; cat <<EOC; } >"$WORK/$1/nginx.conf"
   $2
   keepalive_requests 1000000;
-  client_body_temp_path $WORK/$1/body;
-  proxy_temp_path $WORK/$1/proxy;
   upstream bench { server 127.0.0.1:$UP_PORT; keepalive 256; }
   server {
     listen 127.0.0.1:$NGINX_PORT;

@@ -28,6 +28,24 @@ trap cleanup EXIT
 # free_port [COUNT]: COUNT distinct ports on one line, outside the ephemeral range (see the script).
 free_port() { python3 scripts/free_port.py "$@"; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+# nginx_head DIR: what every bench nginx.conf starts with (one worker in the
+# foreground; its pid, error log and temporary files under DIR), up to and into its
+# http block, which the caller goes on writing and closes.
+nginx_head() {
+  cat <<EOC
+worker_processes 1;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 4096; }
+http {
+  client_body_temp_path $1/body;
+  proxy_temp_path $1/proxy;
+  fastcgi_temp_path $1/fastcgi;
+  uwsgi_temp_path $1/uwsgi;
+  scgi_temp_path $1/scgi;
+EOC
+}
 
 # CPU ticks of one process, and of a PostgreSQL server in DIR: the postmaster, its live
 # backends, and the backends that have exited (the postmaster's children's time).

@@ -21,20 +21,9 @@ framed = lambda m: b"\x00" + struct.pack(">I", len(m)) + m  # gRPC's length pref
 open("%s/root/bench.Orders/Create" % sys.argv[1], "wb").write(framed(b"created:ord_1"))
 open(sys.argv[1] + "/call.bin", "wb").write(framed(b'{"amount":1000,"currency":"eur"}'))
 EOP
-cat >"$WORK/grpc/nginx.conf" <<EOC
-worker_processes 1;
-daemon off;
-pid $WORK/grpc/nginx.pid;
-error_log $WORK/grpc/error.log warn;
-events { worker_connections 4096; }
-http {
+{ nginx_head "$WORK/grpc"; cat <<EOC; } >"$WORK/grpc/nginx.conf"
   access_log off;
   keepalive_requests 1000000;
-  client_body_temp_path $WORK/grpc/body;
-  proxy_temp_path $WORK/grpc/proxy;
-  fastcgi_temp_path $WORK/grpc/fastcgi;
-  uwsgi_temp_path $WORK/grpc/uwsgi;
-  scgi_temp_path $WORK/grpc/scgi;
   server {
     listen 127.0.0.1:$GRPC_UP_PORT http2;
     location / {

@@ -11,19 +11,8 @@ WORK_NAME=nginxprof
 . bench/common.sh
 P=$(free_port)
 mkdir -p "$WORK/nginx"
-cat > "$WORK/nginx/nginx.conf" <<EOC
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
+{ nginx_head "$WORK/nginx"; cat <<EOC; } >"$WORK/nginx/nginx.conf"
   access_log off;
-  client_body_temp_path $WORK/nginx/body;
-  proxy_temp_path $WORK/nginx/proxy;
-  fastcgi_temp_path $WORK/nginx/fastcgi;
-  uwsgi_temp_path $WORK/nginx/uwsgi;
-  scgi_temp_path $WORK/nginx/scgi;
   server {
     listen 127.0.0.1:$P;
     location = /direct {

@@ -40,20 +40,9 @@ for service in ("bench.Orders", "bench.Plain"):
     open("%s/root/%s/Create" % (sys.argv[1], service), "wb").write(framed(b"created:ord_1"))
 open(sys.argv[1] + "/call.bin", "wb").write(framed(b'{"amount":1000,"currency":"eur"}'))
 EOP
-cat >"$WORK/grpc/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/grpc/nginx.pid;
-error_log $WORK/grpc/error.log warn;
-events { worker_connections 4096; }
-http {
+{ nginx_head "$WORK/grpc"; cat <<EOF; } >"$WORK/grpc/nginx.conf"
   access_log off;
   keepalive_requests 1000000;
-  client_body_temp_path $WORK/grpc/body;
-  proxy_temp_path $WORK/grpc/proxy;
-  fastcgi_temp_path $WORK/grpc/fastcgi;
-  uwsgi_temp_path $WORK/grpc/uwsgi;
-  scgi_temp_path $WORK/grpc/scgi;
   server {
     listen 127.0.0.1:$GRPC_UP_PORT http2;
     listen 127.0.0.1:$GRPC_UP_H1_PORT;
@@ -78,20 +67,9 @@ taskset -c "$LOAD_CPU" nginx -c "$WORK/grpc/nginx.conf" -p "$WORK/grpc" 2>/dev/n
 wait_port "$GRPC_UP_PORT"
 
 mkdir -p "$WORK/nginx"
-cat >"$WORK/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
+{ nginx_head "$WORK/nginx"; cat <<EOF; } >"$WORK/nginx/nginx.conf"
   access_log off;
   keepalive_requests 1000000;
-  client_body_temp_path $WORK/nginx/body;
-  proxy_temp_path $WORK/nginx/proxy;
-  fastcgi_temp_path $WORK/nginx/fastcgi;
-  uwsgi_temp_path $WORK/nginx/uwsgi;
-  scgi_temp_path $WORK/nginx/scgi;
   # As many idle upstream connections kept as idemproxy keeps (max_idle_connections
   # 256): with 64, HTTP/2's 256 streams in flight opened and closed one per request
   # beyond them, and a loaded run saw nginx.h2pass fail requests.
