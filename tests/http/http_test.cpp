@@ -187,19 +187,34 @@ TEST(TraceContext, ReplaysNeverSendTheStoredTraceId) {
   EXPECT_NE(e.head.find("Content-Type: application/json"), std::string::npos);
 }
 
+namespace {
+
+// A ServerRuntime in front of a memory store, for Runtime::queued's tests; `server`
+// is the config's server section ("" for its defaults).
+struct QueuedRuntime {
+  explicit QueuedRuntime(const std::string& server = "")
+      : runtime(io,
+                make_settings(config::parse_config(
+                    "upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\n" + server +
+                        "routes: [{name: any, path_prefix: /any}]\n",
+                    "test.yaml", [](const std::string&) { return std::nullopt; })),
+                store, metrics, 1) {}
+  asio::io_context io;
+  SystemClock clock;
+  store::MemoryStore store{clock};
+  ops::Metrics metrics;
+  ServerRuntime runtime;
+};
+
+}  // namespace
+
 // Runtime::queued counts the calls it hands a queuing store, and the server waits
 // for that count to reach zero before its io_context goes. A store that throws
 // before taking a call never answers it: counted in, it would hold shutdown forever.
 TEST(RuntimeQueued, AStartThatThrowsIsNotWaitedForAndAnAnsweredOneIsCountedOut) {
-  asio::io_context io;
-  const auto settings = make_settings(
-      config::parse_config("upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\n"
-                           "routes: [{name: any, path_prefix: /any}]\n",
-                           "test.yaml", [](const std::string&) { return std::nullopt; }));
-  SystemClock clock;
-  store::MemoryStore store(clock);
-  ops::Metrics metrics;
-  ServerRuntime runtime(io, settings, store, metrics, 1);
+  QueuedRuntime queuing;
+  asio::io_context& io = queuing.io;
+  ServerRuntime& runtime = queuing.runtime;
   bool threw = false;
   int answer = 0;
   std::thread answerer;
@@ -233,15 +248,9 @@ TEST(RuntimeQueued, AStartThatThrowsIsNotWaitedForAndAnAnsweredOneIsCountedOut) 
 // thread, each resumed on its own executor (here a strand per caller, as with
 // server.threads 2). Until then none resumes, and shutdown still waits for them.
 TEST(RuntimeQueued, ABatchsAnswersLeaveTogetherWhenItsHandoffCloses) {
-  asio::io_context io;
-  const auto settings = make_settings(config::parse_config(
-      "upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\nserver: {threads: 2}\n"
-      "routes: [{name: any, path_prefix: /any}]\n",
-      "test.yaml", [](const std::string&) { return std::nullopt; }));
-  SystemClock clock;
-  store::MemoryStore store(clock);
-  ops::Metrics metrics;
-  ServerRuntime runtime(io, settings, store, metrics, 1);
+  QueuedRuntime queuing("server: {threads: 2}\n");
+  asio::io_context& io = queuing.io;
+  ServerRuntime& runtime = queuing.runtime;
   constexpr int kCallers = 6;
   std::mutex mu;
   std::condition_variable all_queued;
