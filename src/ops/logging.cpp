@@ -2,16 +2,15 @@
 
 #include <spdlog/details/console_globals.h>
 #include <spdlog/pattern_formatter.h>
-#include <spdlog/sinks/sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -127,9 +126,11 @@ void append_ms(std::string& out, double ms) {
   out.append(decimals, sizeof decimals);
 }
 
-// One access line, newline included, with one write(2) under the mutex every
-// stdout sink of spdlog's shares (their lines are flushed as they are written, so
-// nothing of theirs waits in stdout's buffer to be overtaken).
+// One access line, text or JSON, newline included, with one write(2) under the mutex
+// every stdout sink of spdlog's shares (their lines are flushed as they are written,
+// so nothing of theirs waits in stdout's buffer to be overtaken). spdlog's stdout
+// sink, which wrote these lines before, formatted each again ("%v") into a buffer an
+// access line (about 270 bytes) outgrew.
 void write_line(std::string_view line) {
   const std::lock_guard lock(spdlog::details::console_mutex::mutex());
   while (!line.empty()) {
@@ -140,33 +141,8 @@ void write_line(std::string_view line) {
   }
 }
 
-// The access log's sink: each line is written as it was formatted// The access log's sink: each
-// line is written as it was formatted, with its newline, and flushed, under the mutex every stdout
-// sink of spdlog's shares. spdlog's stdout sink formatted each line again ("%v") into a buffer of
-// its own, which an access line (about 270 bytes) outgrew: a heap block per line.
-class LineSink final : public spdlog::sinks::sink {
- public:
-  void log(const spdlog::details::log_msg& msg) override {
-    const std::lock_guard lock(mutex_);
-    std::fwrite(msg.payload.data(), 1, msg.payload.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-  }
-  void flush() override {
-    const std::lock_guard lock(mutex_);
-    std::fflush(stdout);
-  }
-  void set_pattern(const std::string& /*pattern*/) override {}
-  void set_formatter(std::unique_ptr<spdlog::formatter> /*formatter*/) override {}
-
- private:
-  std::mutex& mutex_ = spdlog::details::console_mutex::mutex();
-};
-
-const std::shared_ptr<spdlog::logger>& access_logger() {
-  static auto logger = std::make_shared<spdlog::logger>("access", std::make_shared<LineSink>());
-  return logger;
-}
+// Whether the access log writes: `log.level` at info or below.
+std::atomic<bool> g_access = true;
 
 }  // namespace
 
@@ -180,14 +156,13 @@ void configure_logging(const std::string& level, const std::string& format) {
   g_json = format == "json";
   spdlog::set_level(spdlog::level::from_str(level));
   spdlog::set_formatter(std::make_unique<LineFormatter>(g_json));
-  access_logger()->set_level(spdlog::level::from_str(level));
+  g_access = spdlog::level::from_str(level) <= spdlog::level::info;
 }
 
-bool access_log_enabled() { return access_logger()->should_log(spdlog::level::info); }
+bool access_log_enabled() { return g_access.load(std::memory_order_relaxed); }
 
 void log_access(const AccessRecord& r) {
   if (!access_log_enabled()) return;
-  const auto& logger = access_logger();
   if (g_json) {
     nlohmann::json line = {{"ts", utc_now()},
                            {"level", "info"},
@@ -205,7 +180,9 @@ void log_access(const AccessRecord& r) {
                            {"duration_ms", round_ms(r.duration_ms)},
                            {"upstream_ms", round_ms(r.upstream_ms)}};
     if (!r.original_trace_id.empty()) line["original_trace_id"] = r.original_trace_id;
-    logger->info(dump(line));
+    std::string text = dump(line);
+    text.push_back('\n');
+    write_line(text);
     return;
   }
   // Built once, into a buffer each thread keeps (no heap call once it has grown), by

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -85,6 +86,22 @@ TEST(AccessLog, AReplayNamesTheOriginalTraceAndAbsentFieldsReadAsDashes) {
   EXPECT_NE(out.find(" trace_id=- original_trace_id=ffe4a77207e987a07f76243f81d18a1e\n"),
             std::string::npos)
       << out;
+}
+
+TEST(AccessLog, AJsonLineIsOneObjectOnALineOfItsOwn) {
+  ops::configure_logging("info", "json");
+  const std::string out = captured_stdout([] { ops::log_access(record()); });
+  ops::configure_logging("info", "text");
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.find('\n'), out.size() - 1) << out;
+  const auto line = nlohmann::json::parse(out);
+  EXPECT_EQ(line["msg"], "request");
+  EXPECT_EQ(line["level"], "info");
+  EXPECT_EQ(line["target"], "/v1/orders?x=1");
+  EXPECT_EQ(line["status"], 201);
+  EXPECT_EQ(line["key_hash"], "54a983e0d368cb34");
+  EXPECT_DOUBLE_EQ(line["duration_ms"].get<double>(), 12.25);
+  EXPECT_FALSE(line.contains("original_trace_id"));
 }
 
 TEST(AccessLog, NothingIsWrittenBelowTheConfiguredLevel) {
