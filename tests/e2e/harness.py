@@ -211,6 +211,18 @@ class Proxy:
                 return float(value)
         return 0.0
 
+    def wait_metric(self, name, expected, timeout=5, **labels):
+        """metric(name, **labels) once it equals `expected` (polled every 20 ms), else its
+        last value after `timeout`. A request is counted, access-logged and its span
+        ended after its answer is sent (src/proxy/serve.cpp, Proxy::serve), so a client
+        can read /metrics before its own request is counted."""
+        deadline = time.time() + timeout
+        while True:
+            value = self.metric(name, **labels)
+            if value == expected or time.time() >= deadline:
+                return value
+            time.sleep(0.02)
+
     def cli(self, *args):
         return subprocess.run([BINARY, *args, "--config", self.config_path],
                               capture_output=True, text=True, timeout=30)

@@ -153,7 +153,7 @@ def test_store_unreachable_fail_open_forwards_and_counts(make_proxy, upstream, k
     r = p.post("/v1/orders", "{}", key=key)
     assert r.status == 201 and r.header("Idempotent-Replayed") is None
     assert upstream.executions.count(key=key) == 1
-    assert p.metric("idemproxy_requests_total", route="orders", outcome="fail_open") == 1
+    assert p.wait_metric("idemproxy_requests_total", 1, route="orders", outcome="fail_open") == 1
     assert "WITHOUT idempotency protection" in p.read_log()
 
 

@@ -35,7 +35,7 @@ def test_an_upstream_opts_an_answer_out_of_storage(make_proxy, node):
         assert status == 201 and "idempotency-policy" not in fields
         assert "idempotent-replayed" not in fields
     assert node.executions(key) == 2
-    assert p.metric("idemproxy_requests_total", route="orders", outcome="released") == 2
+    assert p.wait_metric("idemproxy_requests_total", 2, route="orders", outcome="released") == 2
     # Directives are a comma-separated list, case-insensitive; anything else stores.
     listed = "nostore-" + uuid.uuid4().hex
     post(p, "/v1/orders?policy=x-other,%20NO-STORE", listed)
@@ -273,7 +273,7 @@ def test_a_body_without_a_usable_key_is_refused_naming_the_pointer(make_proxy, n
     missing = p.post("/webhooks/stripe", '{"data": [1, 2]}')
     assert missing.status == 400 and problem(missing)["type"].endswith("/missing-key")
     assert "/data/id in the JSON body" in problem(missing)["detail"]
-    assert p.metric("idemproxy_requests_total", route="stripe", outcome="bad_key") == 9
+    assert p.wait_metric("idemproxy_requests_total", 9, route="stripe", outcome="bad_key") == 9
     # Where the key is optional, a body without one passes through unprotected...
     # (forwarded as any request is: to the upstream's base path, with its Host)
     optional = make_proxy(upstream_url=node.url + "/base",
@@ -289,8 +289,8 @@ def test_a_body_without_a_usable_key_is_refused_naming_the_pointer(make_proxy, n
     # ...and in shadow mode a refusal is only counted, and the request forwarded.
     shadow = make_proxy(upstream_url=node.url, routes=[dict(STRIPE, mode="shadow")])
     assert shadow.post("/webhooks/stripe", "not json").status == 201
-    assert shadow.metric("idemproxy_requests_total", route="stripe",
-                         outcome="shadow_would_reject") == 1
+    assert shadow.wait_metric("idemproxy_requests_total", 1, route="stripe",
+                              outcome="shadow_would_reject") == 1
 
 
 def test_a_bad_json_pointer_is_a_config_error_with_its_position(make_proxy, node):
@@ -461,7 +461,7 @@ def test_a_retry_after_ttl_is_refused_while_the_tombstone_lasts(make_proxy, node
         assert gone.header("Link") == DESCRIBEDBY and gone.header("Idempotent-Replayed") is None
     assert problem(p.post("/v1/orders?pad=1500", '{"other": 1}', key=key))["type"].endswith("/key-mismatch")
     assert node.executions(key) == 1
-    assert p.metric("idemproxy_requests_total", route="tombs", outcome="expired") == 1
+    assert p.wait_metric("idemproxy_requests_total", 1, route="tombs", outcome="expired") == 1
     # GC keeps a tombstone: the answer goes, the fingerprint and status stay.
     out = p.cli("gc")
     assert out.returncode == 0 and "kept 1 tombstone" in out.stdout, out.stdout
@@ -525,8 +525,8 @@ def test_a_uuid7_key_older_than_max_key_age_is_refused(make_proxy, node):
         assert p.post("/v1/orders", "{}", key=other).status == 201, other  # not judged
     shadow = make_proxy(upstream_url=node.url, routes=[dict(route, mode="shadow")])
     assert shadow.post("/v1/orders", "{}", key=old).status == 201
-    assert shadow.metric("idemproxy_requests_total", route="orders",
-                         outcome="shadow_would_reject") == 1
+    assert shadow.wait_metric("idemproxy_requests_total", 1, route="orders",
+                              outcome="shadow_would_reject") == 1
 
 
 def test_expiry_settings_are_checked_with_their_position(make_proxy, node):

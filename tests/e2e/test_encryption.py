@@ -70,7 +70,7 @@ def test_rotation_keeps_old_records_replayable_and_a_dropped_key_is_refused(
     assert refused.status == 500 and doc["type"].endswith("/record-unreadable")
     assert upstream.executions.count(key=key) == 1  # neither replayed nor executed again
     assert dropped.post("/v1/orders", '{"n": 2}', key=fresh).header("Idempotent-Replayed") == "true"
-    assert dropped.metric("idemproxy_requests_total", outcome="record_unreadable") == 1
+    assert dropped.wait_metric("idemproxy_requests_total", 1, outcome="record_unreadable") == 1
     assert "2026-05" in dropped.read_log()  # the operator is told which key is missing
 
 

@@ -45,6 +45,8 @@ def test_metrics_after_a_scripted_sequence(make_proxy, upstream, key):
     frozen.signal(signal.SIGCONT)
     t.join()
 
+    # `taken` is counted after its answer is sent (src/proxy/serve.cpp, Proxy::serve).
+    assert p.wait_metric("idemproxy_requests_total", 3, route="orders", outcome="executed") == 3
     families, samples = scrape(p)
     req = lambda outcome, route="orders": samples[
         ("idemproxy_requests_total", (("outcome", outcome), ("route", route)))]
@@ -78,6 +80,8 @@ def test_every_metric_family_is_documented(proxy, key):
     import os
     from harness import ROOT
     proxy.post("/v1/orders", "{}", key=key)
+    assert proxy.wait_metric("idemproxy_requests_total", 1, route="orders",
+                             outcome="executed") == 1
     families, _ = scrape(proxy)
     doc = open(os.path.join(ROOT, "docs", "METRICS.md")).read()
     for family in families.values():
@@ -93,6 +97,7 @@ def test_request_duration_by_route_and_outcome_reaches_the_upstream_timeout(make
     p.post("/v1/orders", "{}", key=key)
     p.post("/v1/orders", "{}", key=key)
     p.post("/v1/orders?delay_ms=300", "{}", key=key + "-slow")
+    assert p.wait_metric("idemproxy_requests_total", 2, route="orders", outcome="executed") == 2
     families, samples = scrape(p)
     h = families["idemproxy_request_duration_seconds"]
     assert h.type == "histogram"
@@ -114,6 +119,8 @@ def test_request_duration_by_route_and_outcome_reaches_the_upstream_timeout(make
     slow.write_config(text)
     slow.start()
     slow.post("/v1/orders", "{}", key=key + "-45")
+    assert slow.wait_metric("idemproxy_requests_total", 1, route="orders",
+                            outcome="executed") == 1
     families, _ = scrape(slow)
     bounds = [float(s.labels["le"]) for s in families["idemproxy_request_duration_seconds"].samples
               if s.name.endswith("_bucket")]

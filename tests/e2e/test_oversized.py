@@ -35,8 +35,8 @@ def test_an_oversized_answer_is_streamed_whole_and_never_replayed(make_proxy, up
     row = pg.sql("SELECT state, status, body IS NULL, headers IS NULL FROM idempotency_records"
                  " WHERE key = '%s'" % key)
     assert row == "completed|200|t|t"
-    assert p.metric("idemproxy_requests_total", outcome="executed_not_stored") == 1
-    assert p.metric("idemproxy_requests_total", outcome="not_replayable") == 1
+    assert p.wait_metric("idemproxy_requests_total", 1, outcome="executed_not_stored") == 1
+    assert p.wait_metric("idemproxy_requests_total", 1, outcome="not_replayable") == 1
 
 
 def test_answers_within_the_limit_are_still_stored_and_replayed(make_proxy, upstream, key):

@@ -32,11 +32,11 @@ def test_shadow_mode_forwards_everything_and_counts_what_it_would_have_done(make
 
     assert upstream.executions.count(key=key) == 3
     assert upstream.executions.count(key=slow_key) == 2
-    m = lambda outcome: p.metric("idemproxy_requests_total", route="orders", outcome=outcome)
-    assert m("shadow_would_replay") == 1
-    assert m("shadow_would_mismatch") == 1
-    assert m("shadow_would_conflict") == 1
-    assert m("shadow_would_reject") == 2
-    assert m("executed") == 2
+    m = lambda o, n: p.wait_metric("idemproxy_requests_total", n, route="orders", outcome=o)
+    assert m("shadow_would_replay", 1) == 1
+    assert m("shadow_would_mismatch", 1) == 1
+    assert m("shadow_would_conflict", 1) == 1
+    assert m("shadow_would_reject", 2) == 2
+    assert m("executed", 2) == 2
     p.stop()
     assert "outcome=shadow_would_replay" in p.read_log()
