@@ -14,6 +14,7 @@
 #include "idemproxy/ops/logging.hpp"
 #include "idemproxy/trace/span.hpp"
 #include "proxy/runtime.hpp"
+#include "upstream/call.hpp"
 
 namespace idemproxy::http {
 
@@ -51,6 +52,9 @@ struct RequestContext {
   /// A gRPC call (content-type application/grpc…), decided once: refusals are gRPC
   /// statuses, answers keep their trailers, grpc-timeout bounds the upstream.
   bool grpc = false;
+  /// The client sent `te: trailers` (prepare_forward found it; the upstream's codec
+  /// decides what goes on).
+  bool te_trailers = false;
   std::chrono::steady_clock::time_point started;
   trace::Span span;  // the request's server span (proxy/spans.hpp); null without tracing
 

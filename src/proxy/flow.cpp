@@ -47,21 +47,6 @@ class TimerWaiter final : public engine::Waiter, public std::enable_shared_from_
   bool woken = false;
 };
 
-// gRPC's trailers-only answer (a status, no message) is one HEADERS frame: every
-// field of it but content-type is a trailer (gRPC's HTTP/2 protocol, "Trailers-Only").
-// It is kept as a head and trailers, so that a replay carries idempotent-replayed in
-// its initial metadata and the status in its trailing metadata.
-void keep_trailers_apart(store::StoredResponse& answer) {
-  if (!answer.body.empty() || !answer.trailers.empty()) return;
-  std::vector<store::Header> head;
-  for (auto& h : answer.headers) {
-    const bool stays = beast::iequals(h.name, "content-type") || h.name.starts_with(':') ||
-                       !allowed_in_trailers(h.name);
-    (stays ? head : answer.trailers).push_back(std::move(h));
-  }
-  answer.headers = std::move(head);
-}
-
 // A key another instance executes: the store announces its finish (LISTEN/NOTIFY)
 // to the requests that watch it, so they sleep instead of polling. A listener that
 // reconnects wakes every such waiter (announcements may have been lost meanwhile);
@@ -137,10 +122,10 @@ asio::awaitable<Step> execute(Flow& f) {
       std::make_optional<engine::LeaseSchedule::Hold>(rt.leases, claim.id, token, route.lease);
   if (route.forward_fencing_token) f.req.set(kFencingTokenHeader, std::to_string(token));
   const Duration timeout = upstream_timeout(ctx, f.req);
-  const InterimSink interim{&ctx.ex};
   trace::Span up = start_upstream_span(ctx, f.req.base());
   permit.mark_sent();
-  UpstreamAnswer ex = co_await rt.upstream.round_trip(f.req, interim, timeout);
+  UpstreamAnswer ex = co_await round_trip(rt.upstream, f.req, ctx.te_trailers, &ctx.ex, timeout,
+                                          ctx.settings.config.upstream.max_response_size);
   heartbeat.reset();
   const double upstream_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -184,13 +169,6 @@ asio::awaitable<Step> execute(Flow& f) {
     strip_hop_by_hop(ex.response);
     answer = {static_cast<int>(ex.response.result_int()), to_headers(ex.response),
               ex.response.body(), true, ex.trailers};
-    if (ctx.grpc &&
-        answer.headers.end() !=
-            std::find_if(answer.headers.begin(), answer.headers.end(), [](const store::Header& h) {
-              return beast::iequals(h.name, "grpc-status");
-            })) {
-      keep_trailers_apart(answer);
-    }
     answer.headers.push_back({std::string(store::kTraceIdEntry), ctx.trace_id});
     keep_span_ids(ctx, answer);
   }
@@ -301,9 +279,9 @@ namespace idempotent {
 asio::awaitable<Step> forward_unprotected(Flow& f) {
   RequestContext& ctx = f.ctx;
   const Duration timeout = upstream_timeout(ctx, f.req);
-  const InterimSink interim{&ctx.ex};
   trace::Span up = start_upstream_span(ctx, f.req.base());
-  UpstreamAnswer ex = co_await ctx.rt.upstream.round_trip(f.req, interim, timeout);
+  UpstreamAnswer ex = co_await round_trip(ctx.rt.upstream, f.req, ctx.te_trailers, &ctx.ex, timeout,
+                                          ctx.settings.config.upstream.max_response_size);
   if (ex.error) {
     up.set_error("upstream failed");
     ctx.fail(*ex.error, Outcome::upstream_error);

@@ -5,21 +5,18 @@
 #include "http/fields.hpp"
 
 namespace idemproxy::http {
-void prepare_forward(RequestHeader& req, const Peer& peer, const config::UpstreamConfig& upstream) {
+bool prepare_forward(RequestHeader& req, const Peer& peer, const config::UpstreamConfig& upstream) {
   Fields& fields = req;
   // te is hop-by-hop (RFC 9110 10.1.4), but "te: trailers" is how a client says it
-  // takes trailers, which a gRPC server requires: toward an HTTP/2 upstream it goes
-  // on exactly when the client sent it (RFC 9113 §8.2.2), never added for it.
+  // takes trailers, which a gRPC server requires: what the client said is handed to
+  // the upstream's codec, which alone decides what goes on (upstream/call.hpp).
   bool te_trailers = false;
-  if (upstream.protocol != config::UpstreamConfig::Protocol::http1) {
-    for (const auto& f : fields) {
-      if (f.name() != bhttp::field::te) continue;
-      for (const auto& coding : bhttp::token_list{f.value()})
-        te_trailers = te_trailers || beast::iequals(coding, "trailers");
-    }
+  for (const auto& f : fields) {
+    if (f.name() != bhttp::field::te) continue;
+    for (const auto& coding : bhttp::token_list{f.value()})
+      te_trailers = te_trailers || beast::iequals(coding, "trailers");
   }
   strip_hop_by_hop(fields);
-  if (te_trailers) fields.set(bhttp::field::te, "trailers");
   fields.erase(bhttp::field::expect);  // 100-continue is answered by the proxy itself
   std::string xff;
   for (const auto& f : fields) {
@@ -41,6 +38,26 @@ void prepare_forward(RequestHeader& req, const Peer& peer, const config::Upstrea
   if (host == fields.end()) fields.set(bhttp::field::host, upstream.host + ":" + upstream.port);
   if (!upstream.base_path.empty()) req.target(upstream.base_path + std::string(req.target()));
   req.version(11);  // keep-alive by default: Connection was removed above
+  return te_trailers;
+}
+
+void frame_request(RequestHeader& head, const Exchange& from) {
+  std::string codings;  // transfer codings other than chunked, in order
+  for (const auto& f : head) {
+    if (f.name() != bhttp::field::transfer_encoding) continue;
+    for (const auto& coding : bhttp::token_list{f.value()}) {
+      if (beast::iequals(coding, "chunked")) continue;
+      if (!codings.empty()) codings += ", ";
+      codings += coding;
+    }
+  }
+  head.erase(bhttp::field::transfer_encoding);
+  head.erase(bhttp::field::content_length);
+  if (const auto length = from.content_length()) {
+    head.set(bhttp::field::content_length, std::to_string(*length));
+  } else if (from.has_body()) {
+    head.set(bhttp::field::transfer_encoding, codings.empty() ? "chunked" : codings + ", chunked");
+  }
 }
 
 std::vector<store::Header> to_headers(const Fields& fields) {

@@ -15,8 +15,16 @@ namespace idemproxy::http {
 /// base path prefixed, hop-by-hop removed, Expect answered here, X-Forwarded-For
 /// appended, X-Forwarded-Proto (https when the peer came over TLS) and -Host set when
 /// absent. Host is kept as sent, or set to the upstream's authority when the client
-/// sent none.
-void prepare_forward(RequestHeader& req, const Peer& peer, const config::UpstreamConfig& upstream);
+/// sent none. te goes too; the return value says whether the client sent
+/// `te: trailers`, for the upstream's codec to decide on (upstream/call.hpp).
+bool prepare_forward(RequestHeader& req, const Peer& peer, const config::UpstreamConfig& upstream);
+
+/// Sets the framing fields of a request the proxy forwards from what the codec read,
+/// never from the sender's text (RFC 9112 6.3: a message's framing is the receiver's
+/// reading of it; a proxy that copied it would pass on "Content-Length: 2, 2"): one
+/// Content-Length when the length is declared, chunked otherwise (RFC 9112 7.1), with
+/// the transfer codings before chunked kept; none for a request without a body.
+void frame_request(RequestHeader& head, const Exchange& from);
 
 std::vector<store::Header> to_headers(const Fields& fields);
 

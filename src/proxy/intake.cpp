@@ -103,7 +103,7 @@ asio::awaitable<Step> body_phase(Flow& f) {
 namespace {
 asio::awaitable<Step> forward_as_read(Flow& f, Outcome outcome) {
   RequestContext& ctx = f.ctx;
-  prepare_forward(f.req, ctx.ex.peer(), ctx.settings.config.upstream);
+  ctx.te_trailers = prepare_forward(f.req, ctx.ex.peer(), ctx.settings.config.upstream);
   f.req.prepare_payload();
   f.decision.outcome = outcome;
   co_return co_await forward_unprotected(f);
@@ -185,7 +185,7 @@ asio::awaitable<Step> fingerprint_phase(Flow& f) {
                                       route.after_expiry_reject});
   if (f.hit && f.hit->fingerprint == f.claim->fingerprint) co_return co_await replay_cached(f);
   f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
-  prepare_forward(f.req, ctx.ex.peer(), cfg.upstream);
+  ctx.te_trailers = prepare_forward(f.req, ctx.ex.peer(), cfg.upstream);
   f.req.prepare_payload();
   co_return Step::next;
 }

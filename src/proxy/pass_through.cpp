@@ -6,8 +6,8 @@
 #include "proxy/context.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/phases.hpp"
+#include "proxy/pump.hpp"
 #include "proxy/spans.hpp"
-#include "upstream/relay.hpp"
 
 namespace idemproxy::http {
 
@@ -22,9 +22,8 @@ asio::awaitable<bool> stream_response(RequestContext& ctx, UpstreamCall& call,
   ctx.status = res.result_int();
   ctx.upstream_status = ctx.status;
   beast::error_code relay_error;
-  const bool head_request = ctx.method == "HEAD";
-  const auto relayed = co_await call.relay_answer(
-      prefix, head_request, ctx.grpc, ctx.ex, ctx.settings.config.upstream.timeout, relay_error);
+  const auto relayed = co_await relay_answer(call, ctx.ex, prefix, ctx.grpc,
+                                             ctx.settings.config.upstream.timeout, relay_error);
   // An answer broken off must never pass for a whole one.
   if (relayed == RelayError::read) ctx.ex.reset();
   co_return relayed == RelayError::none;
@@ -44,7 +43,7 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
   ctx.ex.body_limit(cfg.server.max_stream_body);
   auto& req = ctx.ex.head();
   const bool is_head = req.method() == bhttp::verb::head;
-  prepare_forward(req, ctx.ex.peer(), cfg.upstream);
+  const bool te_trailers = prepare_forward(req, ctx.ex.peer(), cfg.upstream);
   frame_request(req, ctx.ex);
 
   const auto upstream_started = std::chrono::steady_clock::now();
@@ -64,8 +63,8 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
       !ctx.ex.has_body() || ctx.ex.body_done()
           ? std::nullopt
           : std::optional{std::chrono::steady_clock::now() + cfg.server.body_timeout};
-  const auto sent = co_await call->send_request(req, ctx.ex, cfg.upstream.timeout, body_deadline,
-                                                read_error, write_error);
+  const auto sent = co_await send_request(*call, req, ctx.ex, te_trailers, cfg.upstream.timeout,
+                                          body_deadline, read_error, write_error);
   if (sent == RelayError::read) {
     // The client went away mid-body, sent it too slowly, or broke its framing: the
     // upstream connection holds part of a request and is closed with this one.
@@ -93,9 +92,10 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
     co_return;
   }
 
-  const InterimSink interim{&ctx.ex};
-  const auto hec = co_await call->read_final_head(is_head, cfg.server.max_stream_body, interim,
-                                                  ctx.ex.fields_allocator(), cfg.upstream.timeout);
+  const std::optional<std::uint64_t> body_limit = cfg.server.max_stream_body;
+  const FieldsAllocator fields = ctx.ex.fields_allocator();
+  const auto head_by = std::chrono::steady_clock::now() + cfg.upstream.timeout;
+  const auto hec = co_await read_final_head(*call, &ctx.ex, is_head, body_limit, fields, head_by);
   if (hec) {
     const auto kind =
         hec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;

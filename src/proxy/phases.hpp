@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "idemproxy/engine/coordinator.hpp"
+#include "proxy/buffered.hpp"
 #include "proxy/context.hpp"
 
 namespace idemproxy::http::idempotent {

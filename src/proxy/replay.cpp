@@ -1,11 +1,22 @@
 #include "proxy/replay.hpp"
 
 #include "http/head_bytes.hpp"
+#include "idemproxy/engine/grpc_status.hpp"
 #include "proxy/context.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/spans.hpp"
 
 namespace idemproxy::http {
+namespace {
+
+bool is_grpc_answer(const store::StoredResponse& stored) {
+  for (const auto& h : stored.headers) {
+    if (beast::iequals(h.name, "content-type")) return engine::is_grpc_content_type(h.value);
+  }
+  return false;
+}
+
+}  // namespace
 
 std::string_view original_trace_id(const store::StoredResponse& stored) {
   for (const auto& h : stored.headers) {
@@ -15,6 +26,13 @@ std::string_view original_trace_id(const store::StoredResponse& stored) {
 }
 
 void prepare_replay_head(engine::ReplayCache::Entry& e) {
+  // gRPC's trailers-only answer (a status, no message) is one HEADERS frame with
+  // END_STREAM, and is replayed as one: a record an earlier version kept as a head
+  // and trailers has them joined again, so the replay's metadata is the original's.
+  if (e.response.body.empty() && !e.response.trailers.empty() && is_grpc_answer(e.response)) {
+    for (auto& t : e.response.trailers) e.response.headers.push_back(std::move(t));
+    e.response.trailers.clear();
+  }
   const auto& stored = e.response;
   e.fields.clear();
   e.fields.reserve(stored.headers.size() + 2);

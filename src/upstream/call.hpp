@@ -1,69 +1,89 @@
 #pragma once
 // One exchange with the upstream, whatever carries it: a pooled HTTP/1.1 connection
-// (Http1Call, pool.cpp) or a stream of a shared HTTP/2 connection (h2::StreamCall,
-// h2_call.cpp). The phases drive both through this interface, as a client's exchange
-// (http/exchange.hpp) hides its codec from them: the request goes out, the final
-// answer's head comes back past any interim ones, and the body is relayed to the
-// client as it arrives.
-#include <boost/optional.hpp>
+// (Http1Call, http1_call.cpp) or a stream of a shared HTTP/2 connection
+// (h2::StreamCall, h2_call.cpp). The proxy drives it and never hands it the client's
+// exchange: it sends the request's head and body pieces, then pulls the answer, its
+// heads (interim ones, then the final one), then its body pieces and trailers. The
+// pump between the two hops is the proxy's (proxy/pump.hpp), as Pingora's proxy_h1
+// and Envoy's router keep it; backpressure holds both ways, since each side is read
+// only as the other takes what was read.
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
-#include <string>
 #include <string_view>
-#include <vector>
 
+#include "http/beast.hpp"
 #include "http/exchange.hpp"
-#include "http/problem.hpp"
 
 namespace idemproxy::http {
 
-/// Where a relay stopped: reading from its source or writing to its sink.
-enum class RelayError { none, read, write };
+/// One piece of an upstream answer's body.
+struct AnswerPiece {
+  std::string_view data;    // valid until the next read_body() or the call's end
+  bool end = false;         // the answer is whole: `trailers` are its trailer fields
+  Trailers trailers;        // with `end`; valid while the call lives
+  beast::error_code error;  // timeout, body_limit, partial_message (cut short), or I/O
+};
 
-/// Where interim (1xx) answers go while the final one is awaited: the client's
-/// exchange (which sends none to an HTTP/1.0 client, RFC 9110 15.2). Null: dropped.
-struct InterimSink {
-  Exchange* client = nullptr;
+/// What a request head says about the body that follows it.
+struct RequestFraming {
+  bool body = false;  // a body follows by send_body() (false: the request ends here)
+  /// The client sent `te: trailers` (RFC 9110 10.1.4): it takes trailers, which a
+  /// gRPC server requires. Each upstream codec decides what it makes of it: an
+  /// HTTP/2 upstream gets `te: trailers` (RFC 9113 §8.2.2), an HTTP/1.1 one nothing.
+  bool te_trailers = false;
 };
 
 class UpstreamCall {
  public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
   /// Destroys the call and frees its memory where it came from (a client
   /// connection's arena for a pooled HTTP/1.1 call: no heap call per request).
   virtual void destroy() noexcept = 0;
 
-  /// Sends `head` (already prepared and framed for forwarding, frame_request), then
-  /// the client's body as `from` delivers it. Reads wait at most `deadline`
-  /// (server.body_timeout) in all; each write, or wait for the upstream's window,
-  /// at most `timeout`. A request's trailer fields are never relayed (RFC 9110
-  /// 6.5.1). `read_error` says why reading stopped.
-  virtual asio::awaitable<RelayError> send_request(RequestHeader& head, Exchange& from,
-                                                   Duration timeout,
-                                                   std::optional<Exchange::TimePoint> deadline,
-                                                   BodyPiece::Error& read_error,
-                                                   beast::error_code& write_error) = 0;
+  // ---- The request.
+  /// Sends `head`, prepared for forwarding (its framing fields set from what the
+  /// proxy read: proxy/forward.hpp). The head may wait to go out with the first body
+  /// bytes. Connection-specific fields are the codec's to drop.
+  virtual asio::awaitable<beast::error_code> send_head(RequestHeader& head, RequestFraming framing,
+                                                       TimePoint until) = 0;
+  /// More of the request body; `last` ends it. `data` must stay valid until this
+  /// returns. An error: the upstream cannot take it (gone, or its window stayed shut
+  /// until `until`). A request's trailer fields are never relayed (RFC 9110 6.5.1).
+  virtual asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
+                                                       TimePoint until) = 0;
+  /// Whether the upstream answered, or ended the stream, before it took the whole
+  /// body: the answer tells the rest, and the rest is not sent (RFC 9113 §8.1).
+  virtual bool answered_early() const { return false; }
 
-  /// Reads the final answer's head, within `timeout`: each interim answer but 100
-  /// goes to `sink` (100 Continue answers an expectation the proxy handled itself).
-  /// `head_request`: the answer has no body (RFC 9110 9.3.2). `body_limit`: a body
-  /// longer than this is an error. `fields`: where the answer's fields live.
-  virtual asio::awaitable<beast::error_code> read_final_head(
-      bool head_request, boost::optional<std::uint64_t> body_limit, const InterimSink& sink,
-      FieldsAllocator fields, Duration timeout) = 0;
-
-  /// The final answer's head, once read_final_head succeeded. The caller may change
-  /// it (hop-by-hop fields out, the proxy's own in) before relay_answer sends it.
+  // ---- The answer.
+  /// Reads the next head, by `until`: an interim answer (1xx; never 100, which
+  /// answers an expectation the proxy met itself, nor 101: an error) or the final
+  /// one. `head_request`: the answer has no body (RFC 9110 9.3.2). `body_limit`: a
+  /// body longer than this is an error. `fields`: where the answer's fields live.
+  /// A stream the upstream refused unprocessed is sent again where that is safe.
+  virtual asio::awaitable<beast::error_code> read_head(bool head_request,
+                                                       std::optional<std::uint64_t> body_limit,
+                                                       FieldsAllocator fields, TimePoint until) = 0;
+  /// The head read last. The caller may change it (hop-by-hop fields out, the
+  /// proxy's own in) before it sends it on.
   virtual ResponseHeader& head() = 0;
-
-  /// Writes the answer to `to`: head(), then `prefix` (body bytes already read), then
-  /// the rest as it arrives, then its trailers. `grpc`: the call is gRPC (decided
-  /// once, on the client's request), so its answer ends in trailers whatever its
-  /// length. Each read from the upstream waits at most `timeout`. The connection or
-  /// stream is given back once the answer is read, before its last bytes are written
-  /// (a client on HTTP/2 may open its next stream as soon as it has them).
-  virtual asio::awaitable<RelayError> relay_answer(std::string_view prefix, bool head_request,
-                                                   bool grpc, Exchange& to, Duration timeout,
-                                                   beast::error_code& read_error) = 0;
+  /// Whether head() is an interim answer (the final one is still to come).
+  bool interim() { return head().result_int() / 100 == 1; }
+  /// How the final answer's body is framed, as the upstream framed it: none (HEAD,
+  /// 204, 304), a length, or unknown; `trailers`: trailer fields may follow (a
+  /// chunked HTTP/1.1 answer, an HTTP/2 one that announces them with Trailer).
+  virtual Framing framing() const = 0;
+  /// The next piece of the final answer's body, by `until`. Once the piece with
+  /// `end` was read, the connection or stream is free for the next call (a client
+  /// on HTTP/2 may open its next stream as soon as it has the last bytes), and
+  /// every later read returns `end` again with no data.
+  virtual asio::awaitable<AnswerPiece> read_body(TimePoint until) = 0;
+  /// Whether the request may have been processed: false only when the upstream
+  /// refused it unprocessed (RFC 9113 §8.7) and it was not sent again.
+  virtual bool maybe_processed() const { return true; }
 
  protected:
   virtual ~UpstreamCall() = default;
@@ -74,20 +94,15 @@ struct DestroyCall {
 };
 using UpstreamCallPtr = std::unique_ptr<UpstreamCall, DestroyCall>;
 
-/// A buffered upstream answer, or the error that prevented one, or (over
-/// max_response_size) what is needed to stream the answer on.
-struct UpstreamAnswer {
-  std::optional<ProxyError> error;
-  bool sent = false;  // whether the request may have reached the upstream
-  StringResponse response;
-  std::vector<store::Header> trailers;  // of a chunked answer (RFC 9110 6.5)
-  /// Set when the body outgrew max_response_size: `call` holds the head and the rest,
-  /// `prefix` the body read so far. Never truncated: it is streamed.
-  struct Oversized {
-    UpstreamCallPtr call;
-    std::string prefix;
-  };
-  std::optional<Oversized> oversized;
+/// Where calls come from: the pool (upstream/pool.hpp), or a fake in tests.
+class Upstream {
+ public:
+  virtual ~Upstream() = default;
+  /// A call on an idle connection that still looks open or a new one (HTTP/1.1), or
+  /// on a stream of a shared HTTP/2 connection. `memory`: where the call lives (a
+  /// client connection's arena).
+  virtual asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> open_call(
+      FieldsAllocator memory) = 0;
 };
 
 }  // namespace idemproxy::http

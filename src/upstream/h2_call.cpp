@@ -24,9 +24,9 @@ nghttp2_nv nv(const std::string& name, const std::string& value) {
 }
 
 // RFC 9113 §8.3.1: the request line and Host become pseudo-header fields; §8.2.2:
-// connection-specific fields are not sent, and te only as "trailers" (which the
-// proxy forwards only when the client sent it, proxy/forward.cpp).
-Fields request_fields(const RequestHeader& req, bool tls) {
+// connection-specific fields are not sent, and te only as "trailers", exactly when
+// the client said it takes them (`te_trailers`, the proxy's reading of its request).
+Fields request_fields(const RequestHeader& req, bool tls, bool te_trailers) {
   Fields out;
   out.reserve(16);
   out.emplace_back(":method", std::string(req.method_string()));
@@ -37,12 +37,13 @@ Fields request_fields(const RequestHeader& req, bool tls) {
   std::string name;
   for (const auto& f : req) {
     const auto field_name = f.name_string();
-    if (connection_specific(field_name, connection) || beast::iequals(field_name, "host")) continue;
-    if (beast::iequals(field_name, "te") && !beast::iequals(trim_ows(f.value()), "trailers"))
+    if (connection_specific(field_name, connection) || beast::iequals(field_name, "host") ||
+        beast::iequals(field_name, "te"))
       continue;
     lower_case(field_name, name);
     out.emplace_back(name, std::string(f.value()));
   }
+  if (te_trailers) out.emplace_back("te", "trailers");
   return out;
 }
 
@@ -123,11 +124,6 @@ void StreamCall::release() {
   } catch (const std::exception& e) {  // the executor is gone: so is the session
     spdlog::debug("upstream HTTP/2: a stream was not released: {}", e.what());
   }
-}
-
-std::chrono::steady_clock::time_point StreamCall::until(Duration timeout) const {
-  const auto at = std::chrono::steady_clock::now() + timeout;
-  return deadline_ ? std::min(at, *deadline_) : at;
 }
 
 asio::awaitable<beast::error_code> StreamCall::open(std::unique_ptr<http::Stream> established) {
@@ -223,75 +219,43 @@ asio::awaitable<Taken> StreamCall::take(std::chrono::steady_clock::time_point un
   co_return got;
 }
 
-asio::awaitable<RelayError> StreamCall::send_request(RequestHeader& head, Exchange& from,
-                                                     Duration timeout,
-                                                     std::optional<Exchange::TimePoint> deadline,
-                                                     BodyPiece::Error& read_error,
-                                                     beast::error_code& write_error) {
-  request_.fields = request_fields(head, registry_->tls != nullptr);
-  request_.has_body = from.has_body() && !(from.body_done() && from.content_length() == 0);
-  if (auto ec = co_await start()) {
-    write_error = ec;
-    co_return RelayError::write;
-  }
-  if (!request_.has_body) co_return RelayError::none;
-  auto& link = *link_;
-  Call& call = *call_;
-  for (bool end = false; !end;) {
-    const BodyPiece piece = co_await from.read_body(Chunk::kSize, deadline);
-    if (piece.error != BodyPiece::Error::none) {
-      read_error = piece.error;
-      release();
-      co_return RelayError::read;
-    }
-    end = piece.end;
-    if (request_.resendable && request_.body.size() + piece.data.size() <= kResendBody) {
-      request_.body.append(piece.data);
-    } else {
-      request_.resendable = false;
-      request_.body.clear();
-    }
-    const auto by = until(timeout);
-    bool stalled = false;
-    bool answered = false;
-    // The piece is copied on the link's executor while this coroutine waits.
-    auto step = [&]() -> asio::awaitable<void> {
-      link.push(call, piece.data, end);
-      while (!call.closed && call.out.size() - call.out_at > kOutHighWater) {
-        if (!co_await call.room.wait_until(by) && !call.closed &&
-            call.out.size() - call.out_at > kOutHighWater) {
-          stalled = true;  // the upstream's window stayed shut
-          co_return;
-        }
-      }
-      answered = call.closed || call.head.has_value();
-    };
-    co_await on_link(link, step);
-    if (stalled) {
-      write_error = beast::error::timeout;
-      co_return RelayError::write;
-    }
-    // The upstream answered (or reset the stream) before taking the whole body: the
-    // answer tells the rest (RFC 9113 §8.1).
-    if (answered) break;
-  }
-  co_return RelayError::none;
+asio::awaitable<beast::error_code> StreamCall::send_head(RequestHeader& head,
+                                                         RequestFraming framing, TimePoint) {
+  request_.fields = request_fields(head, registry_->tls != nullptr, framing.te_trailers);
+  request_.has_body = framing.body;
+  co_return co_await start();
 }
 
-asio::awaitable<beast::error_code> StreamCall::send_whole(const RequestHeader& head,
-                                                          std::string_view body) {
-  request_.fields = request_fields(head, registry_->tls != nullptr);
-  request_.has_body = !body.empty();
-  request_.body.assign(body);
-  if (auto ec = co_await start()) co_return ec;
-  if (body.empty()) co_return beast::error_code{};
+asio::awaitable<beast::error_code> StreamCall::send_body(std::string_view data, bool last,
+                                                         TimePoint until) {
+  if (!link_ || !call_) co_return beast::error_code(asio::error::connection_reset);
+  // Kept to be sent again should the upstream refuse the stream unprocessed: a body
+  // up to kResendBody, or one handed over whole (the idempotent path holds it anyway).
+  const bool whole = last && !sent_body_;
+  sent_body_ = true;
+  if (request_.resendable && (whole || request_.body.size() + data.size() <= kResendBody)) {
+    request_.body.append(data);
+  } else {
+    request_.resendable = false;
+    request_.body.clear();
+  }
   auto& link = *link_;
   Call& call = *call_;
+  bool stalled = false;
+  // The piece is copied on the link's executor while this coroutine waits.
   auto step = [&]() -> asio::awaitable<void> {
-    link.push(call, body, true);
-    co_return;
+    link.push(call, data, last);
+    while (!call.closed && call.out.size() - call.out_at > kOutHighWater) {
+      if (!co_await call.room.wait_until(until) && !call.closed &&
+          call.out.size() - call.out_at > kOutHighWater) {
+        stalled = true;  // the upstream's window stayed shut
+        co_return;
+      }
+    }
+    answered_early_ = !last && (call.closed || call.head.has_value());
   };
   co_await on_link(link, step);
+  if (stalled) co_return beast::error_code(beast::error::timeout);
   co_return beast::error_code{};
 }
 

@@ -264,30 +264,18 @@ class StreamCall final : public UpstreamCall {
   /// Picks a link with room (or opens one) and waits until it is ready.
   asio::awaitable<beast::error_code> open(std::unique_ptr<http::Stream> established);
 
-  asio::awaitable<RelayError> send_request(RequestHeader& head, Exchange& from, Duration timeout,
-                                           std::optional<Exchange::TimePoint> deadline,
-                                           BodyPiece::Error& read_error,
-                                           beast::error_code& write_error) override;
-  asio::awaitable<beast::error_code> read_final_head(bool head_request,
-                                                     boost::optional<std::uint64_t> body_limit,
-                                                     const InterimSink& sink,
-                                                     FieldsAllocator fields,
-                                                     Duration timeout) override;
+  asio::awaitable<beast::error_code> send_head(RequestHeader& head, RequestFraming framing,
+                                               TimePoint until) override;
+  asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
+                                               TimePoint until) override;
+  bool answered_early() const override { return answered_early_; }
+  asio::awaitable<beast::error_code> read_head(bool head_request,
+                                               std::optional<std::uint64_t> body_limit,
+                                               FieldsAllocator fields, TimePoint until) override;
   ResponseHeader& head() override { return *head_; }
-  asio::awaitable<RelayError> relay_answer(std::string_view prefix, bool head_request, bool grpc,
-                                           Exchange& to, Duration timeout,
-                                           beast::error_code& read_error) override;
-
-  /// Sends a whole request (UpstreamPool::round_trip).
-  asio::awaitable<beast::error_code> send_whole(const RequestHeader& head, std::string_view body);
-  /// The next answer bytes, within `until`; `end` with the trailers at the end.
-  asio::awaitable<Taken> take_body(std::chrono::steady_clock::time_point until);
-  /// Whether the request may have been processed: false only for a stream the
-  /// upstream refused unprocessed and that was not sent again.
-  bool maybe_processed() const { return !refused_; }
-  /// Bounds every later wait of this call (round_trip's whole exchange).
-  void deadline(std::chrono::steady_clock::time_point at) { deadline_ = at; }
-  std::vector<store::Header> trailers() const;
+  Framing framing() const override;
+  asio::awaitable<AnswerPiece> read_body(TimePoint until) override;
+  bool maybe_processed() const override { return !refused_; }
 
  private:
   asio::awaitable<beast::error_code> start();
@@ -295,21 +283,28 @@ class StreamCall final : public UpstreamCall {
   /// Sends the request again on another link (it was refused unprocessed).
   asio::awaitable<bool> resend();
   void release();
-  std::chrono::steady_clock::time_point until(Duration timeout) const;
+  /// The next answer bytes, by `until`; `end` with the trailers at the end.
+  asio::awaitable<Taken> take_body(std::chrono::steady_clock::time_point until);
 
   std::shared_ptr<Registry> registry_;
   std::shared_ptr<UpstreamLink> link_;
   std::shared_ptr<Call> call_;
   Outgoing request_;
   std::optional<ResponseHeader> head_;
-  Fields trailers_;
+  std::vector<std::pair<unsigned, Fields>> interims_;  // 1xx heads not yet read
+  std::optional<std::pair<unsigned, Fields>> final_;   // the final head, not yet read
+  int interim_count_ = 0;
+  std::string piece_;  // the body piece read last
+  std::vector<store::Header> trailers_;
   std::size_t unconsumed_ = 0;  // answer bytes taken, their window not yet reopened
   std::uint64_t body_limit_ = ~std::uint64_t{0};
   std::uint64_t body_seen_ = 0;
+  bool head_request_ = false;
   bool refused_ = false;
   int resends_ = 0;  // of kMaxResends
   bool ended_ = false;
-  std::optional<std::chrono::steady_clock::time_point> deadline_;
+  bool sent_body_ = false;
+  bool answered_early_ = false;
 };
 
 inline std::uint32_t Registry::limit_from(const UpstreamLink& link, std::uint32_t announced,

@@ -1,7 +1,7 @@
 #pragma once
 // HTTP/2 to the upstream (upstream.protocol h2c, h2, auto). Each request is a stream
-// of one of a few shared connections: the phases drive it through UpstreamCall, as
-// they drive a pooled HTTP/1.1 connection, and the codec is libnghttp2's (framing,
+// of one of a few shared connections: the proxy drives it through UpstreamCall, as
+// it drives a pooled HTTP/1.1 connection, and the codec is libnghttp2's (framing,
 // HPACK, flow control). A connection takes streams up to upstream.http2_max_streams
 // and the upstream's SETTINGS_MAX_CONCURRENT_STREAMS; another opens when all are
 // full, and one left idle for upstream.idle_timeout is closed.
@@ -33,14 +33,6 @@ class H2Upstream {
   /// the new HTTP/2 connection.
   asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> open_call(
       std::unique_ptr<Stream> established = nullptr);
-
-  /// UpstreamPool::round_trip over a stream. A stream the upstream refused
-  /// unprocessed (REFUSED_STREAM, or above a GOAWAY's last stream id: RFC 9113 §8.7)
-  /// is sent again on another connection, up to three times (h2::kMaxResends);
-  /// nothing else is sent twice.
-  asio::awaitable<UpstreamAnswer> round_trip(StringRequest& request, const InterimSink& interim,
-                                             Duration timeout,
-                                             std::unique_ptr<Stream> established = nullptr);
 
  private:
   std::shared_ptr<h2::Registry> registry_;

@@ -207,7 +207,14 @@ def test_a_stored_error_status_is_replayed_whole(covered, backend):
         trailing = dict(e.trailing_metadata())
         assert trailing["x-why"] == "no such order"
         assert trailing["grpc-status-details-bin"] == b"\x08\x05\x12\x03abc"
-    assert dict(errors[1].initial_metadata()).get("idempotent-replayed") == "true"
+    # Trailers-only, as the original was: one HEADERS frame, so the replay's fields
+    # reach grpcio as trailing metadata, with the same fields the original carried.
+    first, replay = (dict(e.trailing_metadata()) for e in errors)
+    assert replay.get("idempotent-replayed") == "true"
+    assert "idempotent-replayed" not in first
+    for name in ("idempotency-key-expires", "x-request-id", "grpc-status-details-bin", "x-why"):
+        assert name in first and name in replay, name
+    assert not errors[1].initial_metadata()
 
 
 def test_statuses_that_say_try_again_are_never_stored(covered, backend):
@@ -390,7 +397,7 @@ def test_shadow_mode_forwards_every_call_and_counts_what_it_would_have_done(cove
                                               b"created:u")
     assert "idempotent-replayed" not in dict(call.initial_metadata())
     assert backend.executions(key) == 3  # nothing blocked, nothing replayed
-    m = lambda outcome: p.metric("idemproxy_requests_total", route="orders", outcome=outcome)
+    m = lambda o, n=1: p.wait_metric("idemproxy_requests_total", n, route="orders", outcome=o)
     assert (m("shadow_would_replay"), m("shadow_would_mismatch"), m("shadow_would_reject")) == \
         (1, 1, 1)
     ch.close()
@@ -435,7 +442,7 @@ def test_metrics_logs_and_traces_for_grpc_calls(covered, backend):
         create(b"m", timeout=10)                                                # missing_key
     with pytest.raises(grpc.RpcError):
         method(ch, "Flaky")(b"f", metadata=keyed(key + "-f"), timeout=10)       # released
-    m = lambda outcome: p.metric("idemproxy_requests_total", route="orders", outcome=outcome)
+    m = lambda o, n=1: p.wait_metric("idemproxy_requests_total", n, route="orders", outcome=o)
     assert [m(o) for o in ("executed", "replayed", "mismatch", "missing_key", "released")] == \
         [1, 1, 1, 1, 1]
     # The upstream got the caller's trace; the log names it and the outcomes, never the key.

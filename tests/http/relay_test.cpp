@@ -1,9 +1,8 @@
-// relay_answer(): a body framed by Content-Length is read straight into the relay's
-// chunk once the bytes buffered with its head are used up, and no further: what
-// follows it on the connection stays there. The client's side is a real HTTP/1.1
-// exchange; both sides are real socket pairs on loopback.
-#include "upstream/relay.hpp"
-
+// The pump (proxy/pump.hpp) over an HTTP/1.1 upstream call (upstream/http1_call.hpp):
+// a body framed by Content-Length is read straight into the relay's chunk once the
+// bytes buffered with its head are used up, and no further: what follows it on the
+// connection stays there. The client's side is a real HTTP/1.1 exchange; both sides
+// are real socket pairs on loopback; the pool is a fake that counts what it gets back.
 #include <gtest/gtest.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -16,6 +15,8 @@
 
 #include "codec/http1/exchange.hpp"
 #include "proxy/policy_document.hpp"
+#include "proxy/pump.hpp"
+#include "upstream/http1_call.hpp"
 
 using namespace idemproxy;
 using namespace idemproxy::http;
@@ -51,13 +52,28 @@ class OneExchange final : public Service {
   ops::Metrics metrics_;
 };
 
+// The pool's side of a call: keeps what comes back, makes no new connection.
+class KeepingHome final : public ConnectionHome {
+ public:
+  void give_back(std::unique_ptr<UpstreamConnection> conn) override {
+    ++given;
+    kept = std::move(conn);
+  }
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> fresh()
+      override {
+    co_return std::make_pair(beast::error_code(asio::error::connection_refused), nullptr);
+  }
+  int given = 0;
+  std::unique_ptr<UpstreamConnection> kept;
+};
+
 struct Relayed {
   RelayError result = RelayError::write;
   beast::error_code error;
   std::string out;       // what the client read
   std::size_t left = 0;  // bytes left in the upstream connection's buffer after the relay
   std::string unread;    // what a read of the upstream connection found after the relay
-  int answer_read = 0;   // how often the relay said the answer was read whole
+  int answer_read = 0;   // how often the call gave its connection back (read whole)
 };
 
 // Sends `head_and_start` and then `rest` (both before the relay reads), relays the
@@ -73,29 +89,38 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
   h1::Exchange exchange(*client, service.settings(), service);
   asio::write(down.peer, asio::buffer(std::string_view("GET / HTTP/1.1\r\nHost: x\r\n\r\n")));
   asio::write(up.peer, asio::buffer(head_and_start));
-  UpstreamConnection conn(std::move(up.ours));
+  KeepingHome home;
+  auto call = Http1Call::make({}, home, std::make_unique<UpstreamConnection>(std::move(up.ours)));
   Relayed r;
-  StreamingParser p;
-  p.body_limit(boost::none);
-  bhttp::read_header(conn.stream.socket(), conn.buffer, p);
+  const auto run = [&io](auto step) {
+    asio::co_spawn(io, std::move(step), [](const std::exception_ptr& e) {
+      if (e) std::rethrow_exception(e);
+    });
+    io.run();
+    io.restart();
+  };
+  // The head is read before the rest arrives, so that only the head and what came
+  // with it can be in the connection's buffer.
+  run([&]() -> asio::awaitable<void> {
+    const std::optional<std::uint64_t> unbounded;
+    const FieldsAllocator heap;
+    const auto by = std::chrono::steady_clock::now() + 5s;
+    const auto ec = co_await read_final_head(*call, nullptr, false, unbounded, heap, by);
+    EXPECT_FALSE(ec) << ec.message();
+    io.stop();
+  });
   asio::write(up.peer, asio::buffer(rest));
   if (close) up.peer.shutdown(tcp::socket::shutdown_send);
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        const bool read = co_await exchange.read_head(std::chrono::steady_clock::now());
-        EXPECT_TRUE(read);
-        const std::string_view prefix;
-        const std::function<void()> answer_read = [&r] { ++r.answer_read; };
-        r.result =
-            co_await relay_answer(conn, p, prefix, false, exchange, 5s, r.error, answer_read);
-        client->stream.socket().shutdown(tcp::socket::shutdown_send);
-        io.stop();  // the sockets' timer waits (5 s deadlines) need not run out
-      },
-      [](const std::exception_ptr& e) {
-        if (e) std::rethrow_exception(e);
-      });
-  io.run();
+  run([&]() -> asio::awaitable<void> {
+    const bool read = co_await exchange.read_head(std::chrono::steady_clock::now());
+    EXPECT_TRUE(read);
+    const std::string_view prefix;
+    r.result = co_await relay_answer(*call, exchange, prefix, false, 5s, r.error);
+    client->stream.socket().shutdown(tcp::socket::shutdown_send);
+    io.stop();  // the sockets' timer waits (5 s deadlines) need not run out
+  });
+  r.answer_read = home.given;
+  UpstreamConnection& conn = home.kept ? *home.kept : *static_cast<Http1Call&>(*call).connection();
   r.left = conn.buffer.size();
   beast::error_code ec;
   asio::read(down.peer, asio::dynamic_buffer(r.out), ec);  // to the relay's shutdown
@@ -151,7 +176,7 @@ TEST(Relay, AChunkedBodyStillGoesThroughTheParser) {
   const std::string chunks = "5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
   const auto r = relay_answer(head, chunks, false);
   EXPECT_EQ(r.result, RelayError::none) << r.error.message();
-  // Re-framed by the proxy: the extension is not relayed (relay.hpp).
+  // Re-framed by the proxy: the extension is not relayed.
   EXPECT_EQ(r.out, head + "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
   EXPECT_EQ(r.answer_read, 1);
 }

@@ -171,6 +171,45 @@ TEST_P(Behaviour, TrailersAreStoredAndReplayedAsTrailers) {
   EXPECT_EQ(again.field("X-Checksum"), "");  // never a header field
 }
 
+// gRPC's trailers-only answer (a status and no message: one HEADERS frame with
+// END_STREAM) is replayed as it went out the first time: no trailers apart from the
+// head, and the proxy's fields beside the status, where grpcio reads them as
+// trailing metadata.
+TEST_P(Behaviour, AGrpcTrailersOnlyAnswerIsReplayedTrailersOnly) {
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.status = 200;
+    a.fields = {{"Content-Type", "application/grpc"},
+                {"grpc-status", "5"},
+                {"grpc-message", "order%207%20not%20found"},
+                {"x-why", "no such order"}};
+    a.body.clear();
+    return a;
+  };
+  const Request call{
+      "POST",
+      "/v1/orders/Get",
+      {{"Idempotency-Key", "grpc-1"}, {"Content-Type", "application/grpc"}, {"TE", "trailers"}},
+      std::string("\0\0\0\0\x01"
+                  "7",
+                  6),
+      {}};
+  const Reply first = send(call);
+  const Reply replay = send(call);
+  EXPECT_EQ(world.executions("grpc-1"), 1);
+  for (const Reply* r : {&first, &replay}) {
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->field("grpc-status"), "5");
+    EXPECT_EQ(r->field("x-why"), "no such order");
+    EXPECT_NE(r->field("x-request-id"), "");
+    EXPECT_NE(r->field("idempotency-key-expires"), "");
+    EXPECT_TRUE(r->trailers.empty()) << r->trailers.front().first;
+    EXPECT_TRUE(r->body.empty());
+  }
+  EXPECT_EQ(first.field("idempotent-replayed"), "");
+  EXPECT_EQ(replay.field("idempotent-replayed"), "true");
+}
+
 INSTANTIATE_TEST_SUITE_P(BothCodecs, Behaviour, ::testing::Values(Codec::http1, Codec::http2),
                          [](const auto& info) { return to_string(info.param); });
 

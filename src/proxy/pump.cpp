@@ -1,0 +1,105 @@
+#include "proxy/pump.hpp"
+
+#include "http/chunk.hpp"
+#include "http/fields.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+Exchange::TimePoint from_now(Duration timeout) {
+  return std::chrono::steady_clock::now() + timeout;
+}
+
+}  // namespace
+
+asio::awaitable<RelayError> send_request(UpstreamCall& call, RequestHeader& head, Exchange& from,
+                                         bool te_trailers, Duration timeout,
+                                         std::optional<Exchange::TimePoint> deadline,
+                                         BodyPiece::Error& read_error,
+                                         beast::error_code& write_error) {
+  // A body declared empty and already read is none at all (HTTP/2: END_STREAM on the
+  // HEADERS frame); frame_request framed the head to match.
+  const RequestFraming framing{from.has_body() && !(from.body_done() && from.content_length() == 0),
+                               te_trailers};
+  // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
+  // some, http/exchange.cpp says which.)
+  const auto head_by = from_now(timeout);
+  if (auto ec = co_await call.send_head(head, framing, head_by)) {
+    write_error = ec;
+    co_return RelayError::write;
+  }
+  if (!framing.body) co_return RelayError::none;
+  for (bool end = false; !end;) {
+    std::string_view data;
+    if (from.body_done()) {
+      end = true;
+    } else {
+      const BodyPiece piece = co_await from.read_body(Chunk::kSize, deadline);
+      if (piece.error != BodyPiece::Error::none) {
+        read_error = piece.error;
+        co_return RelayError::read;
+      }
+      data = piece.data;
+      end = piece.end;
+    }
+    const auto by = from_now(timeout);
+    if (auto ec = co_await call.send_body(data, end, by)) {
+      write_error = ec;
+      co_return RelayError::write;
+    }
+    // The upstream answered before it took the whole body: the answer tells the rest.
+    if (call.answered_early()) break;
+  }
+  co_return RelayError::none;
+}
+
+asio::awaitable<beast::error_code> read_final_head(UpstreamCall& call, Exchange* interim_to,
+                                                   bool head_request,
+                                                   std::optional<std::uint64_t> body_limit,
+                                                   FieldsAllocator fields,
+                                                   Exchange::TimePoint until) {
+  for (;;) {
+    if (auto ec = co_await call.read_head(head_request, body_limit, fields, until)) co_return ec;
+    if (!call.interim()) co_return beast::error_code{};
+    if (interim_to == nullptr) continue;
+    auto& head = call.head();
+    strip_hop_by_hop(head);
+    // A client that cannot take the 1xx will fail the final answer's write too.
+    co_await interim_to->send_interim(head);
+  }
+}
+
+asio::awaitable<RelayError> relay_answer(UpstreamCall& call, Exchange& to, std::string_view prefix,
+                                         bool expect_trailers, Duration timeout,
+                                         beast::error_code& read_error) {
+  ResponseHeader& head = call.head();
+  Framing framing = call.framing();
+  if (framing.kind == Framing::Kind::none) {
+    // Nothing to relay but the head: the connection is free for the next call first.
+    const auto by = from_now(timeout);
+    co_await call.read_body(by);
+    const bool sent = co_await to.send_head(head, framing);
+    co_return sent ? RelayError::none : RelayError::write;
+  }
+  // A client takes trailers only as its codec allows (HTTP/1.1: chunked, with TE).
+  framing.trailers = framing.trailers || expect_trailers;
+  if (!co_await to.send_head(head, framing)) co_return RelayError::write;
+  if (!prefix.empty()) {
+    const Trailers none;
+    if (!co_await to.send_body(prefix, false, none)) co_return RelayError::write;
+  }
+  for (;;) {
+    const auto by = from_now(timeout);
+    const AnswerPiece piece = co_await call.read_body(by);
+    if (piece.error) {
+      read_error = piece.error;
+      co_return RelayError::read;
+    }
+    // Once the last piece is read the upstream connection is free, before the
+    // client has the last bytes.
+    if (!co_await to.send_body(piece.data, piece.end, piece.trailers)) co_return RelayError::write;
+    if (piece.end) co_return RelayError::none;
+  }
+}
+
+}  // namespace idemproxy::http

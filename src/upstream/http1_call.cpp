@@ -1,0 +1,214 @@
+#include "upstream/http1_call.hpp"
+
+#include <array>
+#include <cstdio>
+#include <span>
+
+#include "http/parse_buffered.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+// A server sends few interim answers; an endless stream of them is an attack.
+constexpr int kMaxInterim = 16;
+
+StreamingParserPtr new_parser(bool head_request, std::optional<std::uint64_t> body_limit,
+                              const FieldsAllocator& fields) {
+  // In the arena the answer's fields use: one heap allocation fewer per exchange.
+  // (Making a parser allocates nothing, so nothing can throw between the two steps.)
+  ArenaAllocator<StreamingParser> memory(fields);
+  StreamingParserPtr parser(::new (memory.allocate(1)) StreamingParser(
+      std::piecewise_construct, std::make_tuple(), std::make_tuple(fields)));
+  parser->header_limit(64 * 1024);
+  parser->body_limit(body_limit ? boost::optional<std::uint64_t>(*body_limit) : boost::none);
+  if (head_request) parser->skip(true);
+  return parser;
+}
+
+// Beast reads at most capacity() - size() bytes of a flat_buffer per call (and at
+// least 512): a buffer that only ever held a head reads a body 512 bytes at a time,
+// a syscall and a write each. While a body is large or of unknown length, the
+// upstream connection's buffer gets kBodyReadSize of room, and keeps it.
+void widen_for_body(beast::flat_buffer& buffer, const StreamingParser& p) {
+  if (!p.is_done() && (p.chunked() || p.content_length().value_or(0) > 4096)) {
+    buffer.reserve(kBodyReadSize);
+  }
+}
+
+}  // namespace
+
+UpstreamCallPtr Http1Call::make(FieldsAllocator memory, ConnectionHome& home,
+                                std::unique_ptr<UpstreamConnection> conn) {
+  ArenaAllocator<Http1Call> typed(memory);
+  auto* call = ::new (typed.allocate(1)) Http1Call(home, std::move(conn));
+  call->memory_ = memory;
+  return UpstreamCallPtr(call);
+}
+
+void Http1Call::destroy() noexcept {
+  ArenaAllocator<Http1Call> typed(memory_);
+  this->~Http1Call();
+  typed.deallocate(this, 1);
+}
+
+asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head, RequestFraming framing,
+                                                        TimePoint until) {
+  // te is hop-by-hop (RFC 9110 10.1.4): an HTTP/1.1 upstream never gets it.
+  if (head.find(bhttp::field::te) != head.end()) head.erase(bhttp::field::te);
+  chunked_ = framing.body && head.find(bhttp::field::content_length) == head.end();
+  head_bytes_.emplace(serialize_head(head));
+  if (framing.body) co_return beast::error_code{};  // it goes with the first body bytes
+  // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
+  // some, exchange.cpp says which.)
+  const asio::const_buffer only = asio::buffer(*head_bytes_);
+  const std::span<const asio::const_buffer> buffers(&only, 1);
+  const auto ec = co_await write(buffers, until);
+  co_return ec;
+}
+
+asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, bool last,
+                                                        TimePoint until) {
+  static constexpr std::string_view kCrlf = "\r\n";
+  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+  std::array<asio::const_buffer, 5> buffers;
+  std::size_t count = 0;
+  if (head_bytes_) buffers[count++] = asio::buffer(*head_bytes_);
+  char size_line[24];
+  if (!data.empty() && chunked_) {
+    const int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+    buffers[count++] = asio::buffer(size_line, static_cast<std::size_t>(n));
+  }
+  if (!data.empty()) buffers[count++] = asio::buffer(data);
+  if (!data.empty() && chunked_) buffers[count++] = asio::buffer(kCrlf);
+  if (last && chunked_) buffers[count++] = asio::buffer(kLastChunk);
+  if (count == 0) co_return beast::error_code{};
+  const std::span<const asio::const_buffer> gathered(buffers.data(), count);
+  const auto ec = co_await write(gathered, until);
+  co_return ec;
+}
+
+asio::awaitable<beast::error_code> Http1Call::write(std::span<const asio::const_buffer> buffers,
+                                                    TimePoint until) {
+  for (;;) {
+    conn_->stream.expires_at(until);
+    auto [ec, n] = co_await asio::async_write(conn_->stream, buffers, use_nothrow);
+    if (ec && !written_ && conn_->reused) {
+      // A stale keep-alive connection: the same bytes go once more on a new one.
+      written_ = true;
+      auto [fec, fresh] = co_await home_.fresh();
+      if (fec) co_return fec;
+      conn_ = std::move(fresh);
+      continue;
+    }
+    written_ = true;
+    if (!ec) head_bytes_.reset();
+    co_return ec;
+  }
+}
+
+asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
+                                                        std::optional<std::uint64_t> body_limit,
+                                                        FieldsAllocator fields, TimePoint until) {
+  conn_->stream.expires_at(until);
+  for (int interim = 0;; ++interim) {
+    // Each head gets a fresh parser (RFC 9110 15.2: a 1xx is never the answer; taking
+    // it for one hands the real answer to the next request on the connection).
+    parser_ = new_parser(head_request, body_limit, fields);
+    auto [ec, n] =
+        co_await bhttp::async_read_header(conn_->stream, conn_->buffer, *parser_, use_nothrow);
+    if (ec) co_return ec;
+    const unsigned status = parser_->get().result_int();
+    if (status / 100 != 1) co_return ec;
+    // A 101 is an error: the proxy never forwards Upgrade, and a server must not
+    // switch unasked (RFC 9110 7.8).
+    if (status == 101 || interim == kMaxInterim) co_return bhttp::error::bad_status;
+    if (status != 100) co_return ec;
+  }
+}
+
+Framing Http1Call::framing() const {
+  const StreamingParser& p = *parser_;
+  const unsigned status = p.get().result_int();
+  // A message with no body keeps its fields: they describe the resource.
+  if (p.is_done() || status / 100 == 1 || status == 204 || status == 304) return Framing::none();
+  if (const auto length = p.content_length()) return Framing::of(*length);
+  return Framing::unknown(p.chunked());
+}
+
+asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
+  AnswerPiece out;
+  if (ended_) {
+    out.end = true;
+    out.trailers = trailers_;
+    co_return out;
+  }
+  StreamingParser& p = *parser_;
+  if (!chunk_) {
+    chunk_.emplace();
+    widen_for_body(conn_->buffer, p);
+    // Only a chunked answer has trailers to tell apart from its head.
+    if (p.chunked()) head_fields_.emplace(p.get());
+  }
+  char* const room = chunk_->data();
+  // Most API answers: a length that fits one chunk, read whole in one piece.
+  const bool whole = !p.chunked() &&
+                     (p.is_done() || p.content_length().value_or(Chunk::kSize + 1) <= Chunk::kSize);
+  std::size_t filled = 0;
+  while (!body_done()) {
+    conn_->stream.expires_at(until);
+    if (!whole && !direct_ && conn_->buffer.size() == 0 && !p.chunked()) {
+      if (const auto left = p.content_length_remaining()) direct_ = *left;
+    }
+    if (direct_) {
+      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(Chunk::kSize, *direct_));
+      auto [ec, n] = co_await conn_->stream.async_read_some(asio::buffer(room, want), use_nothrow);
+      if (ec == asio::error::eof) ec = bhttp::error::partial_message;  // as Beast says it
+      if (ec) {
+        out.error = ec;
+        co_return out;
+      }
+      *direct_ -= n;
+      filled = n;
+      break;
+    }
+    p.get().body().data = room + filled;
+    p.get().body().size = Chunk::kSize - filled;
+    beast::error_code ec;
+    if (!parse_buffered(conn_->buffer, p, ec)) {
+      std::tie(ec, std::ignore) =
+          co_await bhttp::async_read_some(conn_->stream, conn_->buffer, p, use_nothrow);
+    }
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) {
+      out.error = ec;
+      co_return out;
+    }
+    filled = Chunk::kSize - p.get().body().size;
+    // A read may parse only framing (a chunk header): nothing to hand on yet.
+    if (whole || filled == 0) continue;
+    break;
+  }
+  out.data = {room, filled};
+  if (body_done()) {
+    if (head_fields_) {
+      // The parser adds a chunked answer's trailers to its fields, after the head's:
+      // they are taken out, to be relayed and kept as trailers (Trailer, RFC 9110
+      // 6.6.2, is a connection field: it is never kept).
+      trailers_ = head_fields_->added(p.get());
+      head_fields_->erase_added(p.get());
+    }
+    out.end = true;
+    out.trailers = trailers_;
+    finish();
+  }
+  co_return out;
+}
+
+void Http1Call::finish() {
+  ended_ = true;
+  // The parser's keep_alive() is what the head said, from its parse: the caller
+  // strips the Connection field from the message before it relays it.
+  if (conn_ && parser_->keep_alive() && !parser_->need_eof()) home_.give_back(std::move(conn_));
+}
+
+}  // namespace idemproxy::http

@@ -1,0 +1,107 @@
+#pragma once
+// The HTTP/1.1 side of an upstream exchange: one request and its answer on a pooled
+// connection (UpstreamCall). The request goes out with its head and first body bytes
+// in one write, chunked when its length is unknown; the answer is parsed by Beast and
+// handed to the proxy a piece at a time, a body framed by Content-Length read straight
+// into the relay's chunk.
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "http/beast.hpp"
+#include "http/chunk.hpp"
+#include "http/fields.hpp"
+#include "http/head_bytes.hpp"
+#include "http/stream.hpp"
+#include "upstream/call.hpp"
+
+namespace idemproxy::http {
+
+struct UpstreamConnection {
+  UpstreamConnection(asio::any_io_executor ex, ssl::context* tls)
+      : stream(tls ? Stream(std::move(ex), *tls) : Stream(std::move(ex))) {}
+  /// A socket already connected (the tests hand it one end of a pair).
+  explicit UpstreamConnection(tcp::socket connected) : stream(std::move(connected)) {}
+  Stream stream;
+  beast::flat_buffer buffer;
+  bool reused = false;
+};
+
+/// Where a call's connection comes from and goes back to (the pool; a fake in tests).
+class ConnectionHome {
+ public:
+  virtual ~ConnectionHome() = default;
+  /// Keeps a connection whose answer was read whole, for reuse.
+  virtual void give_back(std::unique_ptr<UpstreamConnection> conn) = 0;
+  /// A new connection, for a request whose first write failed on a reused one.
+  virtual asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>
+  fresh() = 0;
+};
+
+using StreamingParser = ResponseParser<bhttp::buffer_body>;
+/// Destroys a parser made by read_head and returns its memory to where its fields'
+/// memory comes from (a client connection's arena, or the heap).
+struct DeleteParser {
+  void operator()(StreamingParser* parser) const noexcept {
+    ArenaAllocator<StreamingParser> memory(parser->get().get_allocator());
+    parser->~StreamingParser();
+    memory.deallocate(parser, 1);
+  }
+};
+using StreamingParserPtr = std::unique_ptr<StreamingParser, DeleteParser>;
+
+/// The room an answer's body is read through (see widen_for_body).
+inline constexpr std::size_t kBodyReadSize = std::size_t{64} << 10;
+
+class Http1Call final : public UpstreamCall {
+ public:
+  Http1Call(ConnectionHome& home, std::unique_ptr<UpstreamConnection> conn)
+      : home_(home), conn_(std::move(conn)) {}
+  /// A call in `memory` (making it allocates nothing that could throw once the memory
+  /// is taken: the members are moved in).
+  static UpstreamCallPtr make(FieldsAllocator memory, ConnectionHome& home,
+                              std::unique_ptr<UpstreamConnection> conn);
+  void destroy() noexcept override;
+
+  asio::awaitable<beast::error_code> send_head(RequestHeader& head, RequestFraming framing,
+                                               TimePoint until) override;
+  asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
+                                               TimePoint until) override;
+  asio::awaitable<beast::error_code> read_head(bool head_request,
+                                               std::optional<std::uint64_t> body_limit,
+                                               FieldsAllocator fields, TimePoint until) override;
+  ResponseHeader& head() override { return parser_->get().base(); }
+  Framing framing() const override;
+  asio::awaitable<AnswerPiece> read_body(TimePoint until) override;
+
+  /// The connection, while the call holds it (the tests read what is left in it).
+  UpstreamConnection* connection() { return conn_.get(); }
+
+ private:
+  /// Writes `buffers` (the head, when still pending, and body bytes): once more on a
+  /// new connection when the first write fails on a reused one, which the upstream
+  /// may have closed as it was taken (nothing of the request reached it).
+  asio::awaitable<beast::error_code> write(std::span<const asio::const_buffer> buffers,
+                                           TimePoint until);
+  /// The answer was read whole: the connection goes back while it can carry another.
+  void finish();
+  bool body_done() const { return direct_ ? *direct_ == 0 : parser_->is_done(); }
+
+  FieldsAllocator memory_;
+  ConnectionHome& home_;
+  std::unique_ptr<UpstreamConnection> conn_;
+  StreamingParserPtr parser_;
+  std::optional<HeadBytes> head_bytes_;   // the request head, until the first write
+  bool chunked_ = false;                  // the request body goes chunked
+  bool written_ = false;                  // a write went out on this connection
+  std::optional<Chunk> chunk_;            // the answer's body is read into it
+  std::optional<FieldMark> head_fields_;  // a chunked answer's head, to find its trailers
+  std::vector<store::Header> trailers_;
+  /// A body framed by Content-Length (RFC 9112 6.2) has nothing for the parser to find
+  /// in it, only bytes to count: once the bytes buffered with its head are used up,
+  /// the rest is read straight into the chunk, and `direct_` counts what is left.
+  std::optional<std::uint64_t> direct_;
+  bool ended_ = false;
+};
+
+}  // namespace idemproxy::http

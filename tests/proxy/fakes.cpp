@@ -1,0 +1,118 @@
+#include "fakes.hpp"
+
+namespace idemproxy::testing {
+
+FakeExchange::FakeExchange(Log& log, std::vector<std::string> pieces, bool takes_trailers)
+    : log_(log), pieces_(std::move(pieces)), takes_trailers_(takes_trailers) {
+  head_ = &request_;
+  peer_ = &peer_value_;
+  kept_ = &kept_value_;
+  has_body_ = !pieces_.empty();
+  request_.method(bhttp::verb::post);
+  request_.target("/");
+}
+
+asio::awaitable<BodyPiece> FakeExchange::read_body(std::size_t, std::optional<TimePoint>) {
+  BodyPiece piece;
+  if (next_ == pieces_.size()) {
+    piece.error = fails_with;
+    piece.end = fails_with == BodyPiece::Error::none;
+    co_return piece;
+  }
+  ++pieces_read;
+  log_.push_back("client sent " + pieces_[next_]);
+  piece.data = pieces_[next_++];
+  piece.end = next_ == pieces_.size() && fails_with == BodyPiece::Error::none;
+  co_return piece;
+}
+
+asio::awaitable<bool> FakeExchange::send_interim(ResponseHeader& head) {
+  log_.push_back("client got " + std::to_string(head.result_int()));
+  co_return true;
+}
+
+asio::awaitable<bool> FakeExchange::send_head(ResponseHeader& head, Framing f) {
+  status = head.result_int();
+  framing = f;
+  log_.push_back("client got head " + std::to_string(status));
+  co_return true;
+}
+
+asio::awaitable<bool> FakeExchange::send_body(std::string_view data, bool last, Trailers t) {
+  if (gone_after_sends && sends_ >= *gone_after_sends) co_return false;
+  ++sends_;
+  body.append(data);
+  if (!data.empty()) log_.push_back("client got " + std::string(data));
+  if (last) {
+    trailers.assign(t.begin(), t.end());
+    ended = true;
+    log_.push_back("client got end");
+  }
+  co_return true;
+}
+
+asio::awaitable<beast::error_code> FakeCall::send_head(RequestHeader&, RequestFraming framing,
+                                                       TimePoint) {
+  te_trailers = framing.te_trailers;
+  request_ended = !framing.body;
+  log_.push_back("upstream got head");
+  co_return script_.send_error;
+}
+
+asio::awaitable<beast::error_code> FakeCall::send_body(std::string_view data, bool last,
+                                                       TimePoint) {
+  ++request_pieces_;
+  request_body.append(data);
+  request_ended = last;
+  log_.push_back("upstream got " + std::string(data) + (last ? " (last)" : ""));
+  co_return beast::error_code{};
+}
+
+asio::awaitable<beast::error_code> FakeCall::read_head(bool, std::optional<std::uint64_t>,
+                                                       FieldsAllocator, TimePoint) {
+  if (script_.head_error) co_return script_.head_error;
+  const auto& [status, fields] = script_.heads.at(next_head_++);
+  head_ = ResponseHeader();
+  head_.result(status);
+  for (const auto& [name, value] : fields) head_.insert(name, value);
+  log_.push_back("upstream sent head " + std::to_string(status));
+  co_return beast::error_code{};
+}
+
+asio::awaitable<AnswerPiece> FakeCall::read_body(TimePoint) {
+  AnswerPiece piece;
+  const auto end = [&] {
+    ended_ = true;
+    piece.end = true;
+    piece.trailers = script_.trailers;
+  };
+  if (ended_) {
+    end();
+    co_return piece;
+  }
+  if (next_piece_ < script_.pieces.size()) {
+    piece.data = script_.pieces[next_piece_++];
+    log_.push_back("upstream sent " + std::string(piece.data));
+    // The last piece comes with the end, as a whole small answer does.
+    if (next_piece_ == script_.pieces.size() && !script_.cut) end();
+    co_return piece;
+  }
+  if (script_.cut) {
+    piece.error = script_.cut;
+    log_.push_back("upstream cut");
+    co_return piece;
+  }
+  end();
+  log_.push_back("upstream sent end");
+  co_return piece;
+}
+
+asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> FakeUpstream::open_call(
+    FieldsAllocator) {
+  if (next_ == scripts.size())
+    co_return std::make_pair(beast::error_code(asio::error::connection_refused), nullptr);
+  auto* call = new FakeCall(log_, scripts[next_++], &last);
+  co_return std::make_pair(beast::error_code{}, UpstreamCallPtr(call));
+}
+
+}  // namespace idemproxy::testing

@@ -1,0 +1,139 @@
+#pragma once
+// Fakes at the proxy's two seams, for tests with no sockets: a client's exchange
+// (FakeExchange, http/exchange.hpp) and an upstream call (FakeCall, upstream/call.hpp)
+// with the upstream that makes it (FakeUpstream). Each records what the proxy did to
+// it, in order, so a test can tell when a piece crossed, not only that it did.
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "http/exchange.hpp"
+#include "upstream/call.hpp"
+
+namespace idemproxy::testing {
+
+using namespace idemproxy::http;
+
+/// What one side saw, in order: "head 200", "body abc", "end", "read 2", ...
+using Log = std::vector<std::string>;
+
+/// A client's exchange: a request whose body comes in `pieces`, and an answer kept
+/// as it is sent. Every event is written to `log`, shared with the other seam.
+class FakeExchange final : public Exchange {
+ public:
+  explicit FakeExchange(Log& log, std::vector<std::string> pieces = {}, bool takes_trailers = true);
+
+  bool accepts_trailers() const override { return takes_trailers_; }
+  FieldsAllocator fields_allocator() override { return {}; }
+  void body_limit(std::uint64_t) override {}
+  asio::awaitable<BodyPiece> read_body(std::size_t max, std::optional<TimePoint>) override;
+  asio::awaitable<bool> continue_if_expected() override { co_return true; }
+  bool body_done() const override {
+    return next_ == pieces_.size() && fails_with == BodyPiece::Error::none;
+  }
+  asio::awaitable<bool> send_interim(ResponseHeader& head) override;
+  asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
+  asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
+  asio::awaitable<bool> send_prepared(const PreparedAnswer&, std::span<const ExtraField>) override {
+    co_return false;
+  }
+  void reset() override { log_.push_back("client reset"); }
+
+  /// The client stops taking the answer after this many body sends (it went away).
+  std::optional<int> gone_after_sends;
+  /// The request body's read fails with this after the pieces.
+  BodyPiece::Error fails_with = BodyPiece::Error::none;
+
+  unsigned status = 0;
+  Framing framing;
+  std::string body;
+  std::vector<store::Header> trailers;
+  bool ended = false;
+  int pieces_read = 0;
+
+ private:
+  Log& log_;
+  RequestHeader request_;
+  Peer peer_value_;
+  KeptStrings kept_value_;
+  std::vector<std::string> pieces_;
+  std::size_t next_ = 0;
+  bool takes_trailers_;
+  int sends_ = 0;
+};
+
+/// What an upstream call answers: heads (any interim ones, then the final one), the
+/// framing, body pieces, and how it ends.
+struct Script {
+  std::vector<std::pair<unsigned, std::vector<std::pair<std::string, std::string>>>> heads = {
+      {200, {}}};
+  Framing framing = Framing::unknown();
+  std::vector<std::string> pieces;
+  std::vector<store::Header> trailers;
+  beast::error_code head_error;  // read_head fails with it
+  beast::error_code cut;         // the body ends with this error instead of its end
+  bool refused = false;          // the upstream refused the request unprocessed
+  bool answers_early = false;    // answered before it took the request's whole body
+  beast::error_code send_error;  // send_head fails with it
+};
+
+/// One call: plays its script and logs what the proxy sent and read.
+struct SentRequest {
+  std::string body;
+  bool ended = false;
+};
+
+class FakeCall final : public UpstreamCall {
+ public:
+  FakeCall(Log& log, Script script, SentRequest* record = nullptr)
+      : log_(log), script_(std::move(script)), record_(record) {}
+  /// The request as sent is kept in `record`, which outlives the call.
+  void destroy() noexcept override {
+    if (record_ != nullptr) *record_ = {request_body, request_ended};
+    delete this;
+  }
+
+  asio::awaitable<beast::error_code> send_head(RequestHeader& head, RequestFraming framing,
+                                               TimePoint) override;
+  asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
+                                               TimePoint) override;
+  bool answered_early() const override { return script_.answers_early && request_pieces_ > 0; }
+  asio::awaitable<beast::error_code> read_head(bool, std::optional<std::uint64_t>, FieldsAllocator,
+                                               TimePoint) override;
+  ResponseHeader& head() override { return head_; }
+  Framing framing() const override { return script_.framing; }
+  asio::awaitable<AnswerPiece> read_body(TimePoint) override;
+  bool maybe_processed() const override { return !script_.refused; }
+
+  std::string request_body;
+  bool request_ended = false;
+  bool te_trailers = false;
+
+ private:
+  Log& log_;
+  Script script_;
+  SentRequest* record_;
+  ResponseHeader head_;
+  std::size_t next_head_ = 0;
+  std::size_t next_piece_ = 0;
+  int request_pieces_ = 0;
+  bool ended_ = false;
+};
+
+/// Makes calls from scripts, in turn; connection refused when none is left.
+class FakeUpstream final : public Upstream {
+ public:
+  explicit FakeUpstream(Log& log) : log_(log) {}
+  asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> open_call(
+      FieldsAllocator) override;
+  std::vector<Script> scripts;
+  SentRequest last;  // the last call's request, as sent
+
+ private:
+  Log& log_;
+  std::size_t next_ = 0;
+};
+
+}  // namespace idemproxy::testing
