@@ -17,7 +17,11 @@ void start_request_span(RequestContext& ctx, bool given) {
   if (parent) incoming = {parent->trace_id, parent->parent_id, parent->flags};
   ctx.span = tracer->start_request_span(incoming, ctx.method, {});
   if (!ctx.span.recording()) return;
-  trace::set_protocol(ctx.span, ctx.ex.protocol() == Protocol::http2 ? "2" : "1.1");
+  // network.protocol.version: the version the client spoke, HTTP/1.0 included.
+  const Protocol spoken = ctx.ex.protocol();
+  trace::set_protocol(ctx.span, spoken == Protocol::http2    ? "2"
+                                : spoken == Protocol::http10 ? "1.0"
+                                                             : "1.1");
   // server.address and server.port: the authority the client named (Host or :authority).
   const std::string_view host = head[bhttp::field::host];
   const auto colon = host.rfind(':');

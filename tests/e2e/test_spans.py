@@ -8,6 +8,7 @@ exchange and the completion; the upstream receives a traceparent whose parent is
 upstream span; and a replay's span links to the span of the request that executed."""
 import json
 import os
+import socket
 import subprocess
 import time
 import urllib.request
@@ -73,6 +74,21 @@ def server_spans(spans):
 
 def children(spans, parent):
     return {s["name"]: s for s in spans if s["parentSpanId"] == parent["spanId"]}
+
+
+def test_an_http10_request_is_labelled_with_the_version_it_spoke(traced, receiver, upstream):
+    trace = "%032x" % uuid.uuid4().int
+    with socket.create_connection(("127.0.0.1", traced.port), timeout=10) as s:
+        s.sendall(("GET /status HTTP/1.0\r\ntraceparent: 00-%s-%s-01\r\n\r\n"
+                   % (trace, CLIENT_PARENT)).encode())
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 ")
+    got = receiver.spans_until(
+        lambda spans: any(x["traceId"] == trace and x["kind"] == 2 for x in spans))
+    (server,) = server_spans([x for x in got["spans"] if x["traceId"] == trace])
+    assert server["attributes"]["network.protocol.version"] == "1.0"
 
 
 def test_an_executed_request_has_a_server_span_with_its_claim_upstream_and_completion(
