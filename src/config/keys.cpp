@@ -84,6 +84,8 @@ const std::vector<Key>& table() {
           }},
       IDEMPROXY_RESTART("upstream", "connect_timeout", upstream.connect_timeout),
       IDEMPROXY_RESTART("upstream", "timeout", upstream.timeout),
+      IDEMPROXY_RESTART("upstream", "read_timeout", upstream.read_timeout),
+      IDEMPROXY_RESTART("upstream", "stream_timeout", upstream.stream_timeout),
       IDEMPROXY_RESTART("upstream", "max_idle_connections", upstream.max_idle_connections),
       IDEMPROXY_RESTART("upstream", "max_response_size", upstream.max_response_size),
       IDEMPROXY_RESTART("upstream", "protocol", upstream.protocol),

@@ -86,6 +86,10 @@ void read_upstream(const YAML::Node& root, const Reader& r, Config& c) {
   if (up["connect_timeout"])
     c.upstream.connect_timeout = r.duration(up["connect_timeout"], "upstream.connect_timeout");
   if (up["timeout"]) c.upstream.timeout = r.duration(up["timeout"], "upstream.timeout");
+  if (up["read_timeout"])
+    c.upstream.read_timeout = r.duration(up["read_timeout"], "upstream.read_timeout");
+  if (up["stream_timeout"])
+    c.upstream.stream_timeout = r.duration(up["stream_timeout"], "upstream.stream_timeout");
   if (up["idle_timeout"])
     c.upstream.idle_timeout = r.duration(up["idle_timeout"], "upstream.idle_timeout");
   if (up["max_idle_connections"]) {

@@ -11,11 +11,21 @@ ProxyError upstream_error(ProblemKind kind, std::string detail) {
 
 }  // namespace
 
-asio::awaitable<UpstreamAnswer> round_trip(Upstream& upstream, StringRequest& request,
-                                           bool te_trailers, Exchange* interim_to, Duration timeout,
-                                           std::uint64_t max_answer) {
-  UpstreamAnswer out;
-  const auto until = std::chrono::steady_clock::now() + timeout;  // bounds the whole exchange
+ProxyError failed_after_sending(const UpstreamCall& call, const beast::error_code& ec) {
+  if (ec == beast::error::timeout) {
+    return upstream_error(ProblemKind::upstream_timeout, "the upstream did not answer in time");
+  }
+  return call.maybe_processed()
+             ? upstream_error(ProblemKind::upstream_failed,
+                              "the upstream failed after the request was sent: " + ec.message())
+             : upstream_error(ProblemKind::upstream_unreachable,
+                              "the upstream refused the request unprocessed");
+}
+
+asio::awaitable<UpstreamHead> start_exchange(Upstream& upstream, StringRequest& request,
+                                             bool te_trailers, Exchange* interim_to,
+                                             Exchange::TimePoint until) {
+  UpstreamHead out;
   const FieldsAllocator heap;
   auto [oec, call] = co_await upstream.open_call(heap);
   if (oec) {
@@ -34,45 +44,52 @@ asio::awaitable<UpstreamAnswer> round_trip(Upstream& upstream, StringRequest& re
   }
   out.sent = true;
   const bool head_request = request.method() == bhttp::verb::head;
-  // The body is bounded below; an oversized one is streamed.
+  // The body is the caller's to bound.
   const std::optional<std::uint64_t> unbounded;
-  auto rec = co_await read_final_head(*call, interim_to, head_request, unbounded, heap, until);
+  const auto rec =
+      co_await read_final_head(*call, interim_to, head_request, unbounded, heap, until);
+  if (rec) {
+    out.error = failed_after_sending(*call, rec);
+    out.sent = call->maybe_processed();
+    co_return out;
+  }
+  out.call = std::move(call);
+  co_return out;
+}
+
+asio::awaitable<UpstreamAnswer> round_trip(Upstream& upstream, StringRequest& request,
+                                           bool te_trailers, Exchange* interim_to, Duration timeout,
+                                           std::uint64_t max_answer) {
+  UpstreamAnswer out;
+  const auto until = std::chrono::steady_clock::now() + timeout;  // bounds the whole exchange
+  UpstreamHead started = co_await start_exchange(upstream, request, te_trailers, interim_to, until);
+  out.sent = started.sent;
+  if (started.error) {
+    out.error = std::move(started.error);
+    co_return out;
+  }
+  UpstreamCallPtr call = std::move(started.call);
+  const Framing framing = call->framing();
+  if (framing.kind == Framing::Kind::length && framing.length > max_answer) {
+    out.oversized = UpstreamAnswer::Oversized{std::move(call), std::string()};
+    co_return out;
+  }
   std::string answer;
-  if (!rec) {
-    const Framing framing_in = call->framing();
-    bool end = framing_in.kind == Framing::Kind::length && framing_in.length > max_answer;
-    if (end) {
+  for (bool end = false; !end;) {
+    const AnswerPiece piece = co_await call->read_body(until);
+    if (piece.error) {
+      out.error = failed_after_sending(*call, piece.error);
+      co_return out;
+    }
+    answer.append(piece.data);
+    end = piece.end;
+    if (end) out.trailers.assign(piece.trailers.begin(), piece.trailers.end());
+    if (answer.size() > max_answer) {
+      // Streamed on, never truncated (proxy/flow.cpp).
       out.oversized = UpstreamAnswer::Oversized{std::move(call), std::move(answer)};
       co_return out;
     }
-    while (!end) {
-      const AnswerPiece piece = co_await call->read_body(until);
-      if (piece.error) {
-        rec = piece.error;
-        break;
-      }
-      answer.append(piece.data);
-      end = piece.end;
-      if (end) out.trailers.assign(piece.trailers.begin(), piece.trailers.end());
-      if (answer.size() > max_answer) {
-        // Streamed on, never truncated (proxy/flow.cpp).
-        out.oversized = UpstreamAnswer::Oversized{std::move(call), std::move(answer)};
-        co_return out;
-      }
-    }
   }
-  if (rec == beast::error::timeout) {
-    out.error =
-        upstream_error(ProblemKind::upstream_timeout, "the upstream did not answer in time");
-  } else if (rec) {
-    out.sent = call->maybe_processed();
-    out.error = out.sent ? upstream_error(
-                               ProblemKind::upstream_failed,
-                               "the upstream failed after the request was sent: " + rec.message())
-                         : upstream_error(ProblemKind::upstream_unreachable,
-                                          "the upstream refused the request unprocessed");
-  }
-  if (out.error) co_return out;
   out.response = StringResponse(std::move(call->head()), std::move(answer));
   co_return out;
 }

@@ -28,6 +28,23 @@ struct UpstreamAnswer {
   std::optional<Oversized> oversized;
 };
 
+/// An exchange whose final head was read: its call, or the error that prevented it.
+struct UpstreamHead {
+  std::optional<ProxyError> error;
+  bool sent = false;  // whether the request may have reached the upstream
+  UpstreamCallPtr call;
+};
+
+/// Sends a whole request and reads the answer's heads by `until`, interim ones to
+/// `interim_to` (null: dropped). The body is left to the caller (call->read_body).
+asio::awaitable<UpstreamHead> start_exchange(Upstream& upstream, StringRequest& request,
+                                             bool te_trailers, Exchange* interim_to,
+                                             Exchange::TimePoint until);
+
+/// What an upstream failure after the request was sent means: a timeout, a failure
+/// that may have acted, or a refusal that did not (the call says which).
+ProxyError failed_after_sending(const UpstreamCall& call, const beast::error_code& ec);
+
 /// Sends a whole request and reads the whole answer, by `timeout` in all; a body
 /// larger than `max_answer` stops being read and comes back as `oversized`. Interim
 /// answers go to `interim_to` (null: dropped). `te_trailers`: the client sent

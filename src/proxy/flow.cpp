@@ -105,128 +105,13 @@ asio::awaitable<Step> claim_phase(Flow& f) {
   }
 }
 
-// Forwards under the claim, then has the coordinator record the answer, then
-// responds.
-asio::awaitable<Step> execute(Flow& f) {
-  RequestContext& ctx = f.ctx;
-  Runtime& rt = f.rt();
-  const store::ClaimRequest& claim = *f.claim;
-  const std::int64_t token = f.decision.token;
-  const auto& route = f.route();
-  // Held until the answer is recorded or the claim given up; whatever ends this
-  // coroutine first gives it up (ClaimPermit).
-  ClaimPermit permit(rt, claim.id, token);
-  const auto t0 = std::chrono::steady_clock::now();
-  // The lease is renewed while the upstream works (engine::LeaseSchedule).
-  auto heartbeat =
-      std::make_optional<engine::LeaseSchedule::Hold>(rt.leases, claim.id, token, route.lease);
-  if (route.forward_fencing_token) f.req.set(kFencingTokenHeader, std::to_string(token));
-  const Duration timeout = upstream_timeout(ctx, f.req);
-  trace::Span up = start_upstream_span(ctx, f.req.base());
-  permit.mark_sent();
-  UpstreamAnswer ex = co_await round_trip(rt.upstream, f.req, ctx.te_trailers, &ctx.ex, timeout,
-                                          ctx.settings.config.upstream.max_response_size);
-  heartbeat.reset();
-  const double upstream_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  rt.metrics.observe_upstream(upstream_seconds);
-  ctx.upstream_ms = upstream_seconds * 1000;
-  if (ex.error) {
-    // Sent: the upstream may have acted. Retries are told the outcome is unknown
-    // (on_stale: fail) or execute again after the lease (retake).
-    const bool sent = ex.sent;
-    const engine::Finish left = co_await rt.blocking(
-        [&rt, &claim, token, sent] { return rt.coordinator.abandon(claim.id, token, sent); });
-    if (sent) {
-      ctx.log(spdlog::level::warn,
-              "key {}: the upstream failed after the request was sent; record {}",
-              ctx.key_hash.view(),
-              left == engine::Finish::indeterminate ? "marked indeterminate"
-                                                    : "left to its lease (store unreachable)");
-    }
-    permit.settle();
-    up.set_error(ex.sent ? "upstream failed after the request was sent" : "upstream unreachable");
-    ctx.fail(*ex.error, Outcome::upstream_error);
-    co_return Step::failed;
-  }
-
-  // Never truncated: an answer over upstream.max_response_size is streamed to this
-  // client whole, and its record keeps only the status, so retries are told it
-  // executed instead of being handed part of a body.
-  auto* big = ex.oversized ? &*ex.oversized : nullptr;
-  ResponseHeader& head = big ? big->call->head() : ex.response.base();
-  ctx.upstream_status = head.result_int();
-  up.set_http_status(static_cast<int>(head.result_int()));
-  up.end();
-  store::StoredResponse answer;
-  if (big) {
-    answer = {static_cast<int>(head.result_int()), {}, {}, false};
-    // The status is all a streamed answer's record keeps; an opt-out still counts.
-    const std::string_view policy = head[engine::kPolicyField];
-    if (!policy.empty())
-      answer.headers.push_back({std::string(engine::kPolicyField), std::string(policy)});
-  } else {
-    strip_hop_by_hop(ex.response);
-    answer = {static_cast<int>(ex.response.result_int()), to_headers(ex.response),
-              ex.response.body(), true, ex.trailers};
-    answer.headers.push_back({std::string(store::kTraceIdEntry), ctx.trace_id});
-    keep_span_ids(ctx, answer);
-  }
-  engine::ReplayCache::Request& form = f.form;
-  trace::Span completing = ctx.span.child(trace::kSpanStoreComplete);
-  const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
-  completing.end();
-  permit.settle();
-  switch (done.finish) {
-    case engine::Finish::stored:
-      ctx.outcome = big ? Outcome::executed_not_stored : Outcome::executed;
-      head.set(kExpiresHeader, http_date(done.expires_at));
-      if (const auto link = policy_link(ctx); !link.empty()) head.insert(bhttp::field::link, link);
-      break;
-    case engine::Finish::released:
-      ctx.outcome = Outcome::released;
-      break;
-    case engine::Finish::indeterminate:
-    case engine::Finish::fenced:
-      ctx.outcome = Outcome::executed;
-      ctx.log(spdlog::level::warn,
-              "key {}: the claim was taken over before completion; response not stored",
-              ctx.key_hash.view());
-      break;
-    case engine::Finish::store_failed:
-      ctx.outcome = Outcome::executed;
-      if (done.retrying) {
-        ctx.log(spdlog::level::warn,
-                "key {}: the response could not be stored yet; retrying in the background",
-                ctx.key_hash.view());
-      } else {
-        ctx.log(spdlog::level::err,
-                "key {}: the response could not be stored and the retry budget is spent; the "
-                "record stays in flight",
-                ctx.key_hash.view());
-      }
-      break;
-  }
-  head.erase(engine::kPolicyField);  // for the proxy, not the client
-  if (big) {
-    ctx.log(spdlog::level::warn,
-            "key {}: the response exceeds upstream.max_response_size; streamed whole, and "
-            "retries will not replay it",
-            ctx.key_hash.view());
-    co_await stream_response(ctx, *big->call, big->prefix);
-  } else {
-    co_await idempotent::respond(ctx, ex);
-  }
-  co_return Step::responded;
-}
-
 // Phase: act on the coordinator's decision.
 asio::awaitable<Step> act_phase(Flow& f) {
   RequestContext& ctx = f.ctx;
   Decision& d = f.decision;
   switch (d.kind) {
     case Decision::Kind::execute:
-      co_return co_await execute(f);
+      co_return co_await idempotent::execute(f);
     case Decision::Kind::replay:
       co_await send_replay(ctx, *d.replay);
       co_return Step::responded;

@@ -44,6 +44,11 @@ struct Flow {
 /// Answers from f.hit (a replay cache hit): no database round trip, no commit.
 asio::awaitable<Step> replay_cached(Flow& f);
 
+/// Forwards f.req under the claim, relays the answer as it arrives (one that ends
+/// with its first piece is recorded before it is sent), and has the coordinator
+/// record it (execute.cpp).
+asio::awaitable<Step> execute(Flow& f);
+
 /// Forwards f.req without a claim (fail_open, shadow mode, or a route whose key is
 /// optional and absent), answering with outcome `f.decision.outcome`.
 asio::awaitable<Step> forward_unprotected(Flow& f);

@@ -146,9 +146,11 @@ asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
   if (!chunk_) {
     chunk_.emplace();
     widen_for_body(conn_->buffer, p);
-    // Only a chunked answer has trailers to tell apart from its head.
-    if (p.chunked()) head_fields_.emplace(p.get());
   }
+  // Only a chunked answer has trailers to tell apart from its head. The parser adds
+  // them to the head's fields; what it adds is told by what was there as this read
+  // began (the caller may have changed the head since the last one).
+  if (p.chunked()) head_fields_.emplace(p.get());
   char* const room = chunk_->data();
   // Most API answers: a length that fits one chunk, read whole in one piece.
   const bool whole = !p.chunked() &&

@@ -4,6 +4,7 @@ executed, and its behaviour is chosen per request through the path and query.
   /v1/...?status=N&delay_ms=M   JSON answer with status N after M ms (default 201)
   /big?bytes=N                  N pseudo-random bytes, different on every execution
                                 (&chunked=1: sent chunked, in 8 KiB chunks)
+  .../events?n=5&gap_ms=100&cut=0 server-sent events, one chunk each, gap_ms apart
   /reset-after-read             reads the request, then drops the connection
   /echo                         echoes the body and the headers it received
 """
@@ -122,6 +123,30 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"0\r\n\r\n")
                 return
             self.answer(200, payload, "application/octet-stream")
+            return
+        if url.path.endswith("/events"):
+            # Server-sent events, as an LLM API streams tokens: n events, gap_ms apart,
+            # chunked. cut=K: the connection is cut after the K-th event, with no last
+            # chunk (a stream broken off).
+            count = int(query.get("n", "5"))
+            gap = int(query.get("gap_ms", "100")) / 1000.0
+            cut = int(query.get("cut", "0"))
+            self.send_response(int(query.get("status", "200")))
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(count):
+                if i:
+                    time.sleep(gap)
+                event = b"id: %d\ndata: token %d of execution %d\n\n" % (i, i, n)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.flush()
+                if cut and i + 1 == cut:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+            self.wfile.write(b"0\r\n\r\n")
             return
         if url.path.endswith("/echo"):
             payload = json.dumps({"headers": headers, "body_sha256": hashlib.sha256(body).hexdigest(),

@@ -158,9 +158,13 @@ def test_an_upstream_reset_mid_answer_is_never_a_whole_answer(make_proxy, h2c, k
         got = None  # the client saw the answer break off
     assert got != 100000
     # On a covered route the record is not stored as complete: a retry is not a
-    # replay of a cut body.
-    first = p.post("/v1/orders?reset_after=1000", "{}", key=key)
-    assert first.status >= 500
+    # replay of a cut body. The answer streams as it arrives, so the client sees it
+    # break off, or a 5xx when it broke before its head went out.
+    try:
+        first = p.post("/v1/orders?reset_after=1000", "{}", key=key)
+        assert first.status >= 500
+    except (http.client.HTTPException, ConnectionError):
+        pass
     retry = p.post("/v1/orders?reset_after=1000", "{}", key=key)
     assert retry.header("Idempotent-Replayed") is None
     # The shared connection survived the reset for everyone else.

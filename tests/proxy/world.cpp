@@ -18,7 +18,7 @@ std::string Reply::field(std::string_view name) const {
 
 std::string to_string(Codec c) { return c == Codec::http1 ? "http1" : "http2"; }
 
-World::World(const std::string& config, store::Store* store)
+World::World(const std::string& config, store::Store* store, const std::string& upstream)
     : memory_(clock_),
       upstream_(io, {asio::ip::make_address("127.0.0.1"), 0}),
       listener_(io, {asio::ip::make_address("127.0.0.1"), 0}) {
@@ -26,7 +26,7 @@ World::World(const std::string& config, store::Store* store)
   answer = [](const StringRequest&) { return UpstreamAnswer{}; };
   const std::string text =
       "upstream: {url: 'http://127.0.0.1:" + std::to_string(upstream_.local_endpoint().port()) +
-      "', timeout: 5s}\n" + config;
+      "', " + upstream + "}\n" + config;
   auto cfg =
       config::parse_config(text, "world.yaml", [](const std::string&) { return std::nullopt; });
   runtime_ = std::make_unique<Runtime>(io, make_settings(std::move(cfg)),
@@ -135,7 +135,21 @@ asio::awaitable<void> World::serve_upstream(tcp::socket socket) {
     if (a.hang_up) co_return;
     std::string out = "HTTP/1.1 " + std::to_string(a.status) + " X\r\n";
     for (const auto& [name, value] : a.fields) out += name + ": " + value + "\r\n";
-    if (a.trailers.empty()) {
+    if (!a.stream.empty()) {
+      out += "Transfer-Encoding: chunked\r\n\r\n";
+      for (const auto& [pause, piece] : a.stream) {
+        asio::steady_timer wait(io, pause);
+        co_await wait.async_wait(use_nothrow);
+        char size[32];
+        std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+        out += size + piece + "\r\n";
+        auto [sec, sn] = co_await asio::async_write(socket, asio::buffer(out), use_nothrow);
+        if (sec) co_return;
+        out.clear();
+      }
+      if (a.cut) co_return;
+      out = "0\r\n\r\n";
+    } else if (a.trailers.empty()) {
       out += "Content-Length: " + std::to_string(a.body.size()) + "\r\n\r\n" + a.body;
     } else {
       out += "Transfer-Encoding: chunked\r\n\r\n";

@@ -60,12 +60,19 @@ struct UpstreamAnswer {
   std::vector<Field> trailers;  // sent chunked when present
   std::chrono::milliseconds delay{0};
   bool hang_up = false;  // close without answering
+  /// A streamed answer: each piece sent chunked after its pause, instead of `body`;
+  /// `cut`: the connection closes after the last one, without the last chunk.
+  std::vector<std::pair<std::chrono::milliseconds, std::string>> stream;
+  bool cut = false;
 };
 
 class World {
  public:
-  /// `config`: YAML without the upstream line; `store` may replace the memory store.
-  explicit World(const std::string& config, store::Store* store = nullptr);
+  /// `config`: YAML without the upstream line; `store` may replace the memory store;
+  /// `upstream`: more of the upstream section, e.g. "read_timeout: 1s" (its timeout
+  /// is 5s unless this says otherwise).
+  explicit World(const std::string& config, store::Store* store = nullptr,
+                 const std::string& upstream = "timeout: 5s");
   ~World();
 
   /// Sends `request` on a new connection over `codec` and waits for the answer.

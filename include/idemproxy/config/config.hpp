@@ -55,7 +55,9 @@ struct UpstreamConfig {
   std::string port;
   std::string base_path;  // the URL's path without a trailing slash; prefixed to targets
   Duration connect_timeout = std::chrono::seconds{2};
-  Duration timeout = std::chrono::seconds{30};
+  Duration timeout = std::chrono::seconds{30};       // until the answer's head
+  Duration read_timeout = std::chrono::seconds{30};  // between pieces of its body
+  Duration stream_timeout{0};                        // the whole body; 0: unbounded
   std::size_t max_idle_connections = 64;
   std::size_t max_response_size = std::size_t{16} << 20;  // bodies read for storage
   std::size_t http2_max_streams = 100;               // concurrent requests on one HTTP/2 connection

@@ -1,0 +1,256 @@
+// The execute phase: forwards under the claim, relays the answer, has the coordinator
+// record it. An answer that ends with its first piece (most API answers) is recorded
+// before it is sent, as it always was; any other (a stream of events, an export, a
+// gRPC server stream, a body over max_response_size) reaches the client piece by
+// piece as the upstream sends it, and is recorded once it has ended: storing it
+// never holds it back. upstream.timeout bounds the wait for the head,
+// upstream.read_timeout each wait between pieces, upstream.stream_timeout (when set)
+// the whole body; the lease is renewed until the answer is recorded.
+#include <spdlog/spdlog.h>
+
+#include "idemproxy/engine/grpc_status.hpp"
+#include "proxy/forward.hpp"
+#include "proxy/permits.hpp"
+#include "proxy/phases.hpp"
+#include "proxy/spans.hpp"
+
+namespace idemproxy::http::idempotent {
+namespace {
+
+using ops::Outcome;
+using Clock = std::chrono::steady_clock;
+
+// What the record keeps of a streamed answer that outgrew max_response_size: its
+// status, and its opt-out, which still counts (retries are told it executed, never
+// handed part of a body).
+store::StoredResponse status_only(const ResponseHeader& head, std::string_view policy) {
+  store::StoredResponse answer{static_cast<int>(head.result_int()), {}, {}, false};
+  if (!policy.empty())
+    answer.headers.push_back({std::string(engine::kPolicyField), std::string(policy)});
+  return answer;
+}
+
+// Logs what recording the answer came to, and sets the request's outcome.
+void note_completion(RequestContext& ctx, const engine::Completion& done, bool whole) {
+  switch (done.finish) {
+    case engine::Finish::stored:
+      ctx.outcome = whole ? Outcome::executed : Outcome::executed_not_stored;
+      break;
+    case engine::Finish::released:
+      ctx.outcome = Outcome::released;
+      break;
+    case engine::Finish::indeterminate:
+    case engine::Finish::fenced:
+      ctx.outcome = Outcome::executed;
+      ctx.log(spdlog::level::warn,
+              "key {}: the claim was taken over before completion; response not stored",
+              ctx.key_hash.view());
+      break;
+    case engine::Finish::store_failed:
+      ctx.outcome = Outcome::executed;
+      if (done.retrying) {
+        ctx.log(spdlog::level::warn,
+                "key {}: the response could not be stored yet; retrying in the background",
+                ctx.key_hash.view());
+      } else {
+        ctx.log(spdlog::level::err,
+                "key {}: the response could not be stored and the retry budget is spent; the "
+                "record stays in flight",
+                ctx.key_hash.view());
+      }
+      break;
+  }
+}
+
+// The upstream failed after the request was sent: it may have acted. Retries are
+// told the outcome is unknown (on_stale: fail) or execute again after the lease.
+asio::awaitable<void> abandon(Flow& f, std::int64_t token, bool sent) {
+  RequestContext& ctx = f.ctx;
+  Runtime& rt = f.rt();
+  const store::ClaimRequest& claim = *f.claim;
+  const engine::Finish left = co_await rt.blocking(
+      [&rt, &claim, token, sent] { return rt.coordinator.abandon(claim.id, token, sent); });
+  if (sent) {
+    ctx.log(spdlog::level::warn,
+            "key {}: the upstream failed after the request was sent; record {}",
+            ctx.key_hash.view(),
+            left == engine::Finish::indeterminate ? "marked indeterminate"
+                                                  : "left to its lease (store unreachable)");
+  }
+}
+
+// The answer as the record keeps it: the head's storable fields, the body, trailers,
+// and the ids of this request's trace.
+store::StoredResponse as_kept(RequestContext& ctx, const ResponseHeader& head, std::string body,
+                              Trailers trailers) {
+  store::StoredResponse answer{static_cast<int>(head.result_int()), to_headers(head),
+                               std::move(body), true,
+                               std::vector<store::Header>(trailers.begin(), trailers.end())};
+  answer.headers.push_back({std::string(store::kTraceIdEntry), ctx.trace_id});
+  keep_span_ids(ctx, answer);
+  return answer;
+}
+
+}  // namespace
+
+asio::awaitable<Step> execute(Flow& f) {
+  RequestContext& ctx = f.ctx;
+  Runtime& rt = f.rt();
+  const store::ClaimRequest& claim = *f.claim;
+  const std::int64_t token = f.decision.token;
+  const auto& route = f.route();
+  const auto& upstream = ctx.settings.config.upstream;
+  // Held until the answer is recorded or the claim given up; whatever ends this
+  // coroutine first gives it up (ClaimPermit).
+  ClaimPermit permit(rt, claim.id, token);
+  const auto t0 = Clock::now();
+  // The lease is renewed while the upstream works and while its answer streams
+  // (engine::LeaseSchedule).
+  auto heartbeat =
+      std::make_optional<engine::LeaseSchedule::Hold>(rt.leases, claim.id, token, route.lease);
+  if (route.forward_fencing_token) f.req.set(kFencingTokenHeader, std::to_string(token));
+  const auto head_by = t0 + upstream_timeout(ctx, f.req);
+  trace::Span up = start_upstream_span(ctx, f.req.base());
+  permit.mark_sent();
+  UpstreamHead started =
+      co_await start_exchange(rt.upstream, f.req, ctx.te_trailers, &ctx.ex, head_by);
+  const double upstream_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  rt.metrics.observe_upstream(upstream_seconds);
+  ctx.upstream_ms = upstream_seconds * 1000;
+  // The body's first piece: an answer whole in it is recorded before it is sent.
+  // A gRPC call's deadline (grpc-timeout) bounds all of it, a stream included.
+  std::optional<Clock::time_point> stream_by;
+  if (upstream.stream_timeout.count() > 0) stream_by = Clock::now() + upstream.stream_timeout;
+  if (const auto deadline =
+          ctx.grpc ? engine::parse_grpc_timeout(f.req["grpc-timeout"]) : std::nullopt) {
+    stream_by = std::min(stream_by.value_or(Clock::time_point::max()), t0 + *deadline);
+  }
+  const auto next_by = [&] {
+    const auto at = Clock::now() + upstream.read_timeout;
+    return stream_by ? std::min(at, *stream_by) : at;
+  };
+  AnswerPiece first;
+  if (!started.error) {
+    const auto by = next_by();
+    first = co_await started.call->read_body(by);
+    if (first.error) {
+      started.error = failed_after_sending(*started.call, first.error);
+      started.sent = true;
+    }
+  }
+  if (started.error) {
+    heartbeat.reset();
+    co_await abandon(f, token, started.sent);
+    permit.settle();
+    up.set_error(started.sent ? "upstream failed after the request was sent"
+                              : "upstream unreachable");
+    ctx.fail(*started.error, Outcome::upstream_error);
+    co_return Step::failed;
+  }
+  UpstreamCall& call = *started.call;
+  ResponseHeader& head = call.head();
+  ctx.upstream_status = head.result_int();
+  up.set_http_status(static_cast<int>(head.result_int()));
+  up.end();
+  strip_hop_by_hop(head);
+  const std::uint64_t max_answer = upstream.max_response_size;
+  engine::ReplayCache::Request& form = f.form;
+
+  if (first.end && first.data.size() <= max_answer) {
+    // Whole: recorded, then sent, with the record's expiry.
+    heartbeat.reset();
+    const store::StoredResponse answer =
+        as_kept(ctx, head, std::string(first.data), first.trailers);
+    trace::Span completing = ctx.span.child(trace::kSpanStoreComplete);
+    const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
+    completing.end();
+    permit.settle();
+    note_completion(ctx, done, true);
+    if (done.finish == engine::Finish::stored) {
+      head.set(kExpiresHeader, http_date(done.expires_at));
+      if (const auto link = policy_link(ctx); !link.empty()) head.insert(bhttp::field::link, link);
+    }
+    head.erase(engine::kPolicyField);  // for the proxy, not the client
+    co_await send_answer(ctx, head, first.data, first.trailers);
+    co_return Step::responded;
+  }
+
+  // Streamed: the head goes now. Whether the answer is stored is known from its head
+  // (store_status, no-store) but for a gRPC status, which its trailers bring.
+  const std::string policy(head[engine::kPolicyField]);
+  head.erase(engine::kPolicyField);
+  std::string body;
+  bool whole = first.data.size() <= max_answer;
+  if (whole) body.assign(first.data);
+  store::StoredResponse kept = as_kept(ctx, head, {}, {});
+  if (!policy.empty()) kept.headers.push_back({std::string(engine::kPolicyField), policy});
+  if (!ctx.grpc && engine::Engine::stores(route, kept)) {
+    // The store's own clock sets the record's expiry when it completes; the head
+    // cannot wait for that, so it says when this proxy expects it.
+    head.set(kExpiresHeader, http_date(SystemClock().now() + route.ttl));
+    if (const auto link = policy_link(ctx); !link.empty()) head.insert(bhttp::field::link, link);
+  }
+  if (!ctx.request_id.empty()) head.set("X-Request-Id", ctx.request_id);
+  ctx.status = head.result_int();
+  Framing framing = call.framing();
+  framing.trailers = framing.trailers || ctx.grpc;
+  bool client = co_await ctx.ex.send_head(head, framing);
+  // Each piece goes on as it comes but the last, which waits for the record: a client
+  // that has the whole answer can retry at once and be replayed it.
+  if (client && !first.end) client = co_await ctx.ex.send_body(first.data, false, first.trailers);
+  AnswerPiece piece = first;
+  std::vector<store::Header> trailers;
+  if (piece.end) trailers.assign(piece.trailers.begin(), piece.trailers.end());
+  // Read to the end even once the client has gone: the side effect happened, and
+  // the record keeps its answer for the retry.
+  while (!piece.end) {
+    const auto by = next_by();
+    piece = co_await call.read_body(by);
+    if (piece.error) break;
+    if (whole && body.size() + piece.data.size() > max_answer) {
+      whole = false;
+      body.clear();
+      body.shrink_to_fit();
+    }
+    if (whole) body.append(piece.data);
+    if (piece.end) {
+      trailers.assign(piece.trailers.begin(), piece.trailers.end());
+    } else if (client) {
+      client = co_await ctx.ex.send_body(piece.data, false, piece.trailers);
+    }
+  }
+  heartbeat.reset();
+  if (piece.error) {
+    // Cut short: never passed off as whole, to this client or to a retry. The record
+    // is marked first, so a retry made as soon as the stream broke is told so.
+    ctx.log(spdlog::level::warn, "key {}: the upstream's answer broke off mid-stream: {}",
+            ctx.key_hash.view(), piece.error.message());
+    co_await abandon(f, token, true);
+    permit.settle();
+    if (client) ctx.ex.reset();
+    ctx.outcome = Outcome::upstream_error;
+    co_return Step::responded;
+  }
+  if (!whole) {
+    ctx.log(spdlog::level::warn,
+            "key {}: the response exceeds upstream.max_response_size; streamed whole, and "
+            "retries will not replay it",
+            ctx.key_hash.view());
+  }
+  // The record keeps what the upstream sent, not the fields added for the client.
+  if (whole) {
+    kept.body = std::move(body);
+    kept.trailers = std::move(trailers);
+  }
+  const store::StoredResponse answer = whole ? std::move(kept) : status_only(call.head(), policy);
+  trace::Span completing = ctx.span.child(trace::kSpanStoreComplete);
+  const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
+  completing.end();
+  permit.settle();
+  note_completion(ctx, done, whole);
+  // The last piece, its trailers and the end (the call keeps what they view).
+  if (client) co_await ctx.ex.send_body(piece.data, true, piece.trailers);
+  co_return Step::responded;
+}
+
+}  // namespace idemproxy::http::idempotent

@@ -1,0 +1,168 @@
+"""Streamed answers on a covered route: each piece reaches the client as the upstream
+sends it (server-sent events, as an LLM API streams tokens), the answer is recorded
+once it has ended and replayed whole, a stream may outlast upstream.timeout (which
+bounds only the head), and a stream broken off is never passed off as whole."""
+import socket
+import time
+
+from h2_peer import Client
+from harness import problem
+
+EVENTS = "/v1/events?n=5&gap_ms=300"
+
+
+def read_stream(port, path, key, stop_after=None):
+    """POSTs over a raw HTTP/1.1 socket; returns (head, [(seconds, bytes)...], ended):
+    when each read came, and whether the last chunk did. `stop_after`: close once
+    that many bytes of body came."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=15)
+    t0 = time.monotonic()
+    s.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\nContent-Type: "
+               "application/json\r\nContent-Length: 2\r\n\r\n{}" % (path, key)).encode())
+    data, reads = b"", []
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    head, rest = data.split(b"\r\n\r\n", 1)
+    if rest:
+        reads.append((time.monotonic() - t0, rest))
+    body = rest
+    while not body.endswith(b"0\r\n\r\n"):
+        if stop_after is not None and len(body) >= stop_after:
+            s.close()
+            return head.decode(), reads, False
+        try:
+            chunk = s.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            chunk = b""
+        if not chunk:
+            break
+        reads.append((time.monotonic() - t0, chunk))
+        body += chunk
+    s.close()
+    return head.decode(), reads, body.endswith(b"0\r\n\r\n")
+
+
+def events_of(chunked):
+    """The event bytes of a chunked body."""
+    out, at = b"", 0
+    while True:
+        line_end = chunked.index(b"\r\n", at)
+        size = int(chunked[at:line_end], 16)
+        if size == 0:
+            return out
+        out += chunked[line_end + 2:line_end + 2 + size]
+        at = line_end + 2 + size + 2
+
+
+def test_each_event_reaches_the_client_as_it_is_sent_and_a_retry_replays_them_all(
+        make_proxy, upstream, key):
+    p = make_proxy()
+    head, reads, ended = read_stream(p.port, EVENTS, key)
+    assert head.startswith("HTTP/1.1 200") and ended
+    assert "text/event-stream" in head
+    # Five events 300 ms apart: the first arrives long before the last was sent, and
+    # they come in separate reads, not in one at the end.
+    assert reads[0][0] < 0.9, reads
+    assert reads[-1][0] - reads[0][0] > 0.9, reads
+    assert len(reads) >= 4, reads
+    original = events_of(b"".join(r for _, r in reads))
+    assert original.count(b"data: token") == 5
+    retry = p.post(EVENTS, "{}", key=key)
+    assert retry.status == 200 and retry.header("Idempotent-Replayed") == "true"
+    assert retry.body == original
+    assert upstream.executions.count(key=key) == 1
+
+
+def test_over_http2_each_event_is_a_data_frame_as_it_comes(make_proxy, upstream, key):
+    p = make_proxy()
+    c = Client(p.port)
+    sid = c.request("POST", EVENTS, b"{}", [("idempotency-key", key),
+                                            ("content-type", "application/json")])
+    t0 = time.monotonic()
+    assert c.pump(lambda: b"token 0" in c.streams[sid].body, timeout=10)
+    first = time.monotonic() - t0
+    (r,) = c.wait(sid)
+    total = time.monotonic() - t0
+    c.close()
+    assert r.status == 200 and r.ended
+    assert first < 0.9 and total - first > 0.9, (first, total)
+    assert r.data_frames >= 5
+    assert p.post(EVENTS, "{}", key=key).body == r.body
+    assert upstream.executions.count(key=key) == 1
+
+
+def test_a_stream_may_outlast_upstream_timeout_which_bounds_only_the_head(
+        make_proxy, upstream, key):
+    p = make_proxy(extra_top={"upstream": {"url": upstream.url, "timeout": "1s",
+                                           "read_timeout": "2s"}})
+    path = "/v1/events?n=6&gap_ms=400"  # 2 s in all, each gap well within read_timeout
+    head, reads, ended = read_stream(p.port, path, key)
+    assert head.startswith("HTTP/1.1 200") and ended
+    assert events_of(b"".join(r for _, r in reads)).count(b"data: token") == 6
+    retry = p.post(path, "{}", key=key)
+    assert retry.header("Idempotent-Replayed") == "true"
+    assert upstream.executions.count(key=key) == 1
+
+
+def test_a_gap_longer_than_read_timeout_breaks_the_stream_off(make_proxy, upstream, key):
+    p = make_proxy(extra_top={"upstream": {"url": upstream.url, "read_timeout": "300ms"}})
+    head, reads, ended = read_stream(p.port, "/v1/events?n=3&gap_ms=1000", key)
+    assert head.startswith("HTTP/1.1 200")
+    assert not ended  # closed without the last chunk: never taken for a whole answer
+    retry = p.post("/v1/events?n=3&gap_ms=1000", "{}", key=key)
+    assert retry.status == 409 and problem(retry)["type"].endswith("/outcome-indeterminate")
+    assert upstream.executions.count(key=key) == 1
+
+
+def test_a_stream_cut_by_the_upstream_ends_as_an_error_and_is_never_replayed(
+        make_proxy, upstream, key):
+    p = make_proxy()
+    path = "/v1/events?n=5&gap_ms=100&cut=2"
+    head, reads, ended = read_stream(p.port, path, key)
+    assert head.startswith("HTTP/1.1 200")
+    assert not ended
+    assert events_of_partial(b"".join(r for _, r in reads)).count(b"data: token") == 2
+    retry = p.post(path, "{}", key=key)
+    assert retry.status == 409 and problem(retry)["type"].endswith("/outcome-indeterminate")
+    assert upstream.executions.count(key=key) == 1
+    # Over HTTP/2 the stream is reset.
+    other = key + "-h2"
+    c = Client(p.port)
+    sid = c.request("POST", path, b"{}", [("idempotency-key", other),
+                                          ("content-type", "application/json")])
+    (r,) = c.wait(sid)
+    c.close()
+    assert r.reset is not None and not r.ended
+    assert b"token 1" in r.body
+
+
+def events_of_partial(chunked):
+    """The event bytes of a chunked body that may have been cut short."""
+    out, at = b"", 0
+    while True:
+        line_end = chunked.find(b"\r\n", at)
+        if line_end < 0:
+            return out
+        size = int(chunked[at:line_end], 16)
+        out += chunked[line_end + 2:line_end + 2 + size]
+        if size == 0 or line_end + 2 + size + 2 > len(chunked):
+            return out
+        at = line_end + 2 + size + 2
+
+
+def test_a_client_that_leaves_mid_stream_still_gets_the_whole_answer_on_retry(
+        make_proxy, upstream, key):
+    p = make_proxy()
+    head, reads, ended = read_stream(p.port, EVENTS, key, stop_after=1)
+    assert head.startswith("HTTP/1.1 200") and not ended
+    # The upstream was read to its end and the answer recorded, since it executed.
+    retry = None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        retry = p.post(EVENTS, "{}", key=key)
+        if retry.status != 409:
+            break
+        time.sleep(0.2)
+    assert retry.status == 200 and retry.header("Idempotent-Replayed") == "true"
+    assert retry.body.count(b"data: token") == 5
+    assert upstream.executions.count(key=key) == 1
