@@ -2,9 +2,12 @@
 sends it (server-sent events, as an LLM API streams tokens), the answer is recorded
 once it has ended and replayed whole, a stream may outlast upstream.timeout (which
 bounds only the head), and a stream broken off is never passed off as whole."""
+import json
 import socket
+import subprocess
 import time
 
+import pytest
 from h2_peer import Client
 from harness import problem
 
@@ -165,4 +168,68 @@ def test_a_client_that_leaves_mid_stream_still_gets_the_whole_answer_on_retry(
         time.sleep(0.2)
     assert retry.status == 200 and retry.header("Idempotent-Replayed") == "true"
     assert retry.body.count(b"data: token") == 5
+    assert upstream.executions.count(key=key) == 1
+
+
+def curl_events(port, path, key, http2):
+    """Runs curl -N, as a person watching a stream would; returns [(seconds, line)]
+    for each line of the body as curl printed it."""
+    args = ["curl", "-sS", "-N", "-X", "POST", "-H", "Idempotency-Key: " + key,
+            "-H", "Content-Type: application/json", "--data", "{}"]
+    if http2:
+        args.append("--http2-prior-knowledge")
+    proc = subprocess.Popen(args + ["http://127.0.0.1:%d%s" % (port, path)],
+                            stdout=subprocess.PIPE)
+    t0, lines = time.monotonic(), []
+    for line in proc.stdout:
+        lines.append((time.monotonic() - t0, line))
+    assert proc.wait(timeout=15) == 0
+    return lines
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+def test_curl_sees_each_event_as_it_is_sent(make_proxy, upstream, key, http2):
+    p = make_proxy()
+    lines = curl_events(p.port, EVENTS, key, http2)
+    data = [(t, line) for t, line in lines if line.startswith(b"data: ")]
+    assert len(data) == 5
+    assert data[0][0] < 0.9 and data[-1][0] - data[0][0] > 0.9, data
+    replayed = curl_events(p.port, EVENTS, key, http2)
+    assert [line for _, line in replayed] == [line for _, line in lines]
+    assert upstream.executions.count(key=key) == 1
+
+
+NODE_READER = r"""
+const [url, key] = process.argv.slice(1);
+const t0 = performance.now();
+const res = await fetch(url, {method: "POST", body: "{}",
+  headers: {"Idempotency-Key": key, "Content-Type": "application/json"}});
+const reader = res.body.getReader();
+const reads = [];
+for (;;) {
+  const {done, value} = await reader.read();
+  if (done) break;
+  reads.push([(performance.now() - t0) / 1000, Buffer.from(value).toString()]);
+}
+console.log(JSON.stringify({status: res.status,
+  replayed: res.headers.get("idempotent-replayed"), reads}));
+"""
+
+
+def test_nodes_fetch_reads_the_events_as_they_come(make_proxy, upstream, key):
+    p = make_proxy()
+    url = "http://127.0.0.1:%d%s" % (p.port, EVENTS)
+
+    def fetch():
+        out = subprocess.run(["node", "--input-type=module", "-e", NODE_READER, url, key],
+                             capture_output=True, timeout=30, check=True)
+        return json.loads(out.stdout)
+
+    first = fetch()
+    assert first["status"] == 200 and first["replayed"] is None
+    times = [t for t, _ in first["reads"]]
+    assert times[0] < 0.9 and times[-1] - times[0] > 0.9, first["reads"]
+    again = fetch()
+    assert again["replayed"] == "true"
+    assert "".join(c for _, c in again["reads"]) == "".join(c for _, c in first["reads"])
     assert upstream.executions.count(key=key) == 1
