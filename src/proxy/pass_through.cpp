@@ -22,8 +22,8 @@ asio::awaitable<bool> stream_response(RequestContext& ctx, UpstreamCall& call,
   ctx.status = res.result_int();
   ctx.upstream_status = ctx.status;
   beast::error_code relay_error;
-  const auto relayed = co_await relay_answer(call, ctx.ex, prefix, ctx.grpc,
-                                             ctx.settings.config.upstream.read_timeout, relay_error);
+  const auto relayed = co_await relay_answer(
+      call, ctx.ex, prefix, ctx.grpc, ctx.settings.config.upstream.read_timeout, relay_error);
   // An answer broken off must never pass for a whole one.
   if (relayed == RelayError::read) ctx.ex.reset();
   co_return relayed == RelayError::none;

@@ -33,12 +33,14 @@ namespace idemproxy::http {
 
 class Runtime {
  public:
+  /// `fake`: where upstream calls come from instead of the pool (tests: no sockets).
   Runtime(asio::io_context& io, std::shared_ptr<const Settings> settings, store::Store& store,
-          ops::Metrics& metrics, int db_threads)
+          ops::Metrics& metrics, int db_threads, Upstream* fake = nullptr)
       : record_store(store),
         metrics(metrics),
         db_pool(static_cast<std::size_t>(db_threads)),
-        upstream(io.get_executor(), settings->config.upstream, settings->config.server.threads > 1),
+        pool(io.get_executor(), settings->config.upstream, settings->config.server.threads > 1),
+        upstream(fake != nullptr ? *fake : pool),
         completions(coordinator, db_pool, std::size_t{64} << 20),
         cache(settings->config.replay_cache_bytes),
         coordinator(store, store, cache, metrics, coordinator_hooks()),
@@ -113,7 +115,8 @@ class Runtime {
  public:
   ops::Metrics& metrics;
   asio::thread_pool db_pool;
-  UpstreamPool upstream;
+  UpstreamPool pool;
+  Upstream& upstream;            // the pool, or a fake
   engine::LeaseSchedule leases;  // renew_leases() is started with the server
 
  protected:

@@ -12,6 +12,34 @@ FakeExchange::FakeExchange(Log& log, std::vector<std::string> pieces, bool takes
   request_.target("/");
 }
 
+void FakeExchange::request(std::shared_ptr<const Settings> settings, std::string target,
+                           const std::vector<std::pair<std::string, std::string>>& fields) {
+  settings_ = std::move(settings);
+  request_.target(target);
+  request_.version(11);
+  for (const auto& [name, value] : fields) request_.insert(name, value);
+  std::uint64_t length = 0;
+  for (const auto& p : pieces_) length += p.size();
+  content_length_ = length;
+  started_ = std::chrono::steady_clock::now();
+  peer_value_.ip = "127.0.0.1";
+}
+
+asio::awaitable<bool> FakeExchange::send_prepared(const PreparedAnswer& answer,
+                                                  std::span<const ExtraField> extra) {
+  status = answer.status;
+  replayed = true;
+  fields.clear();
+  for (const auto& f : answer.fields) fields.emplace_back(f.name, f.value);
+  for (const auto& f : extra) fields.emplace_back(f.name, f.value);
+  body.assign(answer.body);
+  trailers.assign(answer.trailers.begin(), answer.trailers.end());
+  ended = true;
+  answered_ = true;
+  log_.push_back("client got replay " + std::to_string(status));
+  co_return true;
+}
+
 asio::awaitable<BodyPiece> FakeExchange::read_body(std::size_t, std::optional<TimePoint>) {
   BodyPiece piece;
   if (next_ == pieces_.size()) {
@@ -33,6 +61,8 @@ asio::awaitable<bool> FakeExchange::send_interim(ResponseHeader& head) {
 
 asio::awaitable<bool> FakeExchange::send_head(ResponseHeader& head, Framing f) {
   status = head.result_int();
+  fields.clear();
+  for (const auto& h : head) fields.emplace_back(h.name_string(), h.value());
   framing = f;
   log_.push_back("client got head " + std::to_string(status));
   co_return true;
@@ -46,6 +76,7 @@ asio::awaitable<bool> FakeExchange::send_body(std::string_view data, bool last, 
   if (last) {
     trailers.assign(t.begin(), t.end());
     ended = true;
+    answered_ = true;
     log_.push_back("client got end");
   }
   co_return true;
@@ -70,6 +101,10 @@ asio::awaitable<beast::error_code> FakeCall::send_body(std::string_view data, bo
 
 asio::awaitable<beast::error_code> FakeCall::read_head(bool, std::optional<std::uint64_t>,
                                                        FieldsAllocator, TimePoint) {
+  if (next_head_ == 0 && script_.delay.count() > 0) {
+    asio::steady_timer working(co_await asio::this_coro::executor, script_.delay);
+    co_await working.async_wait(use_nothrow);
+  }
   if (script_.head_error) co_return script_.head_error;
   const auto& [status, fields] = script_.heads.at(next_head_++);
   head_ = ResponseHeader();
@@ -111,6 +146,7 @@ asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> FakeUpstream::ope
     FieldsAllocator) {
   if (next_ == scripts.size())
     co_return std::make_pair(beast::error_code(asio::error::connection_refused), nullptr);
+  ++opened;
   auto* call = new FakeCall(log_, scripts[next_++], &last);
   co_return std::make_pair(beast::error_code{}, UpstreamCallPtr(call));
 }

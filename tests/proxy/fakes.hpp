@@ -24,6 +24,10 @@ using Log = std::vector<std::string>;
 class FakeExchange final : public Exchange {
  public:
   explicit FakeExchange(Log& log, std::vector<std::string> pieces = {}, bool takes_trailers = true);
+  /// A request as a codec would hand it to the proxy: under `settings`, to `target`,
+  /// with `fields` (the body is the pieces').
+  void request(std::shared_ptr<const Settings> settings, std::string target,
+               const std::vector<std::pair<std::string, std::string>>& fields);
 
   bool accepts_trailers() const override { return takes_trailers_; }
   FieldsAllocator fields_allocator() override { return {}; }
@@ -36,9 +40,8 @@ class FakeExchange final : public Exchange {
   asio::awaitable<bool> send_interim(ResponseHeader& head) override;
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
   asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
-  asio::awaitable<bool> send_prepared(const PreparedAnswer&, std::span<const ExtraField>) override {
-    co_return false;
-  }
+  asio::awaitable<bool> send_prepared(const PreparedAnswer& answer,
+                                      std::span<const ExtraField> extra) override;
   void reset() override { log_.push_back("client reset"); }
 
   /// The client stops taking the answer after this many body sends (it went away).
@@ -47,6 +50,8 @@ class FakeExchange final : public Exchange {
   BodyPiece::Error fails_with = BodyPiece::Error::none;
 
   unsigned status = 0;
+  std::vector<std::pair<std::string, std::string>> fields;  // of the final head
+  bool replayed = false;                                    // sent as a prepared replay
   Framing framing;
   std::string body;
   std::vector<store::Header> trailers;
@@ -72,11 +77,12 @@ struct Script {
   Framing framing = Framing::unknown();
   std::vector<std::string> pieces;
   std::vector<store::Header> trailers;
-  beast::error_code head_error;  // read_head fails with it
-  beast::error_code cut;         // the body ends with this error instead of its end
-  bool refused = false;          // the upstream refused the request unprocessed
-  bool answers_early = false;    // answered before it took the request's whole body
-  beast::error_code send_error;  // send_head fails with it
+  beast::error_code head_error;        // read_head fails with it
+  beast::error_code cut;               // the body ends with this error instead of its end
+  bool refused = false;                // the upstream refused the request unprocessed
+  bool answers_early = false;          // answered before it took the request's whole body
+  beast::error_code send_error;        // send_head fails with it
+  std::chrono::milliseconds delay{0};  // before the first head: the upstream works
 };
 
 /// One call: plays its script and logs what the proxy sent and read.
@@ -130,6 +136,7 @@ class FakeUpstream final : public Upstream {
       FieldsAllocator) override;
   std::vector<Script> scripts;
   SentRequest last;  // the last call's request, as sent
+  int opened = 0;    // calls made
 
  private:
   Log& log_;
