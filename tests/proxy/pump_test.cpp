@@ -156,20 +156,28 @@ TEST(Pump, AGrpcAnswerIsFramedForTrailersWhateverItsLength) {
   EXPECT_EQ(client.trailers[0].name, "grpc-status");
 }
 
+// The client's request body pumped up to `call`.
+struct Sent {
+  RelayError result = RelayError::write;
+  BodyPiece::Error read_error = BodyPiece::Error::none;
+};
+Sent send_up(FakeCall& call, FakeExchange& client, bool te_trailers = false) {
+  Sent out;
+  run([&]() -> asio::awaitable<void> {
+    beast::error_code write_error;
+    const std::optional<Exchange::TimePoint> no_deadline;
+    out.result = co_await send_request(call, client.head(), client, te_trailers, 5s, no_deadline,
+                                       out.read_error, write_error);
+  });
+  return out;
+}
+
 TEST(Pump, ARequestBodyGoesUpAsTheClientSendsIt) {
   Log log;
   FakeExchange client(log, {"x", "y"});
   auto* call = new FakeCall(log, Script{});
   UpstreamCallPtr owned(call);
-  RelayError result = RelayError::write;
-  run([&]() -> asio::awaitable<void> {
-    BodyPiece::Error read_error = BodyPiece::Error::none;
-    beast::error_code write_error;
-    const std::optional<Exchange::TimePoint> no_deadline;
-    result = co_await send_request(*call, client.head(), client, true, 5s, no_deadline, read_error,
-                                   write_error);
-  });
-  EXPECT_EQ(result, RelayError::none);
+  EXPECT_EQ(send_up(*call, client, true).result, RelayError::none);
   EXPECT_EQ(call->request_body, "xy");
   EXPECT_TRUE(call->request_ended);
   EXPECT_TRUE(call->te_trailers);
@@ -184,15 +192,7 @@ TEST(Pump, AnUpstreamThatAnswersEarlyTakesNoMoreOfTheBody) {
   s.answers_early = true;
   auto* call = new FakeCall(log, s);
   UpstreamCallPtr owned(call);
-  RelayError result = RelayError::write;
-  run([&]() -> asio::awaitable<void> {
-    BodyPiece::Error read_error = BodyPiece::Error::none;
-    beast::error_code write_error;
-    const std::optional<Exchange::TimePoint> no_deadline;
-    result = co_await send_request(*call, client.head(), client, false, 5s, no_deadline, read_error,
-                                   write_error);
-  });
-  EXPECT_EQ(result, RelayError::none);
+  EXPECT_EQ(send_up(*call, client).result, RelayError::none);
   EXPECT_EQ(client.pieces_read, 1);
   EXPECT_EQ(call->request_body, "x");
 }
@@ -203,16 +203,9 @@ TEST(Pump, AClientThatStopsSendingIsAReadErrorWithItsCause) {
   client.fails_with = BodyPiece::Error::gone;
   auto* call = new FakeCall(log, Script{});
   UpstreamCallPtr owned(call);
-  RelayError result = RelayError::none;
-  BodyPiece::Error read_error = BodyPiece::Error::none;
-  run([&]() -> asio::awaitable<void> {
-    beast::error_code write_error;
-    const std::optional<Exchange::TimePoint> no_deadline;
-    result = co_await send_request(*call, client.head(), client, false, 5s, no_deadline, read_error,
-                                   write_error);
-  });
-  EXPECT_EQ(result, RelayError::read);
-  EXPECT_EQ(read_error, BodyPiece::Error::gone);
+  const Sent sent = send_up(*call, client);
+  EXPECT_EQ(sent.result, RelayError::read);
+  EXPECT_EQ(sent.read_error, BodyPiece::Error::gone);
   EXPECT_FALSE(call->request_ended);  // the upstream never takes part of a body for all
 }
 
