@@ -196,8 +196,23 @@ asio::awaitable<Step> execute(Flow& f) {
   framing.trailers = framing.trailers || ctx.grpc;
   bool client = co_await ctx.ex.send_head(head, framing);
   // Each piece goes on as it comes but the last, which waits for the record: a client
-  // that has the whole answer can retry at once and be replayed it.
-  if (client && !first.end) client = co_await ctx.ex.send_body(first.data, false, first.trailers);
+  // that has the whole answer can retry at once and be replayed it. An HTTP/1.1
+  // client knows a body framed by its length is whole once it has that many bytes,
+  // which may come before the upstream says the answer ended (an HTTP/2 upstream's
+  // END_STREAM in a frame of its own): the piece that completes the length is held
+  // too, copied, until the record is written.
+  std::uint64_t relayed = 0;
+  std::string held;
+  const auto relay = [&](std::string_view data) -> asio::awaitable<bool> {
+    if (framing.kind == Framing::Kind::length && relayed + data.size() >= framing.length) {
+      held.append(data);
+      co_return true;
+    }
+    relayed += data.size();
+    const Trailers none;
+    co_return co_await ctx.ex.send_body(data, false, none);
+  };
+  if (client && !first.end) client = co_await relay(first.data);
   AnswerPiece piece = first;
   std::vector<store::Header> trailers;
   if (piece.end) trailers.assign(piece.trailers.begin(), piece.trailers.end());
@@ -216,7 +231,7 @@ asio::awaitable<Step> execute(Flow& f) {
     if (piece.end) {
       trailers.assign(piece.trailers.begin(), piece.trailers.end());
     } else if (client) {
-      client = co_await ctx.ex.send_body(piece.data, false, piece.trailers);
+      client = co_await relay(piece.data);
     }
   }
   heartbeat.reset();
@@ -248,7 +263,12 @@ asio::awaitable<Step> execute(Flow& f) {
   completing.end();
   permit.settle();
   note_completion(ctx, done, whole);
-  // The last piece, its trailers and the end (the call keeps what they view).
+  // What was held, then the last piece, its trailers and the end (the call keeps
+  // what they view).
+  if (client && !held.empty()) {
+    const Trailers none;
+    client = co_await ctx.ex.send_body(held, false, none);
+  }
   if (client) co_await ctx.ex.send_body(piece.data, true, piece.trailers);
   co_return Step::responded;
 }

@@ -129,7 +129,7 @@ asio::awaitable<AnswerPiece> FakeCall::read_body(TimePoint) {
     piece.data = script_.pieces[next_piece_++];
     log_.push_back("upstream sent " + std::string(piece.data));
     // The last piece comes with the end, as a whole small answer does.
-    if (next_piece_ == script_.pieces.size() && !script_.cut) end();
+    if (next_piece_ == script_.pieces.size() && !script_.cut && !script_.end_apart) end();
     co_return piece;
   }
   if (script_.cut) {

@@ -77,11 +77,12 @@ struct Script {
   Framing framing = Framing::unknown();
   std::vector<std::string> pieces;
   std::vector<store::Header> trailers;
-  beast::error_code head_error;        // read_head fails with it
-  beast::error_code cut;               // the body ends with this error instead of its end
-  bool refused = false;                // the upstream refused the request unprocessed
-  bool answers_early = false;          // answered before it took the request's whole body
-  beast::error_code send_error;        // send_head fails with it
+  beast::error_code head_error;  // read_head fails with it
+  beast::error_code cut;         // the body ends with this error instead of its end
+  bool refused = false;          // the upstream refused the request unprocessed
+  bool answers_early = false;    // answered before it took the request's whole body
+  beast::error_code send_error;  // send_head fails with it
+  bool end_apart = false;        // the end comes in a read of its own (HTTP/2: END_STREAM alone)
   std::chrono::milliseconds delay{0};  // before the first head: the upstream works
 };
 

@@ -206,5 +206,24 @@ TEST(Phases, AStreamedAnswersHeadSaysWhenItExpiresAndKeepsTheProxysFieldsOutOfTh
   EXPECT_EQ(again->body, "ab");
 }
 
+TEST(Phases, TheBytesThatCompleteALengthWaitForTheRecordLikeTheEnd) {
+  // An HTTP/1.1 client takes a body framed by its length for whole once it has that
+  // many bytes; the upstream may say the answer ended only after them.
+  Stage stage(kConfig);
+  Script s;
+  s.framing = Framing::of(4);
+  s.pieces = {"ab", "cd"};
+  s.end_apart = true;
+  stage.upstream.scripts = {s};
+  auto first = stage.client("k-7");
+  stage.serve({first.get()});
+  EXPECT_EQ(first->body, "abcd");
+  const auto at = [&](const std::string& event) {
+    return std::find(stage.log.begin(), stage.log.end(), event) - stage.log.begin();
+  };
+  EXPECT_LT(at("client got ab"), at("upstream sent cd"));   // streamed as it came
+  EXPECT_LT(at("upstream sent end"), at("client got cd"));  // held until the end and record
+}
+
 }  // namespace
 }  // namespace idemproxy::testing
