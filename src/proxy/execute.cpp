@@ -30,6 +30,13 @@ store::StoredResponse status_only(const ResponseHeader& head, std::string_view p
   return answer;
 }
 
+// The head of an answer that is (or will be) stored says until when its key is
+// honoured, and where the published policy is.
+void announce_record(const RequestContext& ctx, ResponseHeader& head, TimePoint expires_at) {
+  head.set(kExpiresHeader, http_date(expires_at));
+  if (const auto link = policy_link(ctx); !link.empty()) head.insert(bhttp::field::link, link);
+}
+
 // Logs what recording the answer came to, and sets the request's outcome.
 void note_completion(RequestContext& ctx, const engine::Completion& done, bool whole) {
   switch (done.finish) {
@@ -166,10 +173,7 @@ asio::awaitable<Step> execute(Flow& f) {
     completing.end();
     permit.settle();
     note_completion(ctx, done, true);
-    if (done.finish == engine::Finish::stored) {
-      head.set(kExpiresHeader, http_date(done.expires_at));
-      if (const auto link = policy_link(ctx); !link.empty()) head.insert(bhttp::field::link, link);
-    }
+    if (done.finish == engine::Finish::stored) announce_record(ctx, head, done.expires_at);
     head.erase(engine::kPolicyField);  // for the proxy, not the client
     co_await send_answer(ctx, head, first.data, first.trailers);
     co_return Step::responded;
@@ -187,8 +191,7 @@ asio::awaitable<Step> execute(Flow& f) {
   if (!ctx.grpc && engine::Engine::stores(route, kept)) {
     // The store's own clock sets the record's expiry when it completes; the head
     // cannot wait for that, so it says when this proxy expects it.
-    head.set(kExpiresHeader, http_date(SystemClock().now() + route.ttl));
-    if (const auto link = policy_link(ctx); !link.empty()) head.insert(bhttp::field::link, link);
+    announce_record(ctx, head, SystemClock().now() + route.ttl);
   }
   if (!ctx.request_id.empty()) head.set("X-Request-Id", ctx.request_id);
   ctx.status = head.result_int();
