@@ -2,8 +2,8 @@
 
 #include "cli/cli.hpp"
 #include "idemproxy/config/config.hpp"
-#include "idemproxy/http/proxy_server.hpp"
 #include "idemproxy/ops/logging.hpp"
+#include "idemproxy/server/proxy_server.hpp"
 #include "idemproxy/store/memory_store.hpp"
 #include "idemproxy/store/migrations.hpp"
 #include "idemproxy/store/pg_store.hpp"

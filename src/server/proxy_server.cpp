@@ -2,7 +2,7 @@
 // (client_acceptor), the admin listener (admin), the store's upkeep (store_upkeep),
 // reload and the gauges (reload). What stays here is their order: start, the run
 // loop, signals, the drain, and what must go in order at exit.
-#include "idemproxy/http/proxy_server.hpp"
+#include "idemproxy/server/proxy_server.hpp"
 
 #include <spdlog/spdlog.h>
 
