@@ -8,6 +8,7 @@
 #include <array>
 
 #include "http/fields.hpp"
+#include "http/signal.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/permits.hpp"
@@ -25,26 +26,17 @@ using idempotent::Step;
 using idempotent::upstream_timeout;
 using ops::Outcome;
 
-// Wakes a waiting request: cancels its timer on the request's own executor (a
-// strand), since timers are not thread-safe. `woken` (touched only on that executor)
-// keeps a wake that lands before the request starts sleeping from being lost.
-class TimerWaiter final : public engine::Waiter, public std::enable_shared_from_this<TimerWaiter> {
+// Wakes a waiting request from any thread: the wake is posted to the request's own
+// executor (a strand), where its signal lives, since timers are not thread-safe. A
+// wake that lands before the request starts sleeping is kept by the signal.
+class SignalWaiter final : public engine::Waiter,
+                           public std::enable_shared_from_this<SignalWaiter> {
  public:
-  explicit TimerWaiter(const asio::any_io_executor& ex) : timer(ex) {}
+  explicit SignalWaiter(const asio::any_io_executor& ex) : signal(ex) {}
   void wake() override {
-    asio::post(timer.get_executor(), [self = shared_from_this()] {
-      self->woken = true;
-      self->timer.cancel();
-    });
+    asio::post(signal.executor(), [self = shared_from_this()] { self->signal.notify(); });
   }
-  /// Sleeps until `until`, unless woken since `woken` was last cleared.
-  asio::awaitable<void> sleep_until(std::chrono::steady_clock::time_point until) {
-    if (woken) co_return;
-    timer.expires_at(until);
-    co_await timer.async_wait(use_nothrow);
-  }
-  asio::steady_timer timer;
-  bool woken = false;
+  Signal signal;
 };
 
 // A key another instance executes: the store announces its finish (LISTEN/NOTIFY)
@@ -52,7 +44,7 @@ class TimerWaiter final : public engine::Waiter, public std::enable_shared_from_
 // reconnects wakes every such waiter (announcements may have been lost meanwhile);
 // a slow re-check (WaitBudget::next_fallback) is the last safety net.
 // False when the store cannot announce, and the caller polls instead.
-asio::awaitable<bool> wait_elsewhere(Flow& f, const std::shared_ptr<TimerWaiter>& waiter,
+asio::awaitable<bool> wait_elsewhere(Flow& f, const std::shared_ptr<SignalWaiter>& waiter,
                                      engine::WaitBudget& budget) {
   using Elsewhere = engine::Coordinator::Elsewhere;
   Runtime& rt = f.rt();
@@ -61,7 +53,8 @@ asio::awaitable<bool> wait_elsewhere(Flow& f, const std::shared_ptr<TimerWaiter>
   const Elsewhere how = co_await rt.blocking(
       [&rt, &id, &waiter] { return rt.coordinator.wait_elsewhere(id, waiter); });
   if (how == Elsewhere::announced) {
-    co_await waiter->sleep_until(budget.next_fallback(std::chrono::steady_clock::now()));
+    const auto fallback = budget.next_fallback(std::chrono::steady_clock::now());
+    co_await waiter->signal.wait_until(fallback);
   }
   co_return how != Elsewhere::poll;
 }
@@ -73,7 +66,7 @@ asio::awaitable<Step> claim_phase(Flow& f) {
   Runtime& rt = f.rt();
   const store::ClaimRequest& claim = *f.claim;
   engine::WaitBudget budget{std::chrono::steady_clock::now() + f.route().lease};
-  std::shared_ptr<TimerWaiter> waiter;
+  std::shared_ptr<SignalWaiter> waiter;
   for (bool waited = false;; waited = true) {
     if (waited) {
       // The holder in this process has probably just finished and cached its answer.
@@ -88,20 +81,21 @@ asio::awaitable<Step> claim_phase(Flow& f) {
     if (f.decision.kind != Decision::Kind::wait) co_return Step::next;
     if (!waiter) {
       const auto ex = co_await asio::this_coro::executor;
-      waiter = std::make_shared<TimerWaiter>(ex);
+      waiter = std::make_shared<SignalWaiter>(ex);
     }
-    waiter->woken = false;
+    waiter->signal.clear();
     if (!rt.coordinator.wait_here(claim.id, waiter)) {
       if (co_await wait_elsewhere(f, waiter, budget)) continue;
       // The store cannot announce finishes: ask again after a backoff. Answered in
       // the same group-commit batch as a holder here, this request may have looked
       // before that holder marked the key: look once more before asking again.
-      co_await waiter->sleep_until(budget.next_backoff(std::chrono::steady_clock::now()));
-      waiter->woken = false;
+      const auto backoff = budget.next_backoff(std::chrono::steady_clock::now());
+      co_await waiter->signal.wait_until(backoff);
+      waiter->signal.clear();
       if (!rt.coordinator.wait_here(claim.id, waiter)) continue;
     }
     // Held by this process: sleep until it releases the key; no database polling.
-    co_await waiter->sleep_until(budget.deadline);
+    co_await waiter->signal.wait_until(budget.deadline);
   }
 }
 

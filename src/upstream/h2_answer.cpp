@@ -25,7 +25,7 @@ asio::awaitable<beast::error_code> StreamCall::read_head(bool head_request,
                                                          FieldsAllocator fields, TimePoint until) {
   head_request_ = head_request;  // nghttp2 knows a HEAD request's answer has no body
   if (body_limit) body_limit_ = *body_limit;
-  const auto make_head = [&](unsigned status, const Fields& block) {
+  const auto make_head = [&](unsigned status, const FieldList& block) {
     head_.emplace(fields);
     head_->version(11);
     head_->result(status);

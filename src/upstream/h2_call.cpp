@@ -17,50 +17,38 @@ ssize_t body_source_cb(nghttp2_session*, std::int32_t id, std::uint8_t* buf, std
   return static_cast<UpstreamLink*>(user)->read_body(id, buf, size, flags);
 }
 
-nghttp2_nv nv(const std::string& name, const std::string& value) {
-  return {reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
-          reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(),
-          value.size(), NGHTTP2_NV_FLAG_NONE};
-}
-
 // RFC 9113 §8.3.1: the request line and Host become pseudo-header fields; §8.2.2:
 // connection-specific fields are not sent, and te only as "trailers", exactly when
 // the client said it takes them (`te_trailers`, the proxy's reading of its request).
-Fields request_fields(const RequestHeader& req, bool tls, bool te_trailers) {
-  Fields out;
-  out.reserve(16);
-  out.emplace_back(":method", std::string(req.method_string()));
-  out.emplace_back(":scheme", tls ? "https" : "http");
-  out.emplace_back(":authority", std::string(req[bhttp::field::host]));
-  out.emplace_back(":path", std::string(req.target()));
+// The list keeps its memory from one request on this call to the next.
+void request_fields(const RequestHeader& req, bool tls, bool te_trailers, NvList& out) {
+  out.clear();
+  out.add(":method", req.method_string());
+  out.add(":scheme", tls ? "https" : "http");
+  out.add(":authority", req[bhttp::field::host]);
+  out.add(":path", req.target());
   const auto connection = req[bhttp::field::connection];
-  std::string name;
   for (const auto& f : req) {
-    const auto field_name = f.name_string();
-    if (connection_specific(field_name, connection) || beast::iequals(field_name, "host") ||
-        beast::iequals(field_name, "te"))
+    const auto name = f.name_string();
+    if (connection_specific(name, connection) || beast::iequals(name, "host") ||
+        beast::iequals(name, "te"))
       continue;
-    lower_case(field_name, name);
-    out.emplace_back(name, std::string(f.value()));
+    out.add(name, f.value());  // lower-cased by the list (RFC 9113 §8.2.1)
   }
-  if (te_trailers) out.emplace_back("te", "trailers");
-  return out;
+  if (te_trailers) out.add("te", "trailers");
 }
 
 }  // namespace
 
 // --- the link's side: everything here runs on its executor ---
 
-std::shared_ptr<Call> UpstreamLink::start(const Outgoing& request) {
+std::shared_ptr<Call> UpstreamLink::start(Outgoing& request) {
   if (state_ != State::ready || closed_to_new_) return nullptr;
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(request.fields.size());
-  for (const auto& [name, value] : request.fields) nva.push_back(nv(name, value));
   auto call = std::make_shared<Call>(ex_);
   nghttp2_data_provider body{};
   body.read_callback = body_source_cb;
   call->out_end = !request.has_body;
-  call->id = nghttp2_submit_request(session_, nullptr, nva.data(), nva.size(),
+  call->id = nghttp2_submit_request(session_, nullptr, request.fields.data(), request.fields.size(),
                                     request.has_body ? &body : nullptr, nullptr);
   if (call->id < 0) {
     spdlog::info("upstream HTTP/2: cannot start a stream: {}", nghttp2_strerror(call->id));
@@ -221,7 +209,7 @@ asio::awaitable<Taken> StreamCall::take(std::chrono::steady_clock::time_point un
 
 asio::awaitable<beast::error_code> StreamCall::send_head(RequestHeader& head,
                                                          RequestFraming framing, TimePoint) {
-  request_.fields = request_fields(head, registry_->tls != nullptr, framing.te_trailers);
+  request_fields(head, registry_->tls != nullptr, framing.te_trailers, request_.fields);
   request_.has_body = framing.body;
   co_return co_await start();
 }

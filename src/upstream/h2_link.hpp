@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/http2/nv.hpp"
 #include "http/fields.hpp"
 #include "http/problem.hpp"
 #include "http/signal.hpp"
@@ -45,7 +46,8 @@ inline constexpr std::size_t kResendBody = std::size_t{1} << 20;
 // §8.7); the registry learns the limit then, so a resend is rarely refused again.
 inline constexpr int kMaxResends = 3;
 
-using Fields = std::vector<std::pair<std::string, std::string>>;
+/// A header block as nghttp2 hands it over, field by field.
+using FieldList = std::vector<std::pair<std::string, std::string>>;
 
 /// The steady clock in nanoseconds: how links keep when their last stream went.
 inline std::int64_t now_ns() {
@@ -53,24 +55,6 @@ inline std::int64_t now_ns() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-/// Wakes every waiting coroutine once it is opened; opening is for good.
-class Latch {
- public:
-  explicit Latch(const asio::any_io_executor& ex)
-      : timer_(ex, std::chrono::steady_clock::time_point::max()) {}
-  void open() {
-    open_ = true;
-    timer_.cancel();
-  }
-  asio::awaitable<void> wait() {
-    while (!open_) co_await timer_.async_wait(use_nothrow);
-  }
-
- private:
-  asio::steady_timer timer_;
-  bool open_ = false;
-};
 
 /// One stream's state: the request on its way up and the answer on its way back.
 /// Touched only on its link's executor.
@@ -85,15 +69,15 @@ struct Call {
   bool out_deferred = false;
   Signal room;  // nghttp2 took request bytes, or the stream closed
 
-  Fields block;  // the header block being received
+  FieldList block;  // the header block being received
   std::size_t block_bytes = 0;
   // 1xx answers not yet taken (a vector: libstdc++'s deque allocates when made)
-  std::vector<std::pair<unsigned, Fields>> interim;
-  std::optional<std::pair<unsigned, Fields>> head;  // the final answer's head
+  std::vector<std::pair<unsigned, FieldList>> interim;
+  std::optional<std::pair<unsigned, FieldList>> head;  // the final answer's head
   bool head_taken = false;
   std::string in;  // answer body bytes not yet taken
   bool in_end = false;
-  Fields trailers;
+  FieldList trailers;
   bool closed = false;
   std::uint32_t close_code = 0;
   Signal news;  // a head, body bytes, the end, or the close
@@ -102,7 +86,7 @@ struct Call {
 /// A request as sent on a stream: its fields, and its body while it is small enough
 /// to send again (kResendBody).
 struct Outgoing {
-  Fields fields;
+  NvList fields;
   std::string body;
   bool has_body = false;
   bool resendable = true;
@@ -157,7 +141,7 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
         tls_(tls),
         registry_(std::move(registry)),
         own_executor_(own_executor),
-        ready_(ex_),
+        ready_(ex_, Signal::Reset::never),
         writable_(ex_) {}
   ~UpstreamLink() {
     if (session_ != nullptr) nghttp2_session_del(session_);
@@ -185,7 +169,7 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   asio::awaitable<beast::error_code> ready(std::unique_ptr<http::Stream> established);
   /// Submits a request's HEADERS; its body, if it has one, comes through push().
   /// Null when the session takes no new stream.
-  std::shared_ptr<Call> start(const Outgoing& request);
+  std::shared_ptr<Call> start(Outgoing& request);
   /// Hands request body bytes to the stream.
   void push(Call& call, std::string_view data, bool end);
   /// The caller took `n` answer bytes: the stream's window reopens by as much.
@@ -224,7 +208,7 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   nghttp2_session* session_ = nullptr;
   enum class State { fresh, connecting, ready, failed } state_ = State::fresh;
   beast::error_code connect_error_;
-  Latch ready_;
+  Signal ready_;  // stays set once the link is ready or has failed
   bool settings_received_ = false;
   asio::steady_timer* settings_wait_ = nullptr;  // ready() waiting for them
   Signal writable_;
@@ -242,11 +226,11 @@ auto on_link(UpstreamLink& link, Step& step) -> decltype(step()) {
 
 /// What a wait on a stream found (StreamCall::take).
 struct Taken {
-  std::vector<std::pair<unsigned, Fields>> interim;
-  std::optional<std::pair<unsigned, Fields>> head;
+  std::vector<std::pair<unsigned, FieldList>> interim;
+  std::optional<std::pair<unsigned, FieldList>> head;
   std::string data;
   bool end = false;
-  Fields trailers;
+  FieldList trailers;
   bool closed = false;
   std::uint32_t close_code = 0;
   bool timed_out = false;
@@ -291,8 +275,8 @@ class StreamCall final : public UpstreamCall {
   std::shared_ptr<Call> call_;
   Outgoing request_;
   std::optional<ResponseHeader> head_;
-  std::vector<std::pair<unsigned, Fields>> interims_;  // 1xx heads not yet read
-  std::optional<std::pair<unsigned, Fields>> final_;   // the final head, not yet read
+  std::vector<std::pair<unsigned, FieldList>> interims_;  // 1xx heads not yet read
+  std::optional<std::pair<unsigned, FieldList>> final_;   // the final head, not yet read
   int interim_count_ = 0;
   std::string piece_;  // the body piece read last
   std::vector<store::Header> trailers_;

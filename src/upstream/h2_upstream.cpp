@@ -1,37 +1,8 @@
+#include "codec/http2/callbacks.hpp"
 #include "upstream/h2_link.hpp"
 
 namespace idemproxy::http {
 namespace h2 {
-
-namespace {
-
-UpstreamLink& link_of(void* user) { return *static_cast<UpstreamLink*>(user); }
-
-int header_cb(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
-              std::size_t namelen, const std::uint8_t* value, std::size_t valuelen, std::uint8_t,
-              void* user) {
-  return link_of(user).on_header(*frame, {reinterpret_cast<const char*>(name), namelen},
-                                 {reinterpret_cast<const char*>(value), valuelen});
-}
-
-int frame_recv_cb(nghttp2_session*, const nghttp2_frame* frame, void* user) {
-  return link_of(user).on_frame_recv(*frame);
-}
-
-int frame_send_cb(nghttp2_session*, const nghttp2_frame* frame, void* user) {
-  return link_of(user).on_frame_send(*frame);
-}
-
-int data_cb(nghttp2_session*, std::uint8_t, std::int32_t id, const std::uint8_t* data,
-            std::size_t size, void* user) {
-  return link_of(user).on_data(id, data, size);
-}
-
-int stream_close_cb(nghttp2_session*, std::int32_t id, std::uint32_t code, void* user) {
-  return link_of(user).on_stream_close(id, code);
-}
-
-}  // namespace
 
 int UpstreamLink::on_header(const nghttp2_frame& frame, std::string_view name,
                             std::string_view value) {
@@ -69,7 +40,7 @@ int UpstreamLink::on_frame_recv(const nghttp2_frame& frame) {
   if (!call) return 0;
   const bool end = (frame.hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
   if (frame.hd.type == NGHTTP2_HEADERS) {
-    Fields block = std::move(call->block);
+    FieldList block = std::move(call->block);
     call->block.clear();
     call->block_bytes = 0;
     unsigned status = 0;
@@ -174,11 +145,7 @@ asio::awaitable<beast::error_code> UpstreamLink::connect() {
 void UpstreamLink::start_session() {
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
-  nghttp2_session_callbacks_set_on_header_callback(cbs, header_cb);
-  nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, frame_recv_cb);
-  nghttp2_session_callbacks_set_on_frame_send_callback(cbs, frame_send_cb);
-  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, data_cb);
-  nghttp2_session_callbacks_set_on_stream_close_callback(cbs, stream_close_cb);
+  set_peer_callbacks<UpstreamLink>(cbs);
   nghttp2_option* opt = nullptr;
   nghttp2_option_new(&opt);
   // An answer's window reopens as the session takes its bytes: a slow client holds
@@ -302,7 +269,7 @@ asio::awaitable<beast::error_code> UpstreamLink::ready(std::unique_ptr<http::Str
         }
       }
     }
-    ready_.open();
+    ready_.notify();
   }
   co_await ready_.wait();
   if (state_ == State::ready) co_return beast::error_code{};

@@ -1,9 +1,8 @@
 #include "upstream/http1_call.hpp"
 
-#include <array>
-#include <cstdio>
 #include <span>
 
+#include "codec/http1/body_frames.hpp"
 #include "http/parse_buffered.hpp"
 
 namespace idemproxy::http {
@@ -68,21 +67,12 @@ asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head, Req
 
 asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, bool last,
                                                         TimePoint until) {
-  static constexpr std::string_view kCrlf = "\r\n";
-  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
-  std::array<asio::const_buffer, 5> buffers;
-  std::size_t count = 0;
-  if (head_bytes_) buffers[count++] = asio::buffer(*head_bytes_);
-  char size_line[24];
-  if (!data.empty() && chunked_) {
-    const int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
-    buffers[count++] = asio::buffer(size_line, static_cast<std::size_t>(n));
-  }
-  if (!data.empty()) buffers[count++] = asio::buffer(data);
-  if (!data.empty() && chunked_) buffers[count++] = asio::buffer(kCrlf);
-  if (last && chunked_) buffers[count++] = asio::buffer(kLastChunk);
-  if (count == 0) co_return beast::error_code{};
-  const std::span<const asio::const_buffer> gathered(buffers.data(), count);
+  h1::BodyFrames frames(chunked_);
+  if (head_bytes_) frames.add_bytes(*head_bytes_);
+  frames.add_piece(data);
+  if (last) frames.add_end();
+  if (frames.empty()) co_return beast::error_code{};
+  const std::span<const asio::const_buffer> gathered = frames.buffers();
   const auto ec = co_await write(gathered, until);
   co_return ec;
 }

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdio>
 
+#include "codec/http1/body_frames.hpp"
 #include "http/fields.hpp"
 #include "http/parse_buffered.hpp"
 #include "http/request_target.hpp"
@@ -202,33 +203,24 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
 asio::awaitable<bool> Exchange::send_body(std::string_view data, bool last, Trailers trailers) {
   if (broken_) co_return false;
   if (answered_) co_return true;  // a bodiless answer: nothing more goes out
-  static constexpr std::string_view kCrlf = "\r\n";
-  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
-  std::array<asio::const_buffer, 5> buffers;
-  std::size_t count = 0;
-  if (pending_) buffers[count++] = asio::buffer(*pending_);
-  char size_line[24];
-  if (!data.empty() && chunked_out_) {
-    const int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
-    buffers[count++] = asio::buffer(size_line, static_cast<std::size_t>(n));
-  }
-  if (!data.empty()) buffers[count++] = asio::buffer(data);
-  if (!data.empty() && chunked_out_) buffers[count++] = asio::buffer(kCrlf);
+  BodyFrames frames(chunked_out_);
+  if (pending_) frames.add_bytes(*pending_);
+  frames.add_piece(data);
   std::optional<HeadBytes> last_chunk;
   if (last && chunked_out_) {
     if (trailers_out_ && !trailers.empty()) {
       last_chunk.emplace(conn_.fields_allocator());
       *last_chunk += "0\r\n";
       for (const auto& t : trailers) append_field(*last_chunk, t.name, t.value);
-      *last_chunk += kCrlf;
-      buffers[count++] = asio::buffer(*last_chunk);
+      *last_chunk += "\r\n";
+      frames.add_end(*last_chunk);
     } else {
-      buffers[count++] = asio::buffer(kLastChunk);
+      frames.add_end();
     }
   }
   bool sent = true;
-  if (count > 0) {
-    const std::span<const asio::const_buffer> gathered(buffers.data(), count);
+  if (!frames.empty()) {
+    const std::span<const asio::const_buffer> gathered = frames.buffers();
     sent = co_await write(gathered);
   }
   pending_.reset();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "codec/http2/callbacks.hpp"
+
 namespace idemproxy::http::h2 {
 namespace {
 
@@ -19,30 +21,6 @@ Connection& self(void* user) { return *static_cast<Connection*>(user); }
 int begin_headers_cb(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   return self(user).on_begin_headers(frame->hd.stream_id);
-}
-
-int header_cb(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
-              std::size_t namelen, const std::uint8_t* value, std::size_t valuelen, std::uint8_t,
-              void* user) {
-  return self(user).on_header(*frame, {reinterpret_cast<const char*>(name), namelen},
-                              {reinterpret_cast<const char*>(value), valuelen});
-}
-
-int frame_recv_cb(nghttp2_session*, const nghttp2_frame* frame, void* user) {
-  return self(user).on_frame_recv(*frame);
-}
-
-int frame_send_cb(nghttp2_session*, const nghttp2_frame* frame, void* user) {
-  return self(user).on_frame_send(*frame);
-}
-
-int data_cb(nghttp2_session*, std::uint8_t, std::int32_t id, const std::uint8_t* data,
-            std::size_t size, void* user) {
-  return self(user).on_data(id, data, size);
-}
-
-int stream_close_cb(nghttp2_session*, std::int32_t id, std::uint32_t code, void* user) {
-  return self(user).on_stream_close(id, code);
 }
 
 int send_data_cb(nghttp2_session*, nghttp2_frame* frame, const std::uint8_t* frame_head,
@@ -68,11 +46,7 @@ Connection::Connection(std::shared_ptr<ClientConnection> conn, Service& service)
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, begin_headers_cb);
-  nghttp2_session_callbacks_set_on_header_callback(cbs, header_cb);
-  nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, frame_recv_cb);
-  nghttp2_session_callbacks_set_on_frame_send_callback(cbs, frame_send_cb);
-  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, data_cb);
-  nghttp2_session_callbacks_set_on_stream_close_callback(cbs, stream_close_cb);
+  set_peer_callbacks<Connection>(cbs);
   nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_cb);
   nghttp2_option* opt = nullptr;
   nghttp2_option_new(&opt);
