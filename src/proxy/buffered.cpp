@@ -11,7 +11,7 @@ ProxyError upstream_error(ProblemKind kind, std::string detail) {
 
 }  // namespace
 
-ProxyError failed_after_sending(const UpstreamCall& call, const beast::error_code& ec) {
+ProxyError failed_after_sending(const upstream::UpstreamCall& call, const beast::error_code& ec) {
   if (ec == beast::error::timeout) {
     return upstream_error(ProblemKind::upstream_timeout, "the upstream did not answer in time");
   }
@@ -22,7 +22,7 @@ ProxyError failed_after_sending(const UpstreamCall& call, const beast::error_cod
                               "the upstream refused the request unprocessed");
 }
 
-asio::awaitable<UpstreamHead> start_exchange(Upstream& upstream, StringRequest& request,
+asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, StringRequest& request,
                                              bool te_trailers, Exchange* interim_to,
                                              Exchange::TimePoint until) {
   UpstreamHead out;
@@ -34,7 +34,7 @@ asio::awaitable<UpstreamHead> start_exchange(Upstream& upstream, StringRequest& 
     co_return out;
   }
   const std::string_view body = request.body();
-  const RequestFraming framing{!body.empty(), te_trailers};
+  const upstream::RequestFraming framing{!body.empty(), te_trailers};
   auto wec = co_await call->send_head(request.base(), framing, until);
   if (!wec && framing.body) wec = co_await call->send_body(body, true, until);
   if (wec) {
@@ -57,7 +57,7 @@ asio::awaitable<UpstreamHead> start_exchange(Upstream& upstream, StringRequest& 
   co_return out;
 }
 
-asio::awaitable<UpstreamAnswer> round_trip(Upstream& upstream, StringRequest& request,
+asio::awaitable<UpstreamAnswer> round_trip(upstream::Upstream& upstream, StringRequest& request,
                                            bool te_trailers, Exchange* interim_to, Duration timeout,
                                            std::uint64_t max_answer) {
   UpstreamAnswer out;
@@ -68,7 +68,7 @@ asio::awaitable<UpstreamAnswer> round_trip(Upstream& upstream, StringRequest& re
     out.error = std::move(started.error);
     co_return out;
   }
-  UpstreamCallPtr call = std::move(started.call);
+  upstream::UpstreamCallPtr call = std::move(started.call);
   const Framing framing = call->framing();
   if (framing.kind == Framing::Kind::length && framing.length > max_answer) {
     out.oversized = UpstreamAnswer::Oversized{std::move(call), std::string()};
@@ -76,7 +76,7 @@ asio::awaitable<UpstreamAnswer> round_trip(Upstream& upstream, StringRequest& re
   }
   std::string answer;
   for (bool end = false; !end;) {
-    const AnswerPiece piece = co_await call->read_body(until);
+    const upstream::AnswerPiece piece = co_await call->read_body(until);
     if (piece.error) {
       out.error = failed_after_sending(*call, piece.error);
       co_return out;

@@ -22,7 +22,7 @@ struct UpstreamAnswer {
   /// Set when the body outgrew max_response_size: `call` holds the head and the rest,
   /// `prefix` the body read so far. Never truncated: it is streamed.
   struct Oversized {
-    UpstreamCallPtr call;
+    upstream::UpstreamCallPtr call;
     std::string prefix;
   };
   std::optional<Oversized> oversized;
@@ -32,18 +32,18 @@ struct UpstreamAnswer {
 struct UpstreamHead {
   std::optional<ProxyError> error;
   bool sent = false;  // whether the request may have reached the upstream
-  UpstreamCallPtr call;
+  upstream::UpstreamCallPtr call;
 };
 
 /// Sends a whole request and reads the answer's heads by `until`, interim ones to
 /// `interim_to` (null: dropped). The body is left to the caller (call->read_body).
-asio::awaitable<UpstreamHead> start_exchange(Upstream& upstream, StringRequest& request,
+asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, StringRequest& request,
                                              bool te_trailers, Exchange* interim_to,
                                              Exchange::TimePoint until);
 
 /// What an upstream failure after the request was sent means: a timeout, a failure
 /// that may have acted, or a refusal that did not (the call says which).
-ProxyError failed_after_sending(const UpstreamCall& call, const beast::error_code& ec);
+ProxyError failed_after_sending(const upstream::UpstreamCall& call, const beast::error_code& ec);
 
 /// Sends a whole request and reads the whole answer, by `timeout` in all; a body
 /// larger than `max_answer` stops being read and comes back as `oversized`. Interim
@@ -52,7 +52,7 @@ ProxyError failed_after_sending(const UpstreamCall& call, const beast::error_cod
 /// is retried once on a new one, as is an HTTP/2 stream the upstream refused
 /// unprocessed (the calls do that); nothing is retried once the request may have
 /// been processed.
-asio::awaitable<UpstreamAnswer> round_trip(Upstream& upstream, StringRequest& request,
+asio::awaitable<UpstreamAnswer> round_trip(upstream::Upstream& upstream, StringRequest& request,
                                            bool te_trailers, Exchange* interim_to, Duration timeout,
                                            std::uint64_t max_answer);
 

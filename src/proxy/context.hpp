@@ -117,7 +117,7 @@ std::string_view policy_link(const RequestContext& ctx);
 /// Streams an upstream answer to the client: its head (read by `call`), `prefix`
 /// (body bytes already read), then the rest. False when the answer did not go out
 /// whole.
-asio::awaitable<bool> stream_response(RequestContext& ctx, UpstreamCall& call,
+asio::awaitable<bool> stream_response(RequestContext& ctx, upstream::UpstreamCall& call,
                                       std::string_view prefix);
 /// Streams a request no route protects to the upstream and the answer back.
 asio::awaitable<void> pass_through(RequestContext& ctx);

@@ -136,7 +136,7 @@ asio::awaitable<Step> execute(Flow& f) {
     const auto at = Clock::now() + upstream.read_timeout;
     return stream_by ? std::min(at, *stream_by) : at;
   };
-  AnswerPiece first;
+  upstream::AnswerPiece first;
   if (!started.error) {
     const auto by = next_by();
     first = co_await started.call->read_body(by);
@@ -154,7 +154,7 @@ asio::awaitable<Step> execute(Flow& f) {
     ctx.fail(*started.error, Outcome::upstream_error);
     co_return Step::failed;
   }
-  UpstreamCall& call = *started.call;
+  upstream::UpstreamCall& call = *started.call;
   ResponseHeader& head = call.head();
   ctx.upstream_status = head.result_int();
   up.set_http_status(static_cast<int>(head.result_int()));
@@ -216,7 +216,7 @@ asio::awaitable<Step> execute(Flow& f) {
     co_return co_await ctx.ex.send_body(data, false, none);
   };
   if (client && !first.end) client = co_await relay(first.data);
-  AnswerPiece piece = first;
+  upstream::AnswerPiece piece = first;
   std::vector<store::Header> trailers;
   if (piece.end) trailers.assign(piece.trailers.begin(), piece.trailers.end());
   // Read to the end even once the client has gone: the side effect happened, and

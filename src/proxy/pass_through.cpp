@@ -11,7 +11,7 @@
 
 namespace idemproxy::http {
 
-asio::awaitable<bool> stream_response(RequestContext& ctx, UpstreamCall& call,
+asio::awaitable<bool> stream_response(RequestContext& ctx, upstream::UpstreamCall& call,
                                       std::string_view prefix) {
   auto& res = call.head();
   strip_hop_by_hop(res);

@@ -12,15 +12,15 @@ Exchange::TimePoint from_now(Duration timeout) {
 
 }  // namespace
 
-asio::awaitable<RelayError> send_request(UpstreamCall& call, RequestHeader& head, Exchange& from,
-                                         bool te_trailers, Duration timeout,
+asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHeader& head,
+                                         Exchange& from, bool te_trailers, Duration timeout,
                                          std::optional<Exchange::TimePoint> deadline,
                                          BodyPiece::Error& read_error,
                                          beast::error_code& write_error) {
   // A body declared empty and already read is none at all (HTTP/2: END_STREAM on the
   // HEADERS frame); frame_request framed the head to match.
-  const RequestFraming framing{from.has_body() && !(from.body_done() && from.content_length() == 0),
-                               te_trailers};
+  const upstream::RequestFraming framing{
+      from.has_body() && !(from.body_done() && from.content_length() == 0), te_trailers};
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
   // some, http/exchange.cpp says which.)
   const auto head_by = from_now(timeout);
@@ -53,8 +53,8 @@ asio::awaitable<RelayError> send_request(UpstreamCall& call, RequestHeader& head
   co_return RelayError::none;
 }
 
-asio::awaitable<beast::error_code> read_final_head(UpstreamCall& call, Exchange* interim_to,
-                                                   bool head_request,
+asio::awaitable<beast::error_code> read_final_head(upstream::UpstreamCall& call,
+                                                   Exchange* interim_to, bool head_request,
                                                    std::optional<std::uint64_t> body_limit,
                                                    FieldsAllocator fields,
                                                    Exchange::TimePoint until) {
@@ -69,9 +69,9 @@ asio::awaitable<beast::error_code> read_final_head(UpstreamCall& call, Exchange*
   }
 }
 
-asio::awaitable<RelayError> relay_answer(UpstreamCall& call, Exchange& to, std::string_view prefix,
-                                         bool expect_trailers, Duration timeout,
-                                         beast::error_code& read_error) {
+asio::awaitable<RelayError> relay_answer(upstream::UpstreamCall& call, Exchange& to,
+                                         std::string_view prefix, bool expect_trailers,
+                                         Duration timeout, beast::error_code& read_error) {
   ResponseHeader& head = call.head();
   Framing framing = call.framing();
   if (framing.kind == Framing::Kind::none) {
@@ -90,7 +90,7 @@ asio::awaitable<RelayError> relay_answer(UpstreamCall& call, Exchange& to, std::
   }
   for (;;) {
     const auto by = from_now(timeout);
-    const AnswerPiece piece = co_await call.read_body(by);
+    const upstream::AnswerPiece piece = co_await call.read_body(by);
     if (piece.error) {
       read_error = piece.error;
       co_return RelayError::read;

@@ -21,8 +21,8 @@ enum class RelayError { none, read, write };
 /// all; each write, or wait for the upstream's window, at most `timeout`. The client's
 /// trailer fields are never relayed (RFC 9110 6.5.1). `read_error` says why reading
 /// stopped, `write_error` why writing did. `te_trailers`: the client sent `te: trailers`.
-asio::awaitable<RelayError> send_request(UpstreamCall& call, RequestHeader& head, Exchange& from,
-                                         bool te_trailers, Duration timeout,
+asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHeader& head,
+                                         Exchange& from, bool te_trailers, Duration timeout,
                                          std::optional<Exchange::TimePoint> deadline,
                                          BodyPiece::Error& read_error,
                                          beast::error_code& write_error);
@@ -30,8 +30,8 @@ asio::awaitable<RelayError> send_request(UpstreamCall& call, RequestHeader& head
 /// Reads the answer's heads by `until` until the final one: each interim one goes to
 /// `interim_to` (hop-by-hop fields out; an HTTP/1.0 client gets none, RFC 9110 15.2),
 /// or nowhere when it is null.
-asio::awaitable<beast::error_code> read_final_head(UpstreamCall& call, Exchange* interim_to,
-                                                   bool head_request,
+asio::awaitable<beast::error_code> read_final_head(upstream::UpstreamCall& call,
+                                                   Exchange* interim_to, bool head_request,
                                                    std::optional<std::uint64_t> body_limit,
                                                    FieldsAllocator fields,
                                                    Exchange::TimePoint until);
@@ -41,8 +41,8 @@ asio::awaitable<beast::error_code> read_final_head(UpstreamCall& call, Exchange*
 /// it arrives, then its trailers. `expect_trailers`: the answer ends in trailers
 /// whatever its length (gRPC, decided once on the client's request). Each read from
 /// the upstream waits at most `timeout`.
-asio::awaitable<RelayError> relay_answer(UpstreamCall& call, Exchange& to, std::string_view prefix,
-                                         bool expect_trailers, Duration timeout,
-                                         beast::error_code& read_error);
+asio::awaitable<RelayError> relay_answer(upstream::UpstreamCall& call, Exchange& to,
+                                         std::string_view prefix, bool expect_trailers,
+                                         Duration timeout, beast::error_code& read_error);
 
 }  // namespace idemproxy::http

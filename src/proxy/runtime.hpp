@@ -35,7 +35,7 @@ class Runtime {
  public:
   /// `fake`: where upstream calls come from instead of the pool (tests: no sockets).
   Runtime(asio::io_context& io, std::shared_ptr<const Settings> settings, store::Store& store,
-          ops::Metrics& metrics, int db_threads, Upstream* fake = nullptr)
+          ops::Metrics& metrics, int db_threads, upstream::Upstream* fake = nullptr)
       : record_store(store),
         metrics(metrics),
         db_pool(static_cast<std::size_t>(db_threads)),
@@ -115,8 +115,8 @@ class Runtime {
  public:
   ops::Metrics& metrics;
   asio::thread_pool db_pool;
-  UpstreamPool pool;
-  Upstream& upstream;            // the pool, or a fake
+  upstream::UpstreamPool pool;
+  upstream::Upstream& upstream;  // the pool, or a fake
   engine::LeaseSchedule leases;  // renew_leases() is started with the server
 
  protected:

@@ -15,8 +15,9 @@
 
 #include "http/beast.hpp"
 #include "http/exchange.hpp"
+#include "upstream/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::upstream {
 
 /// One piece of an upstream answer's body.
 struct AnswerPiece {
@@ -105,4 +106,4 @@ class Upstream {
       FieldsAllocator memory) = 0;
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::upstream

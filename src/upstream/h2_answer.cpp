@@ -5,7 +5,7 @@
 
 #include "upstream/h2_link.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::upstream {
 namespace h2 {
 namespace {
 
@@ -145,4 +145,4 @@ asio::awaitable<AnswerPiece> StreamCall::read_body(TimePoint until) {
 }
 
 }  // namespace h2
-}  // namespace idemproxy::http
+}  // namespace idemproxy::upstream

@@ -7,7 +7,7 @@
 #include "http/chunk.hpp"
 #include "upstream/h2_link.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::upstream {
 namespace h2 {
 namespace {
 
@@ -21,7 +21,7 @@ ssize_t body_source_cb(nghttp2_session*, std::int32_t id, std::uint8_t* buf, std
 // connection-specific fields are not sent, and te only as "trailers", exactly when
 // the client said it takes them (`te_trailers`, the proxy's reading of its request).
 // The list keeps its memory from one request on this call to the next.
-void request_fields(const RequestHeader& req, bool tls, bool te_trailers, NvList& out) {
+void request_fields(const RequestHeader& req, bool tls, bool te_trailers, http::h2::NvList& out) {
   out.clear();
   out.add(":method", req.method_string());
   out.add(":scheme", tls ? "https" : "http");
@@ -276,4 +276,4 @@ asio::awaitable<bool> StreamCall::resend() {
 }
 
 }  // namespace h2
-}  // namespace idemproxy::http
+}  // namespace idemproxy::upstream

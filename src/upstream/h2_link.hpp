@@ -26,7 +26,7 @@
 #include "http/tls.hpp"
 #include "upstream/h2_upstream.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::upstream {
 namespace h2 {
 
 // Per-stream flow-control window (SETTINGS_INITIAL_WINDOW_SIZE) toward the upstream:
@@ -86,7 +86,7 @@ struct Call {
 /// A request as sent on a stream: its fields, and its body while it is small enough
 /// to send again (kResendBody).
 struct Outgoing {
-  NvList fields;
+  http::h2::NvList fields;
   std::string body;
   bool has_body = false;
   bool resendable = true;
@@ -302,4 +302,4 @@ inline std::uint32_t Registry::limit_from(const UpstreamLink& link, std::uint32_
 }
 
 }  // namespace h2
-}  // namespace idemproxy::http
+}  // namespace idemproxy::upstream

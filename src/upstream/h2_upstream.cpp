@@ -1,7 +1,7 @@
 #include "codec/http2/callbacks.hpp"
 #include "upstream/h2_link.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::upstream {
 namespace h2 {
 
 int UpstreamLink::on_header(const nghttp2_frame& frame, std::string_view name,
@@ -145,7 +145,7 @@ asio::awaitable<beast::error_code> UpstreamLink::connect() {
 void UpstreamLink::start_session() {
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
-  set_peer_callbacks<UpstreamLink>(cbs);
+  http::h2::set_peer_callbacks<UpstreamLink>(cbs);
   nghttp2_option* opt = nullptr;
   nghttp2_option_new(&opt);
   // An answer's window reopens as the session takes its bytes: a slow client holds
@@ -357,4 +357,4 @@ asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> H2Upstream::open_
   co_return std::make_pair(ec, std::move(call));
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::upstream

@@ -13,7 +13,7 @@
 #include "idemproxy/config/config.hpp"
 #include "upstream/call.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::upstream {
 
 namespace h2 {
 struct Registry;
@@ -38,4 +38,4 @@ class H2Upstream {
   std::shared_ptr<h2::Registry> registry_;
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::upstream

@@ -5,7 +5,7 @@
 #include "codec/http1/body_frames.hpp"
 #include "http/parse_buffered.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::upstream {
 namespace {
 
 // A server sends few interim answers; an endless stream of them is an attack.
@@ -67,7 +67,7 @@ asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head, Req
 
 asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, bool last,
                                                         TimePoint until) {
-  h1::BodyFrames frames(chunked_);
+  http::h1::BodyFrames frames(chunked_);
   if (head_bytes_) frames.add_bytes(*head_bytes_);
   frames.add_piece(data);
   if (last) frames.add_end();
@@ -203,4 +203,4 @@ void Http1Call::finish() {
   if (conn_ && parser_->keep_alive() && !parser_->need_eof()) home_.give_back(std::move(conn_));
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::upstream

@@ -15,7 +15,7 @@
 #include "http/stream.hpp"
 #include "upstream/call.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::upstream {
 
 struct UpstreamConnection {
   UpstreamConnection(asio::any_io_executor ex, ssl::context* tls)
@@ -104,4 +104,4 @@ class Http1Call final : public UpstreamCall {
   bool ended_ = false;
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::upstream

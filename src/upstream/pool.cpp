@@ -8,7 +8,7 @@
 
 #include "http/tls.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::upstream {
 namespace {
 
 // A pooled connection the upstream has closed reads as EOF; one still open would
@@ -133,4 +133,4 @@ UpstreamPool::fresh() {
   co_return std::make_pair(ec, std::move(conn));
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::upstream

@@ -16,7 +16,7 @@
 #include "upstream/h2_upstream.hpp"
 #include "upstream/http1_call.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::upstream {
 
 class UpstreamPool final : public Upstream, public ConnectionHome {
  public:
@@ -59,4 +59,4 @@ class UpstreamPool final : public Upstream, public ConnectionHome {
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::upstream

@@ -53,18 +53,18 @@ class OneExchange final : public Service {
 };
 
 // The pool's side of a call: keeps what comes back, makes no new connection.
-class KeepingHome final : public ConnectionHome {
+class KeepingHome final : public upstream::ConnectionHome {
  public:
-  void give_back(std::unique_ptr<UpstreamConnection> conn) override {
+  void give_back(std::unique_ptr<upstream::UpstreamConnection> conn) override {
     ++given;
     kept = std::move(conn);
   }
-  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> fresh()
-      override {
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<upstream::UpstreamConnection>>>
+  fresh() override {
     co_return std::make_pair(beast::error_code(asio::error::connection_refused), nullptr);
   }
   int given = 0;
-  std::unique_ptr<UpstreamConnection> kept;
+  std::unique_ptr<upstream::UpstreamConnection> kept;
 };
 
 struct Relayed {
@@ -90,7 +90,8 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
   asio::write(down.peer, asio::buffer(std::string_view("GET / HTTP/1.1\r\nHost: x\r\n\r\n")));
   asio::write(up.peer, asio::buffer(head_and_start));
   KeepingHome home;
-  auto call = Http1Call::make({}, home, std::make_unique<UpstreamConnection>(std::move(up.ours)));
+  auto call = upstream::Http1Call::make(
+      {}, home, std::make_unique<upstream::UpstreamConnection>(std::move(up.ours)));
   Relayed r;
   const auto run = [&io](auto step) {
     asio::co_spawn(io, std::move(step), [](const std::exception_ptr& e) {
@@ -120,7 +121,8 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
     io.stop();  // the sockets' timer waits (5 s deadlines) need not run out
   });
   r.answer_read = home.given;
-  UpstreamConnection& conn = home.kept ? *home.kept : *static_cast<Http1Call&>(*call).connection();
+  upstream::UpstreamConnection& conn =
+      home.kept ? *home.kept : *static_cast<upstream::Http1Call&>(*call).connection();
   r.left = conn.buffer.size();
   beast::error_code ec;
   asio::read(down.peer, asio::dynamic_buffer(r.out), ec);  // to the relay's shutdown

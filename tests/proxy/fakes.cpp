@@ -82,7 +82,8 @@ asio::awaitable<bool> FakeExchange::send_body(std::string_view data, bool last, 
   co_return true;
 }
 
-asio::awaitable<beast::error_code> FakeCall::send_head(RequestHeader&, RequestFraming framing,
+asio::awaitable<beast::error_code> FakeCall::send_head(RequestHeader&,
+                                                       upstream::RequestFraming framing,
                                                        TimePoint) {
   te_trailers = framing.te_trailers;
   request_ended = !framing.body;
@@ -114,8 +115,8 @@ asio::awaitable<beast::error_code> FakeCall::read_head(bool, std::optional<std::
   co_return beast::error_code{};
 }
 
-asio::awaitable<AnswerPiece> FakeCall::read_body(TimePoint) {
-  AnswerPiece piece;
+asio::awaitable<upstream::AnswerPiece> FakeCall::read_body(TimePoint) {
+  upstream::AnswerPiece piece;
   const auto end = [&] {
     ended_ = true;
     piece.end = true;
@@ -142,13 +143,13 @@ asio::awaitable<AnswerPiece> FakeCall::read_body(TimePoint) {
   co_return piece;
 }
 
-asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> FakeUpstream::open_call(
+asio::awaitable<std::pair<beast::error_code, upstream::UpstreamCallPtr>> FakeUpstream::open_call(
     FieldsAllocator) {
   if (next_ == scripts.size())
     co_return std::make_pair(beast::error_code(asio::error::connection_refused), nullptr);
   ++opened;
   auto* call = new FakeCall(log_, scripts[next_++], &last);
-  co_return std::make_pair(beast::error_code{}, UpstreamCallPtr(call));
+  co_return std::make_pair(beast::error_code{}, upstream::UpstreamCallPtr(call));
 }
 
 }  // namespace idemproxy::testing

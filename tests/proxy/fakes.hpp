@@ -92,7 +92,7 @@ struct SentRequest {
   bool ended = false;
 };
 
-class FakeCall final : public UpstreamCall {
+class FakeCall final : public upstream::UpstreamCall {
  public:
   FakeCall(Log& log, Script script, SentRequest* record = nullptr)
       : log_(log), script_(std::move(script)), record_(record) {}
@@ -102,7 +102,8 @@ class FakeCall final : public UpstreamCall {
     delete this;
   }
 
-  asio::awaitable<beast::error_code> send_head(RequestHeader& head, RequestFraming framing,
+  asio::awaitable<beast::error_code> send_head(RequestHeader& head,
+                                               upstream::RequestFraming framing,
                                                TimePoint) override;
   asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
                                                TimePoint) override;
@@ -111,7 +112,7 @@ class FakeCall final : public UpstreamCall {
                                                TimePoint) override;
   ResponseHeader& head() override { return head_; }
   Framing framing() const override { return script_.framing; }
-  asio::awaitable<AnswerPiece> read_body(TimePoint) override;
+  asio::awaitable<upstream::AnswerPiece> read_body(TimePoint) override;
   bool maybe_processed() const override { return !script_.refused; }
 
   std::string request_body;
@@ -130,10 +131,10 @@ class FakeCall final : public UpstreamCall {
 };
 
 /// Makes calls from scripts, in turn; connection refused when none is left.
-class FakeUpstream final : public Upstream {
+class FakeUpstream final : public upstream::Upstream {
  public:
   explicit FakeUpstream(Log& log) : log_(log) {}
-  asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> open_call(
+  asio::awaitable<std::pair<beast::error_code, upstream::UpstreamCallPtr>> open_call(
       FieldsAllocator) override;
   std::vector<Script> scripts;
   SentRequest last;  // the last call's request, as sent

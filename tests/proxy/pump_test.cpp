@@ -53,7 +53,7 @@ TEST(Pump, EachPieceReachesTheClientBeforeTheNextIsRead) {
   s.pieces = {"data: 1\n\n", "data: 2\n\n", "data: 3\n\n"};
   s.trailers = {{"x-sum", "6"}};
   auto* call = new FakeCall(log, s);
-  UpstreamCallPtr owned(call);
+  upstream::UpstreamCallPtr owned(call);
   FakeExchange client(log);
   const auto r = relay(*call, client);
   EXPECT_EQ(r.result, RelayError::none);
@@ -84,7 +84,7 @@ TEST(Pump, AnInterimAnswerWithNowhereToGoIsDropped) {
   s.framing = Framing::of(2);
   s.pieces = {"ok"};
   auto* call = new FakeCall(log, s);
-  UpstreamCallPtr owned(call);
+  upstream::UpstreamCallPtr owned(call);
   run([&]() -> asio::awaitable<void> {
     const std::optional<std::uint64_t> unbounded;
     const FieldsAllocator heap;
@@ -102,7 +102,7 @@ TEST(Pump, AnUpstreamCutMidBodyIsAReadErrorAndTheClientNeverGetsAnEnd) {
   s.pieces = {"part"};
   s.cut = bhttp::error::partial_message;
   auto* call = new FakeCall(log, s);
-  UpstreamCallPtr owned(call);
+  upstream::UpstreamCallPtr owned(call);
   FakeExchange client(log);
   const auto r = relay(*call, client);
   EXPECT_EQ(r.result, RelayError::read);
@@ -116,7 +116,7 @@ TEST(Pump, AClientGoneMidAnswerStopsTheReading) {
   Script s;
   s.pieces = {"a", "b", "c", "d"};
   auto* call = new FakeCall(log, s);
-  UpstreamCallPtr owned(call);
+  upstream::UpstreamCallPtr owned(call);
   FakeExchange client(log);
   client.gone_after_sends = 1;
   const auto r = relay(*call, client);
@@ -132,7 +132,7 @@ TEST(Pump, AnAnswerWithoutABodyFreesTheCallBeforeItsHeadGoesOut) {
   s.heads = {{204, {}}};
   s.framing = Framing::none();
   auto* call = new FakeCall(log, s);
-  UpstreamCallPtr owned(call);
+  upstream::UpstreamCallPtr owned(call);
   FakeExchange client(log);
   const auto r = relay(*call, client);
   EXPECT_EQ(r.result, RelayError::none);
@@ -147,7 +147,7 @@ TEST(Pump, AGrpcAnswerIsFramedForTrailersWhateverItsLength) {
   s.pieces = {std::string("\0\0\0\0\0", 5)};
   s.trailers = {{"grpc-status", "0"}};
   auto* call = new FakeCall(log, s);
-  UpstreamCallPtr owned(call);
+  upstream::UpstreamCallPtr owned(call);
   FakeExchange client(log);
   relay(*call, client, /*expect_trailers=*/true);
   EXPECT_TRUE(client.framing.trailers);
@@ -176,7 +176,7 @@ TEST(Pump, ARequestBodyGoesUpAsTheClientSendsIt) {
   Log log;
   FakeExchange client(log, {"x", "y"});
   auto* call = new FakeCall(log, Script{});
-  UpstreamCallPtr owned(call);
+  upstream::UpstreamCallPtr owned(call);
   EXPECT_EQ(send_up(*call, client, true).result, RelayError::none);
   EXPECT_EQ(call->request_body, "xy");
   EXPECT_TRUE(call->request_ended);
@@ -191,7 +191,7 @@ TEST(Pump, AnUpstreamThatAnswersEarlyTakesNoMoreOfTheBody) {
   Script s;
   s.answers_early = true;
   auto* call = new FakeCall(log, s);
-  UpstreamCallPtr owned(call);
+  upstream::UpstreamCallPtr owned(call);
   EXPECT_EQ(send_up(*call, client).result, RelayError::none);
   EXPECT_EQ(client.pieces_read, 1);
   EXPECT_EQ(call->request_body, "x");
@@ -202,7 +202,7 @@ TEST(Pump, AClientThatStopsSendingIsAReadErrorWithItsCause) {
   FakeExchange client(log, {"x"});
   client.fails_with = BodyPiece::Error::gone;
   auto* call = new FakeCall(log, Script{});
-  UpstreamCallPtr owned(call);
+  upstream::UpstreamCallPtr owned(call);
   const Sent sent = send_up(*call, client);
   EXPECT_EQ(sent.result, RelayError::read);
   EXPECT_EQ(sent.read_error, BodyPiece::Error::gone);
