@@ -52,7 +52,7 @@ int check_config(const Args& args) {
 }
 
 int print_policy(const Args& args) {
-  const auto published = http::publish_policy(load_or_exit(args));
+  const auto published = proxy::publish_policy(load_or_exit(args));
   std::cout << (args.html ? published.html : published.json);
   return kOk;
 }

@@ -2,7 +2,7 @@
 
 #include "proxy/pump.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 namespace {
 
 ProxyError upstream_error(ProblemKind kind, std::string detail) {
@@ -94,4 +94,4 @@ asio::awaitable<UpstreamAnswer> round_trip(upstream::Upstream& upstream, StringR
   co_return out;
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -8,9 +8,10 @@
 #include "http/beast.hpp"
 #include "http/exchange.hpp"
 #include "http/problem.hpp"
+#include "proxy/http_names.hpp"
 #include "upstream/call.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 /// A buffered upstream answer, or the error that prevented one, or (over
 /// max_response_size) what is needed to stream the answer on.
@@ -56,4 +57,4 @@ asio::awaitable<UpstreamAnswer> round_trip(upstream::Upstream& upstream, StringR
                                            bool te_trailers, Exchange* interim_to, Duration timeout,
                                            std::uint64_t max_answer);
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 bool CompletionRetrier::retry(store::RecordId id, std::int64_t token, engine::RoutePolicy route,
                               store::StoredResponse answer) {
@@ -46,4 +46,4 @@ asio::awaitable<void> CompletionRetrier::run(store::RecordId id, std::int64_t to
   --pending_;
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

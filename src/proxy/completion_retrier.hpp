@@ -8,8 +8,9 @@
 
 #include "http/beast.hpp"
 #include "idemproxy/engine/coordinator.hpp"
+#include "proxy/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 class CompletionRetrier {
  public:
@@ -34,4 +35,4 @@ class CompletionRetrier {
   std::atomic<std::size_t> pending_bytes_{0};
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -13,10 +13,11 @@
 #include "idemproxy/common/inline_string.hpp"
 #include "idemproxy/ops/logging.hpp"
 #include "idemproxy/trace/span.hpp"
+#include "proxy/http_names.hpp"
 #include "proxy/runtime.hpp"
 #include "upstream/call.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 struct RequestContext {
   RequestContext(Exchange& e, Runtime& r)
@@ -126,4 +127,4 @@ asio::awaitable<void> pass_through(RequestContext& ctx);
 asio::awaitable<void> run_idempotent(RequestContext& ctx,
                                      std::optional<std::string_view> key_header);
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -14,7 +14,7 @@
 #include "proxy/phases.hpp"
 #include "proxy/spans.hpp"
 
-namespace idemproxy::http::idempotent {
+namespace idemproxy::proxy::idempotent {
 namespace {
 
 using ops::Outcome;
@@ -276,4 +276,4 @@ asio::awaitable<Step> execute(Flow& f) {
   co_return Step::responded;
 }
 
-}  // namespace idemproxy::http::idempotent
+}  // namespace idemproxy::proxy::idempotent

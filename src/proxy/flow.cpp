@@ -16,7 +16,7 @@
 #include "proxy/replay.hpp"
 #include "proxy/spans.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 namespace {
 
 using engine::Decision;
@@ -212,4 +212,4 @@ asio::awaitable<void> run_idempotent(RequestContext& ctx,
   }
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -4,7 +4,7 @@
 
 #include "http/fields.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 bool prepare_forward(RequestHeader& req, const Peer& peer, const config::UpstreamConfig& upstream) {
   Fields& fields = req;
   // te is hop-by-hop (RFC 9110 10.1.4), but "te: trailers" is how a client says it
@@ -81,4 +81,4 @@ std::string http_date(TimePoint t) {
   return buf;
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -8,8 +8,9 @@
 #include "idemproxy/common/clock.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/store/store.hpp"
+#include "proxy/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 /// Prepares a client request for the upstream: HTTP/1.1 keep-alive, the upstream's
 /// base path prefixed, hop-by-hop removed, Expect answered here, X-Forwarded-For
@@ -37,4 +38,4 @@ inline constexpr const char* kExpiresHeader = "Idempotency-Key-Expires";
 /// sets it: a client's field of this name never reaches an upstream.
 inline constexpr const char* kFencingTokenHeader = "Idempotency-Fencing-Token";
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

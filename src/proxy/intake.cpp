@@ -6,7 +6,7 @@
 #include "proxy/phases.hpp"
 #include "proxy/replay.hpp"
 
-namespace idemproxy::http::idempotent {
+namespace idemproxy::proxy::idempotent {
 
 using ops::Outcome;
 
@@ -190,4 +190,4 @@ asio::awaitable<Step> fingerprint_phase(Flow& f) {
   co_return Step::next;
 }
 
-}  // namespace idemproxy::http::idempotent
+}  // namespace idemproxy::proxy::idempotent

@@ -4,7 +4,7 @@
 
 #include "proxy/runtime.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 asio::awaitable<void> renew_leases(Runtime& rt, Duration tick) {
   // Named first: GCC 12 may destroy a temporary inside a co_await expression twice.
@@ -26,4 +26,4 @@ asio::awaitable<void> renew_leases(Runtime& rt, Duration tick) {
   }
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

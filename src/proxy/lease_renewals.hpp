@@ -2,8 +2,9 @@
 // The loop that renews the leases engine::LeaseSchedule says are due.
 #include "http/beast.hpp"
 #include "idemproxy/common/clock.hpp"
+#include "proxy/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 class Runtime;
 
@@ -11,4 +12,4 @@ class Runtime;
 /// the process drains and no claim is held.
 asio::awaitable<void> renew_leases(Runtime& rt, Duration tick);
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

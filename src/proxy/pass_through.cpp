@@ -9,7 +9,7 @@
 #include "proxy/pump.hpp"
 #include "proxy/spans.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 asio::awaitable<bool> stream_response(RequestContext& ctx, upstream::UpstreamCall& call,
                                       std::string_view prefix) {
@@ -113,4 +113,4 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
   co_await stream_response(ctx, *call, nothing_read);
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

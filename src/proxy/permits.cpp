@@ -6,7 +6,7 @@
 
 #include "proxy/runtime.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 ClaimPermit::ClaimPermit(Runtime& rt, const store::RecordId& id, std::int64_t token)
     : rt_(&rt), abandons_(rt.abandons_allowed), id_(&id), token_(token) {
@@ -54,4 +54,4 @@ WaitingElsewhere::~WaitingElsewhere() {
   if (live_->load()) rt_.coordinator.stop_waiting_elsewhere(id_, &waiter_);
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -17,8 +17,9 @@
 
 #include "idemproxy/engine/local_holders.hpp"
 #include "idemproxy/store/record.hpp"
+#include "proxy/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 class Runtime;
 
@@ -70,4 +71,4 @@ class WaitingElsewhere {
   const engine::Waiter& waiter_;
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -8,8 +8,9 @@
 #include "idemproxy/engine/coordinator.hpp"
 #include "proxy/buffered.hpp"
 #include "proxy/context.hpp"
+#include "proxy/http_names.hpp"
 
-namespace idemproxy::http::idempotent {
+namespace idemproxy::proxy::idempotent {
 
 /// What a phase hands back to the driver.
 enum class Step {
@@ -70,4 +71,4 @@ asio::awaitable<Step> key_age_phase(Flow& f);
 asio::awaitable<Step> cached_phase(Flow& f);
 asio::awaitable<Step> fingerprint_phase(Flow& f);
 
-}  // namespace idemproxy::http::idempotent
+}  // namespace idemproxy::proxy::idempotent

@@ -8,7 +8,7 @@
 #include "idemproxy/engine/grpc_status.hpp"
 #include "idemproxy/engine/key.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 namespace {
 
 using json = nlohmann::ordered_json;
@@ -211,13 +211,13 @@ PublishedPolicy publish_policy(const config::Config& config) {
           target.empty() ? std::string() : "<" + target + ">; rel=\"describedby\""};
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 std::shared_ptr<const Settings> make_settings(config::Config config) {
   auto policy = publish_policy(config);
   return std::make_shared<const Settings>(std::move(config), std::move(policy));
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

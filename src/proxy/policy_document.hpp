@@ -7,12 +7,13 @@
 
 #include "http/settings.hpp"
 #include "idemproxy/config/config.hpp"
+#include "proxy/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 PublishedPolicy publish_policy(const config::Config& config);
 
 /// The settings snapshot for `config`, its policy published.
 std::shared_ptr<const Settings> make_settings(config::Config config);
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -3,7 +3,7 @@
 #include "http/chunk.hpp"
 #include "http/fields.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 namespace {
 
 Exchange::TimePoint from_now(Duration timeout) {
@@ -102,4 +102,4 @@ asio::awaitable<RelayError> relay_answer(upstream::UpstreamCall& call, Exchange&
   }
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -9,9 +9,10 @@
 #include <string_view>
 
 #include "http/exchange.hpp"
+#include "proxy/http_names.hpp"
 #include "upstream/call.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 /// Where a relay stopped: reading from its source or writing to its sink.
 enum class RelayError { none, read, write };
@@ -45,4 +46,4 @@ asio::awaitable<RelayError> relay_answer(upstream::UpstreamCall& call, Exchange&
                                          std::string_view prefix, bool expect_trailers,
                                          Duration timeout, beast::error_code& read_error);
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

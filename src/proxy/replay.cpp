@@ -6,7 +6,7 @@
 #include "proxy/forward.hpp"
 #include "proxy/spans.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 namespace {
 
 bool is_grpc_answer(const store::StoredResponse& stored) {
@@ -72,4 +72,4 @@ asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache
   co_return sent;
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -6,8 +6,9 @@
 #include "http/beast.hpp"
 #include "idemproxy/engine/replay_cache.hpp"
 #include "idemproxy/store/store.hpp"
+#include "proxy/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 struct RequestContext;
 
@@ -24,4 +25,4 @@ void prepare_replay_head(engine::ReplayCache::Entry& entry);
 /// Sends a cached or stored replay; false when the client could not take it.
 asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry);
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -1,7 +1,7 @@
 // Answers the proxy gives itself: the upstream's, forwarded whole, and problems.
 #include "proxy/context.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 bool covered(const RequestContext& ctx) {
   const auto* route = ctx.route;
@@ -45,4 +45,4 @@ asio::awaitable<bool> send_problem(RequestContext& ctx) {
   co_return sent;
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -25,11 +25,12 @@
 #include "idemproxy/ops/metrics.hpp"
 #include "idemproxy/trace/tracer.hpp"
 #include "proxy/completion_retrier.hpp"
+#include "proxy/http_names.hpp"
 #include "proxy/lease_renewals.hpp"
 #include "proxy/replay.hpp"
 #include "upstream/pool.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 class Runtime {
  public:
@@ -254,4 +255,4 @@ class Runtime {
   std::size_t io_threads_;  // server.threads, which a reload does not change
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -10,7 +10,7 @@
 #include "proxy/forward.hpp"
 #include "proxy/spans.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 namespace {
 
 using engine::KeyState;
@@ -177,4 +177,4 @@ asio::awaitable<void> Proxy::serve(Exchange& exchange) {
   end_request_span(ctx);
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -1,9 +1,10 @@
 #pragma once
 // The proxy as a codec sees it: one entry for every exchange, HTTP/1.1 or HTTP/2.
 #include "http/exchange.hpp"
+#include "proxy/http_names.hpp"
 #include "proxy/runtime.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 class Proxy {
  public:
@@ -32,4 +33,4 @@ class ProxyService : public Service {
   Proxy proxy_;
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -5,7 +5,7 @@
 #include "http/trace_context.hpp"
 #include "proxy/context.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 void start_request_span(RequestContext& ctx, bool given) {
   const trace::Tracer* tracer = ctx.rt.tracer;
@@ -79,4 +79,4 @@ void end_request_span(RequestContext& ctx) {
   ctx.span.end();
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

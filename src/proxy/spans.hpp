@@ -7,8 +7,9 @@
 #include "http/beast.hpp"
 #include "idemproxy/store/record.hpp"
 #include "idemproxy/trace/tracer.hpp"
+#include "proxy/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::proxy {
 
 struct RequestContext;
 
@@ -29,4 +30,4 @@ void link_to_executing(RequestContext& ctx, const store::StoredResponse& stored)
 /// Sets the outcome, status and key hash, and ends the span (it goes to the exporter).
 void end_request_span(RequestContext& ctx);
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::proxy

@@ -25,7 +25,7 @@ void listen_on(asio::io_context& io, tcp::acceptor& acceptor, const config::Endp
   }
 }
 
-ClientAcceptor::ClientAcceptor(asio::io_context& io, int threads, Runtime& runtime,
+ClientAcceptor::ClientAcceptor(asio::io_context& io, int threads, proxy::Runtime& runtime,
                                const config::Config& config)
     : io_(io), threads_(threads), runtime_(runtime), acceptor_(io) {
   cap_ = connection_capacity(config);

@@ -21,16 +21,16 @@ void listen_on(asio::io_context& io, tcp::acceptor& acceptor, const config::Endp
 
 /// The connections (and HTTP/2 streams) served at once: server.max_connections as
 /// now configured, within what the open-files limit carries (`cap`).
-inline std::size_t connection_limit(const Runtime& rt, std::size_t cap) {
+inline std::size_t connection_limit(const proxy::Runtime& rt, std::size_t cap) {
   return std::min(rt.settings()->config.server.max_connections, cap);
 }
 
 /// The service the codecs get: the proxy, with the server's connection limit for
 /// HTTP/2 streams.
-class Frontend final : public ProxyService {
+class Frontend final : public proxy::ProxyService {
  public:
-  Frontend(Runtime& rt, SessionTracker& tracker, const std::size_t& cap)
-      : ProxyService(rt), tracker_(tracker), cap_(cap) {}
+  Frontend(proxy::Runtime& rt, SessionTracker& tracker, const std::size_t& cap)
+      : proxy::ProxyService(rt), tracker_(tracker), cap_(cap) {}
   bool reserve_stream() override { return tracker_.reserve_stream(connection_limit(rt_, cap_)); }
   void release_stream() override { tracker_.release_stream(); }
 
@@ -42,7 +42,8 @@ class Frontend final : public ProxyService {
 class ClientAcceptor {
  public:
   /// `threads`: server.threads; with more than one, each connection gets a strand.
-  ClientAcceptor(asio::io_context& io, int threads, Runtime& runtime, const config::Config& config);
+  ClientAcceptor(asio::io_context& io, int threads, proxy::Runtime& runtime,
+                 const config::Config& config);
   ClientAcceptor(const ClientAcceptor&) = delete;
   ClientAcceptor& operator=(const ClientAcceptor&) = delete;
 
@@ -59,7 +60,7 @@ class ClientAcceptor {
 
   asio::io_context& io_;
   int threads_;
-  Runtime& runtime_;
+  proxy::Runtime& runtime_;
   tcp::acceptor acceptor_;
   SessionTracker tracker_;
   std::unique_ptr<ssl::context> tls_;  // downstream termination (tls.cert_file)

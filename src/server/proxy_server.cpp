@@ -36,7 +36,7 @@ struct ProxyServer::Impl {
       : tracing(traces),
         threads(config.server.threads),
         io(threads),
-        runtime(io, make_settings(config), store, metrics, db_threads(config.store)),
+        runtime(io, proxy::make_settings(config), store, metrics, db_threads(config.store)),
         clients(io, threads, runtime, config),
         admin(io),
         upkeep(io, runtime, std::move(prepare)),
@@ -109,7 +109,8 @@ int ProxyServer::run() {
   asio::co_spawn(s.control, s.handle_signals(), log_exception);
   asio::co_spawn(s.control, s.upkeep.run(), log_exception);  // then the watchers and GC
   // Leases are at least 1s and renewed at a third of it: a 100 ms beat is on time.
-  asio::co_spawn(s.control, renew_leases(s.runtime, std::chrono::milliseconds{100}), log_exception);
+  asio::co_spawn(s.control, proxy::renew_leases(s.runtime, std::chrono::milliseconds{100}),
+                 log_exception);
   std::vector<std::thread> extra;
   for (int i = 1; i < s.threads; ++i) extra.emplace_back([&s] { s.io.run(); });
   s.io.run();

@@ -20,7 +20,7 @@ std::optional<std::string> reload_config(ServerRuntime& runtime, trace::Tracing*
       config::keep_restart_only(next, current->config);
     }
     if (tracing != nullptr) tracing->reload(next.tracing);
-    runtime.replace_settings(make_settings(std::move(next)));
+    runtime.replace_settings(proxy::make_settings(std::move(next)));
     runtime.metrics.count_reload(true);
     spdlog::info("reload: configuration reloaded from {}", current->config.path);
     return std::nullopt;

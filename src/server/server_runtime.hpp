@@ -13,7 +13,7 @@
 
 namespace idemproxy::http {
 
-class ServerRuntime : public Runtime {
+class ServerRuntime : public proxy::Runtime {
  public:
   using Runtime::Runtime;
 

@@ -114,7 +114,7 @@ TEST(ReplayHead, IsSerializedOnceWithoutThePerRequestLines) {
   engine::ReplayCache::Entry e;
   e.response = {201, {{"Content-Type", "application/json"}}, R"({"id":1})"};
   e.expires_at = TimePoint{std::chrono::seconds{1'700'000'000}};
-  prepare_replay_head(e);
+  proxy::prepare_replay_head(e);
   EXPECT_EQ(e.head.rfind("HTTP/1.1 201 Created\r\n", 0), 0u) << e.head;
   EXPECT_NE(e.head.find("Idempotent-Replayed: true\r\n"), std::string::npos);
   EXPECT_NE(e.head.find("Content-Length: 8\r\n"), std::string::npos);
@@ -122,12 +122,12 @@ TEST(ReplayHead, IsSerializedOnceWithoutThePerRequestLines) {
   EXPECT_NE(e.head.substr(e.head.size() - 2), "\r\n\r\n");  // the blank line comes later
   engine::ReplayCache::Entry empty;
   empty.response = {204, {}, ""};
-  prepare_replay_head(empty);
+  proxy::prepare_replay_head(empty);
   EXPECT_TRUE(empty.head.empty());  // built per request: no Content-Length to keep
   engine::ReplayCache::Entry grpc;
   grpc.response = {
       200, {{"content-type", "application/grpc"}}, "msg", true, {{"grpc-status", "0"}}};
-  prepare_replay_head(grpc);
+  proxy::prepare_replay_head(grpc);
   EXPECT_TRUE(grpc.head.empty());  // trailers: an HTTP/1.1 client gets it chunked, or not at all
   ASSERT_EQ(grpc.fields.size(), 3U);
   EXPECT_EQ(grpc.fields[1].name, "Idempotent-Replayed");
@@ -178,10 +178,10 @@ TEST(TraceContext, ReplaysNeverSendTheStoredTraceId) {
       201,
       {{"Content-Type", "application/json"}, {std::string(store::kTraceIdEntry), "abc"}},
       "{}"};
-  EXPECT_EQ(original_trace_id(stored), "abc");
+  EXPECT_EQ(proxy::original_trace_id(stored), "abc");
   engine::ReplayCache::Entry e;
   e.response = stored;
-  prepare_replay_head(e);
+  proxy::prepare_replay_head(e);
   for (const auto& f : e.fields) EXPECT_NE(f.name, store::kTraceIdEntry);
   EXPECT_EQ(e.head.find(store::kTraceIdEntry), std::string::npos);
   EXPECT_NE(e.head.find("Content-Type: application/json"), std::string::npos);
@@ -194,7 +194,7 @@ namespace {
 struct QueuedRuntime {
   explicit QueuedRuntime(const std::string& server = "")
       : runtime(io,
-                make_settings(config::parse_config(
+                proxy::make_settings(config::parse_config(
                     "upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\n" + server +
                         "routes: [{name: any, path_prefix: /any}]\n",
                     "test.yaml", [](const std::string&) { return std::nullopt; })),

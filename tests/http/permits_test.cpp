@@ -20,7 +20,7 @@ namespace {
 class Permits : public ::testing::Test {
  protected:
   Permits()
-      : settings(make_settings(
+      : settings(proxy::make_settings(
             config::parse_config("upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\n"
                                  "routes: [{name: any, path_prefix: /any}]\n",
                                  "test.yaml", [](const std::string&) { return std::nullopt; }))),
@@ -65,7 +65,7 @@ class Permits : public ::testing::Test {
 TEST_F(Permits, AClaimLetGoBeforeItWasSentIsReleasedAndCountedOut) {
   const auto token = claim("early-return");
   {
-    ClaimPermit permit(runtime, request.id, token);
+    proxy::ClaimPermit permit(runtime, request.id, token);
     EXPECT_EQ(metrics.in_flight_claims(), 1);
   }  // an early return, an exception, a destroyed frame: no complete, no abandon
   EXPECT_EQ(metrics.in_flight_claims(), 0);
@@ -75,7 +75,7 @@ TEST_F(Permits, AClaimLetGoBeforeItWasSentIsReleasedAndCountedOut) {
 TEST_F(Permits, AClaimLetGoAfterItMayHaveBeenSentIsMarkedIndeterminate) {
   const auto token = claim("sent");
   {
-    ClaimPermit permit(runtime, request.id, token);
+    proxy::ClaimPermit permit(runtime, request.id, token);
     permit.mark_sent();
   }
   EXPECT_EQ(state("sent"), "indeterminate");
@@ -84,7 +84,7 @@ TEST_F(Permits, AClaimLetGoAfterItMayHaveBeenSentIsMarkedIndeterminate) {
 TEST_F(Permits, ASettledClaimIsLeftToWhoeverSettledIt) {
   const auto token = claim("settled");
   {
-    ClaimPermit permit(runtime, request.id, token);
+    proxy::ClaimPermit permit(runtime, request.id, token);
     permit.settle();
     EXPECT_EQ(metrics.in_flight_claims(), 0);
   }
@@ -94,7 +94,7 @@ TEST_F(Permits, ASettledClaimIsLeftToWhoeverSettledIt) {
 TEST_F(Permits, PastTheDrainAClaimIsLeftToItsLease) {
   const auto token = claim("drained");
   {
-    ClaimPermit permit(runtime, request.id, token);
+    proxy::ClaimPermit permit(runtime, request.id, token);
     permit.mark_sent();
     runtime.leave_claims_to_leases();  // what ProxyServer::run does once io stops
   }
@@ -104,8 +104,8 @@ TEST_F(Permits, PastTheDrainAClaimIsLeftToItsLease) {
 TEST_F(Permits, AMovedPermitHoldsTheClaimOnce) {
   const auto token = claim("moved");
   {
-    ClaimPermit first(runtime, request.id, token);
-    ClaimPermit second(std::move(first));
+    proxy::ClaimPermit first(runtime, request.id, token);
+    proxy::ClaimPermit second(std::move(first));
     EXPECT_FALSE(first.held());  // NOLINT(bugprone-use-after-move): what a move leaves
     EXPECT_TRUE(second.held());
   }
@@ -125,10 +125,10 @@ TEST_F(Permits, AWaiterThatStoppedWaitingElsewhereIsNeverWoken) {
   store.watch(announcing);  // the store announces finishes, as PostgreSQL's NOTIFY does
   auto gone = std::make_shared<CountingWaiter>();
   auto staying = std::make_shared<CountingWaiter>();
-  const WaitingElsewhere stays(runtime, id, *staying);
+  const proxy::WaitingElsewhere stays(runtime, id, *staying);
   runtime.coordinator.wait_elsewhere(id, staying);
   {
-    const WaitingElsewhere registered(runtime, id, *gone);
+    const proxy::WaitingElsewhere registered(runtime, id, *gone);
     runtime.coordinator.wait_elsewhere(id, gone);
   }  // its coroutine ended (answered, or destroyed mid-sleep)
   runtime.coordinator.finished_elsewhere(id);

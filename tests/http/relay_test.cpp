@@ -38,7 +38,7 @@ struct Pair {
 class OneExchange final : public Service {
  public:
   OneExchange()
-      : settings_(make_settings(
+      : settings_(proxy::make_settings(
             config::parse_config("upstream: {url: 'http://127.0.0.1:9'}\nstore: {memory: {}}\n"
                                  "routes: [{name: any, path_prefix: /any}]\n",
                                  "relay.yaml", [](const std::string&) { return std::nullopt; }))) {}
@@ -68,7 +68,7 @@ class KeepingHome final : public upstream::ConnectionHome {
 };
 
 struct Relayed {
-  RelayError result = RelayError::write;
+  proxy::RelayError result = proxy::RelayError::write;
   beast::error_code error;
   std::string out;       // what the client read
   std::size_t left = 0;  // bytes left in the upstream connection's buffer after the relay
@@ -106,7 +106,7 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
     const std::optional<std::uint64_t> unbounded;
     const FieldsAllocator heap;
     const auto by = std::chrono::steady_clock::now() + 5s;
-    const auto ec = co_await read_final_head(*call, nullptr, false, unbounded, heap, by);
+    const auto ec = co_await proxy::read_final_head(*call, nullptr, false, unbounded, heap, by);
     EXPECT_FALSE(ec) << ec.message();
     io.stop();
   });
@@ -116,7 +116,7 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
     const bool read = co_await exchange.read_head(std::chrono::steady_clock::now());
     EXPECT_TRUE(read);
     const std::string_view prefix;
-    r.result = co_await relay_answer(*call, exchange, prefix, false, 5s, r.error);
+    r.result = co_await proxy::relay_answer(*call, exchange, prefix, false, 5s, r.error);
     client->stream.socket().shutdown(tcp::socket::shutdown_send);
     io.stop();  // the sockets' timer waits (5 s deadlines) need not run out
   });
@@ -149,7 +149,7 @@ TEST(Relay, ALengthFramedBodyIsRelayedWholeAndWhatFollowsItStaysUnread) {
   // 1,000 body bytes arrive with the head (buffered with it); the rest and the next
   // answer arrive together, as one write.
   const auto r = relay_answer(head + body.substr(0, 1000), body.substr(1000) + next, false);
-  EXPECT_EQ(r.result, RelayError::none) << r.error.message();
+  EXPECT_EQ(r.result, proxy::RelayError::none) << r.error.message();
   ASSERT_EQ(r.out.size(), head.size() + body.size());
   EXPECT_EQ(r.out.substr(0, head.size()), head);
   EXPECT_TRUE(r.out.substr(head.size()) == body);
@@ -167,7 +167,7 @@ TEST(Relay, ALengthFramedBodyCutShortIsAReadErrorAsBeastNamesIt) {
       "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
   // The upstream closes 50,000 bytes short.
   const auto r = relay_answer(head + body.substr(0, 1000), body.substr(1000, 149000), true);
-  EXPECT_EQ(r.result, RelayError::read);
+  EXPECT_EQ(r.result, proxy::RelayError::read);
   EXPECT_EQ(r.error, bhttp::error::partial_message);
   EXPECT_LT(r.out.size(), head.size() + body.size());  // never a whole answer
   EXPECT_EQ(r.answer_read, 0);  // and its connection never goes back to the pool
@@ -177,7 +177,7 @@ TEST(Relay, AChunkedBodyStillGoesThroughTheParser) {
   const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
   const std::string chunks = "5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
   const auto r = relay_answer(head, chunks, false);
-  EXPECT_EQ(r.result, RelayError::none) << r.error.message();
+  EXPECT_EQ(r.result, proxy::RelayError::none) << r.error.message();
   // Re-framed by the proxy: the extension is not relayed.
   EXPECT_EQ(r.out, head + "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
   EXPECT_EQ(r.answer_read, 1);
@@ -187,6 +187,6 @@ TEST(Relay, AChunkedAnswersTrailersReachOnlyAClientThatTakesThem) {
   // The client above sent no `TE: trailers` (RFC 9110 10.1.4): they are dropped.
   const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
   const auto r = relay_answer(head, "2\r\nok\r\n0\r\nX-Sum: 7\r\n\r\n", false);
-  EXPECT_EQ(r.result, RelayError::none) << r.error.message();
+  EXPECT_EQ(r.result, proxy::RelayError::none) << r.error.message();
   EXPECT_EQ(r.out, head + "2\r\nok\r\n0\r\n\r\n");
 }

@@ -139,8 +139,9 @@ std::size_t warm_allocations(const Client& run_client, int& answered_out,
   SystemClock clock;
   store::MemoryStore store(clock);
   ops::Metrics metrics;
-  auto runtime = std::make_unique<Runtime>(io, make_settings(std::move(cfg)), store, metrics, 1);
-  ProxyService service(*runtime);
+  auto runtime =
+      std::make_unique<proxy::Runtime>(io, proxy::make_settings(std::move(cfg)), store, metrics, 1);
+  proxy::ProxyService service(*runtime);
   SessionTracker tracker;
 
   tcp::acceptor listener(io, {asio::ip::make_address("127.0.0.1"), 0});

@@ -27,9 +27,9 @@ class Stage {
     ops::configure_logging("warn", "text");
     auto cfg = config::parse_config("upstream: {url: 'http://127.0.0.1:9'}\n" + config, "fake.yaml",
                                     [](const std::string&) { return std::nullopt; });
-    settings_ = make_settings(std::move(cfg));
-    runtime_ = std::make_unique<Runtime>(io, settings_, store_, metrics_, 2, &upstream);
-    proxy_ = std::make_unique<Proxy>(*runtime_);
+    settings_ = proxy::make_settings(std::move(cfg));
+    runtime_ = std::make_unique<proxy::Runtime>(io, settings_, store_, metrics_, 2, &upstream);
+    proxy_ = std::make_unique<proxy::Proxy>(*runtime_);
   }
   ~Stage() { runtime_.reset(); }
 
@@ -79,8 +79,8 @@ class Stage {
   store::MemoryStore store_;
   ops::Metrics metrics_;
   std::shared_ptr<const Settings> settings_;
-  std::unique_ptr<Runtime> runtime_;
-  std::unique_ptr<Proxy> proxy_;
+  std::unique_ptr<proxy::Runtime> runtime_;
+  std::unique_ptr<proxy::Proxy> proxy_;
 };
 
 const char* kConfig = "store: {memory: {}}\nroutes: [{name: orders, path_prefix: /v1}]\n";

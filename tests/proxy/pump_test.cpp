@@ -28,7 +28,7 @@ void run(Body body) {
 
 // Heads (interim answers first), then the body piece by piece, then trailers.
 struct Relayed {
-  RelayError result = RelayError::write;
+  proxy::RelayError result = proxy::RelayError::write;
   beast::error_code read_error;
 };
 Relayed relay(FakeCall& call, FakeExchange& client, bool expect_trailers = false,
@@ -38,9 +38,10 @@ Relayed relay(FakeCall& call, FakeExchange& client, bool expect_trailers = false
     const std::optional<std::uint64_t> unbounded;
     const FieldsAllocator heap;
     const auto by = std::chrono::steady_clock::now() + 5s;
-    const auto ec = co_await read_final_head(call, &client, false, unbounded, heap, by);
+    const auto ec = co_await proxy::read_final_head(call, &client, false, unbounded, heap, by);
     EXPECT_FALSE(ec) << ec.message();
-    r.result = co_await relay_answer(call, client, prefix, expect_trailers, 5s, r.read_error);
+    r.result =
+        co_await proxy::relay_answer(call, client, prefix, expect_trailers, 5s, r.read_error);
   });
   return r;
 }
@@ -56,7 +57,7 @@ TEST(Pump, EachPieceReachesTheClientBeforeTheNextIsRead) {
   upstream::UpstreamCallPtr owned(call);
   FakeExchange client(log);
   const auto r = relay(*call, client);
-  EXPECT_EQ(r.result, RelayError::none);
+  EXPECT_EQ(r.result, proxy::RelayError::none);
   EXPECT_EQ(client.status, 200);
   EXPECT_EQ(client.body, "data: 1\n\ndata: 2\n\ndata: 3\n\n");
   ASSERT_EQ(client.trailers.size(), 1U);
@@ -89,7 +90,7 @@ TEST(Pump, AnInterimAnswerWithNowhereToGoIsDropped) {
     const std::optional<std::uint64_t> unbounded;
     const FieldsAllocator heap;
     const auto by = std::chrono::steady_clock::now() + 5s;
-    const auto ec = co_await read_final_head(*call, nullptr, false, unbounded, heap, by);
+    const auto ec = co_await proxy::read_final_head(*call, nullptr, false, unbounded, heap, by);
     EXPECT_FALSE(ec);
   });
   EXPECT_EQ(call->head().result_int(), 201U);
@@ -105,7 +106,7 @@ TEST(Pump, AnUpstreamCutMidBodyIsAReadErrorAndTheClientNeverGetsAnEnd) {
   upstream::UpstreamCallPtr owned(call);
   FakeExchange client(log);
   const auto r = relay(*call, client);
-  EXPECT_EQ(r.result, RelayError::read);
+  EXPECT_EQ(r.result, proxy::RelayError::read);
   EXPECT_EQ(r.read_error, bhttp::error::partial_message);
   EXPECT_EQ(client.body, "part");
   EXPECT_FALSE(client.ended);
@@ -120,7 +121,7 @@ TEST(Pump, AClientGoneMidAnswerStopsTheReading) {
   FakeExchange client(log);
   client.gone_after_sends = 1;
   const auto r = relay(*call, client);
-  EXPECT_EQ(r.result, RelayError::write);
+  EXPECT_EQ(r.result, proxy::RelayError::write);
   EXPECT_EQ(client.body, "a");
   // The second piece was read and could not be sent; nothing after it was read.
   EXPECT_EQ(std::count(log.begin(), log.end(), "upstream sent c"), 0);
@@ -135,7 +136,7 @@ TEST(Pump, AnAnswerWithoutABodyFreesTheCallBeforeItsHeadGoesOut) {
   upstream::UpstreamCallPtr owned(call);
   FakeExchange client(log);
   const auto r = relay(*call, client);
-  EXPECT_EQ(r.result, RelayError::none);
+  EXPECT_EQ(r.result, proxy::RelayError::none);
   EXPECT_EQ(client.framing.kind, Framing::Kind::none);
   EXPECT_EQ(log, (Log{"upstream sent head 204", "upstream sent end", "client got head 204"}));
 }
@@ -158,7 +159,7 @@ TEST(Pump, AGrpcAnswerIsFramedForTrailersWhateverItsLength) {
 
 // The client's request body pumped up to `call`.
 struct Sent {
-  RelayError result = RelayError::write;
+  proxy::RelayError result = proxy::RelayError::write;
   BodyPiece::Error read_error = BodyPiece::Error::none;
 };
 Sent send_up(FakeCall& call, FakeExchange& client, bool te_trailers = false) {
@@ -166,8 +167,8 @@ Sent send_up(FakeCall& call, FakeExchange& client, bool te_trailers = false) {
   run([&]() -> asio::awaitable<void> {
     beast::error_code write_error;
     const std::optional<Exchange::TimePoint> no_deadline;
-    out.result = co_await send_request(call, client.head(), client, te_trailers, 5s, no_deadline,
-                                       out.read_error, write_error);
+    out.result = co_await proxy::send_request(call, client.head(), client, te_trailers, 5s,
+                                              no_deadline, out.read_error, write_error);
   });
   return out;
 }
@@ -177,7 +178,7 @@ TEST(Pump, ARequestBodyGoesUpAsTheClientSendsIt) {
   FakeExchange client(log, {"x", "y"});
   auto* call = new FakeCall(log, Script{});
   upstream::UpstreamCallPtr owned(call);
-  EXPECT_EQ(send_up(*call, client, true).result, RelayError::none);
+  EXPECT_EQ(send_up(*call, client, true).result, proxy::RelayError::none);
   EXPECT_EQ(call->request_body, "xy");
   EXPECT_TRUE(call->request_ended);
   EXPECT_TRUE(call->te_trailers);
@@ -192,7 +193,7 @@ TEST(Pump, AnUpstreamThatAnswersEarlyTakesNoMoreOfTheBody) {
   s.answers_early = true;
   auto* call = new FakeCall(log, s);
   upstream::UpstreamCallPtr owned(call);
-  EXPECT_EQ(send_up(*call, client).result, RelayError::none);
+  EXPECT_EQ(send_up(*call, client).result, proxy::RelayError::none);
   EXPECT_EQ(client.pieces_read, 1);
   EXPECT_EQ(call->request_body, "x");
 }
@@ -204,21 +205,21 @@ TEST(Pump, AClientThatStopsSendingIsAReadErrorWithItsCause) {
   auto* call = new FakeCall(log, Script{});
   upstream::UpstreamCallPtr owned(call);
   const Sent sent = send_up(*call, client);
-  EXPECT_EQ(sent.result, RelayError::read);
+  EXPECT_EQ(sent.result, proxy::RelayError::read);
   EXPECT_EQ(sent.read_error, BodyPiece::Error::gone);
   EXPECT_FALSE(call->request_ended);  // the upstream never takes part of a body for all
 }
 
 // ---- The whole answer (buffered.hpp).
 
-UpstreamAnswer buffered(FakeUpstream& upstream, std::uint64_t max_answer,
-                        Exchange* interim_to = nullptr) {
-  UpstreamAnswer out;
+proxy::UpstreamAnswer buffered(FakeUpstream& upstream, std::uint64_t max_answer,
+                               Exchange* interim_to = nullptr) {
+  proxy::UpstreamAnswer out;
   run([&]() -> asio::awaitable<void> {
     StringRequest request;
     request.method(bhttp::verb::post);
     request.body() = "{}";
-    out = co_await round_trip(upstream, request, false, interim_to, 5s, max_answer);
+    out = co_await proxy::round_trip(upstream, request, false, interim_to, 5s, max_answer);
   });
   return out;
 }

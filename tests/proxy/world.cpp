@@ -29,9 +29,9 @@ World::World(const std::string& config, store::Store* store, const std::string& 
       "', " + upstream + "}\n" + config;
   auto cfg =
       config::parse_config(text, "world.yaml", [](const std::string&) { return std::nullopt; });
-  runtime_ = std::make_unique<Runtime>(io, make_settings(std::move(cfg)),
-                                       store != nullptr ? *store : memory_, metrics_, 2);
-  service_ = std::make_unique<ProxyService>(*runtime_);
+  runtime_ = std::make_unique<proxy::Runtime>(io, proxy::make_settings(std::move(cfg)),
+                                              store != nullptr ? *store : memory_, metrics_, 2);
+  service_ = std::make_unique<proxy::ProxyService>(*runtime_);
   asio::co_spawn(io, accept_upstream(), asio::detached);
   asio::co_spawn(io, accept_clients(), asio::detached);
 }

@@ -91,7 +91,7 @@ class World {
   /// Stops the upstream: connections are refused.
   void stop_upstream();
 
-  Runtime& runtime() { return *runtime_; }
+  proxy::Runtime& runtime() { return *runtime_; }
   ops::Metrics& metrics() { return metrics_; }
   asio::io_context io;
 
@@ -106,8 +106,8 @@ class World {
   ops::Metrics metrics_;
   tcp::acceptor upstream_;
   tcp::acceptor listener_;
-  std::unique_ptr<Runtime> runtime_;
-  std::unique_ptr<ProxyService> service_;
+  std::unique_ptr<proxy::Runtime> runtime_;
+  std::unique_ptr<proxy::ProxyService> service_;
   SessionTracker tracker_;
   std::map<std::string, int> executions_;
   int total_ = 0;
