@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       "  - {name: orders, path_prefix: /v1/orders, key_required: true}\n"
       "  - {name: shadow, path_prefix: /v1/shadow, mode: shadow}\n",
       answer_created);
-  std::string input(idemproxy::http::h2::kPreface);
+  std::string input(idemproxy::codec::http2::kPreface);
   input.append(reinterpret_cast<const char*>(data), size);
   const std::string out = world.run(input, 0x7f020000u);  // 127.2.0.0/16
   if (std::getenv("IDEMPROXY_FUZZ_PRINT")) std::fprintf(stderr, "%zu bytes out\n", out.size());

@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // HTTP/2; any other is HTTP/1.1, including one that starts like the preface and
   // departs from it.
   const std::string_view input{reinterpret_cast<const char*>(data), size};
-  if (input.starts_with(idemproxy::http::h2::kPreface)) {
+  if (input.starts_with(idemproxy::codec::http2::kPreface)) {
     if (!whole_h2_frames(out)) std::abort();
     return 0;
   }

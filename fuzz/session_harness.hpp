@@ -22,6 +22,8 @@
 namespace idemproxy::fuzz {
 
 using namespace idemproxy::http;
+using namespace idemproxy::proxy;
+using namespace idemproxy::server;
 
 /// Serves one upstream connection.
 using UpstreamHandler = std::function<asio::awaitable<void>(tcp::socket)>;

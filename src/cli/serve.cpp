@@ -43,7 +43,7 @@ int serve(const Args& args) {
     spdlog::info("tracing: exporting spans to {} (sample_ratio {})", cfg.tracing.otlp_endpoint,
                  cfg.tracing.sample_ratio);
   }
-  http::ProxyServer server(cfg, *store, metrics, std::move(prepare), &tracing);
+  server::ProxyServer server(cfg, *store, metrics, std::move(prepare), &tracing);
   server.start();
   spdlog::info("idemproxy {} protecting {} with {} route(s)", IDEMPROXY_VERSION, cfg.upstream.url,
                cfg.routes.size());

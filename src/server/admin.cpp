@@ -12,11 +12,10 @@
 #include "server/admin_ui.hpp"
 #include "server/listener.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 using http::asio::awaitable;
 using http::bhttp::status;
-namespace bhttp = http::bhttp;
 using ops::list_records;
 using ops::purge_record;
 using ops::RecordAction;
@@ -84,7 +83,7 @@ std::string param(const boost::urls::url_view& url, std::string_view name) {
 
 // Routes /admin/... once the token is checked. Store calls run on the database pool.
 awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse& res,
-                           http::ServerRuntime& rt) {
+                           ServerRuntime& rt) {
   const auto url = boost::urls::parse_origin_form(req.target());
   if (!url) {
     set_problem(res, status::bad_request, "the request target is not a valid path");
@@ -183,7 +182,7 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
 // 200 when requests can be served. Without the store (not prepared yet, or not
 // answering), that holds only when every route serves without it (fail_open,
 // shadow, disabled); the body then says the proxy runs unprotected.
-awaitable<void> answer_readiness(http::StringResponse& res, http::ServerRuntime& rt) {
+awaitable<void> answer_readiness(http::StringResponse& res, ServerRuntime& rt) {
   std::string problem;
   if (!rt.store_prepared) {
     problem = "store not ready: " + rt.store_problem();
@@ -243,7 +242,7 @@ bool answer_ui(std::string_view path, http::StringResponse& res) {
 
 }  // namespace
 
-awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, http::ServerRuntime& rt) {
+awaitable<void> serve_admin(boost::asio::ip::tcp::socket socket, ServerRuntime& rt) {
   http::beast::tcp_stream stream(std::move(socket));
   http::beast::flat_buffer buffer;
   for (;;) {
@@ -309,4 +308,4 @@ boost::asio::awaitable<void> accept_admin(boost::asio::io_context& io,
   }
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

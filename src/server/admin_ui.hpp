@@ -5,7 +5,9 @@
 #include <string_view>
 #include <vector>
 
-namespace idemproxy::http {
+#include "server/http_names.hpp"
+
+namespace idemproxy::server {
 
 struct UiFile {
   std::string_view name;  // index.html, app.js, app.css
@@ -15,4 +17,4 @@ struct UiFile {
 
 const std::vector<UiFile>& ui_files();
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

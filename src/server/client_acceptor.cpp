@@ -4,7 +4,7 @@
 
 #include "server/listener.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 void listen_on(asio::io_context& io, tcp::acceptor& acceptor, const config::Endpoint& at,
                const char* what) {
@@ -113,4 +113,4 @@ asio::awaitable<std::size_t> ClientAcceptor::drain(std::chrono::milliseconds tim
   co_return tracker_.size();
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

@@ -10,9 +10,10 @@
 #include "http/tls.hpp"
 #include "proxy/serve.hpp"
 #include "server/fd_limit.hpp"
+#include "server/http_names.hpp"
 #include "server/session_tracker.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 /// Binds `acceptor` to `at` and listens; throws std::runtime_error naming `what`
 /// ("proxy", "admin") and the cause when it cannot.
@@ -73,4 +74,4 @@ class ClientAcceptor {
   LogLimiter accept_error_log_;
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

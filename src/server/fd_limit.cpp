@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <utility>
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 std::size_t connection_capacity(const config::Config& config) {
   rlimit limit{};
@@ -31,4 +31,4 @@ std::size_t LogLimiter::admit() {
   return std::exchange(held_, 0);
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

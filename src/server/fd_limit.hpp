@@ -6,8 +6,9 @@
 #include <string>
 
 #include "idemproxy/config/config.hpp"
+#include "server/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit and returns how many client
 /// connections fit in it: each may hold an upstream connection too (pass-through),
@@ -30,4 +31,4 @@ class LogLimiter {
   std::size_t held_ = 0;
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

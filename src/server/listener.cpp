@@ -6,7 +6,7 @@
 #include "codec/http2/connection.hpp"
 #include "http/tls.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 namespace {
 
 // RFC 9113 §3.3: a cleartext connection that starts with the HTTP/2 preface speaks
@@ -79,4 +79,4 @@ asio::awaitable<void> serve_client(std::shared_ptr<ClientConnection> conn, Servi
   }
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

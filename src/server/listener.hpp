@@ -5,9 +5,10 @@
 
 #include "http/client_connection.hpp"
 #include "http/exchange.hpp"
+#include "server/http_names.hpp"
 #include "server/session_tracker.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 /// Serves a connection to its end: the TLS handshake (tls.cert_file), then HTTP/2
 /// when ALPN chose h2 or the client starts with the preface (prior knowledge, RFC
@@ -19,4 +20,4 @@ asio::awaitable<void> serve_client(std::shared_ptr<ClientConnection> conn, Servi
 /// down, so an escaped exception is logged.
 void log_exception(const std::exception_ptr& e);
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

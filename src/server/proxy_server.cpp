@@ -16,7 +16,7 @@
 #include "server/reload.hpp"
 #include "server/store_upkeep.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 namespace {
 
 // Database-pool threads. With PostgreSQL: one per connection, plus room for a full
@@ -132,4 +132,4 @@ int ProxyServer::run() {
   return 0;
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 std::optional<std::string> reload_config(ServerRuntime& runtime, trace::Tracing* tracing) {
   const auto current = runtime.settings();
@@ -55,4 +55,4 @@ void publish_gauges(ServerRuntime& runtime) {
   });
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

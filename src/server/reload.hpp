@@ -6,9 +6,10 @@
 
 #include "idemproxy/trace/tracing.hpp"
 #include "proxy/policy_document.hpp"
+#include "server/http_names.hpp"
 #include "server/server_runtime.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 /// Reads the config file again and swaps the settings in; restart-only keys keep
 /// their running values (with a warning naming them). Returns the error when the
@@ -19,4 +20,4 @@ std::optional<std::string> reload_config(ServerRuntime& runtime, trace::Tracing*
 /// replay cache, the waiting keys and the completions pending.
 void publish_gauges(ServerRuntime& runtime);
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

@@ -10,8 +10,9 @@
 #include <string>
 
 #include "proxy/runtime.hpp"
+#include "server/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 class ServerRuntime : public proxy::Runtime {
  public:
@@ -45,4 +46,4 @@ class ServerRuntime : public proxy::Runtime {
   std::string store_problem_ = "not prepared yet";
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

@@ -1,6 +1,6 @@
 #include "server/session_tracker.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 void SessionTracker::add(const std::shared_ptr<ClientConnection>& c) {
   std::lock_guard lock(mu_);
@@ -53,4 +53,4 @@ void SessionTracker::close_idle() {
   }
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

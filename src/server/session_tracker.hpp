@@ -7,8 +7,9 @@
 #include <unordered_set>
 
 #include "http/client_connection.hpp"
+#include "server/http_names.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 class SessionTracker {
  public:
@@ -62,4 +63,4 @@ class SessionTracker {
   std::atomic<std::size_t> streams_{0};
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

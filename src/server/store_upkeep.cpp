@@ -5,7 +5,7 @@
 #include "idemproxy/ops/gc.hpp"
 #include "server/listener.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 namespace {
 
 // libpq's messages span lines ("...refused\n\tIs the server running..."): one log line.
@@ -133,4 +133,4 @@ asio::awaitable<void> StoreUpkeep::run() {
   co_await collect_garbage();
 }
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

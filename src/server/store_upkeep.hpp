@@ -7,9 +7,10 @@
 #include <optional>
 #include <string>
 
+#include "server/http_names.hpp"
 #include "server/server_runtime.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 class StoreUpkeep {
  public:
@@ -36,4 +37,4 @@ class StoreUpkeep {
   std::chrono::milliseconds backoff_{250};
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

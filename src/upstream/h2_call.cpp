@@ -21,7 +21,8 @@ ssize_t body_source_cb(nghttp2_session*, std::int32_t id, std::uint8_t* buf, std
 // connection-specific fields are not sent, and te only as "trailers", exactly when
 // the client said it takes them (`te_trailers`, the proxy's reading of its request).
 // The list keeps its memory from one request on this call to the next.
-void request_fields(const RequestHeader& req, bool tls, bool te_trailers, http::h2::NvList& out) {
+void request_fields(const RequestHeader& req, bool tls, bool te_trailers,
+                    codec::http2::NvList& out) {
   out.clear();
   out.add(":method", req.method_string());
   out.add(":scheme", tls ? "https" : "http");

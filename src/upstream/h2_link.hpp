@@ -86,7 +86,7 @@ struct Call {
 /// A request as sent on a stream: its fields, and its body while it is small enough
 /// to send again (kResendBody).
 struct Outgoing {
-  http::h2::NvList fields;
+  codec::http2::NvList fields;
   std::string body;
   bool has_body = false;
   bool resendable = true;

@@ -145,7 +145,7 @@ asio::awaitable<beast::error_code> UpstreamLink::connect() {
 void UpstreamLink::start_session() {
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
-  http::h2::set_peer_callbacks<UpstreamLink>(cbs);
+  codec::http2::set_peer_callbacks<UpstreamLink>(cbs);
   nghttp2_option* opt = nullptr;
   nghttp2_option_new(&opt);
   // An answer's window reopens as the session takes its bytes: a slow client holds

@@ -67,7 +67,7 @@ asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head, Req
 
 asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, bool last,
                                                         TimePoint until) {
-  http::h1::BodyFrames frames(chunked_);
+  codec::http1::BodyFrames frames(chunked_);
   if (head_bytes_) frames.add_bytes(*head_bytes_);
   frames.add_piece(data);
   if (last) frames.add_end();

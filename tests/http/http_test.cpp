@@ -203,7 +203,7 @@ struct QueuedRuntime {
   SystemClock clock;
   store::MemoryStore store{clock};
   ops::Metrics metrics;
-  ServerRuntime runtime;
+  server::ServerRuntime runtime;
 };
 
 }  // namespace
@@ -214,7 +214,7 @@ struct QueuedRuntime {
 TEST(RuntimeQueued, AStartThatThrowsIsNotWaitedForAndAnAnsweredOneIsCountedOut) {
   QueuedRuntime queuing;
   asio::io_context& io = queuing.io;
-  ServerRuntime& runtime = queuing.runtime;
+  server::ServerRuntime& runtime = queuing.runtime;
   bool threw = false;
   int answer = 0;
   std::thread answerer;
@@ -250,7 +250,7 @@ TEST(RuntimeQueued, AStartThatThrowsIsNotWaitedForAndAnAnsweredOneIsCountedOut) 
 TEST(RuntimeQueued, ABatchsAnswersLeaveTogetherWhenItsHandoffCloses) {
   QueuedRuntime queuing("server: {threads: 2}\n");
   asio::io_context& io = queuing.io;
-  ServerRuntime& runtime = queuing.runtime;
+  server::ServerRuntime& runtime = queuing.runtime;
   constexpr int kCallers = 6;
   std::mutex mu;
   std::condition_variable all_queued;

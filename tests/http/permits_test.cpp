@@ -58,7 +58,7 @@ class Permits : public ::testing::Test {
   SystemClock clock;
   store::MemoryStore store;
   ops::Metrics metrics;
-  ServerRuntime runtime;
+  server::ServerRuntime runtime;
   store::ClaimRequest request;
 };
 
@@ -140,7 +140,7 @@ TEST_F(Permits, AWaiterThatStoppedWaitingElsewhereIsNeverWoken) {
 // an exception, and stayed counted, would hold every shutdown to its timeout.
 TEST(SessionTrackerEntry, AConnectionLeavesTheTrackerWhateverWayItsSessionEnds) {
   asio::io_context io;
-  SessionTracker tracker;
+  server::SessionTracker tracker;
   auto conn = std::make_shared<ClientConnection>(tcp::socket(io), nullptr);
   const auto session = [&](bool fails) {
     const auto tracked = tracker.track(conn);

@@ -142,7 +142,7 @@ std::size_t warm_allocations(const Client& run_client, int& answered_out,
   auto runtime =
       std::make_unique<proxy::Runtime>(io, proxy::make_settings(std::move(cfg)), store, metrics, 1);
   proxy::ProxyService service(*runtime);
-  SessionTracker tracker;
+  server::SessionTracker tracker;
 
   tcp::acceptor listener(io, {asio::ip::make_address("127.0.0.1"), 0});
   const int proxy_port = listener.local_endpoint().port();
@@ -154,7 +154,7 @@ std::size_t warm_allocations(const Client& run_client, int& answered_out,
   tcp::socket accepted = listener.accept();
   auto conn = std::make_shared<ClientConnection>(std::move(accepted), nullptr);
   bool served = false;
-  asio::co_spawn(io, serve_client(conn, service, tracker),
+  asio::co_spawn(io, server::serve_client(conn, service, tracker),
                  [&served](const std::exception_ptr&) { served = true; });
   while (!served) io.run_one_for(std::chrono::milliseconds{100});
   client.join();

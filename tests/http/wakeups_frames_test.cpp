@@ -14,7 +14,7 @@
 namespace idemproxy::http {
 namespace {
 
-std::string joined(const h1::BodyFrames& frames) {
+std::string joined(const codec::http1::BodyFrames& frames) {
   std::string out;
   for (const auto& b : frames.buffers()) out.append(static_cast<const char*>(b.data()), b.size());
   return out;
@@ -23,7 +23,7 @@ std::string joined(const h1::BodyFrames& frames) {
 TEST(BodyFrames, AChunkedPieceCarriesItsSizeLineAndTheLastChunkEndsTheBody) {
   const std::string head = "POST / HTTP/1.1\r\n\r\n";
   const std::string data(26, 'x');
-  h1::BodyFrames frames(true);
+  codec::http1::BodyFrames frames(true);
   frames.add_bytes(head);
   frames.add_piece(data);
   frames.add_end();
@@ -31,7 +31,7 @@ TEST(BodyFrames, AChunkedPieceCarriesItsSizeLineAndTheLastChunkEndsTheBody) {
 }
 
 TEST(BodyFrames, AnEmptyPieceIsNoChunkSinceAnEmptyChunkWouldEndTheBody) {
-  h1::BodyFrames frames(true);
+  codec::http1::BodyFrames frames(true);
   frames.add_piece("");
   EXPECT_TRUE(frames.empty());
   frames.add_end("0\r\ngrpc-status: 0\r\n\r\n");
@@ -39,7 +39,7 @@ TEST(BodyFrames, AnEmptyPieceIsNoChunkSinceAnEmptyChunkWouldEndTheBody) {
 }
 
 TEST(BodyFrames, ABodyFramedByItsLengthGoesOutAsItIs) {
-  h1::BodyFrames frames(false);
+  codec::http1::BodyFrames frames(false);
   frames.add_piece("hello");
   frames.add_end();
   EXPECT_EQ(joined(frames), "hello");

@@ -104,9 +104,10 @@ asio::awaitable<void> World::accept_clients() {
     auto [ec, socket] = co_await listener_.async_accept(use_nothrow);
     if (ec) co_return;
     auto conn = std::make_shared<ClientConnection>(std::move(socket), nullptr);
-    asio::co_spawn(io, serve_client(conn, *service_, tracker_), [](const std::exception_ptr& e) {
-      if (e) std::rethrow_exception(e);
-    });
+    asio::co_spawn(io, server::serve_client(conn, *service_, tracker_),
+                   [](const std::exception_ptr& e) {
+                     if (e) std::rethrow_exception(e);
+                   });
   }
 }
 

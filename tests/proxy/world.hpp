@@ -108,7 +108,7 @@ class World {
   tcp::acceptor listener_;
   std::unique_ptr<proxy::Runtime> runtime_;
   std::unique_ptr<proxy::ProxyService> service_;
-  SessionTracker tracker_;
+  server::SessionTracker tracker_;
   std::map<std::string, int> executions_;
   int total_ = 0;
   StringRequest last_;

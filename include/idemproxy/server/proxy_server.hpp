@@ -8,7 +8,7 @@
 #include "idemproxy/store/store.hpp"
 #include "idemproxy/trace/tracing.hpp"
 
-namespace idemproxy::http {
+namespace idemproxy::server {
 
 class ProxyServer {
  public:
@@ -34,4 +34,4 @@ class ProxyServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace idemproxy::http
+}  // namespace idemproxy::server

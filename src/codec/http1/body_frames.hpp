@@ -8,9 +8,10 @@
 #include <span>
 #include <string_view>
 
+#include "codec/http_names.hpp"
 #include "http/beast.hpp"
 
-namespace idemproxy::http::h1 {
+namespace idemproxy::codec::http1 {
 
 /// The buffers of one write: bytes held back (a head), then a body piece, framed as a
 /// chunk when `chunked`, then the last chunk. Points into itself and into the bytes it
@@ -55,4 +56,4 @@ class BodyFrames {
   char size_line_[24] = {};
 };
 
-}  // namespace idemproxy::http::h1
+}  // namespace idemproxy::codec::http1

@@ -3,7 +3,7 @@
 #include "codec/http1/exchange.hpp"
 #include "http/chunk.hpp"
 
-namespace idemproxy::http::h1 {
+namespace idemproxy::codec::http1 {
 namespace {
 
 // After a final answer on a connection whose request was not read to the end (413,
@@ -57,4 +57,4 @@ asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& ser
   }
 }
 
-}  // namespace idemproxy::http::h1
+}  // namespace idemproxy::codec::http1

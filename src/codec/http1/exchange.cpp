@@ -8,7 +8,7 @@
 #include "http/parse_buffered.hpp"
 #include "http/request_target.hpp"
 
-namespace idemproxy::http::h1 {
+namespace idemproxy::codec::http1 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -271,4 +271,4 @@ void Exchange::reset() {
   conn_.stream.socket().close(ec);
 }
 
-}  // namespace idemproxy::http::h1
+}  // namespace idemproxy::codec::http1

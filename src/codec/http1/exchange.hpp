@@ -6,13 +6,14 @@
 #include <atomic>
 #include <optional>
 
+#include "codec/http_names.hpp"
 #include "http/chunk.hpp"
 #include "http/client_connection.hpp"
 #include "http/exchange.hpp"
 #include "http/fields.hpp"
 #include "http/head_bytes.hpp"
 
-namespace idemproxy::http::h1 {
+namespace idemproxy::codec::http1 {
 
 class Exchange final : public http::Exchange {
  public:
@@ -74,4 +75,4 @@ class Exchange final : public http::Exchange {
   std::optional<HeadBytes> pending_;  // a final head waiting for the first body bytes
 };
 
-}  // namespace idemproxy::http::h1
+}  // namespace idemproxy::codec::http1

@@ -5,7 +5,7 @@
 #include "http/parse_buffered.hpp"
 #include "http/request_target.hpp"
 
-namespace idemproxy::http::h1 {
+namespace idemproxy::codec::http1 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -151,4 +151,4 @@ void Exchange::check_head() {
   }
 }
 
-}  // namespace idemproxy::http::h1
+}  // namespace idemproxy::codec::http1

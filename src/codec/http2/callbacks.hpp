@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <string_view>
 
-namespace idemproxy::http::h2 {
+#include "codec/http_names.hpp"
+
+namespace idemproxy::codec::http2 {
 
 /// Sets on `cbs` the callbacks for a header field, a frame received, a frame sent, a
 /// DATA payload and a stream's close. Each calls the member of Peer with the same
@@ -42,4 +44,4 @@ void set_peer_callbacks(nghttp2_session_callbacks* cbs) {
       });
 }
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

@@ -6,7 +6,7 @@
 
 #include "codec/http2/callbacks.hpp"
 
-namespace idemproxy::http::h2 {
+namespace idemproxy::codec::http2 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -243,4 +243,4 @@ void Connection::go_away(std::uint32_t code) {
   wake_writer();
 }
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

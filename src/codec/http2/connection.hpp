@@ -18,11 +18,12 @@
 #include "codec/http2/flood_guard.hpp"
 #include "codec/http2/session_memory.hpp"
 #include "codec/http2/stream.hpp"
+#include "codec/http_names.hpp"
 #include "http/client_connection.hpp"
 #include "http/exchange.hpp"
 #include "http/signal.hpp"
 
-namespace idemproxy::http::h2 {
+namespace idemproxy::codec::http2 {
 
 /// RFC 9113 §3.4: the client connection preface; a connection that starts with it is
 /// HTTP/2 with prior knowledge (§3.3).
@@ -121,4 +122,4 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer linger_;  // run() waits on it for the client to close, up to 2 s
 };
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

@@ -6,7 +6,7 @@
 
 #include "codec/http2/connection.hpp"
 
-namespace idemproxy::http::h2 {
+namespace idemproxy::codec::http2 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -207,4 +207,4 @@ asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& ser
   co_await c->run();
 }
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

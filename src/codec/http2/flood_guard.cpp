@@ -1,6 +1,6 @@
 #include "codec/http2/flood_guard.hpp"
 
-namespace idemproxy::http::h2 {
+namespace idemproxy::codec::http2 {
 
 bool FloodGuard::on_inbound(const nghttp2_frame& frame) {
   const auto& hd = frame.hd;
@@ -43,4 +43,4 @@ bool FloodGuard::on_inbound(const nghttp2_frame& frame) {
   return true;
 }
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

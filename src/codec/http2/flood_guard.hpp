@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace idemproxy::http::h2 {
+#include "codec/http_names.hpp"
+
+namespace idemproxy::codec::http2 {
 
 class FloodGuard {
  public:
@@ -49,4 +51,4 @@ class FloodGuard {
   const char* why_ = "";
 };
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-namespace idemproxy::http::h2 {
+namespace idemproxy::codec::http2 {
 
 void NvList::add(std::string_view name, std::string_view value) {
   const std::size_t name_at = bytes_.size();
@@ -24,4 +24,4 @@ const nghttp2_nv* NvList::data() {
   return nv_.data();
 }
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

@@ -7,7 +7,9 @@
 #include <utility>
 #include <vector>
 
-namespace idemproxy::http::h2 {
+#include "codec/http_names.hpp"
+
+namespace idemproxy::codec::http2 {
 
 /// Name-value pairs for one HEADERS frame: names lower-cased (RFC 9113 §8.2.1),
 /// names and values copied into memory the list keeps from one use to the next, so
@@ -35,4 +37,4 @@ class NvList {
   std::vector<nghttp2_nv> nv_;
 };
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

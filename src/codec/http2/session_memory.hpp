@@ -7,9 +7,10 @@
 
 #include <cstring>
 
+#include "codec/http_names.hpp"
 #include "http/arena.hpp"
 
-namespace idemproxy::http::h2 {
+namespace idemproxy::codec::http2 {
 
 class SessionMemory {
  public:
@@ -57,4 +58,4 @@ class SessionMemory {
   nghttp2_mem mem_;
 };
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

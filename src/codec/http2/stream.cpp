@@ -9,7 +9,7 @@
 #include "http/fields.hpp"
 #include "http/request_target.hpp"
 
-namespace idemproxy::http::h2 {
+namespace idemproxy::codec::http2 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -235,4 +235,4 @@ asio::awaitable<bool> Stream::continue_if_expected() {
   co_return co_await send_interim(head);
 }
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

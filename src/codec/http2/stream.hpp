@@ -11,10 +11,11 @@
 #include <string>
 
 #include "codec/http2/nv.hpp"
+#include "codec/http_names.hpp"
 #include "http/exchange.hpp"
 #include "http/signal.hpp"
 
-namespace idemproxy::http::h2 {
+namespace idemproxy::codec::http2 {
 
 class Connection;
 
@@ -129,4 +130,4 @@ class Stream final : public http::Exchange {
   bool serving_ = false;
 };
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2

@@ -6,7 +6,7 @@
 #include "codec/http2/stream.hpp"
 #include "http/fields.hpp"
 
-namespace idemproxy::http::h2 {
+namespace idemproxy::codec::http2 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -228,4 +228,4 @@ asio::awaitable<bool> Stream::send_prepared(const PreparedAnswer& answer,
   co_return co_await send_body(answer.body, true, answer.trailers);
 }
 
-}  // namespace idemproxy::http::h2
+}  // namespace idemproxy::codec::http2
