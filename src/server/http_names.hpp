@@ -5,8 +5,6 @@
 #include "http/beast.hpp"
 #include "http/client_connection.hpp"
 #include "http/exchange.hpp"
-#include "http/settings.hpp"
-#include "http/stream.hpp"
 #include "http/tls.hpp"
 
 // The codecs' namespaces, by their short names (declared here, defined by the codecs).
@@ -23,14 +21,11 @@ namespace h1 = codec::http1;
 namespace h2 = codec::http2;
 using http::alpn_chose_h2;
 using http::ClientConnection;
-using http::FieldsAllocator;
 using http::make_server_tls;
 using http::offer_h2;
 using http::peer_subject;
 using http::RequestParser;
 using http::Service;
-using http::Settings;
-using http::Stream;
 using http::tcp;
 using http::use_nothrow;
 

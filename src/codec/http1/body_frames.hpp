@@ -44,7 +44,6 @@ class BodyFrames {
     if (chunked_) buffers_[count_++] = asio::buffer(last_chunk);
   }
 
-  bool chunked() const { return chunked_; }
   bool empty() const { return count_ == 0; }
   std::span<const asio::const_buffer> buffers() const { return {buffers_.data(), count_}; }
 
