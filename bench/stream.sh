@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # 1 MiB pass-through of one idemproxy binary, with the counters that explain its CPU
-# per request (docs/PERFORMANCE.md, "Issue 14, round five: the old 1 MiB second mode
+# per request (bench/results/HISTORY.md, "Round five: the old 1 MiB second mode
 # explained"):
 #   bench/stream.sh BINARY [ROUNDS] [CONNECTIONS]
 # Each round starts the binary afresh, warms it as bench/run.sh does, then measures

@@ -5,7 +5,7 @@
 // (the proxy's Runtime::queued) defers it to the open handoff instead, and the
 // handoff delivers each target's answers together when it closes: one post, one
 // wake-up and one lock of the loop's queue per batch, where each member took its own
-// (docs/PERFORMANCE.md, "One hand-off per batch").
+// (bench/results/HISTORY.md, "One hand-off per batch").
 //
 // Neither side knows the other: the store knows no event loop, and the proxy no
 // batch. Without an open handoff, a caller delivers its answer at once, as before.

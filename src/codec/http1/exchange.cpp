@@ -64,7 +64,7 @@ asio::awaitable<BodyPiece> Exchange::read_body(std::size_t max, std::optional<Ti
   // reads into again before the exchange ends: no chunk is taken for it. Holding one
   // per request beside the answer's relay chunk outran the thread's free list of
   // chunks at 64 connections, and each request then zeroed and freed 64 KiB
-  // (docs/PERFORMANCE.md, "HTTP/1.1 pass-through regression").
+  // (bench/results/HISTORY.md, "HTTP/1.1 pass-through regression").
   if (!direct_ && !parser_.chunked() && conn_.buffer.size() > 0) {
     if (const auto left = parser_.content_length_remaining()) {
       const auto n = static_cast<std::size_t>(
