@@ -5,6 +5,7 @@
 #include <boost/beast/http.hpp>
 
 #include "http/arena.hpp"
+#include "idemproxy/common/header.hpp"
 
 namespace idemproxy::http {
 
@@ -20,8 +21,8 @@ inline constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 /// connection's arena for its requests and their answers, the heap for the rest.
 using FieldsAllocator = ArenaAllocator<char>;
 using Fields = bhttp::basic_fields<FieldsAllocator>;
-template <bool isRequest>
-using Header = bhttp::header<isRequest, Fields>;
+/// A field as the store keeps it and a replay sends it (common/header.hpp).
+using idemproxy::Header;
 using RequestHeader = bhttp::request_header<Fields>;
 using ResponseHeader = bhttp::response_header<Fields>;
 template <class Body>

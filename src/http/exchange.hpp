@@ -14,10 +14,8 @@
 #include <string_view>
 
 #include "http/beast.hpp"
-#include "http/request_target.hpp"
 #include "http/settings.hpp"
 #include "idemproxy/ops/metrics.hpp"
-#include "idemproxy/store/store.hpp"
 
 namespace idemproxy::http {
 
@@ -52,7 +50,7 @@ struct BodyPiece {
 };
 
 /// Trailer fields of an answer (RFC 9110 6.5), in order.
-using Trailers = std::span<const store::Header>;
+using Trailers = std::span<const Header>;
 
 /// How an answer's body is framed. `none`: it has no body (HEAD, 204, 304: RFC 9110
 /// 6.4.1), and its framing fields, which describe the resource, are kept as they are.
@@ -74,7 +72,7 @@ struct PreparedAnswer {
   /// The HTTP/1.1 head (status line and fields, keep-alive, no blank line); empty
   /// when there is none (the codec builds one from `fields`).
   std::string_view http1_head;
-  std::span<const store::Header> fields;  // lower-case names, as HTTP/2 sends them
+  std::span<const Header> fields;  // lower-case names, as HTTP/2 sends them
   std::string_view body;
   Trailers trailers;
 };
@@ -91,7 +89,6 @@ struct KeptStrings {
   std::string target;
   std::string request_id;
   std::string trace_id;
-  RequestTarget normalized;  // the route phase's normalize_target() writes into it
 };
 
 class Exchange {
@@ -194,10 +191,6 @@ class Service {
   virtual ops::Metrics& metrics() = 0;
   /// Serves one exchange to its end.
   virtual asio::awaitable<void> serve(Exchange& exchange) = 0;
-  /// Takes a slot of server.max_connections for one more concurrent HTTP/2 stream on
-  /// a connection (each may hold an upstream connection); false when none is free.
-  virtual bool reserve_stream() { return true; }
-  virtual void release_stream() {}
 };
 
 }  // namespace idemproxy::http

@@ -80,8 +80,8 @@ bool FieldMark::marked(const void* field) const {
   return std::binary_search(seen_.begin(), seen_.end(), field);
 }
 
-std::vector<store::Header> FieldMark::added(const Fields& fields) const {
-  std::vector<store::Header> out;
+std::vector<Header> FieldMark::added(const Fields& fields) const {
+  std::vector<Header> out;
   for (const auto& f : fields) {
     if (!marked(&f) && allowed_in_trailers(f.name_string())) {
       out.push_back({std::string(f.name_string()), std::string(f.value())});

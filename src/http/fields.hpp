@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "http/beast.hpp"
-#include "idemproxy/store/store.hpp"
 
 namespace idemproxy::http {
 
@@ -33,7 +32,7 @@ class FieldMark {
   explicit FieldMark(const Fields& fields);
   /// The fields added since, without those a trailer must not carry (RFC 9110 6.5.1:
   /// framing, routing, connection control, content-type and -encoding).
-  std::vector<store::Header> added(const Fields& fields) const;
+  std::vector<Header> added(const Fields& fields) const;
   /// Removes every field added since.
   void erase_added(Fields& fields) const;
 

@@ -22,7 +22,7 @@ inline void append_field(HeadBytes& out, std::string_view name, std::string_view
 /// the blank line. (Beast's serializer machinery cost about 4% of the proxy's CPU per
 /// fresh key: docs/PERFORMANCE.md.)
 template <bool isRequest>
-HeadBytes serialize_head(const Header<isRequest>& h) {
+HeadBytes serialize_head(const bhttp::header<isRequest, Fields>& h) {
   HeadBytes out(h.get_allocator());
   out.reserve(Arena::kLargest - 1);  // with its terminator, the arena's largest block
   const auto version = [&] {

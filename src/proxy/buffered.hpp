@@ -19,7 +19,7 @@ struct UpstreamAnswer {
   std::optional<ProxyError> error;
   bool sent = false;  // whether the request may have reached the upstream
   StringResponse response;
-  std::vector<store::Header> trailers;  // RFC 9110 6.5
+  std::vector<Header> trailers;  // RFC 9110 6.5
   /// Set when the body outgrew max_response_size: `call` holds the head and the rest,
   /// `prefix` the body read so far. Never truncated: it is streamed.
   struct Oversized {

@@ -92,7 +92,7 @@ store::StoredResponse as_kept(RequestContext& ctx, const ResponseHeader& head, s
                               Trailers trailers) {
   store::StoredResponse answer{static_cast<int>(head.result_int()), to_headers(head),
                                std::move(body), true,
-                               std::vector<store::Header>(trailers.begin(), trailers.end())};
+                               std::vector<Header>(trailers.begin(), trailers.end())};
   answer.headers.push_back({std::string(store::kTraceIdEntry), ctx.trace_id});
   keep_span_ids(ctx, answer);
   return answer;
@@ -217,7 +217,7 @@ asio::awaitable<Step> execute(Flow& f) {
   };
   if (client && !first.end) client = co_await relay(first.data);
   upstream::AnswerPiece piece = first;
-  std::vector<store::Header> trailers;
+  std::vector<Header> trailers;
   if (piece.end) trailers.assign(piece.trailers.begin(), piece.trailers.end());
   // Read to the end even once the client has gone: the side effect happened, and
   // the record keeps its answer for the retry.

@@ -60,8 +60,8 @@ void frame_request(RequestHeader& head, const Exchange& from) {
   }
 }
 
-std::vector<store::Header> to_headers(const Fields& fields) {
-  std::vector<store::Header> out;
+std::vector<Header> to_headers(const Fields& fields) {
+  std::vector<Header> out;
   for (const auto& f : fields)
     out.push_back({std::string(f.name_string()), std::string(f.value())});
   return out;

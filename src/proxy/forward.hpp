@@ -27,7 +27,7 @@ bool prepare_forward(RequestHeader& req, const Peer& peer, const config::Upstrea
 /// the transfer codings before chunked kept; none for a request without a body.
 void frame_request(RequestHeader& head, const Exchange& from);
 
-std::vector<store::Header> to_headers(const Fields& fields);
+std::vector<Header> to_headers(const Fields& fields);
 
 /// An IMF-fixdate (RFC 9110 5.6.7), e.g. "Sun, 06 Nov 1994 08:49:37 GMT".
 std::string http_date(TimePoint t);

@@ -98,7 +98,10 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
   // Routes match, the fingerprint covers, and the upstream receives one spelling
   // of the target: the one an upstream's router would resolve it to.
   const auto& server = ctx.settings.config.server;
-  RequestTarget& target = ctx.ex.kept().normalized;
+  // Scratch of this thread, read only before the next suspension: its strings keep
+  // their memory from one request to the next, whichever connection sends it.
+  thread_local RequestTarget scratch;
+  RequestTarget& target = scratch;
   if (const auto bad = normalize_target(
           head.target(), {server.merge_slashes, server.reject_escaped_slashes}, target)) {
     ctx.fail(ProblemKind::malformed_request, std::string(*bad), ops::Outcome::bad_request);

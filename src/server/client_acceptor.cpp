@@ -92,7 +92,7 @@ asio::awaitable<void> ClientAcceptor::accept() {
     }
     socket.set_option(tcp::no_delay(true), ignored);
     auto conn = std::make_shared<ClientConnection>(std::move(socket), tls_.get());
-    asio::co_spawn(conn->stream.get_executor(), serve_client(conn, frontend_, tracker_),
+    asio::co_spawn(conn->stream.get_executor(), serve_client(conn, service_, tracker_, streams_),
                    log_exception);
   }
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 
+#include "codec/http2/connection.hpp"
 #include "http/tls.hpp"
 #include "proxy/serve.hpp"
 #include "server/fd_limit.hpp"
@@ -26,16 +27,16 @@ inline std::size_t connection_limit(const proxy::Runtime& rt, std::size_t cap) {
   return std::min(rt.settings()->config.server.max_connections, cap);
 }
 
-/// The service the codecs get: the proxy, with the server's connection limit for
-/// HTTP/2 streams.
-class Frontend final : public proxy::ProxyService {
+/// HTTP/2 streams within the server's connection limit.
+class StreamBudget final : public h2::StreamSlots {
  public:
-  Frontend(proxy::Runtime& rt, SessionTracker& tracker, const std::size_t& cap)
-      : proxy::ProxyService(rt), tracker_(tracker), cap_(cap) {}
-  bool reserve_stream() override { return tracker_.reserve_stream(connection_limit(rt_, cap_)); }
-  void release_stream() override { tracker_.release_stream(); }
+  StreamBudget(proxy::Runtime& rt, SessionTracker& tracker, const std::size_t& cap)
+      : rt_(rt), tracker_(tracker), cap_(cap) {}
+  bool reserve() override { return tracker_.reserve_stream(connection_limit(rt_, cap_)); }
+  void release() override { tracker_.release_stream(); }
 
  private:
+  proxy::Runtime& rt_;
   SessionTracker& tracker_;
   const std::size_t& cap_;
 };
@@ -66,7 +67,8 @@ class ClientAcceptor {
   SessionTracker tracker_;
   std::unique_ptr<ssl::context> tls_;  // downstream termination (tls.cert_file)
   std::size_t cap_ = 0;                // what the open-files limit carries
-  Frontend frontend_{runtime_, tracker_, cap_};
+  proxy::ProxyService service_{runtime_};
+  StreamBudget streams_{runtime_, tracker_, cap_};
   /// ALPN offers h2 while server.http2 is on (it may change on reload).
   std::function<bool()> http2_on_ = [this] { return runtime_.settings()->config.server.http2; };
   LogLimiter refused_log_;

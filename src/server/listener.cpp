@@ -43,7 +43,7 @@ void log_exception(const std::exception_ptr& e) {
 }
 
 asio::awaitable<void> serve_client(std::shared_ptr<ClientConnection> conn, Service& service,
-                                   SessionTracker& tracker) {
+                                   SessionTracker& tracker, h2::StreamSlots& slots) {
   const auto tracked = tracker.track(conn);
   const auto settings = service.settings();  // the connection's, from its start
   const auto& server = settings->config.server;
@@ -73,7 +73,7 @@ asio::awaitable<void> serve_client(std::shared_ptr<ClientConnection> conn, Servi
   if (opening == Opening::gone) {
     conn->stream.socket().close(ec);
   } else if (opening == Opening::http2) {
-    co_await h2::serve(conn, service);
+    co_await h2::serve(conn, service, slots);
   } else {
     co_await h1::serve(conn, service);
   }

@@ -279,7 +279,7 @@ class StreamCall final : public UpstreamCall {
   std::optional<std::pair<unsigned, FieldList>> final_;   // the final head, not yet read
   int interim_count_ = 0;
   std::string piece_;  // the body piece read last
-  std::vector<store::Header> trailers_;
+  std::vector<Header> trailers_;
   std::size_t unconsumed_ = 0;  // answer bytes taken, their window not yet reopened
   std::uint64_t body_limit_ = ~std::uint64_t{0};
   std::uint64_t body_seen_ = 0;

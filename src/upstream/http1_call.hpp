@@ -96,7 +96,7 @@ class Http1Call final : public UpstreamCall {
   bool written_ = false;                  // a write went out on this connection
   std::optional<Chunk> chunk_;            // the answer's body is read into it
   std::optional<FieldMark> head_fields_;  // a chunked answer's head, to find its trailers
-  std::vector<store::Header> trailers_;
+  std::vector<Header> trailers_;
   /// A body framed by Content-Length (RFC 9112 6.2) has nothing for the parser to find
   /// in it, only bytes to count: once the bytes buffered with its head are used up,
   /// the rest is read straight into the chunk, and `direct_` counts what is left.

@@ -200,6 +200,34 @@ def test_more_streams_than_max_concurrent_streams_are_refused(proxy, upstream):
     assert others_are_served(proxy)
 
 
+def test_streams_past_max_connections_are_refused_unprocessed(make_proxy, upstream):
+    # Each open stream beyond a connection's first may hold an upstream connection,
+    # so it takes a slot of server.max_connections: with 3, one connection serves 3
+    # streams at once at most (itself and two slots; fewer when another connection is
+    # open) and refuses the rest with REFUSED_STREAM (RFC 9113 §8.7: never processed,
+    # the client may send them again).
+    p = make_proxy(server={"max_connections": 3})
+    c = RawClient(p.port)
+    c.read_frames(timeout=2, until=lambda f: any(isinstance(x, hf.SettingsFrame) for x in f))
+    time.sleep(0.2)  # our ACK of the server's SETTINGS arrives first
+    keys = ["slot-%d-%s" % (i, uuid.uuid4().hex) for i in range(5)]
+    c.send(*[c.headers(1 + 2 * i, [(":method", "POST"), (":path", "/v1/orders?delay_ms=800"),
+                                   (":scheme", "http"), (":authority", "127.0.0.1"),
+                                   ("idempotency-key", k), ("content-length", "0")],
+                       end_stream=True)
+             for i, k in enumerate(keys)])
+    c.read_frames(timeout=5, until=lambda _: len(c.statuses) + len(c.resets()) >= 5)
+    served = {sid for sid, status in c.statuses.items() if status == 201}
+    refused = {sid for sid, code in c.resets().items() if code == REFUSED_STREAM}
+    # The first streams are served; at most 3 at once; the others refused, whole.
+    assert {1, 3} <= served and len(served) <= 3 and served | refused == {1, 3, 5, 7, 9}
+    assert {7, 9} <= refused and not served & refused
+    assert [upstream.executions.count(key=k) for k in keys] == \
+        [1 if 1 + 2 * i in served else 0 for i in range(5)]
+    c.close()
+    alive(p)
+
+
 def test_data_beyond_content_length_is_a_stream_error(proxy, upstream):
     c = RawClient(proxy.port)
     key = "cl-" + uuid.uuid4().hex

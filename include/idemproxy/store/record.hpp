@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "idemproxy/common/clock.hpp"
+#include "idemproxy/common/header.hpp"
 
 namespace idemproxy::store {
 
@@ -31,11 +32,7 @@ enum class RecordState { in_flight, completed, released, indeterminate };
 std::string_view to_string(RecordState state);
 std::optional<RecordState> parse_state(std::string_view text);
 
-struct Header {
-  std::string name;
-  std::string value;
-  bool operator==(const Header&) const = default;
-};
+using idemproxy::Header;  // common/header.hpp
 
 /// What the upstream answered, as kept for replay.
 /// The executing request's trace id travels among a stored response's headers under

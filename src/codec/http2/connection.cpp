@@ -33,9 +33,10 @@ int send_data_cb(nghttp2_session*, nghttp2_frame* frame, const std::uint8_t* fra
 
 }  // namespace
 
-Connection::Connection(std::shared_ptr<ClientConnection> conn, Service& service)
+Connection::Connection(std::shared_ptr<ClientConnection> conn, Service& service, StreamSlots& slots)
     : conn_(std::move(conn)),
       service_(service),
+      slots_(slots),
       settings_(service.settings()),
       memory_(conn_->arena),
       writable_(conn_->stream.get_executor()),
@@ -100,7 +101,7 @@ void Connection::maybe_recycle(Stream& s) {
   spare_.push_back(&s);
   if (reserved_ > 0 && reserved_ >= live_.size()) {
     --reserved_;
-    service_.release_stream();
+    slots_.release();
   }
   note_quiet();
 }
@@ -203,7 +204,7 @@ void Connection::start(Stream& s) {
   // slot of server.max_connections, or is refused unprocessed (RFC 9113 §8.7: the
   // client may send it again).
   if (live_.size() > reserved_ + 1) {
-    if (!service_.reserve_stream()) {
+    if (!slots_.reserve()) {
       nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, s.id(), NGHTTP2_REFUSED_STREAM);
       s.served();
       return;

@@ -29,10 +29,26 @@ namespace idemproxy::codec::http2 {
 /// HTTP/2 with prior knowledge (§3.3).
 inline constexpr std::string_view kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// The server's budget of streams served at once, over all connections: each may hold
+/// an upstream connection, so they count against server.max_connections.
+class StreamSlots {
+ public:
+  /// Takes a slot for one more concurrent stream; false when none is free.
+  virtual bool reserve() = 0;
+  virtual void release() = 0;
+
+ protected:
+  ~StreamSlots() = default;
+};
+
+/// A budget without bound: every stream gets a slot.
+StreamSlots& unbounded_slots();
+
 /// Serves one HTTP/2 connection, chosen by its preface (h2c) or by ALPN (h2); bytes
 /// already read stay in conn->buffer. Returns when the connection and all its
 /// streams are done.
-asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& service);
+asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& service,
+                            StreamSlots& slots);
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -44,7 +60,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// The connection's: bounds what all its streams together hold (1 MiB).
   static constexpr std::int32_t kConnectionWindow = 1 << 20;
 
-  Connection(std::shared_ptr<ClientConnection> conn, Service& service);
+  Connection(std::shared_ptr<ClientConnection> conn, Service& service, StreamSlots& slots);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -93,6 +109,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::shared_ptr<ClientConnection> conn_;
   Service& service_;
+  StreamSlots& slots_;
   std::shared_ptr<const Settings> settings_;  // the connection's limits, from its start
   SessionMemory memory_;                      // nghttp2's, from the connection's arena
   nghttp2_session* session_ = nullptr;

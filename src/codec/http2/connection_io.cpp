@@ -197,13 +197,23 @@ asio::awaitable<void> Connection::run() {
   while (tasks_ > 0) co_await tasks_done_.wait();
   while (reserved_ > 0) {
     --reserved_;
-    service_.release_stream();
+    slots_.release();
   }
 }
 
-asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& service) {
+StreamSlots& unbounded_slots() {
+  struct Unbounded final : StreamSlots {
+    bool reserve() override { return true; }
+    void release() override {}
+  };
+  static Unbounded slots;
+  return slots;
+}
+
+asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& service,
+                            StreamSlots& slots) {
   service.metrics().count_http2_connection();
-  auto c = std::make_shared<Connection>(std::move(conn), service);
+  auto c = std::make_shared<Connection>(std::move(conn), service, slots);
   co_await c->run();
 }
 

@@ -71,7 +71,7 @@ class Stream final : public http::Exchange {
 
  private:
   /// The answer's head into nv_: :status, the fields HTTP/2 carries, the length.
-  void head_fields(unsigned status, const Fields* fields, std::span<const store::Header> stored,
+  void head_fields(unsigned status, const Fields* fields, std::span<const Header> stored,
                    std::span<const ExtraField> extra, Framing framing);
   /// Submits the final head with or without a body to follow.
   bool submit_head(bool with_body);

@@ -18,9 +18,8 @@ ssize_t data_source(nghttp2_session*, std::int32_t, std::uint8_t*, std::size_t r
 
 }  // namespace
 
-void Stream::head_fields(unsigned status, const Fields* fields,
-                         std::span<const store::Header> stored, std::span<const ExtraField> extra,
-                         Framing framing) {
+void Stream::head_fields(unsigned status, const Fields* fields, std::span<const Header> stored,
+                         std::span<const ExtraField> extra, Framing framing) {
   nv_.clear();
   std::snprintf(digits_.data(), digits_.size(), "%03u", status);
   nv_.add(":status", std::string_view(digits_.data(), 3));
