@@ -69,8 +69,9 @@ struct Framing {
 /// An answer whose head was laid out once, when it was cached: a replay.
 struct PreparedAnswer {
   unsigned status = 0;
-  /// The HTTP/1.1 head (status line and fields, keep-alive, no blank line); empty
-  /// when there is none (the codec builds one from `fields`).
+  /// The HTTP/1.1 codec's own form of the head, which it laid out when the answer
+  /// was cached (codec::http1::prepared_head); empty when there is none (it then
+  /// builds one from `fields`). Other codecs send `fields`.
   std::string_view http1_head;
   std::span<const Header> fields;  // lower-case names, as HTTP/2 sends them
   std::string_view body;

@@ -1,6 +1,6 @@
 #include "proxy/replay.hpp"
 
-#include "http/head_bytes.hpp"
+#include "codec/http1/prepared_head.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
 #include "proxy/context.hpp"
 #include "proxy/forward.hpp"
@@ -41,18 +41,9 @@ void prepare_replay_head(engine::ReplayCache::Entry& e) {
   }
   e.fields.push_back({"Idempotent-Replayed", "true"});
   e.fields.push_back({kExpiresHeader, http_date(e.expires_at)});
-  e.head.clear();
-  const int status = stored.status;
-  // Laid out per request: answers without a body, and answers with trailers (which
-  // an HTTP/1.1 client gets chunked, and only when it takes them).
-  if (status / 100 == 1 || status == 204 || status == 304 || !stored.trailers.empty()) return;
-  ResponseHeader head;
-  head.result(static_cast<unsigned>(status));
-  head.version(11);
-  for (const auto& f : e.fields) head.insert(f.name, f.value);
-  head.set(bhttp::field::content_length, std::to_string(stored.body.size()));
-  const HeadBytes bytes = serialize_head(head);
-  e.head.assign(bytes.data(), bytes.size() - 2);  // the blank line: per-request lines go before it
+  // The HTTP/1.1 codec's own form; the HTTP/2 codec sends `fields` as they are.
+  e.head = codec::http1::prepared_head(static_cast<unsigned>(stored.status), e.fields,
+                                       stored.body.size(), !stored.trailers.empty());
 }
 
 asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {

@@ -40,9 +40,9 @@ class ReplayCache {
     /// remaining lifetime of the record, measured from when the store reported it.
     /// Only the store's clock decides expiry; the host's wall clock never does.
     Deadline valid_until{};
-    /// The replay's HTTP/1.1 head, serialized once when it is cached
-    /// (src/proxy/replay.hpp): every line but Connection, X-Request-Id, Link and the
-    /// blank line. Empty: built per request.
+    /// The replay's HTTP/1.1 head, serialized once when it is cached by the HTTP/1.1
+    /// codec (codec/http1/prepared_head.hpp): every line but Connection, X-Request-Id,
+    /// Link and the blank line. Empty: built per request.
     std::string head{};
     Request request{};
     /// The replay's fields, laid out once too: the stored ones,
