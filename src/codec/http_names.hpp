@@ -36,6 +36,7 @@ using http::KeptStrings;
 using http::parse_buffered;
 using http::PreparedAnswer;
 using http::Protocol;
+using http::RequestFacts;
 using http::RequestHeader;
 using http::RequestParser;
 using http::ResponseHeader;

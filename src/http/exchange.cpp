@@ -9,7 +9,7 @@ asio::awaitable<BodyPiece::Error> Exchange::read_whole_body(std::string& body,
   body.clear();
   // A declared length is taken at its word only up to a chunk: a client cannot make
   // the proxy reserve memory by announcing a body it never sends.
-  if (content_length_) body.reserve(std::min<std::uint64_t>(*content_length_, Chunk::kSize));
+  if (const auto n = content_length()) body.reserve(std::min<std::uint64_t>(*n, Chunk::kSize));
   for (;;) {
     const BodyPiece piece = co_await read_body(Chunk::kSize, deadline);
     if (piece.error != BodyPiece::Error::none) co_return piece.error;

@@ -92,9 +92,27 @@ struct KeptStrings {
   std::string trace_id;
 };
 
+/// What a codec learned of a request with its head: values it sets, the proxy reads.
+struct RequestFacts {
+  using TimePoint = std::chrono::steady_clock::time_point;
+  Protocol protocol = Protocol::http11;
+  const Peer* peer = nullptr;
+  /// The configuration in force when the request started; it stays for its life.
+  std::shared_ptr<const Settings> settings;
+  /// When the request's first bytes were at hand.
+  TimePoint started{};
+  std::optional<HeadError> head_error;
+  /// The body's declared length; none when it has none or it is not declared.
+  std::optional<std::uint64_t> content_length;
+  /// Whether a body follows the head (false: the request ended with it).
+  bool has_body = false;
+};
+
+/// The contract between a codec and the proxy: an interface and nothing else. Each
+/// codec holds its request's state and says what it is.
 class Exchange {
  public:
-  using TimePoint = std::chrono::steady_clock::time_point;
+  using TimePoint = RequestFacts::TimePoint;
 
   virtual ~Exchange() = default;
   Exchange(const Exchange&) = delete;
@@ -103,25 +121,22 @@ class Exchange {
   // ---- The request.
   /// Its head: method, origin-form target, fields (HTTP/2's :authority as Host). The
   /// proxy rewrites it in place for the upstream.
-  RequestHeader& head() { return *head_; }
-  Protocol protocol() const { return protocol_; }
-  const Peer& peer() const { return *peer_; }
-  /// The configuration in force when the request started; it stays for its life.
-  const Settings& settings() const { return *settings_; }
-  const std::shared_ptr<const Settings>& settings_ptr() const { return settings_; }
-  /// When the request's first bytes were at hand.
-  TimePoint started() const { return started_; }
-  const std::optional<HeadError>& head_error() const { return head_error_; }
-  /// The body's declared length; none when it has none or it is not declared.
-  std::optional<std::uint64_t> content_length() const { return content_length_; }
-  /// Whether a body follows the head (false: the request ended with it).
-  bool has_body() const { return has_body_; }
+  virtual RequestHeader& head() = 0;
+  virtual const RequestFacts& facts() const = 0;
+  Protocol protocol() const { return facts().protocol; }
+  const Peer& peer() const { return *facts().peer; }
+  const Settings& settings() const { return *facts().settings; }
+  const std::shared_ptr<const Settings>& settings_ptr() const { return facts().settings; }
+  TimePoint started() const { return facts().started; }
+  const std::optional<HeadError>& head_error() const { return facts().head_error; }
+  std::optional<std::uint64_t> content_length() const { return facts().content_length; }
+  bool has_body() const { return facts().has_body; }
   /// Whether the client takes trailer fields: every HTTP/2 client; an HTTP/1.1 one
   /// that sent `TE: trailers` (RFC 9110 10.1.4).
   virtual bool accepts_trailers() const = 0;
   /// Memory for fields that live no longer than the connection (its arena).
   virtual FieldsAllocator fields_allocator() = 0;
-  KeptStrings& kept() { return *kept_; }
+  virtual KeptStrings& kept() = 0;
 
   /// Bounds the body: reading past `limit` bytes gives Error::too_large.
   virtual void body_limit(std::uint64_t limit) = 0;
@@ -163,21 +178,10 @@ class Exchange {
   /// so that a client never takes part of an answer for all of it.
   virtual void reset() = 0;
   /// Whether the final answer went out whole.
-  bool answered() const { return answered_; }
+  virtual bool answered() const = 0;
 
  protected:
   Exchange() = default;
-
-  RequestHeader* head_ = nullptr;
-  const Peer* peer_ = nullptr;
-  KeptStrings* kept_ = nullptr;
-  std::shared_ptr<const Settings> settings_;
-  Protocol protocol_ = Protocol::http11;
-  TimePoint started_{};
-  std::optional<HeadError> head_error_;
-  std::optional<std::uint64_t> content_length_;
-  bool has_body_ = false;
-  bool answered_ = false;
 };
 
 /// What a codec needs from the server around it, and what serves each exchange it

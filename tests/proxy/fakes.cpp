@@ -5,23 +5,23 @@ namespace idemproxy::testing {
 FakeExchange::FakeExchange(Log& log, std::vector<std::string> pieces, bool takes_trailers)
     : log_(log), pieces_(std::move(pieces)), takes_trailers_(takes_trailers) {
   head_ = &request_;
-  peer_ = &peer_value_;
+  facts_.peer = &peer_value_;
   kept_ = &kept_value_;
-  has_body_ = !pieces_.empty();
+  facts_.has_body = !pieces_.empty();
   request_.method(bhttp::verb::post);
   request_.target("/");
 }
 
 void FakeExchange::request(std::shared_ptr<const Settings> settings, std::string target,
                            const std::vector<std::pair<std::string, std::string>>& fields) {
-  settings_ = std::move(settings);
+  facts_.settings = std::move(settings);
   request_.target(target);
   request_.version(11);
   for (const auto& [name, value] : fields) request_.insert(name, value);
   std::uint64_t length = 0;
   for (const auto& p : pieces_) length += p.size();
-  content_length_ = length;
-  started_ = std::chrono::steady_clock::now();
+  facts_.content_length = length;
+  facts_.started = std::chrono::steady_clock::now();
   peer_value_.ip = "127.0.0.1";
 }
 

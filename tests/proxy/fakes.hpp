@@ -29,6 +29,10 @@ class FakeExchange final : public Exchange {
   void request(std::shared_ptr<const Settings> settings, std::string target,
                const std::vector<std::pair<std::string, std::string>>& fields);
 
+  RequestHeader& head() override { return *head_; }
+  const RequestFacts& facts() const override { return facts_; }
+  KeptStrings& kept() override { return *kept_; }
+  bool answered() const override { return answered_; }
   bool accepts_trailers() const override { return takes_trailers_; }
   FieldsAllocator fields_allocator() override { return {}; }
   void body_limit(std::uint64_t) override {}
@@ -60,6 +64,10 @@ class FakeExchange final : public Exchange {
 
  private:
   Log& log_;
+  RequestHeader* head_ = nullptr;
+  KeptStrings* kept_ = nullptr;
+  RequestFacts facts_;
+  bool answered_ = false;
   RequestHeader request_;
   Peer peer_value_;
   KeptStrings kept_value_;

@@ -31,15 +31,16 @@ Exchange::Exchange(ClientConnection& conn, std::shared_ptr<const Settings> setti
       service_(service),
       parser_(std::piecewise_construct, std::make_tuple(),
               std::make_tuple(conn.fields_allocator())) {
-  settings_ = std::move(settings);
+  facts_.settings = std::move(settings);
   head_ = &parser_.get().base();
-  peer_ = &conn.peer;
+  facts_.peer = &conn.peer;
   kept_ = &conn.kept;
-  protocol_ = Protocol::http11;
+  facts_.protocol = Protocol::http11;
 }
 
 bool Exchange::reusable() const {
-  return !broken_ && !head_error_ && keep_ && answered_ && body_done() && !service_.draining();
+  return !broken_ && !facts_.head_error && keep_ && answered_ && body_done() &&
+         !service_.draining();
 }
 
 void Exchange::body_limit(std::uint64_t limit) {
@@ -50,13 +51,13 @@ void Exchange::body_limit(std::uint64_t limit) {
 bool Exchange::body_done() const { return direct_ ? *direct_ == 0 : parser_.is_done(); }
 
 void Exchange::deadline_for_read(std::optional<TimePoint> deadline) {
-  const auto by = Clock::now() + settings_->config.server.read_timeout;
+  const auto by = Clock::now() + facts_.settings->config.server.read_timeout;
   conn_.stream.expires_at(deadline ? std::min(by, *deadline) : by);
 }
 
 asio::awaitable<BodyPiece> Exchange::read_body(std::size_t max, std::optional<TimePoint> deadline) {
   if (body_done()) co_return BodyPiece{{}, true, BodyPiece::Error::none};
-  if (content_length_ && *content_length_ > limit_) {
+  if (facts_.content_length && *facts_.content_length > limit_) {
     co_return BodyPiece{{}, false, BodyPiece::Error::too_large};
   }
   // A body framed by Content-Length whose bytes came with the head (most API
@@ -134,7 +135,7 @@ asio::awaitable<bool> Exchange::continue_if_expected() {
 
 template <class Buffers>
 asio::awaitable<bool> Exchange::write(const Buffers& buffers) {
-  conn_.stream.expires_after(settings_->config.server.read_timeout);
+  conn_.stream.expires_after(facts_.settings->config.server.read_timeout);
   auto [ec, n] = co_await asio::async_write(conn_.stream, buffers, use_nothrow);
   if (ec) broken_ = true;
   co_return !ec;
@@ -186,7 +187,7 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
   }
   // The connection goes on only while the request was read whole: a body left in
   // the socket would be taken for the next request.
-  keep_ = keep_ && client_keep_alive_ && body_done() && !head_error_ && !service_.draining();
+  keep_ = keep_ && client_keep_alive_ && body_done() && !facts_.head_error && !service_.draining();
   // RFC 9112 9.3: HTTP/1.1 persists unless told to close; HTTP/1.0 the other way round.
   head.erase(bhttp::field::connection);
   if (version_ >= 11 && !keep_) head.set(bhttp::field::connection, "close");

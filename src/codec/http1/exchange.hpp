@@ -29,8 +29,12 @@ class Exchange final : public http::Exchange {
   bool reusable() const;
   /// Whether the connection should close by lingering (RFC 9112 9.6): the client may
   /// still be sending a body this exchange did not read.
-  bool linger() const { return !body_done() || head_error_.has_value(); }
+  bool linger() const { return !body_done() || facts_.head_error.has_value(); }
 
+  RequestHeader& head() override { return *head_; }
+  const RequestFacts& facts() const override { return facts_; }
+  KeptStrings& kept() override { return *kept_; }
+  bool answered() const override { return answered_; }
   bool accepts_trailers() const override { return accepts_trailers_; }
   FieldsAllocator fields_allocator() override { return conn_.fields_allocator(); }
   void body_limit(std::uint64_t limit) override;
@@ -54,6 +58,10 @@ class Exchange final : public http::Exchange {
 
   ClientConnection& conn_;
   const Service& service_;
+  RequestHeader* head_ = nullptr;
+  KeptStrings* kept_ = nullptr;
+  RequestFacts facts_;
+  bool answered_ = false;
   RequestParser<bhttp::buffer_body> parser_;
   std::optional<Chunk> chunk_;
   /// A body framed by Content-Length (RFC 9112 6.2) is handed on from the buffer as

@@ -65,7 +65,7 @@ asio::awaitable<beast::error_code> read_head_bytes(ClientConnection& conn, std::
 }  // namespace
 
 asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
-  const auto& server = settings_->config.server;
+  const auto& server = facts_.settings->config.server;
   parser_.header_limit(static_cast<std::uint32_t>(server.max_header_size));
   // Body limits depend on the route, known only after the head (body_limit()).
   parser_.body_limit(boost::none);
@@ -73,27 +73,27 @@ asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
   // Two clocks: idle_timeout for the next request to start, then header_timeout for
   // its head to arrive whole.
   beast::error_code ec;
-  started_ = last_end;  // a pipelined request waited in the buffer since then
+  facts_.started = last_end;  // a pipelined request waited in the buffer since then
   if (conn_.buffer.size() == 0) {
     conn_.stream.expires_at(last_end + server.idle_timeout);
     std::size_t got = 0;
     std::tie(ec, got) =
         co_await conn_.stream.async_read_some(conn_.buffer.prepare(4096), use_nothrow);
     conn_.buffer.commit(got);
-    started_ = Clock::now();
+    facts_.started = Clock::now();
   }
   conn_.idle = false;
   if (!ec) {
-    conn_.stream.expires_at(started_ + server.header_timeout);
+    conn_.stream.expires_at(facts_.started + server.header_timeout);
     std::size_t head_size = 0;
     ec = co_await read_head_bytes(conn_, server.max_header_size, head_size);
     if (!ec && head_size > 0) {
-      head_error_ =
+      facts_.head_error =
           raw_head_error({static_cast<const char*>(conn_.buffer.data().data()), head_size},
                          server.max_header_fields);
     }
   }
-  if (!ec && !head_error_) {
+  if (!ec && !facts_.head_error) {
     // The whole head is buffered: parsed in place, by the same put() Beast's read
     // would call (which remains for a parser that wants more).
     parse_buffered(conn_.buffer, parser_, ec);
@@ -103,12 +103,12 @@ asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
     }
   }
   if (ec && is_disconnect(ec)) co_return false;
-  if (ec && !head_error_) {
-    head_error_ = HeadError{
+  if (ec && !facts_.head_error) {
+    facts_.head_error = HeadError{
         ec == bhttp::error::header_limit ? HeadError::Kind::too_large : HeadError::Kind::malformed,
         "the request could not be parsed: " + ec.message()};
   }
-  if (!head_error_) check_head();
+  if (!facts_.head_error) check_head();
   co_return true;
 }
 
@@ -117,7 +117,7 @@ asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
 void Exchange::check_head() {
   const auto& req = parser_.get();
   version_ = req.version();
-  protocol_ = version_ >= 11 ? Protocol::http11 : Protocol::http10;
+  facts_.protocol = version_ >= 11 ? Protocol::http11 : Protocol::http10;
   head_request_ = req.method() == bhttp::verb::head;
   client_keep_alive_ = req.keep_alive();
   // RFC 9110 10.1.1: an HTTP/1.0 request's expectation is ignored (and 15.2: no 1xx
@@ -126,11 +126,11 @@ void Exchange::check_head() {
   for (const auto& coding : bhttp::token_list{req[bhttp::field::te]}) {
     if (beast::iequals(coding, "trailers")) accepts_trailers_ = true;
   }
-  content_length_ =
+  facts_.content_length =
       parser_.content_length() ? std::optional{*parser_.content_length()} : std::nullopt;
-  has_body_ = !parser_.is_done();
+  facts_.has_body = !parser_.is_done();
   const auto bad = [&](const char* why) {
-    head_error_ = HeadError{HeadError::Kind::malformed, why};
+    facts_.head_error = HeadError{HeadError::Kind::malformed, why};
   };
   const auto lengths = req.count(bhttp::field::content_length);
   const auto encodings = req.count(bhttp::field::transfer_encoding);

@@ -19,22 +19,22 @@ using Clock = std::chrono::steady_clock;
 Stream::Stream(Connection& conn, const asio::any_io_executor& ex)
     : conn_(conn), head_storage_(conn.client().fields_allocator()), body_ready_(ex), progress_(ex) {
   head_ = &head_storage_;
-  peer_ = &conn.client().peer;
+  facts_.peer = &conn.client().peer;
   kept_ = &kept_storage_;
-  protocol_ = Protocol::http2;
+  facts_.protocol = Protocol::http2;
 }
 
 FieldsAllocator Stream::fields_allocator() { return conn_.client().fields_allocator(); }
 
 void Stream::open(std::int32_t id, std::shared_ptr<const Settings> settings) {
   id_ = id;
-  settings_ = std::move(settings);
-  started_ = Clock::now();
+  facts_.settings = std::move(settings);
+  facts_.started = Clock::now();
   static_cast<Fields&>(head_storage_).clear();
   head_storage_.version(20);
-  head_error_.reset();
-  content_length_.reset();
-  has_body_ = false;
+  facts_.head_error.reset();
+  facts_.content_length.reset();
+  facts_.has_body = false;
   answered_ = false;
   authority_.clear();
   scheme_.clear();
@@ -100,18 +100,18 @@ void Stream::on_field(std::string_view name, std::string_view value, bool traile
 
 void Stream::on_head_end(bool end_stream) {
   const auto& server = conn_.settings().config.server;
-  has_body_ = !end_stream;
+  facts_.has_body = !end_stream;
   end_stream_ = end_stream;
   const auto bad = [&](std::string detail) {
-    head_error_ = HeadError{HeadError::Kind::malformed, std::move(detail)};
+    facts_.head_error = HeadError{HeadError::Kind::malformed, std::move(detail)};
   };
   if (header_bytes_ > server.max_header_size || field_count_ > server.max_header_fields) {
-    head_error_ = HeadError{HeadError::Kind::too_large,
-                            field_count_ > server.max_header_fields
-                                ? "more than " + std::to_string(server.max_header_fields) +
-                                      " header fields (server.max_header_fields)"
-                                : "the header list exceeds server.max_header_size (" +
-                                      std::to_string(server.max_header_size) + " bytes)"};
+    facts_.head_error = HeadError{HeadError::Kind::too_large,
+                                  field_count_ > server.max_header_fields
+                                      ? "more than " + std::to_string(server.max_header_fields) +
+                                            " header fields (server.max_header_fields)"
+                                      : "the header list exceeds server.max_header_size (" +
+                                            std::to_string(server.max_header_size) + " bytes)"};
     return;
   }
   auto& head = head_storage_;
@@ -134,7 +134,7 @@ void Stream::on_head_end(bool end_stream) {
   } else if (!valid_authority(authority_.empty() ? host : std::string_view(authority_))) {
     bad(":authority is not a valid host");
   }
-  if (head_error_) return;
+  if (facts_.head_error) return;
   head.target(path_);
   if (!saw_host_) head.set(bhttp::field::host, authority_);
   // RFC 9113 §8.2.3: cookie crumbs are one field again for HTTP/1.1.
@@ -151,9 +151,9 @@ void Stream::on_head_end(bool end_stream) {
   if (const auto length = head[bhttp::field::content_length]; !length.empty()) {
     std::uint64_t n = 0;  // nghttp2 has checked it is a number
     std::from_chars(length.data(), length.data() + length.size(), n);
-    content_length_ = n;
+    facts_.content_length = n;
   }
-  expects_continue_ = has_body_ && beast::iequals(head[bhttp::field::expect], "100-continue");
+  expects_continue_ = facts_.has_body && beast::iequals(head[bhttp::field::expect], "100-continue");
 }
 
 void Stream::on_data(const std::uint8_t* data, std::size_t size) {
@@ -197,7 +197,7 @@ void Stream::release_view() {
 
 asio::awaitable<BodyPiece> Stream::read_body(std::size_t, std::optional<TimePoint> deadline) {
   release_view();
-  const auto read_timeout = settings_->config.server.read_timeout;
+  const auto read_timeout = facts_.settings->config.server.read_timeout;
   for (;;) {
     if (closed_ && !end_stream_) {
       // Reset, or a stream error: nghttp2 resets a stream whose DATA disagrees with
@@ -210,7 +210,8 @@ asio::awaitable<BodyPiece> Stream::read_body(std::size_t, std::optional<TimePoin
     const std::size_t ready = in_[fill_].size();
     // The last bytes of a declared length wait for END_STREAM: a body that goes on
     // past its content-length must not look whole to the upstream first.
-    const bool held = content_length_ && delivered_ + ready == *content_length_ && !end_stream_;
+    const bool held =
+        facts_.content_length && delivered_ + ready == *facts_.content_length && !end_stream_;
     if ((ready > 0 && !held) || end_stream_) break;
     const auto by = Clock::now() + read_timeout;
     const auto until = deadline ? std::min(by, *deadline) : by;

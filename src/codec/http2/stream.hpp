@@ -56,6 +56,10 @@ class Stream final : public http::Exchange {
   TimePoint stalled_since() const { return stalled_since_; }
 
   // ---- The exchange.
+  RequestHeader& head() override { return *head_; }
+  const RequestFacts& facts() const override { return facts_; }
+  KeptStrings& kept() override { return *kept_; }
+  bool answered() const override { return answered_; }
   bool accepts_trailers() const override { return true; }
   FieldsAllocator fields_allocator() override;
   void body_limit(std::uint64_t limit) override { limit_ = limit; }
@@ -85,6 +89,10 @@ class Stream final : public http::Exchange {
 
   Connection& conn_;
   std::int32_t id_ = 0;
+  RequestHeader* head_ = nullptr;
+  KeptStrings* kept_ = nullptr;
+  RequestFacts facts_;
+  bool answered_ = false;
   KeptStrings kept_storage_;
   RequestHeader head_storage_;
   std::string authority_, scheme_, path_;

@@ -127,7 +127,7 @@ asio::awaitable<bool> Stream::send_body(std::string_view data, bool last, Traile
 }
 
 asio::awaitable<bool> Stream::wait_written() {
-  const auto send_timeout = settings_->config.server.read_timeout;
+  const auto send_timeout = facts_.settings->config.server.read_timeout;
   auto moved = Clock::now();
   std::size_t at = out_at_;
   for (;;) {
@@ -205,7 +205,7 @@ void Stream::served() {
   // still open is a stream error (RFC 9113 §8.1.1), after its answer.
   if (!answered_) {
     nghttp2_submit_rst_stream(conn_.session(), NGHTTP2_FLAG_NONE, id_, NGHTTP2_INTERNAL_ERROR);
-  } else if (head_error_ && !end_stream_) {
+  } else if (facts_.head_error && !end_stream_) {
     nghttp2_submit_rst_stream(conn_.session(), NGHTTP2_FLAG_NONE, id_, NGHTTP2_PROTOCOL_ERROR);
   }
   conn_.wake_writer();
