@@ -13,8 +13,12 @@ else
     bench_pgbench_script >/dev/null
 fi
 
-# The system under test on CPU 1; load, upstream and databases on CPU 0.
-if [ "$(nproc)" -ge 2 ]; then SUT_CPU=1; LOAD_CPU=0; else SUT_CPU=0; LOAD_CPU=0; fi
+# BENCH_LAYOUT=pinned (the default here): the system under test on CPU 1; load,
+# upstream and databases on CPU 0. unpinned: everything shares every CPU, as on a
+# user's box, beside their database and their app.
+if [ "${BENCH_LAYOUT:-pinned}" = unpinned ]; then
+  SUT_CPU=0-$(($(nproc) - 1)) LOAD_CPU=0-$(($(nproc) - 1))
+elif [ "$(nproc)" -ge 2 ]; then SUT_CPU=1 LOAD_CPU=0; else SUT_CPU=0 LOAD_CPU=0; fi
 WORK=$(mktemp -d "/tmp/idemproxy-$WORK_NAME.XXXXXX")
 chmod 755 "$WORK"
 PIDS=()
@@ -58,8 +62,13 @@ switches() {
 # to_ms LATENCY: one of wrk's latencies (850.00us, 1.20ms, 2.00s) in milliseconds.
 to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /[0-9]s$/ && v !~ /ms$/) n *= 1000; printf "%.2f", n }'; }
 # cpu_ticks CPU: that CPU's busy and total ticks since boot (/proc/stat: user, nice,
-# system, irq, softirq and steal are busy; idle and iowait are not).
-cpu_ticks() { awk -v c="cpu$1" '$1 == c {b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6}' /proc/stat; }
+# system, irq, softirq and steal are busy; idle and iowait are not); for a range of
+# CPUs (unpinned), all of them together.
+cpu_ticks() {
+  local c="cpu$1"
+  case $1 in *-* | *,*) c=cpu ;; esac
+  awk -v c="$c" '$1 == c {b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6}' /proc/stat
+}
 # busy_share "B0 T0" "B1 T1": the busy percentage between two cpu_ticks readings.
 busy_share() {
   awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " ");

@@ -4,18 +4,34 @@
 # against pgbench running idemproxy's own claim and complete statements, on this
 # machine, in one run. Prints a table of absolute figures and ratios; the ratios are
 # what count on a shared, noisy machine.
-#   bench/run.sh            10 s per measurement (BENCH_SECONDS to change)
+#   bench/run.sh            10 s per measurement (BENCH_SECONDS to change), in both
+#                           layouts, one after the other (BENCH_LAYOUT: both)
 #   bench/run.sh --smoke    2 s per measurement: checks the harness works, and fails
-#                           unless every scenario ran (scripts/test.sh runs this)
+#                           unless every scenario ran (scripts/test.sh runs this);
+#                           pinned unless BENCH_LAYOUT says otherwise
 # Installs what it needs (nginx-light, wrk), builds into build-bench/, and starts a
 # private PostgreSQL 15 (fsync and synchronous_commit on, the defaults).
-# CPU pinning: the system under test (idemproxy or nginx) runs on CPU 1; wrk, the
-# upstream and PostgreSQL on CPU 0. Results also go to bench/results/latest.md.
+# Two layouts (BENCH_LAYOUT=pinned, unpinned or both):
+# - pinned: the system under test (idemproxy or nginx) runs alone on CPU 1; wrk, the
+#   upstream and PostgreSQL on CPU 0. Results also go to bench/results/latest.md.
+# - unpinned: all of them share both CPUs, as on a user's box. Results also go to
+#   bench/results/latest-unpinned.md.
+# Every ratio is measured within one layout's run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 SECONDS_=${BENCH_SECONDS:-10}
 if [ "${1:-}" = "--smoke" ]; then SECONDS_=2; fi
+LAYOUT=${BENCH_LAYOUT:-both}
+if [ "${1:-}" = "--smoke" ]; then LAYOUT=${BENCH_LAYOUT:-pinned}; fi
+if [ "$LAYOUT" = both ]; then
+  BENCH_LAYOUT=pinned bash "$0" "$@"
+  exec env BENCH_LAYOUT=unpinned bash "$0" "$@"
+fi
+case $LAYOUT in
+  pinned | unpinned) export BENCH_LAYOUT=$LAYOUT ;;
+  *) echo "bench: BENCH_LAYOUT is pinned, unpinned or both, not '$LAYOUT'" >&2; exit 2 ;;
+esac
 
 WORK_NAME=bench
 . bench/common.sh
@@ -390,7 +406,7 @@ row() {  # label name
   echo "| $1 | ${R[$2.rps]} | ${R[$2.p50]} | ${R[$2.p99]} | ${R[$2.cpu_us]} | ${R[$2.rss]} | ${R[$2.commits]} | ${R[$2.busy]} | ${R[$2.errors]} |"
 }
 {
-  echo "## Results ($(date -u +%Y-%m-%d), ${SECONDS_} s per measurement, $(nproc) CPUs)"
+  echo "## Results ($(date -u +%Y-%m-%d), ${SECONDS_} s per measurement, $(nproc) CPUs, $BENCH_LAYOUT: SUT on CPU $SUT_CPU, load on CPU $LOAD_CPU)"
   echo
   echo "wrk -t1, closed loop at the stated connections; latency in ms; CPU time of the"
   echo "system under test per request; peak RSS during the measurement; how busy the load's"
@@ -490,7 +506,11 @@ row() {  # label name
 # A smoke run's two-second figures do not replace the last real ones.
 if [ "${1:-}" != "--smoke" ]; then
   mkdir -p bench/results
-  cp "$WORK/table.md" bench/results/latest.md
+  if [ "$BENCH_LAYOUT" = pinned ]; then
+    cp "$WORK/table.md" bench/results/latest.md
+  else
+    cp "$WORK/table.md" bench/results/latest-unpinned.md
+  fi
 fi
 
 # --- the smoke check --------------------------------------------------------------
