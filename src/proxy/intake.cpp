@@ -42,23 +42,28 @@ asio::awaitable<Step> key_phase(Flow& f) {
     }
     take_key(f, std::move(std::get<std::string>(parsed)));
   }
-  const auto& route = f.route();
+  f.id.scope = record_scope(f.route(), ctx);
+  co_return Step::next;
+}
+
+std::string record_scope(const engine::RoutePolicy& route, RequestContext& ctx) {
+  std::string scope;
   if (route.scope_from == engine::ScopeFrom::authorization) {
     const std::string_view credentials = ctx.ex.head()[bhttp::field::authorization];
     if (!credentials.empty()) {
-      f.id.scope = "hmac:" + engine::hmac_sha256_hex(ctx.settings.config.scope_key, credentials);
+      scope = "hmac:" + engine::hmac_sha256_hex(ctx.settings.config.scope_key, credentials);
     }
   } else if (route.scope_from == engine::ScopeFrom::client_cert) {
     // The config requires tls.client_ca_file for this, so the handshake already
     // refused every client without a certificate that CA signed.
-    f.id.scope = "cert:" + ctx.ex.peer().subject;
+    scope = "cert:" + ctx.ex.peer().subject;
   } else if (!route.scope_header.empty()) {
-    f.id.scope = engine::header_scope(ctx.ex.head()[route.scope_header]);
+    scope = engine::header_scope(ctx.ex.head()[route.scope_header]);
   }
   // A header scope cannot start with "ns:" (header_scope), and a namespace holds no
   // ':', so this spelling is never another record's.
-  if (!route.key_namespace.empty()) f.id.scope = "ns:" + route.key_namespace + ":" + f.id.scope;
-  co_return Step::next;
+  if (!route.key_namespace.empty()) scope = "ns:" + route.key_namespace + ":" + scope;
+  return scope;
 }
 
 // Phase: body, bounded by max_body: a declared length over it is refused before

@@ -65,6 +65,9 @@ Duration upstream_timeout(const RequestContext& ctx, const RequestHeader& head);
 /// (key_json_pointer); the key's age; a replay of the very same bytes from memory;
 /// the fingerprint (and a replay of the same request in other bytes).
 asio::awaitable<Step> key_phase(Flow& f);
+/// The scope a request's records live in on `route`: derived from the request as the
+/// route says (scope.from, scope_header, namespace). key_phase and the lookup share it.
+std::string record_scope(const engine::RoutePolicy& route, RequestContext& ctx);
 asio::awaitable<Step> body_phase(Flow& f);
 asio::awaitable<Step> body_key_phase(Flow& f);
 asio::awaitable<Step> key_age_phase(Flow& f);

@@ -7,6 +7,7 @@
 #include "http/problem.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
 #include "idemproxy/engine/key.hpp"
+#include "proxy/lookup.hpp"
 
 namespace idemproxy::proxy {
 namespace {
@@ -168,9 +169,16 @@ json policy_document(const config::Config& config) {
   for (const auto& r : config.routes) {
     if (r.enabled) routes.push_back(route_entry(r));
   }
-  return {{"specification", "draft-ietf-httpapi-idempotency-key-header"},
-          {"generated_by", "idemproxy, from its configuration"},
-          {"routes", routes}};
+  json doc = {{"specification", "draft-ietf-httpapi-idempotency-key-header"},
+              {"generated_by", "idemproxy, from its configuration"},
+              {"routes", routes}};
+  // Where a caller asks what became of its own key (proxy/lookup.hpp).
+  if (!config.policy.path.empty()) {
+    doc["lookup"] = {{"method", "GET"},
+                     {"target", config.policy.path + std::string(kLookupSuffix) + "?path={path}"},
+                     {"sends", "the key and credentials of the request it asks about"}};
+  }
+  return doc;
 }
 
 std::string policy_page(const json& document) {
@@ -197,6 +205,10 @@ std::string policy_page(const json& document) {
               escape(text(e["title"])) + "</td></tr>\n";
     }
     page += "</table>\n";
+  }
+  if (document.contains("lookup")) {
+    page += "<h2>What became of a key</h2>\n<p>GET " + escape(text(document["lookup"]["target"])) +
+            " with " + escape(text(document["lookup"]["sends"])) + ".</p>\n";
   }
   page += "<p>" + escape(text(document["generated_by"])) + "</p>\n</body></html>\n";
   return page;

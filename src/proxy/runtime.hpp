@@ -108,6 +108,9 @@ class Runtime {
         });
   }
 
+  /// The store's read-only role: a caller's lookup of its own key (proxy/lookup.hpp).
+  store::Views& views() { return record_store; }
+
   // Declared in the order they are built: the coordinator uses the store, the
   // database pool, the completion retrier and the cache.
  protected:

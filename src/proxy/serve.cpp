@@ -8,6 +8,7 @@
 #include "idemproxy/engine/grpc_status.hpp"
 #include "proxy/context.hpp"
 #include "proxy/forward.hpp"
+#include "proxy/lookup.hpp"
 #include "proxy/spans.hpp"
 
 namespace idemproxy::proxy {
@@ -74,6 +75,12 @@ asio::awaitable<void> send_policy(RequestContext& ctx) {
   co_await send_answer(ctx, head, body, none);
 }
 
+// Whether `path` is the key lookup's: policy.path, then kLookupSuffix.
+bool is_lookup(std::string_view policy_path, std::string_view path) {
+  return !policy_path.empty() && path.size() == policy_path.size() + kLookupSuffix.size() &&
+         path.starts_with(policy_path) && path.ends_with(kLookupSuffix);
+}
+
 // Phase: route. Decides whether the request is protected, and how.
 asio::awaitable<void> dispatch(RequestContext& ctx) {
   auto& head = ctx.ex.head();
@@ -117,6 +124,10 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
   if (published.url.empty() && !published.path.empty() && target.route_path == published.path &&
       ctx.method == "GET") {
     co_await send_policy(ctx);
+    co_return;
+  }
+  if (is_lookup(published.path, target.route_path) && ctx.method == "GET") {
+    co_await send_lookup(ctx, target.forward);
     co_return;
   }
   ctx.route = ctx.settings.routes.match(target.route_path);
