@@ -210,6 +210,39 @@ TEST_P(Behaviour, AGrpcTrailersOnlyAnswerIsReplayedTrailersOnly) {
   EXPECT_EQ(replay.field("idempotent-replayed"), "true");
 }
 
+TEST_P(Behaviour, ACallerLooksUpItsOwnKeyAndNothingOfAnothersScope) {
+  World scoped(R"(store: {memory: {}}
+routes:
+  - {name: orders, path_prefix: /v1/orders, scope_header: X-Tenant}
+)");
+  const auto lookup = [&](const std::string& tenant) {
+    const Request r{"GET",
+                    "/.well-known/idempotency/outcome?path=%2Fv1%2Forders",
+                    {{"Idempotency-Key", "look-1"}, {"X-Tenant", tenant}},
+                    "",
+                    {}};
+    const Reply reply = scoped.send(GetParam(), r);
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    EXPECT_EQ(reply.field("cache-control"), "no-store");
+    return nlohmann::json::parse(reply.body, nullptr, false);
+  };
+  EXPECT_EQ(lookup("acme").value("state", ""), "unknown");
+  Request call = keyed("look-1");
+  call.fields.emplace_back("X-Tenant", "acme");
+  const Reply first = scoped.send(GetParam(), call);
+  ASSERT_EQ(first.status, 201);
+  const auto mine = lookup("acme");
+  EXPECT_EQ(mine.value("state", ""), "completed");
+  EXPECT_EQ(mine.value("status", 0), 201);
+  EXPECT_TRUE(mine.value("replays", false));
+  EXPECT_FALSE(mine.contains("body"));
+  EXPECT_EQ(mine.dump().find(first.body), std::string::npos);  // never the answer
+  const auto theirs = lookup("globex");
+  EXPECT_EQ(theirs.value("state", ""), "unknown");
+  EXPECT_FALSE(theirs.value("replays", true));
+  EXPECT_EQ(scoped.executions("look-1"), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(BothCodecs, Behaviour, ::testing::Values(Codec::http1, Codec::http2),
                          [](const auto& info) { return to_string(info.param); });
 
