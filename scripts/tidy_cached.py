@@ -105,9 +105,10 @@ def main():
     identity = checker_identity(root)
 
     def check(entry):
+        """clang-tidy's output for the file; None when an earlier run found it clean."""
         key = fingerprint(entry, root, identity)
         if os.path.exists(os.path.join(cache, key)):
-            return entry["file"], key, None
+            return None
         run = subprocess.run(["clang-tidy", "-p", build, "-quiet", EXTRA, entry["file"]],
                              capture_output=True, text=True)
         output = "clang-tidy " + entry["file"] + "\n" + run.stdout + run.stderr
@@ -115,12 +116,12 @@ def main():
         if clean:
             with open(os.path.join(cache, key), "w"):
                 pass
-        return entry["file"], key, output
+        return output
 
     checked = cached = 0
     with open(log_path, "w") as log, concurrent.futures.ThreadPoolExecutor(
             max_workers=int(os.environ.get("TIDY_JOBS", "2"))) as pool:
-        for _, key, output in pool.map(check, entries):
+        for output in pool.map(check, entries):
             if output is None:
                 cached += 1
             else:

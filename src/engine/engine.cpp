@@ -41,9 +41,7 @@ Admission Engine::admission(const store::ClaimRequest& request,
   }
   // With after_expiry: reject the record outlives its ttl as a tombstone (its
   // expiry is the tombstone's): past ttl it is never replayed, nor executed again.
-  const TimePoint replay_until =
-      request.tombstones ? std::min(existing.expires_at, existing.completed_at + request.ttl)
-                         : existing.expires_at;
+  const TimePoint replay_until = engine::replay_until(existing, request.tombstones, request.ttl);
   if (existing.state == store::RecordState::completed && request.tombstones &&
       existing.store_now >= replay_until) {
     a.kind = Admission::Kind::expired;

@@ -3,26 +3,21 @@
 #include <boost/url/parse.hpp>
 #include <nlohmann/json.hpp>
 
+#include "http/query.hpp"
 #include "idemproxy/common/clock.hpp"
+#include "idemproxy/engine/engine.hpp"
 #include "idemproxy/engine/key.hpp"
 #include "proxy/phases.hpp"
 
 namespace idemproxy::proxy {
 namespace {
 
-std::string param(const boost::urls::url_view& url, std::string_view name) {
-  const auto it = url.params().find(name);
-  return it == url.params().end() ? std::string() : std::string((*it).value);
-}
-
 // The record as its caller may see it: no body, no fields, no fingerprint.
 nlohmann::json describe(const store::Record& r, const engine::RoutePolicy& route) {
   nlohmann::json out;
   out["created_at"] = rfc3339(r.created_at);
   const bool completed = r.state == store::RecordState::completed;
-  // With after_expiry: reject a completed record outlives ttl as a tombstone.
-  const TimePoint replay_until =
-      route.after_expiry_reject ? std::min(r.expires_at, r.completed_at + route.ttl) : r.expires_at;
+  const TimePoint replay_until = engine::replay_until(r, route.after_expiry_reject, route.ttl);
   const bool expired = r.expired || (completed && r.store_now >= replay_until);
   if (expired) {
     out["state"] = "expired";
@@ -45,7 +40,7 @@ nlohmann::json describe(const store::Record& r, const engine::RoutePolicy& route
 asio::awaitable<void> send_lookup(RequestContext& ctx, std::string_view target) {
   ctx.outcome = ops::Outcome::passthrough;
   const auto url = boost::urls::parse_origin_form(target);
-  const std::string path = url ? param(*url, "path") : std::string();
+  const std::string path = url ? http::query_param(*url, "path") : std::string();
   const engine::RoutePolicy* route = path.empty() ? nullptr : ctx.settings.routes.match(path);
   if (route == nullptr || !route->enabled) {
     ctx.fail(ProblemKind::malformed_request,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/url/parse.hpp>
 
+#include "http/query.hpp"
 #include "idemproxy/ops/records.hpp"
 #include "server/admin_ui.hpp"
 #include "server/listener.hpp"
@@ -76,11 +77,6 @@ status status_of(const RecordAction& a) {
   return status::internal_server_error;
 }
 
-std::string param(const boost::urls::url_view& url, std::string_view name) {
-  const auto it = url.params().find(name);
-  return it == url.params().end() ? std::string() : std::string((*it).value);
-}
-
 // Routes /admin/... once the token is checked. Store calls run on the database pool.
 awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse& res,
                            ServerRuntime& rt) {
@@ -91,7 +87,8 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
   }
   std::vector<std::string> segments;
   for (auto s : url->segments()) segments.emplace_back(s);
-  const store::RecordId id{param(*url, "scope"), segments.size() >= 3 ? segments[2] : ""};
+  const store::RecordId id{http::query_param(*url, "scope"),
+                           segments.size() >= 3 ? segments[2] : ""};
   auto& store = rt.record_store;
   const auto verb = req.method();
   const bool keys = segments.size() >= 2 && segments[1] == "keys";
@@ -132,8 +129,8 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
       set_not_allowed(res, "GET");
       co_return;
     }
-    const std::string state = param(*url, "state");
-    const std::string limit_text = param(*url, "limit");
+    const std::string state = http::query_param(*url, "state");
+    const std::string limit_text = http::query_param(*url, "limit");
     int limit = 50;
     if (!limit_text.empty()) {
       const auto parsed = ops::parse_limit(limit_text);
@@ -147,7 +144,7 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
         [&store, &state, &limit] { return list_records(store, state, limit); });
   } else if (keys && segments.size() == 3) {
     if (verb == bhttp::verb::get) {
-      const std::string body = param(*url, "body");
+      const std::string body = http::query_param(*url, "body");
       const bool with_body = body == "1" || body == "true";
       action = co_await rt.blocking(
           [&store, &id, with_body] { return show_record(store, id, with_body); });

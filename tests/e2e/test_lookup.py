@@ -2,6 +2,7 @@
 with the key and the credentials of the request it asks about): the state, the
 status and times, whether a retry would replay, never the answer itself; and a
 tenant finds nothing of another tenant's key. Over HTTP/1.1 and HTTP/2."""
+import json
 import threading
 import time
 import urllib.parse
@@ -9,6 +10,7 @@ import urllib.parse
 import pytest
 
 from harness import problem, request
+from peers import curl
 
 SCOPE_KEY = "an-hmac-key-for-lookups-0123456789abcdef"
 LOOKUP = "/.well-known/idempotency/outcome?path="
@@ -51,6 +53,13 @@ def test_a_tenant_sees_its_own_keys_outcome_and_nothing_of_anothers(make_proxy, 
     assert got["state"] == "completed" and got["status"] == 201 and got["replays"] is True
     assert got["completed_at"] >= got["created_at"] and got["expires_at"] > got["completed_at"]
     assert "body" not in got and done[0].body.decode() not in r.body.decode()
+    # curl, a peer of its own, reads the same over HTTP/1.1 and HTTP/2 (h2c).
+    url = "http://127.0.0.1:%d%s%%2Fv1%%2Forders" % (p.port, LOOKUP)
+    for flag in ("--http1.1", "--http2-prior-knowledge"):
+        status, headers, body, _ = curl(flag, url, "-H", "Idempotency-Key: " + key,
+                                        "-H", "Authorization: Bearer alice")
+        assert status == 200 and headers["cache-control"] == "no-store", flag
+        assert json.loads(body) == got, flag
     # Bob, with the same key, has no record of it; nor has a caller without credentials.
     assert lookup(p, "/v1/orders", key, bob, http2).json()["state"] == "unknown"
     assert lookup(p, "/v1/orders", key, None, http2).json()["state"] == "unknown"

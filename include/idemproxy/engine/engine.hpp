@@ -1,6 +1,7 @@
 #pragma once
 // The idempotency state machine: what to do with a request that carries a key,
 // and what to do with the upstream's answer. It knows records, not SQL or sockets.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -111,6 +112,13 @@ inline constexpr std::string_view kPolicyField = "Idempotency-Policy";
 /// Whether a field value of kPolicyField says no-store: one of its comma-separated
 /// directives, case-insensitively.
 bool says_no_store(std::string_view value);
+
+/// Until when a completed record replays: its expiry, or with after_expiry: reject
+/// (`tombstones`), where it outlives `ttl` as a tombstone, `ttl` after it completed if
+/// that comes first.
+inline TimePoint replay_until(const store::Record& r, bool tombstones, Duration ttl) {
+  return tombstones ? std::min(r.expires_at, r.completed_at + ttl) : r.expires_at;
+}
 
 /// The headers of `response` that may be stored for replay under `policy`.
 std::vector<store::Header> storable_headers(const std::vector<store::Header>& headers,
