@@ -41,7 +41,8 @@ int main() {
                                  {2, ":k"},
                                  {1, ":scope"}})
             << " \\gset\n"
-            << bind(kComplete.sql, {{8, "NULL"},
+            << bind(kComplete.sql, {{9, ":ttl_ms"},
+                                    {8, "NULL"},
                                     {7, ":ttl_ms"},
                                     {6, ":resp_body"},
                                     {5, ":resp_headers"},

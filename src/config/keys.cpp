@@ -152,6 +152,7 @@ const std::vector<Key>& table() {
       {"route_policy", "methods"},
       {"route_policy", "key_required"},
       {"route_policy", "ttl"},
+      {"route_policy", "max_ttl"},
       {"route_policy", "lease"},
       {"route_policy", "scope_header"},
       {"route_policy", "on_concurrent"},

@@ -119,6 +119,9 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
     } else if (key == "ttl") {
       p.ttl = duration(v, name);
       if (p.ttl.count() <= 0) fail(v, name + " must be positive");
+    } else if (key == "max_ttl") {
+      p.max_ttl = duration(v, name);
+      if (p.max_ttl.count() <= 0) fail(v, name + " must be positive");
     } else if (key == "lease") {
       p.lease = duration(v, name);
       // The holder renews its lease every lease / 3 while the upstream works; shorter

@@ -43,6 +43,14 @@ void read_routes(const YAML::Node& root, const Reader& r, Config& c) {
                "scope: {from: authorization} needs scope_key (an HMAC key of 32+ characters, "
                "e.g. ${IDEMPROXY_SCOPE_KEY})");
       }
+      // max-age may lengthen ttl up to max_ttl; a bound below ttl would shorten every
+      // answer the upstream says nothing about.
+      if (p.max_ttl.count() > 0 && p.max_ttl < p.ttl) {
+        r.fail(origin(root, node, "max_ttl"),
+               "route \"" + p.name +
+                   "\": max_ttl must be at least ttl: it bounds how far an answer's "
+                   "Idempotency-Policy: max-age may lengthen ttl (max-age may always shorten it)");
+      }
       // A tombstone outlives the answer: it is what refuses a retry after ttl.
       if (p.after_expiry_reject && p.tombstone_ttl <= p.ttl) {
         r.fail(origin(root, node, p.tombstone_ttl.count() > 0 ? "tombstone_ttl" : "after_expiry"),

@@ -216,12 +216,13 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
   }
   const Deadline started = hooks_.steady_now();  // as in complete()
   auto kept = std::make_shared<store::StoredResponse>(Engine::kept(answer, route));
+  const store::Retention keep = Engine::retention(route, answer);
   claims_.complete_async(
-      claim.id, token, *kept, route.record_ttl(),
-      [this, &claim, token, &route, &answer, kept, form = std::move(form), started,
+      claim.id, token, *kept, keep,
+      [this, &claim, token, &route, &answer, kept, keep, form = std::move(form), started,
        done = std::move(done)](const store::Result<TimePoint>& result) mutable {
         Completion c;
-        c.finish = Engine::finished(result, route, &c.expires_at);
+        c.finish = Engine::finished(result, keep, &c.expires_at);
         done(completed(claim, token, route, answer, std::move(form), started, c,
                        c.finish == Finish::stored ? std::move(*kept) : store::StoredResponse{}));
       });
@@ -232,8 +233,9 @@ Completion Coordinator::completed(const store::ClaimRequest& claim, std::int64_t
                                   ReplayCache::Request form, Deadline started, Completion c,
                                   store::StoredResponse stored) {
   if (c.finish == Finish::stored && answer.body_stored) {
+    const Duration kept_for = Engine::retention(route, answer).answer;
     ReplayCache::Entry entry{
-        claim.fingerprint, std::move(stored), c.expires_at, started + route.ttl, {},
+        claim.fingerprint, std::move(stored), c.expires_at, started + kept_for, {},
         std::move(form)};
     hooks_.prepare_replay(entry);
     cache_.put(claim.id, std::move(entry));

@@ -97,17 +97,14 @@ Finish Engine::finish(const store::RecordId& id, std::int64_t token, const Route
                       store::StoredResponse* stored) {
   if (!stores(policy, response)) return abandon(id, token);
   store::StoredResponse as_kept = kept(response, policy);
-  const Finish f =
-      finished(claims_.complete(id, token, as_kept, policy.record_ttl()), policy, expires_at);
+  const store::Retention keep = retention(policy, response);
+  const Finish f = finished(claims_.complete(id, token, as_kept, keep), keep, expires_at);
   if (f == Finish::stored && stored) *stored = std::move(as_kept);
   return f;
 }
 
 bool Engine::stores(const RoutePolicy& policy, const store::StoredResponse& response) {
-  const bool opted_out = std::any_of(response.headers.begin(), response.headers.end(), [](auto& h) {
-    return strcasecmp(h.name.c_str(), "idempotency-policy") == 0 && says_no_store(h.value);
-  });
-  if (opted_out) return false;
+  if (answer_policy(response.headers).no_store) return false;
   const auto grpc = grpc_status_of(response);
   return grpc ? policy.stores_grpc_status(*grpc) : policy.stores_status(response.status);
 }
@@ -118,10 +115,15 @@ store::StoredResponse Engine::kept(const store::StoredResponse& response,
           response.body_stored, storable_headers(response.trailers, policy)};
 }
 
-Finish Engine::finished(const store::Result<TimePoint>& done, const RoutePolicy& policy,
+store::Retention Engine::retention(const RoutePolicy& policy,
+                                   const store::StoredResponse& response) {
+  return policy.retention(answer_policy(response.headers).max_age);
+}
+
+Finish Engine::finished(const store::Result<TimePoint>& done, const store::Retention& keep,
                         TimePoint* expires_at) {
   if (!done.ok()) return from_store(done.error());
-  if (expires_at) *expires_at = done.value() - (policy.record_ttl() - policy.ttl);
+  if (expires_at) *expires_at = done.value() - (keep.record - keep.answer);
   return Finish::stored;
 }
 
@@ -150,7 +152,11 @@ bool is_per_exchange(std::string_view name) {
 }
 }  // namespace
 
-bool says_no_store(std::string_view value) {
+AnswerPolicy read_answer_policy(std::string_view value) {
+  AnswerPolicy out;
+  const auto is = [](std::string_view d, std::string_view name) {
+    return d.size() == name.size() && strncasecmp(d.data(), name.data(), name.size()) == 0;
+  };
   while (!value.empty()) {
     const auto comma = value.find(',');
     std::string_view directive = value.substr(0, comma);
@@ -160,11 +166,45 @@ bool says_no_store(std::string_view value) {
     while (!directive.empty() && (directive.back() == ' ' || directive.back() == '\t')) {
       directive.remove_suffix(1);
     }
-    if (directive.size() == 8 && strncasecmp(directive.data(), "no-store", 8) == 0) return true;
+    const auto eq = directive.find('=');
+    const std::string_view name = directive.substr(0, eq);
+    bool read = true;
+    if (is(name, "no-store") && eq == std::string_view::npos) {
+      out.no_store = true;
+    } else if (is(name, "max-age") && eq != std::string_view::npos) {
+      // Seconds as digits alone (RFC 9111 1.2.2's delta-seconds); a value past ten
+      // years is read as ten years, which max_ttl bounds in any case.
+      const std::string_view digits = directive.substr(eq + 1);
+      long long seconds = 0;
+      const auto* end = digits.data() + digits.size();
+      const auto [at, ec] = std::from_chars(digits.data(), end, seconds);
+      constexpr long long kLongest = 10LL * 366 * 24 * 3600;
+      read = !digits.empty() && digits.front() != '-' && at == end &&
+             (ec == std::errc{} || ec == std::errc::result_out_of_range);
+      if (read)
+        out.max_age =
+            std::chrono::seconds(ec == std::errc{} ? std::min(seconds, kLongest) : kLongest);
+    } else {
+      read = directive.empty();
+    }
+    if (!read && out.malformed.empty()) out.malformed = std::string(directive);
     if (comma == std::string_view::npos) break;
     value.remove_prefix(comma + 1);
   }
-  return false;
+  return out;
+}
+
+AnswerPolicy answer_policy(const std::vector<store::Header>& headers) {
+  AnswerPolicy out;
+  for (const auto& h : headers) {
+    if (strcasecmp(h.name.c_str(), "idempotency-policy") != 0) continue;
+    AnswerPolicy one = read_answer_policy(h.value);
+    out.no_store = out.no_store || one.no_store;
+    if (one.max_age)
+      out.max_age = out.max_age ? std::min(*out.max_age, *one.max_age) : *one.max_age;
+    if (out.malformed.empty()) out.malformed = std::move(one.malformed);
+  }
+  return out;
 }
 
 bool is_hop_by_hop(std::string_view name) {

@@ -37,6 +37,25 @@ void announce_record(const RequestContext& ctx, ResponseHeader& head, TimePoint 
   if (const auto link = policy_link(ctx); !link.empty()) head.insert(bhttp::field::link, link);
 }
 
+// The answer's Idempotency-Policy, every field of it joined as one list. A directive
+// the proxy cannot read is logged and ignored.
+std::string policy_field(const RequestContext& ctx, const ResponseHeader& head) {
+  std::string policy;
+  for (const auto& field : head) {
+    if (!beast::iequals(field.name_string(), engine::kPolicyField)) continue;
+    if (!policy.empty()) policy += ", ";
+    policy.append(field.value());
+  }
+  if (policy.empty()) return policy;
+  if (const auto read = engine::read_answer_policy(policy); !read.malformed.empty()) {
+    ctx.log(spdlog::level::warn,
+            "the upstream's {} has a directive the proxy cannot read, ignored: \"{}\" "
+            "(it knows no-store and max-age=N, N seconds)",
+            engine::kPolicyField, read.malformed);
+  }
+  return policy;
+}
+
 // Logs what recording the answer came to, and sets the request's outcome.
 void note_completion(RequestContext& ctx, const engine::Completion& done, bool whole) {
   switch (done.finish) {
@@ -160,6 +179,7 @@ asio::awaitable<Step> execute(Flow& f) {
   up.set_http_status(static_cast<int>(head.result_int()));
   up.end();
   strip_hop_by_hop(head);
+  const std::string policy = policy_field(ctx, head);
   const std::uint64_t max_answer = upstream.max_response_size;
   engine::ReplayCache::Request& form = f.form;
 
@@ -181,7 +201,6 @@ asio::awaitable<Step> execute(Flow& f) {
 
   // Streamed: the head goes now. Whether the answer is stored is known from its head
   // (store_status, no-store) but for a gRPC status, which its trailers bring.
-  const std::string policy(head[engine::kPolicyField]);
   head.erase(engine::kPolicyField);
   std::string body;
   bool whole = first.data.size() <= max_answer;
@@ -191,7 +210,7 @@ asio::awaitable<Step> execute(Flow& f) {
   if (!ctx.grpc && engine::Engine::stores(route, kept)) {
     // The store's own clock sets the record's expiry when it completes; the head
     // cannot wait for that, so it says when this proxy expects it.
-    announce_record(ctx, head, SystemClock().now() + route.ttl);
+    announce_record(ctx, head, SystemClock().now() + engine::Engine::retention(route, kept).answer);
   }
   if (!ctx.request_id.empty()) head.set("X-Request-Id", ctx.request_id);
   ctx.status = head.result_int();

@@ -88,6 +88,12 @@ json expiry(const engine::RoutePolicy& r) {
         "a completed request is replayed to retries for ttl after it completed; after that, "
         "a retry with the same key executes again";
   }
+  const Duration longest = r.longest_ttl();
+  e["max_ttl"] = spelled(longest);
+  e["max_ttl_seconds"] = seconds(longest);
+  e["upstream_sets"] =
+      "an answer carrying Idempotency-Policy: max-age=N is kept for N seconds instead of ttl, "
+      "at most max_ttl";
   if (r.max_key_age.count() > 0) {
     e["max_key_age"] = spelled(r.max_key_age);
     e["max_key_age_meaning"] = "a UUIDv7 key minted longer ago than this is refused (expired)";

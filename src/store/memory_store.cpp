@@ -65,7 +65,7 @@ MemoryStore::Entry* MemoryStore::holder(const RecordId& id, std::int64_t token) 
 }
 
 Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
-                                        const StoredResponse& response, Duration ttl) {
+                                        const StoredResponse& response, Retention keep) {
   bool watched = false;
   TimePoint expires_at;
   {
@@ -77,7 +77,8 @@ Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
     // An answer too large to keep is recorded by its status alone.
     r.response = response.body_stored ? response : StoredResponse{response.status, {}, {}, false};
     r.completed_at = clock_.now();
-    r.expires_at = r.completed_at + ttl;
+    r.replay_until = r.completed_at + keep.answer;
+    r.expires_at = r.completed_at + keep.record;
     watched = e->watched;
     expires_at = r.expires_at;
   }
@@ -175,7 +176,7 @@ Result<std::int64_t> MemoryStore::drop_answers(const std::string& route, Duratio
     if (dropped >= limit) break;
     Record& r = e.record;
     if (r.route != route || r.state != RecordState::completed || !r.response ||
-        !r.response->body_stored || r.completed_at + ttl > now) {
+        !r.response->body_stored || r.replay_until.value_or(r.completed_at + ttl) > now) {
       continue;
     }
     r.response->headers.clear();

@@ -2,6 +2,7 @@
 PostgreSQL and Node's http module as the upstream: the upstream's opt-out of
 storage (Idempotency-Policy: no-store), key namespaces, refusal statuses and keys
 from the body (key_json_pointer)."""
+import email.utils
 import json
 import re
 import signal
@@ -315,7 +316,7 @@ DESCRIBEDBY = '<%s>; rel="describedby"' % WELL_KNOWN
 # SHOULD: errors point to it. Generated from the YAML, so what it says is what the
 # proxy does: the routes' TTLs and the statuses they answer with.
 def test_the_policy_is_published_from_the_config_and_linked_from_answers(make_proxy, node, pg):
-    routes = [dict(ORDERS[0], ttl="1h", lease="10s", statuses={"mismatch": 409}),
+    routes = [dict(ORDERS[0], ttl="1h", max_ttl="3h", lease="10s", statuses={"mismatch": 409}),
               dict(STRIPE, on_concurrent="wait"),
               {"name": "off", "path_prefix": "/v1/off", "enabled": False}]
     p = make_proxy(upstream_url=node.url, routes=routes)
@@ -327,6 +328,9 @@ def test_the_policy_is_published_from_the_config_and_linked_from_answers(make_pr
     orders, stripe = doc["routes"]
     assert orders["path_prefix"] == "/v1/orders" and orders["methods"] == ["POST", "PATCH"]
     assert orders["expiry"]["ttl"] == "1h" and orders["expiry"]["ttl_seconds"] == 3600
+    assert orders["expiry"]["max_ttl"] == "3h" and orders["expiry"]["max_ttl_seconds"] == 10800
+    assert "max-age=N" in orders["expiry"]["upstream_sets"]
+    assert stripe["expiry"]["max_ttl"] == stripe["expiry"]["ttl"]  # by default, ttl
     assert orders["lease"]["seconds"] == 10 and orders["on_concurrent"].startswith("reject")
     assert orders["key"]["header"] == "Idempotency-Key" and orders["key"]["required"] is True
     assert orders["stored_statuses"]["http"] == ["200-299", "400-499"]
@@ -495,6 +499,59 @@ def test_the_in_process_gc_keeps_tombstones_and_counts_them(make_proxy, node, pg
     assert sum(node.executions(k) for k in keys) == 3
 
 
+# The upstream sets one answer's retention (Idempotency-Policy: max-age=N): shorter
+# than ttl, or longer up to max_ttl. The record keeps its own window in the real
+# PostgreSQL, so another instance, GC and a tombstone route all read it from there.
+def test_the_upstream_sets_one_answers_retention_with_max_age(make_proxy, node, pg):
+    name = "maxage-" + uuid.uuid4().hex[:8]  # GC finds a route's records by name
+    route = dict(ORDERS[0], name=name, ttl="1h", max_ttl="2h", after_expiry="reject",
+                 tombstone_ttl="1d")
+    p = make_proxy(upstream_url=node.url, routes=[route], gc={"interval": "0s"})
+    short = "maxage-short-" + uuid.uuid4().hex
+    first = p.post("/v1/orders?policy=max-age%3D1", "{}", key=short)
+    assert first.status == 201 and first.header("Idempotency-Policy") is None
+    expires = email.utils.parsedate_to_datetime(first.header("Idempotency-Key-Expires"))
+    assert abs(expires.timestamp() - time.time() - 1) < 2, first.header("Idempotency-Key-Expires")
+    assert pg.sql("SELECT round(extract(epoch from replay_until - completed_at)),"
+                  " round(extract(epoch from expires_at - completed_at))"
+                  " FROM idempotency_records WHERE key = '%s'" % short) == "1|86400"
+    again = p.post("/v1/orders?policy=max-age%3D1", "{}", key=short)
+    assert again.header("Idempotent-Replayed") == "true"
+    assert again.header("Idempotency-Policy") is None
+    longer = "maxage-long-" + uuid.uuid4().hex
+    assert p.post("/v1/orders?policy=max-age%3D999999", "{}", key=longer).status == 201
+    assert pg.sql("SELECT round(extract(epoch from replay_until - completed_at))"
+                  " FROM idempotency_records WHERE key = '%s'" % longer) == "7200"
+    time.sleep(1.3)
+    # Past its own second, from this instance (its cache too) and another: refused as
+    # expired, never executed again; the longer one still replays.
+    other = make_proxy(upstream_url=node.url, routes=[route], gc={"interval": "0s"})
+    for proxy in (p, other):
+        gone = proxy.post("/v1/orders?policy=max-age%3D1", "{}", key=short)
+        assert gone.status == 409 and problem(gone)["type"].endswith("/expired"), gone.body
+        kept = proxy.post("/v1/orders?policy=max-age%3D999999", "{}", key=longer)
+        assert kept.header("Idempotent-Replayed") == "true", kept.body
+    assert node.executions(short) == 1 and node.executions(longer) == 1
+    # GC drops the short answer at its own expiry and keeps the longer one's.
+    assert "kept 1 tombstone" in p.cli("gc").stdout
+    assert pg.sql("SELECT key LIKE 'maxage-short-%%', body IS NULL FROM idempotency_records"
+                  " WHERE route = '%s' ORDER BY key" % name).split("\n") == ["f|f", "t|t"]
+
+
+# A value the proxy cannot read is logged and ignored: the route's ttl holds.
+def test_a_malformed_max_age_is_logged_and_ignored(make_proxy, node, pg):
+    p = make_proxy(upstream_url=node.url, routes=ORDERS)
+    key = "maxage-bad-" + uuid.uuid4().hex
+    first = p.post("/v1/orders?policy=max-age%3Dsoon", "{}", key=key)
+    assert first.status == 201 and first.header("Idempotency-Policy") is None
+    assert pg.sql("SELECT replay_until = expires_at AND expires_at - completed_at = interval '24h'"
+                  " FROM idempotency_records WHERE key = '%s'" % key) == "t"
+    again = p.post("/v1/orders?policy=max-age%3Dsoon", "{}", key=key)
+    assert again.header("Idempotent-Replayed") == "true", again.body
+    assert wait_for(lambda: 'cannot read, ignored: "max-age=soon"' in p.read_log(), timeout=5), \
+        p.read_log()
+
+
 def test_after_expiry_execute_runs_a_late_retry_again(make_proxy, node):
     p = make_proxy(upstream_url=node.url, routes=[dict(ORDERS[0], ttl="1s")],
                    gc={"interval": "0s"})
@@ -536,7 +593,9 @@ def test_expiry_settings_are_checked_with_their_position(make_proxy, node):
              "needs a tombstone_ttl longer than ttl"),
             ({"tombstone_ttl": "30d"}, "tombstone_ttl applies with after_expiry: reject"),
             ({"after_expiry": "later"}, "after_expiry must be"),
-            ({"max_key_age": "0s"}, "max_key_age must be positive")):
+            ({"max_key_age": "0s"}, "max_key_age must be positive"),
+            ({"max_ttl": "0s"}, "max_ttl must be positive"),
+            ({"ttl": "1h", "max_ttl": "30m"}, "max_ttl must be at least ttl")):
         p = make_proxy(start=False, upstream_url=node.url, routes=[dict(ORDERS[0], **settings)])
         out = p.cli("check-config")
         assert out.returncode == 2

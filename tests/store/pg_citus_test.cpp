@@ -102,7 +102,7 @@ TEST_F(PgCitusTest, EveryRecordStatementIsASingleShardRouterQuery) {
   const std::string s = "'" + scope + "'";
   const std::map<std::string, std::pair<Statement, std::string>> cases = {
       {"claim", {kClaimRouted, s + ", 'k', 'fp', 'r', 'POST', '/', 30000, 60000, true, NULL, 42"}},
-      {"complete", {kComplete, s + ", 'k', 1, 200, ''::bytea, ''::bytea, 60000, NULL"}},
+      {"complete", {kComplete, s + ", 'k', 1, 200, ''::bytea, ''::bytea, 60000, NULL, 60000"}},
       {"release", {kRelease, s + ", 'k', 1"}},
       {"withdraw", {kWithdraw, s + ", 'k', 42"}},
       {"renew", {kRenew, s + ", 'k', 1, 30000"}},
@@ -144,7 +144,7 @@ TEST_F(PgCitusTest, EveryRecordStatementIsASingleShardRouterQuery) {
     // And so is a batch of its completions (complete_rows_sql).
     std::string done_args;
     for (const auto& k : keys)
-      done_args += s + ", '" + k + "', 1, 201, ''::bytea, ''::bytea, 60000, NULL, ";
+      done_args += s + ", '" + k + "', 1, 201, ''::bytea, ''::bytea, 60000, NULL, 60000, ";
     done_args.resize(done_args.size() - 2);
     tx.exec("PREPARE complete_rows AS " + idemproxy::store::pg::complete_rows_sql(3));
     plan.clear();

@@ -242,10 +242,11 @@ TEST_F(PgStoreTest, PlansMadeOnAnEmptyTableStillUseTheIndexOnceItGrows) {
        "('{s}', '{k}', '{f}', '{r}', '{POST}', '{/t}', '{30000}', '{3600000}', '{NULL}', "
        "false, '{1}')"},
       {&pg::kCompleteMany,
-       "('{s}', '{k}', '{1}', '{201}', '{NULL}', '{NULL}', '{3600000}', '{NULL}')"},
+       "('{s}', '{k}', '{1}', '{201}', '{NULL}', '{NULL}', '{3600000}', '{NULL}', '{3600000}')"},
       {&pg::kClaimCompleteMany,
        "('{s}', '{k}', '{f}', '{r}', '{POST}', '{/t}', '{30000}', '{3600000}', '{NULL}', "
-       "false, '{1}', '{s}', '{k2}', '{1}', '{201}', '{NULL}', '{NULL}', '{3600000}', '{NULL}')"},
+       "false, '{1}', '{s}', '{k2}', '{1}', '{201}', '{NULL}', '{NULL}', '{3600000}', '{NULL}', "
+       "'{3600000}')"},
       {&pg::kFind, "('s', 'k')"},
   };
   auto plan = [&](const pg::Statement& s, const std::string& args) {

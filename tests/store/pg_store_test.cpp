@@ -56,4 +56,38 @@ TEST_F(PgStoreTest, FailedConnectsDoNotLetThePoolGrowPastItsSize) {
   EXPECT_EQ(open[0][0].as<int>(), 1);  // pool_size
 }
 
+// A record completed before migration 010 has no replay_until, and one an older
+// binary took over and completed again keeps its previous one, from before its
+// completion. Either way GC judges its answer by the route's ttl, as it always did,
+// and a claim reads no window from it.
+TEST_F(PgStoreTest, ARecordCompletedBeforeItsWindowWasKeptFallsBackToTheRoutesTtl) {
+  for (const char* left : {"NULL", "now() - interval '1 day'"}) {
+    SCOPED_TRACE(left);
+    auto req = request(std::string("legacy-") + (left[0] == 'N' ? "null" : "stale"));
+    req.route = req.id.key + "-" + scope;
+    ASSERT_TRUE(store->complete(req.id, claim_token(req), {201, {}, "old"}, {1h, 2h}).ok());
+    {
+      pqxx::connection c(dsn());
+      pqxx::work tx(c);
+      tx.exec_params(std::string("UPDATE idempotency_records SET replay_until = ") + left +
+                         ", completed_at = now() - interval '10 minutes'"
+                         " WHERE scope = $1 AND key = $2",
+                     scope, req.id.key);
+      tx.commit();
+    }
+    const auto live = store->claim(req);
+    ASSERT_TRUE(live.ok());
+    ASSERT_TRUE(std::holds_alternative<Record>(live.value()));
+    EXPECT_FALSE(std::get<Record>(live.value()).replay_until.has_value());
+    // The route's 1 h ttl keeps it, and a 5 min ttl drops it.
+    EXPECT_EQ(store->drop_answers(req.route, 1h, 100).value(), 0);
+    std::int64_t dropped = 0;
+    for (int calls = 0; calls < 50 && dropped == 0; ++calls) {
+      dropped = store->drop_answers(req.route, 5min, 100).value();
+      if (dropped == 0) std::this_thread::sleep_for(10ms);  // another test held the GC lock
+    }
+    EXPECT_EQ(dropped, 1);
+  }
+}
+
 // --- encryption at rest (store.encryption) ---

@@ -28,8 +28,8 @@ TEST_P(StoreContract, AnExpiredAnswerIsNotReplayedAndItsKeyIsClaimedAgain) {
   EXPECT_FALSE(r.expired);
 }
 
-// after_expiry: reject. Answers of one route older than its ttl are dropped; the
-// record stays, as a tombstone, until it expires.
+// after_expiry: reject. Answers of one route whose replay window has ended are
+// dropped; the record stays, as a tombstone, until it expires.
 TEST_P(StoreContract, OldAnswersOfARouteBecomeTombstones) {
   const std::string route = "tombstones-" + scope;
   auto on_route = [&](const std::string& key, const std::string& r) {
@@ -38,7 +38,7 @@ TEST_P(StoreContract, OldAnswersOfARouteBecomeTombstones) {
     return req;
   };
   auto complete = [&](const store::ClaimRequest& req, store::StoredResponse answer) {
-    ASSERT_TRUE(store->complete(req.id, claim_token(req), answer, 1h).ok());
+    ASSERT_TRUE(store->complete(req.id, claim_token(req), answer, {kShort, 1h}).ok());
   };
   complete(on_route("old-1", route), {201, {{"X-N", "1"}}, "secret 1"});
   complete(on_route("old-2", route), {201, {{"X-N", "2"}}, "secret 2"});
@@ -46,8 +46,11 @@ TEST_P(StoreContract, OldAnswersOfARouteBecomeTombstones) {
   complete(on_route("other-route", route + "-other"), {201, {}, "kept"});
   claim_token(on_route("in-flight", route));
   const Record before = found("old-1");
-  // Answers younger than the ttl are kept.
-  EXPECT_EQ(store->drop_answers(route, 1h, 100).value(), 0);
+  ASSERT_TRUE(before.replay_until.has_value());
+  EXPECT_EQ(*before.replay_until - before.completed_at, kShort);
+  EXPECT_EQ(before.expires_at - before.completed_at, 1h);
+  // Answers within their window are kept.
+  EXPECT_EQ(store->drop_answers(route, kShort, 100).value(), 0);
   EXPECT_TRUE(found("old-1").response->body_stored);
   age(kPastShort);
   // Now two are older than kShort: one at a time, then none. (On a shared database
@@ -78,6 +81,41 @@ TEST_P(StoreContract, OldAnswersOfARouteBecomeTombstones) {
   EXPECT_EQ(tombstone.expires_at, before.expires_at);
   EXPECT_TRUE(found("other-route").response->body_stored);
   EXPECT_EQ(found("in-flight").state, RecordState::in_flight);
+}
+
+// An answer's window is its own (Idempotency-Policy: max-age): GC keeps an answer
+// whose window outlasts the route's ttl, and drops one whose window is shorter.
+TEST_P(StoreContract, EachAnswerKeepsTheReplayWindowItCompletedWith) {
+  const std::string route = "own-window-" + scope;
+  auto on_route = [&](const std::string& key) {
+    auto req = request(key, 30s, 1h, "fp-" + key);
+    req.route = route;
+    return req;
+  };
+  const auto longer = on_route("longer");
+  ASSERT_TRUE(store->complete(longer.id, claim_token(longer), {201, {}, "kept"}, {1h, 2h}).ok());
+  const auto shorter = on_route("shorter");
+  ASSERT_TRUE(
+      store->complete(shorter.id, claim_token(shorter), {201, {}, "gone"}, {kShort, 1h}).ok());
+  const Record kept = found("longer");
+  ASSERT_TRUE(kept.replay_until.has_value());
+  EXPECT_EQ(*kept.replay_until - kept.completed_at, 1h);
+  EXPECT_EQ(kept.expires_at - kept.completed_at, 2h);
+  // A claim answers with the window too (admission reads it there).
+  ASSERT_TRUE(existing(longer).replay_until.has_value());
+  EXPECT_EQ(*existing(longer).replay_until, *kept.replay_until);
+  age(kPastShort);
+  std::int64_t dropped = 0;
+  for (int calls = 0; calls < 50 && dropped < 1; ++calls) {
+    const auto n = store->drop_answers(route, kShort, 100);  // the route's ttl: kShort
+    ASSERT_TRUE(n.ok()) << n.error().detail;
+    dropped += n.value();
+    if (n.value() == 0) age(10ms);
+  }
+  EXPECT_EQ(dropped, 1);
+  EXPECT_TRUE(found("longer").response->body_stored);
+  EXPECT_FALSE(found("shorter").response->body_stored);
+  EXPECT_EQ(found("shorter").state, RecordState::completed);
 }
 
 TEST_P(StoreContract, ResolveReleasesAnIndeterminateOrStaleRecordAndNothingElse) {

@@ -254,6 +254,43 @@ TEST_F(CoordinatorTest, TheCachedAnswerLivesNoLongerThanTheRecordOnTheMonotonicC
   EXPECT_FALSE(coordinator.cached(route, c.id));
 }
 
+// Idempotency-Policy: max-age sets the answer's life in memory as in the store, on
+// either completion path; the cached form keeps no Idempotency-Policy.
+TEST_F(CoordinatorTest, AnUpstreamsMaxAgeBoundsTheCachedAnswerToo) {
+  route.ttl = 1h;
+  route.max_ttl = 2h;
+  auto answer = created();
+  answer.headers.push_back({"Idempotency-Policy", "max-age=600"});
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  const Completion done = coordinator.complete(c, first.token, route, answer, form);
+  EXPECT_EQ(done.expires_at, clock.now() + 10min);
+  const auto hit = coordinator.cached(route, c.id);
+  ASSERT_TRUE(hit);
+  for (const auto& h : hit->response.headers) EXPECT_NE(h.name, "Idempotency-Policy");
+  steady += 10min - 1ms;
+  EXPECT_TRUE(coordinator.cached(route, c.id));
+  steady += 1ms;
+  EXPECT_FALSE(coordinator.cached(route, c.id));
+
+  // Queued, and longer than ttl: bounded by max_ttl.
+  answer.headers.back().value = "max-age=86400";
+  const auto q = claim("q");
+  const auto queued = claim_and_decide(q);
+  store.queues = true;
+  std::optional<Completion> answered;
+  coordinator.complete_async(q, queued.token, route, answer, form,
+                             [&](Completion d) { answered = d; });
+  store.run_queued();
+  ASSERT_TRUE(answered);
+  EXPECT_EQ(answered->finish, Finish::stored);
+  EXPECT_EQ(answered->expires_at, clock.now() + 2h);
+  steady += 2h - 1ms;
+  EXPECT_TRUE(coordinator.cached(route, q.id));
+  steady += 1ms;
+  EXPECT_FALSE(coordinator.cached(route, q.id));
+}
+
 TEST_F(CoordinatorTest, AReplayFromTheStoreIsCachedForWhatTheStoreSaysIsLeft) {
   const auto c = claim("k");
   // Another instance (its own cache) executed and stored it.

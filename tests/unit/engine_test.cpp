@@ -35,6 +35,18 @@ class EngineTest : public ::testing::Test {
             std::move(body)};
   }
 
+  // Claims `key` and finishes it with an answer whose upstream said `policy_field`
+  // (Idempotency-Policy); the replay's expiry when it was stored.
+  TimePoint finish_saying(const std::string& key, const std::string& policy_field,
+                          Finish want = Finish::stored) {
+    const auto first = engine.admit(request(key));
+    auto answer = created();
+    answer.headers.push_back({"Idempotency-Policy", policy_field});
+    TimePoint expires_at{};
+    EXPECT_EQ(engine.finish({"", key}, first.token, policy, answer, &expires_at), want);
+    return expires_at;
+  }
+
   FakeClock clock;
   store::MemoryStore memory{clock};
   Engine engine{memory};
@@ -115,15 +127,156 @@ TEST_F(EngineTest, AnUpstreamThatSaysNoStoreReleasesTheClaim) {
   for (const auto& h : retry.replay->headers) EXPECT_NE(h.name, "Idempotency-Policy");
 }
 
-TEST(SaysNoStore, IsOneOfTheCommaSeparatedDirectivesCaseInsensitively) {
-  EXPECT_TRUE(says_no_store("no-store"));
-  EXPECT_TRUE(says_no_store("NO-STORE"));
-  EXPECT_TRUE(says_no_store("x-other, no-store"));
-  EXPECT_TRUE(says_no_store(" no-store ,x"));
-  EXPECT_FALSE(says_no_store(""));
-  EXPECT_FALSE(says_no_store("no-stores"));
-  EXPECT_FALSE(says_no_store("store, no_store"));
-  EXPECT_FALSE(says_no_store("\"no-store\""));
+TEST(AnswerPolicy, NoStoreIsOneOfTheCommaSeparatedDirectivesCaseInsensitively) {
+  EXPECT_TRUE(read_answer_policy("no-store").no_store);
+  EXPECT_TRUE(read_answer_policy("NO-STORE").no_store);
+  EXPECT_TRUE(read_answer_policy("x-other, no-store").no_store);
+  EXPECT_TRUE(read_answer_policy(" no-store ,max-age=5").no_store);
+  EXPECT_FALSE(read_answer_policy("").no_store);
+  EXPECT_FALSE(read_answer_policy("no-stores").no_store);
+  EXPECT_FALSE(read_answer_policy("store, no_store").no_store);
+  EXPECT_FALSE(read_answer_policy("\"no-store\"").no_store);
+  EXPECT_FALSE(read_answer_policy("no-store=1").no_store);
+}
+
+TEST(AnswerPolicy, MaxAgeIsSecondsAsDigitsAlone) {
+  EXPECT_EQ(read_answer_policy("max-age=60").max_age, std::chrono::seconds(60));
+  EXPECT_EQ(read_answer_policy("Max-Age=0").max_age, std::chrono::seconds(0));
+  EXPECT_EQ(read_answer_policy("no-store, max-age=5").max_age, std::chrono::seconds(5));
+  EXPECT_TRUE(read_answer_policy("max-age=60").malformed.empty());
+  // Past ten years it reads ten years (max_ttl bounds it anyway), never a wrapped value.
+  EXPECT_EQ(read_answer_policy("max-age=99999999999999999999999").max_age,
+            std::chrono::seconds(10LL * 366 * 24 * 3600));
+  for (const char* bad : {"max-age=", "max-age=-1", "max-age=+5", "max-age=1.5", "max-age=5s",
+                          "max-age=\"5\"", "max-age", "max_age=5", "maxage=5"}) {
+    const AnswerPolicy read = read_answer_policy(bad);
+    EXPECT_FALSE(read.max_age) << bad;
+    EXPECT_EQ(read.malformed, bad);  // logged by the proxy, then ignored
+  }
+  // The first it cannot read is named; what it can read still counts.
+  const AnswerPolicy mixed = read_answer_policy("max-age=x, no-store, max-age=7, bogus");
+  EXPECT_TRUE(mixed.no_store);
+  EXPECT_EQ(mixed.max_age, std::chrono::seconds(7));
+  EXPECT_EQ(mixed.malformed, "max-age=x");
+}
+
+TEST(AnswerPolicy, SeveralFieldsReadTogetherAndTheShorterMaxAgeWins) {
+  const AnswerPolicy read = answer_policy({{"idempotency-policy", "max-age=30"},
+                                           {"X-Other", "max-age=1"},
+                                           {"Idempotency-Policy", "max-age=10"}});
+  EXPECT_EQ(read.max_age, std::chrono::seconds(10));
+  EXPECT_FALSE(read.no_store);
+  EXPECT_FALSE(answer_policy({{"Cache-Control", "max-age=5"}}).max_age);
+}
+
+TEST(Retention, MaxAgeShortensTtlAndLengthensItOnlyUpToMaxTtl) {
+  RoutePolicy route;
+  route.ttl = 1h;
+  EXPECT_EQ(route.retention().answer, 1h);
+  EXPECT_EQ(route.retention(10min).answer, 10min);
+  EXPECT_EQ(route.retention(10min).record, 10min);
+  EXPECT_EQ(route.retention(0s).answer, 0s);
+  EXPECT_EQ(route.retention(2h).answer, 1h);  // max_ttl defaults to ttl
+  route.max_ttl = 6h;
+  EXPECT_EQ(route.retention(2h).answer, 2h);
+  EXPECT_EQ(route.retention(48h).answer, 6h);
+  EXPECT_EQ(route.retention().answer, 1h);  // no max-age: ttl, whatever max_ttl
+}
+
+TEST(Retention, WithTombstonesTheTombstoneStartsAtTheAnswersEndAndNeverEndsSooner) {
+  RoutePolicy route;
+  route.ttl = 1h;
+  route.max_ttl = 6h;
+  route.after_expiry_reject = true;
+  route.tombstone_ttl = 24h;
+  EXPECT_EQ(route.retention().answer, 1h);
+  EXPECT_EQ(route.retention().record, 24h);
+  // Shorter: refused sooner, never executed again sooner.
+  EXPECT_EQ(route.retention(10min).answer, 10min);
+  EXPECT_EQ(route.retention(10min).record, 24h);
+  // Longer: the tombstone keeps its 23 h after the answer's end.
+  EXPECT_EQ(route.retention(5h).answer, 5h);
+  EXPECT_EQ(route.retention(5h).record, 28h);
+}
+
+TEST_F(EngineTest, AnUpstreamsMaxAgeShortensWhatThisAnswerReplaysFor) {
+  policy.ttl = 1h;
+  const auto first = engine.admit(request("k"));
+  auto answer = created();
+  answer.headers.push_back({"Idempotency-Policy", "max-age=600"});
+  TimePoint expires_at{};
+  store::StoredResponse stored;
+  ASSERT_EQ(engine.finish({"", "k"}, first.token, policy, answer, &expires_at, &stored),
+            Finish::stored);
+  EXPECT_EQ(expires_at, clock.now() + 10min);
+  for (const auto& h : stored.headers) EXPECT_NE(h.name, "Idempotency-Policy");
+  clock.advance(9min);
+  const auto replay = engine.admit(request("k"));
+  ASSERT_EQ(replay.kind, Kind::replay);
+  EXPECT_EQ(replay.expires_at, expires_at);
+  clock.advance(1min);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);  // not the route's hour
+}
+
+TEST_F(EngineTest, AnUpstreamsMaxAgeLengthensItOnlyUpToMaxTtl) {
+  policy.ttl = 1h;
+  policy.max_ttl = 2h;
+  EXPECT_EQ(finish_saying("k", "max-age=86400"), clock.now() + 2h);
+  clock.advance(2h - 1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::replay);
+  clock.advance(1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);
+}
+
+TEST_F(EngineTest, AMalformedMaxAgeLeavesTheRoutesTtl) {
+  policy.ttl = 1h;
+  EXPECT_EQ(finish_saying("k", "max-age=soon"), clock.now() + 1h);
+}
+
+TEST_F(EngineTest, MaxAgeWithNoStoreStoresNothing) {
+  finish_saying("k", "max-age=600, no-store", Finish::released);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);
+}
+
+TEST_F(EngineTest, AShorterMaxAgeStartsTheTombstoneAtItsOwnExpiry) {
+  policy.ttl = 1h;
+  policy.after_expiry_reject = true;
+  policy.tombstone_ttl = 24h;
+  const TimePoint expires_at = finish_saying("k", "max-age=600");
+  EXPECT_EQ(expires_at, clock.now() + 10min);
+  clock.advance(9min);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::replay);
+  // GC drops its answer at its own expiry, not the route's ttl, and none earlier.
+  EXPECT_EQ(memory.drop_answers("orders", policy.ttl, 10).value(), 0);
+  clock.advance(1min);
+  const auto late = engine.admit(request("k"));
+  ASSERT_EQ(late.kind, Kind::expired);
+  EXPECT_EQ(late.expires_at, expires_at);
+  EXPECT_EQ(memory.drop_answers("orders", policy.ttl, 10).value(), 1);
+  // The tombstone lasts as the route says: refused until tombstone_ttl, then free.
+  clock.advance(24h - 10min - 1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::expired);
+  clock.advance(1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);
+}
+
+TEST_F(EngineTest, ALongerMaxAgeKeepsTheAnswerPastTtlAndGcLeavesIt) {
+  policy.ttl = 1h;
+  policy.max_ttl = 6h;
+  policy.after_expiry_reject = true;
+  policy.tombstone_ttl = 24h;
+  finish_saying("k", "max-age=7200");
+  clock.advance(90min);
+  // Past the route's ttl: GC keeps this answer, and it still replays.
+  EXPECT_EQ(memory.drop_answers("orders", policy.ttl, 10).value(), 0);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::replay);
+  clock.advance(30min);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::expired);
+  // Its tombstone keeps its 23 h after the answer's end.
+  clock.advance(23h - 1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::expired);
+  clock.advance(1ms);
+  EXPECT_EQ(engine.admit(request("k")).kind, Kind::execute);
 }
 
 TEST_F(EngineTest, RetryableClientErrorsAreReleasedToo) {

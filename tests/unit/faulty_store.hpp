@@ -37,11 +37,12 @@ class FaultyStore final : public store::Store {
     return inner.claim(r);
   }
   store::Result<TimePoint> complete(const store::RecordId& id, std::int64_t token,
-                                    const store::StoredResponse& response, Duration ttl) override {
+                                    const store::StoredResponse& response,
+                                    store::Retention keep) override {
     ++completes;
     if (completes_fail) return store::StoreError{store::StoreErrc::unavailable, "timeout"};
     if (completes_fenced) return store::StoreError{store::StoreErrc::fenced, "token 1 < 2"};
-    auto r = inner.complete(id, token, response, ttl);
+    auto r = inner.complete(id, token, response, keep);
     if (complete_reply_lost) return store::StoreError{store::StoreErrc::unavailable, "reset"};
     return r;
   }
@@ -56,13 +57,13 @@ class FaultyStore final : public store::Store {
     queued.emplace_back([this, &r, done = std::move(done)] { done(claim(r)); });
   }
   void complete_async(const store::RecordId& id, std::int64_t token,
-                      const store::StoredResponse& response, Duration ttl,
+                      const store::StoredResponse& response, store::Retention keep,
                       CompleteDone done) override {
-    if (!queues) return Store::complete_async(id, token, response, ttl, std::move(done));
+    if (!queues) return Store::complete_async(id, token, response, keep, std::move(done));
     // By value: the caller's arguments need only live until the call is answered,
     // and PgStore copies them too.
-    queued.emplace_back([this, id, token, response, ttl, done = std::move(done)] {
-      done(complete(id, token, response, ttl));
+    queued.emplace_back([this, id, token, response, keep, done = std::move(done)] {
+      done(complete(id, token, response, keep));
     });
   }
   void run_queued() {

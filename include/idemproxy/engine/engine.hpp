@@ -72,9 +72,13 @@ class Engine {
   /// response as it is stored, then what the store's answer means.
   static store::StoredResponse kept(const store::StoredResponse& response,
                                     const RoutePolicy& policy);
-  /// `expires_at` is the replay's expiry: ttl's end, not the tombstone's (the store
-  /// keeps the record for policy.record_ttl()).
-  static Finish finished(const store::Result<TimePoint>& done, const RoutePolicy& policy,
+  /// How long the record of `response` keeps its answer and itself: the route's
+  /// ttl, or what its upstream asked (Idempotency-Policy: max-age) within max_ttl.
+  static store::Retention retention(const RoutePolicy& policy,
+                                    const store::StoredResponse& response);
+  /// `expires_at` is the replay's expiry: the answer's end, not the tombstone's (the
+  /// store keeps the record for keep.record).
+  static Finish finished(const store::Result<TimePoint>& done, const store::Retention& keep,
                          TimePoint* expires_at);
 
   /// The holder's heartbeat: keeps the claim's lease running while the upstream
@@ -109,15 +113,29 @@ bool is_hop_by_hop(std::string_view name);
 /// ("no-store"); it describes the exchange, so it is never stored or sent on.
 inline constexpr std::string_view kPolicyField = "Idempotency-Policy";
 
-/// Whether a field value of kPolicyField says no-store: one of its comma-separated
-/// directives, case-insensitively.
-bool says_no_store(std::string_view value);
+/// What an answer's kPolicyField says, read from its comma-separated directives
+/// (names case-insensitively): `no-store`, and `max-age=N`, the seconds this answer
+/// is kept for replay (RoutePolicy::retention bounds it).
+struct AnswerPolicy {
+  bool no_store = false;
+  std::optional<Duration> max_age;
+  /// The first directive it could not read (an unknown one, or max-age without a
+  /// number of seconds), for the log; empty when it read them all. Such a directive
+  /// is ignored.
+  std::string malformed;
+};
+/// One field value of kPolicyField.
+AnswerPolicy read_answer_policy(std::string_view value);
+/// Every kPolicyField field of `headers`, read together.
+AnswerPolicy answer_policy(const std::vector<store::Header>& headers);
 
 /// Until when a completed record replays: its expiry, or with after_expiry: reject
-/// (`tombstones`), where it outlives `ttl` as a tombstone, `ttl` after it completed if
-/// that comes first.
+/// (`tombstones`), where it outlives its answer as a tombstone, the end of the
+/// window it completed with (the route's `ttl` after it completed, for a record
+/// completed before the store kept that) if that comes first.
 inline TimePoint replay_until(const store::Record& r, bool tombstones, Duration ttl) {
-  return tombstones ? std::min(r.expires_at, r.completed_at + ttl) : r.expires_at;
+  if (!tombstones) return r.expires_at;
+  return std::min(r.expires_at, r.replay_until.value_or(r.completed_at + ttl));
 }
 
 /// The headers of `response` that may be stored for replay under `policy`.

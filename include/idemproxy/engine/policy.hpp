@@ -1,12 +1,15 @@
 #pragma once
 // Per-route idempotency policy and the table that maps a request path to it.
+#include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "idemproxy/common/clock.hpp"
 #include "idemproxy/ops/gc.hpp"
+#include "idemproxy/store/record.hpp"
 
 namespace idemproxy::engine {
 
@@ -87,9 +90,21 @@ struct RoutePolicy {
   /// refused as `expired`; 0 turns it off. Other keys are not judged.
   Duration max_key_age{0};
 
-  /// How long the store keeps a completed record: its tombstone's life with
-  /// after_expiry: reject, else ttl.
-  Duration record_ttl() const { return after_expiry_reject ? tombstone_ttl : ttl; }
+  /// `max_ttl`: how far an answer's Idempotency-Policy: max-age may lengthen ttl; 0
+  /// means ttl itself, so max-age may only shorten it.
+  Duration max_ttl{0};
+  Duration longest_ttl() const { return max_ttl.count() > 0 ? max_ttl : ttl; }
+
+  /// How long the store keeps a completed answer and its record: the answer for ttl,
+  /// or for `max_age` (what its upstream asked) up to max_ttl; the record as long.
+  /// With after_expiry: reject its tombstone follows the answer, never shorter than
+  /// (tombstone_ttl - ttl) and never gone before tombstone_ttl: an answer kept for
+  /// less than ttl is refused sooner, never executed again sooner.
+  store::Retention retention(std::optional<Duration> max_age = std::nullopt) const {
+    const Duration answer = max_age ? std::min(*max_age, longest_ttl()) : ttl;
+    if (!after_expiry_reject) return {answer, answer};
+    return {answer, std::max(tombstone_ttl, answer + (tombstone_ttl - ttl))};
+  }
   bool covers_method(std::string_view method) const;
   /// Whether this route still serves while the store is unreachable: disabled, in
   /// shadow mode, or store_unavailable: fail_open. /readyz stays 200 when all do.

@@ -21,9 +21,10 @@ class Claims {
   /// lease runs out, whatever its TTL), or, with retake_stale, one whose lease ran
   /// out is claimed anew under a new token.
   virtual Result<ClaimResult> claim(const ClaimRequest& request) = 0;
-  /// Stores the response and starts the TTL; only the holder of `token` may.
+  /// Stores the response and starts its retention; only the holder of `token` may.
+  /// Returns the record's expiry (its tombstone's, when one follows).
   virtual Result<TimePoint> complete(const RecordId& id, std::int64_t token,
-                                     const StoredResponse& response, Duration ttl) = 0;
+                                     const StoredResponse& response, Retention keep) = 0;
 
   /// claim() and complete() answered through a callback instead of a blocked
   /// thread. A store that queues them (queues_calls()) returns at once and calls
@@ -36,8 +37,8 @@ class Claims {
   // NOLINTBEGIN(performance-unnecessary-value-param)
   virtual void claim_async(const ClaimRequest& request, ClaimDone done) { done(claim(request)); }
   virtual void complete_async(const RecordId& id, std::int64_t token,
-                              const StoredResponse& response, Duration ttl, CompleteDone done) {
-    done(complete(id, token, response, ttl));
+                              const StoredResponse& response, Retention keep, CompleteDone done) {
+    done(complete(id, token, response, keep));
   }
   // NOLINTEND(performance-unnecessary-value-param)
   /// Whether claim_async and complete_async return without blocking.

@@ -16,7 +16,7 @@ class MemoryStore final : public Store {
 
   Result<ClaimResult> claim(const ClaimRequest& request) override;
   Result<TimePoint> complete(const RecordId& id, std::int64_t token, const StoredResponse& response,
-                             Duration ttl) override;
+                             Retention keep) override;
   Result<TimePoint> renew(const RecordId& id, std::int64_t token, Duration lease) override;
   Result<Done> release(const RecordId& id, std::int64_t token) override;
   Result<Done> mark_indeterminate(const RecordId& id, std::int64_t token) override;

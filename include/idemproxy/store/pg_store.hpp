@@ -42,12 +42,12 @@ class PgStore final : public Store {
 
   Result<ClaimResult> claim(const ClaimRequest& request) override;
   Result<TimePoint> complete(const RecordId& id, std::int64_t token, const StoredResponse& response,
-                             Duration ttl) override;
+                             Retention keep) override;
   /// Claims and completions join group commit and return at once; `done` is called
   /// on the runner thread that ran the batch.
   void claim_async(const ClaimRequest& request, ClaimDone done) override;
   void complete_async(const RecordId& id, std::int64_t token, const StoredResponse& response,
-                      Duration ttl, CompleteDone done) override;
+                      Retention keep, CompleteDone done) override;
   bool queues_calls() const override;
   Result<TimePoint> renew(const RecordId& id, std::int64_t token, Duration lease) override;
   Result<Done> release(const RecordId& id, std::int64_t token) override;

@@ -76,7 +76,11 @@ struct Record {
   TimePoint created_at;
   TimePoint locked_until;  // meaningful while in flight
   TimePoint expires_at;
-  TimePoint completed_at;                  // meaningful once completed
+  TimePoint completed_at;  // meaningful once completed
+  /// The end of its answer's replay window, set when it completed: sooner than
+  /// expires_at when a tombstone follows (after_expiry: reject). Unset for records
+  /// completed before the store kept it; the route's ttl then decides.
+  std::optional<TimePoint> replay_until;
   bool expired = false;                    // judged by the store's clock when the record was read
   TimePoint store_now;                     // the store's clock when the record was read
   bool stale = false;                      // in flight with its lease run out: the holder vanished
@@ -84,6 +88,17 @@ struct Record {
   /// The id of the key that sealed the stored fields (store.encryption); unset when
   /// they are in the clear.
   std::optional<std::string> sealed_with;
+};
+
+/// How long a completed record keeps its answer (`answer`, the replay window) and
+/// itself (`record`: longer when a tombstone follows, after_expiry: reject). One
+/// duration stands for both.
+struct Retention {
+  template <class Rep, class Period>
+  Retention(std::chrono::duration<Rep, Period> both) : answer(both), record(both) {}
+  Retention(Duration answer_for, Duration record_for) : answer(answer_for), record(record_for) {}
+  Duration answer;
+  Duration record;
 };
 
 struct ClaimRequest {

@@ -89,9 +89,9 @@ bool GroupCommit::run_worker_completions(const std::vector<Pending*>& members) {
 // members do not hold as text already.
 std::vector<const char*> GroupCommit::completion_params(const std::vector<Pending*>& members,
                                                         std::vector<std::string>& texts) {
-  texts.reserve(texts.size() + members.size() * 5);  // never moves, so no pointer dangles
+  texts.reserve(texts.size() + members.size() * 6);  // never moves, so no pointer dangles
   std::vector<const char*> params;
-  params.reserve(members.size() * 8);
+  params.reserve(members.size() * 9);
   auto text = [&](std::string t) {
     texts.push_back(std::move(t));
     return texts.back().c_str();
@@ -104,8 +104,9 @@ std::vector<const char*> GroupCommit::completion_params(const std::vector<Pendin
     const char* headers = co.body ? text("\\x" + to_hex(co.headers.value_or(""))) : nullptr;
     const char* body = co.body ? text("\\x" + to_hex(*co.body)) : nullptr;
     const char* ttl = text(std::to_string(co.ttl_ms));
+    const char* answer = text(std::to_string(co.answer_ms));
     params.insert(params.end(), {co.id.scope.c_str(), co.id.key.c_str(), token, status, headers,
-                                 body, ttl, co.key_id});
+                                 body, ttl, co.key_id, answer});
   }
   return params;
 }

@@ -22,7 +22,8 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members, int worker) {
           return c.exec(tx, kClaimMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
                         members.front()->claim->req.retake_stale, a[9]);
         }
-        pqxx::result r = c.exec(tx, kCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+        pqxx::result r =
+            c.exec(tx, kCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]);
         announce_watched(c, tx, r, members, false);
         return r;
       });
@@ -44,7 +45,7 @@ bool GroupCommit::run_together(const std::vector<Pending*>& claims,
       run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
         pqxx::result r = c.exec(tx, kClaimCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6],
                                 a[7], a[8], claims.front()->claim->req.retake_stale, a[9], d[0],
-                                d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+                                d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8]);
         announce_watched(c, tx, r, completions, true);
         return r;
       });
@@ -93,7 +94,7 @@ std::vector<std::string> GroupCommit::claim_arrays(const std::vector<Pending*>& 
 
 // kCompleteMany's arrays for `members`.
 std::vector<std::string> GroupCommit::completion_arrays(const std::vector<Pending*>& members) {
-  std::vector<ArrayText> columns(8);
+  std::vector<ArrayText> columns(9);
   for (const Pending* p : members) {
     const CompleteParams& co = *p->complete;
     columns[0].add(co.id.scope);
@@ -104,6 +105,7 @@ std::vector<std::string> GroupCommit::completion_arrays(const std::vector<Pendin
     columns[5].add(co.body, true);
     columns[6].add(co.ttl_ms);
     columns[7].add(co.key_id);
+    columns[8].add(co.answer_ms);
   }
   return done(columns);
 }

@@ -213,11 +213,11 @@ void GroupCommit::run_alone(Pending& p) {
         const pqxx::binarystring headers(co.headers.value_or(""));
         const pqxx::binarystring body(*co.body);
         r = c.exec(tx, kComplete, co.id.scope, co.id.key, co.token, co.status, headers, body,
-                   co.ttl_ms, co.key_id);
+                   co.ttl_ms, co.key_id, co.answer_ms);
       } else {
         const char* none = nullptr;
         r = c.exec(tx, kComplete, co.id.scope, co.id.key, co.token, co.status, none, none,
-                   co.ttl_ms, co.key_id);
+                   co.ttl_ms, co.key_id, co.answer_ms);
       }
       if (!r.empty() && r[0]["watched"].as<bool>()) c.announce(tx, kDoneChannel, {&co.id});
     }

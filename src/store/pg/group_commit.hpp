@@ -32,8 +32,9 @@ struct CompleteParams {
   long long token;
   int status;
   std::optional<std::string> headers, body;  // as stored; none when not kept
-  long long ttl_ms;
+  long long ttl_ms;  // the record's retention (its tombstone's with after_expiry: reject)
   const char* key_id;
+  long long answer_ms;  // the answer's: its replay window
 };
 
 /// Where a result's record columns sit, found on first use and shared by every member

@@ -152,10 +152,16 @@ struct PgStore::ClaimCall {
 };
 
 struct PgStore::CompleteCall {
-  CompleteCall(const RecordId& id, std::int64_t token, const StoredResponse& response, Duration ttl,
-               const pg::RowCodec& codec, CompleteDone d)
-      : params{id,           static_cast<long long>(token),       response.status, std::nullopt,
-               std::nullopt, static_cast<long long>(ttl.count()), codec.key_id()},
+  CompleteCall(const RecordId& id, std::int64_t token, const StoredResponse& response,
+               Retention keep, const pg::RowCodec& codec, CompleteDone d)
+      : params{id,
+               static_cast<long long>(token),
+               response.status,
+               std::nullopt,
+               std::nullopt,
+               static_cast<long long>(keep.record.count()),
+               codec.key_id(),
+               static_cast<long long>(keep.answer.count())},
         self{id, nullptr, &params},
         done(std::move(d)) {
     // A response too large to keep is recorded by its status alone: NULL headers and
@@ -243,14 +249,14 @@ void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
 }
 
 Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
-                                    const StoredResponse& response, Duration ttl) {
+                                    const StoredResponse& response, Retention keep) {
   return wait_for<TimePoint>(
-      [&](CompleteDone done) { complete_async(id, token, response, ttl, std::move(done)); });
+      [&](CompleteDone done) { complete_async(id, token, response, keep, std::move(done)); });
 }
 
 void PgStore::complete_async(const RecordId& id, std::int64_t token, const StoredResponse& response,
-                             Duration ttl, CompleteDone done) {
-  auto* call = new CompleteCall(id, token, response, ttl, impl_->codec, std::move(done));
+                             Retention keep, CompleteDone done) {
+  auto* call = new CompleteCall(id, token, response, keep, impl_->codec, std::move(done));
   call->self.finished = [call] {
     const std::unique_ptr<CompleteCall> own(call);
     own->done(decoded<TimePoint>(own->self, [](const pg::Answer& a) -> Result<TimePoint> {

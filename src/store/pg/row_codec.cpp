@@ -46,6 +46,7 @@ Columns::Columns(const pqxx::result& r)
     const std::string_view name = r.column_name(i);
     if (name == "took_over") took_over = static_cast<int>(i);
     if (name == "completed_ms") completed_ms = static_cast<int>(i);
+    if (name == "replay_ms") replay_ms = static_cast<int>(i);
   }
 }
 
@@ -102,6 +103,12 @@ Record RowCodec::read(const pqxx::row& row, const Columns& at, const RecordId& i
   r.completed_at = at.completed_ms >= 0 && !row[at.completed_ms].is_null()
                        ? from_ms(row[at.completed_ms])
                        : r.created_at;
+  // One before the record's completion was left by an older binary's takeover, which
+  // did not clear it (before migration 010): none.
+  if (at.replay_ms >= 0 && !row[at.replay_ms].is_null() &&
+      from_ms(row[at.replay_ms]) >= r.completed_at) {
+    r.replay_until = from_ms(row[at.replay_ms]);
+  }
   r.expired = row[at.expired].as<bool>();
   r.store_now = from_ms(row[at.store_now_ms]);
   r.stale = row[at.stale].as<bool>();

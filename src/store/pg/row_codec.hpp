@@ -19,6 +19,7 @@ struct Columns {
       expired, stale, status, headers, body, key_id, store_now_ms;
   int took_over = -1;     // claims only
   int completed_ms = -1;  // when the result has it
+  int replay_ms = -1;     // when the result has it
 };
 
 TimePoint from_ms(const pqxx::field& f);

@@ -42,11 +42,11 @@ namespace idemproxy::store::pg {
 
 // The parts of the multi-row completion: its input, from the arrays $a-$h, named
 // `cte`; the rows it completes, locked in (scope, key) order; and the UPDATE.
-#define IDEMPROXY_COMPLETE_MANY_INPUT(cte, a, b, c, d, e, f, g, h)                              \
+#define IDEMPROXY_COMPLETE_MANY_INPUT(cte, a, b, c, d, e, f, g, h, j)                           \
   cte " AS (SELECT * FROM unnest(" a "::text[], " b "::text[], " c "::bigint[], " d "::int[],"  \
-  "  " e "::bytea[], " f "::bytea[], " g "::bigint[], " h "::text[]) WITH ORDINALITY"           \
-  "  AS i(in_scope, in_key, in_token, in_status, in_headers, in_body, in_ttl_ms, in_key_id,"    \
-  "  in_n))"
+  "  " e "::bytea[], " f "::bytea[], " g "::bigint[], " h "::text[], " j "::bigint[])"          \
+  "  WITH ORDINALITY AS i(in_scope, in_key, in_token, in_status, in_headers, in_body,"          \
+  "  in_ttl_ms, in_key_id, in_answer_ms, in_n))"
 #define IDEMPROXY_COMPLETE_MANY_LOCKED(cte)                                                     \
   " locked AS (SELECT scope AS l_scope, key AS l_key FROM idempotency_records"                  \
   "  JOIN " cte " ON scope = in_scope AND key = in_key"                                         \
@@ -55,7 +55,8 @@ namespace idemproxy::store::pg {
 #define IDEMPROXY_COMPLETE_MANY_UPDATE(cte)                                                     \
   " UPDATE idempotency_records SET state = 'completed', status = in_status,"                    \
   "  headers = in_headers, body = in_body, completed_at = now(), locked_until = NULL,"          \
-  "  key_id = in_key_id, expires_at = now() + in_ttl_ms * interval '1 millisecond'"             \
+  "  key_id = in_key_id, expires_at = now() + in_ttl_ms * interval '1 millisecond',"            \
+  "  replay_until = now() + in_answer_ms * interval '1 millisecond'"                             \
   " FROM locked JOIN " cte " ON l_scope = in_scope AND l_key = in_key"                          \
   " WHERE scope = l_scope AND key = l_key AND token = in_token AND state = 'in_flight'"         \
   " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched, in_n"
@@ -76,13 +77,13 @@ inline constexpr Statement kClaimMany{
 // $5 and $6 (headers, body) are NULL for an answer too large to keep.
 inline constexpr Statement kCompleteMany{
     "idemproxy_complete_many",
-    "WITH " IDEMPROXY_COMPLETE_MANY_INPUT("input", "$1", "$2", "$3", "$4", "$5", "$6", "$7",
-                                          "$8") "," IDEMPROXY_COMPLETE_MANY_LOCKED("input")
+    "WITH " IDEMPROXY_COMPLETE_MANY_INPUT("input", "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8",
+                                          "$9") "," IDEMPROXY_COMPLETE_MANY_LOCKED("input")
         IDEMPROXY_COMPLETE_MANY_UPDATE("input")};
 
 // A batch's claims and completions in one statement, so one round trip and one commit
 // (one WAL flush) where kClaimMany and kCompleteMany took two of each. The claims
-// take kClaimMany's parameters ($1-$11), the completions kCompleteMany's as $12-$19.
+// take kClaimMany's parameters ($1-$11), the completions kCompleteMany's as $12-$20.
 // Each row says which it answers (completion) and carries in_n, its record's position
 // in its own arrays; exp_ms comes first, as in every completion's answer. A key must
 // not be both claimed and completed here: one statement cannot change a row twice
@@ -93,7 +94,7 @@ inline constexpr Statement kClaimCompleteMany{
     "idemproxy_claim_complete_many",
     "WITH " IDEMPROXY_CLAIM_MANY_INPUT "," IDEMPROXY_CLAIM_MANY_INSERT
     "," IDEMPROXY_COMPLETE_MANY_INPUT("done_input", "$12", "$13", "$14", "$15", "$16", "$17",
-                                      "$18", "$19") "," IDEMPROXY_COMPLETE_MANY_LOCKED("done_input")
+                                      "$18", "$19", "$20") "," IDEMPROXY_COMPLETE_MANY_LOCKED("done_input")
     ", completed AS (" IDEMPROXY_COMPLETE_MANY_UPDATE("done_input") ")"
     " SELECT exp_ms, watched, true AS completion, NULL::boolean AS claimed,"
     "  NULL::text AS fingerprint, NULL::text AS state, NULL::bigint AS token,"
@@ -101,7 +102,8 @@ inline constexpr Statement kClaimCompleteMany{
     "  NULL::bigint AS created_ms, NULL::bigint AS locked_ms, NULL::bigint AS expires_ms,"
     "  NULL::boolean AS expired, NULL::boolean AS stale, NULL::int AS status,"
     "  NULL::bytea AS headers, NULL::bytea AS body, NULL::text AS key_id,"
-    "  NULL::bigint AS store_now_ms, NULL::bigint AS completed_ms, NULL::boolean AS took_over,"
+    "  NULL::bigint AS store_now_ms, NULL::bigint AS completed_ms, NULL::bigint AS replay_ms,"
+    "  NULL::boolean AS took_over,"
     "  in_n FROM completed"
     " UNION ALL" IDEMPROXY_CLAIM_MANY_ANSWER("NULL::bigint, NULL::boolean, false, ")};
 
@@ -137,26 +139,28 @@ inline std::string claim_rows_sql(int n) {
 
 // The completion of n records in one statement, for group commit on Citus when every
 // key falls in one shard: an UPDATE … FROM (VALUES …) that Citus routes to that
-// shard's worker because the keys are repeated as a list it can prune by. Eight
+// shard's worker because the keys are repeated as a list it can prune by. Nine
 // parameters per record ($1 scope, $2 key, $3 token, $4 status, $5 headers, $6 body,
-// $7 TTL ms, $8 key id, then $9 … for the next). The expiry is computed in VALUES,
-// where Citus evaluates now() on the coordinator (it refuses now() next to a column
-// in an UPDATE). Returns exp_ms first, as kComplete; a record missing from the answer
-// is no longer held by its token (fenced).
+// $7 TTL ms, $8 key id, $9 the answer's retention ms, then $10 … for the next). The expiry is
+// computed in VALUES, where Citus evaluates now() on the coordinator (it refuses now() next to a
+// column in an UPDATE). Returns exp_ms first, as kComplete; a record missing from the answer is no
+// longer held by its token (fenced).
 inline std::string complete_rows_sql(int n) {
   std::string values, keys;
   for (int i = 0; i < n; ++i) {
-    auto p = [&](int k, const char* type) { return "$" + std::to_string(i * 8 + k) + "::" + type; };
+    auto p = [&](int k, const char* type) { return "$" + std::to_string(i * 9 + k) + "::" + type; };
     values += (i == 0 ? "(" : ", (") + p(1, "text") + ", " + p(2, "text") + ", " + p(3, "bigint") +
               ", " + p(4, "int") + ", " + p(5, "bytea") + ", " + p(6, "bytea") + ", now() + " +
-              p(7, "bigint") + " * interval '1 millisecond', " + p(8, "text") + ")";
+              p(7, "bigint") + " * interval '1 millisecond', " + p(8, "text") + ", now() + " +
+              p(9, "bigint") + " * interval '1 millisecond')";
     keys += (i == 0 ? "" : ", ") + p(2, "text");
   }
   return "UPDATE idempotency_records AS t SET state = 'completed', status = v.status,"
          " headers = v.headers, body = v.body, completed_at = now(), locked_until = NULL,"
-         " key_id = v.key_id, expires_at = v.expires_at FROM (VALUES " +
+         " key_id = v.key_id, expires_at = v.expires_at, replay_until = v.replay_until"
+         " FROM (VALUES " +
          values +
-         ") AS v(scope, key, token, status, headers, body, expires_at, key_id)"
+         ") AS v(scope, key, token, status, headers, body, expires_at, key_id, replay_until)"
          " WHERE t.scope = v.scope AND t.key = v.key AND t.token = v.token"
          " AND t.state = 'in_flight' AND t.key IN (" +
          keys + ") RETURNING " IDEMPROXY_MS("t.expires_at") " AS exp_ms, t.watched,"

@@ -28,13 +28,15 @@ inline constexpr Statement kClaim{
 inline constexpr Statement kClaimRouted{
     "idemproxy_claim_routed", IDEMPROXY_CLAIM_INSERT " RETURNING " IDEMPROXY_CLAIMED_COLUMNS};
 
-// Completion fences on the token. watched: another instance's request waits for
-// this record (kWatch); the caller then announces the finish (kAnnounce).
+// Completion fences on the token. $7 is the record's retention in ms (its tombstone's
+// with after_expiry: reject), $9 its answer's (the replay window). watched: another instance's
+// request waits for this record (kWatch); the caller then announces the finish (kAnnounce).
 inline constexpr Statement kComplete{
     "idemproxy_complete",
     "UPDATE idempotency_records SET state = 'completed', status = $4,"
     " headers = $5, body = $6, completed_at = now(), locked_until = NULL, key_id = $8,"
-    " expires_at = now() + $7::bigint * interval '1 millisecond'"
+    " expires_at = now() + $7::bigint * interval '1 millisecond',"
+    " replay_until = now() + $9::bigint * interval '1 millisecond'"
     " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
     " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched"};
 

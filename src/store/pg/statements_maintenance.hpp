@@ -32,18 +32,29 @@ inline constexpr Statement kDeleteExpired{
     " AND (scope, key) IN (SELECT scope, key FROM doomed) AND expires_at <= now()"
     " AND (state NOT IN ('in_flight', 'indeterminate') OR locked_until <= now())"};
 
-// Tombstones (after_expiry: reject): a route's completed records whose answer is older
-// than its ttl ($2 ms) lose their stored fields and body, in bounded batches, and
+// Tombstones (after_expiry: reject): a route's completed records whose replay window
+// has ended (replay_until; the route's ttl, $2 ms, for records completed before it
+// was kept) lose their stored fields and body, in bounded batches, and
 // keep their fingerprint, status and times until they expire. One instance at a time,
 // as kDeleteExpired; the outer WHERE repeats the test for a row changed meanwhile.
+// Whether a completed record's replay window has ended. A replay_until before its
+// completion was left by an older binary's takeover (before migration 010, claims did
+// not clear it) and counts as none, as RowCodec reads it. Spelled without COALESCE,
+// which Citus refuses around a stable function (timestamptz + interval).
+#define IDEMPROXY_ANSWER_ENDED                                    \
+  "(replay_until >= completed_at AND replay_until <= now()"       \
+  " OR (replay_until IS NULL OR replay_until < completed_at) AND" \
+  " completed_at <= now() - $2::bigint * interval '1 millisecond')"
 inline constexpr Statement kDropAnswers{
     "idemproxy_drop_answers",
     "WITH gc_lock AS (SELECT pg_try_advisory_xact_lock(484558603) AS held),"
     " doomed AS (SELECT scope, key FROM idempotency_records"
     "  WHERE route = $1 AND state = 'completed' AND body IS NOT NULL"
-    "  AND completed_at <= now() - $2::bigint * interval '1 millisecond' LIMIT $3)"
+    "  AND " IDEMPROXY_ANSWER_ENDED
+    " LIMIT $3)"
     " UPDATE idempotency_records SET headers = NULL, body = NULL WHERE (SELECT held FROM gc_lock)"
     " AND (scope, key) IN (SELECT scope, key FROM doomed) AND state = 'completed'"
-    " AND route = $1 AND completed_at <= now() - $2::bigint * interval '1 millisecond'"};
+    " AND route = $1 AND " IDEMPROXY_ANSWER_ENDED};
+#undef IDEMPROXY_ANSWER_ENDED
 
 }  // namespace idemproxy::store::pg

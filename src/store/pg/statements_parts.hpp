@@ -23,7 +23,8 @@ struct Statement {
   IDEMPROXY_MS("expires_at") " AS expires_ms, expires_at <= now() AS expired, "         \
   "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, "   \
   "key_id, (extract(epoch from now()) * 1000)::bigint AS store_now_ms, "               \
-  IDEMPROXY_MS("coalesce(completed_at, created_at)") " AS completed_ms"
+  IDEMPROXY_MS("coalesce(completed_at, created_at)") " AS completed_ms, "             \
+  IDEMPROXY_MS("replay_until") " AS replay_ms"
 
 // A row the claim just wrote: its clock is its created_at (now() when it ran), and it
 // is neither expired nor stale. Immutable functions only, for RETURNING on Citus.
@@ -52,7 +53,7 @@ struct Statement {
   "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"               \
   "  created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until,"                   \
   "  expires_at = EXCLUDED.expires_at, completed_at = NULL, status = NULL, headers = NULL,"     \
-  "  body = NULL, key_id = EXCLUDED.key_id, watched = false,"                                   \
+  "  body = NULL, key_id = EXCLUDED.key_id, watched = false, replay_until = NULL,"              \
   "  claim_nonce = EXCLUDED.claim_nonce, taken_over = CASE"                                     \
   "  WHEN r.claim_nonce = EXCLUDED.claim_nonce THEN r.taken_over"                               \
   "  ELSE r.state IN ('in_flight', 'indeterminate') END"                                        \
