@@ -196,6 +196,54 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       p.max_body = size(v, name);
     } else if (key == "store_deny_headers") {
       p.deny_headers = list(v, name);
+    } else if (key == "fingerprint") {
+      fingerprint_rule(v, name, p.fingerprint);
+    }
+  }
+}
+
+// The `fingerprint` section, which replaces the defaults' whole.
+void Reader::fingerprint_rule(const YAML::Node& v, const std::string& name,
+                              engine::FingerprintRule& rule) const {
+  expect_map(v, name, section("fingerprint"));
+  rule = {};
+  const auto pointers = [&](const char* which, std::vector<std::string>& into) {
+    if (!v[which]) return;
+    into = list(v[which], name + "." + which);
+    std::size_t i = 0;
+    for (const auto& p : into) {
+      const YAML::Node at = v[which][i++];
+      if (p.empty()) fail(at, name + "." + which + ": \"\" is the whole body; leave it out");
+      if (const auto error = engine::json_pointer_error(p)) {
+        fail(at, name + "." + which + ": " + *error + ", not \"" + p + "\"");
+      }
+    }
+  };
+  pointers("include", rule.include);
+  pointers("exclude", rule.exclude);
+  if (v["include"] && v["exclude"]) {
+    fail(v["exclude"], name +
+                           ": include and exclude do not go together (include names what "
+                           "counts, exclude what does not)");
+  }
+  if (const YAML::Node q = v["query"]) {
+    if (q.IsSequence()) {
+      rule.query = engine::FingerprintRule::Query::listed;
+      rule.query_params = list(q, name + ".query");
+    } else {
+      rule.query =
+          choice<engine::FingerprintRule::Query>(q, name + ".query",
+                                                 {{"all", engine::FingerprintRule::Query::all},
+                                                  {"none", engine::FingerprintRule::Query::none}});
+    }
+  }
+  if (const YAML::Node h = v["headers"]) {
+    if (!h.IsSequence())
+      fail(h, name + ".headers must be a list of field names (e.g. [X-Account])");
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      std::string field = field_name(h[i], name + ".headers");
+      for (auto& c : field) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      rule.headers.push_back(std::move(field));
     }
   }
 }

@@ -140,6 +140,8 @@ class Reader {
 
   void policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
               bool is_route) const;
+  void fingerprint_rule(const YAML::Node& v, const std::string& name,
+                        engine::FingerprintRule& rule) const;
 
   /// A header field name: a token (RFC 9110 5.1, 5.6.2), or an error naming `name`.
   std::string field_name(const YAML::Node& n, const std::string& name) const;

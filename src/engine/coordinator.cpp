@@ -55,9 +55,10 @@ void Coordinator::claim_async(const store::ClaimRequest& claim,
     hooks_.run_blocking([this, &claim, done = std::move(done)] { done(this->claim(claim)); });
     return;
   }
-  claims_.claim_async(claim, [this, &claim, done = std::move(done)](auto result) {
-    done(admitted(claim, Engine::admission(claim, std::move(result))));
-  });
+  claims_.claim_async(
+      claim, [this, &claim, done = std::move(done)](store::Result<store::ClaimResult>&& result) {
+        done(admitted(claim, Engine::admission(claim, std::move(result))));
+      });
 }
 
 Admission Coordinator::admitted(const store::ClaimRequest& claim, Admission verdict) {

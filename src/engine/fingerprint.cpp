@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 
+#include "engine/digest.hpp"
 #include "idemproxy/common/hex.hpp"
 #include "idemproxy/common/sha256.hpp"
 
@@ -17,23 +18,6 @@ std::string lower(std::string_view s) {
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
-
-// The fingerprint's digest, on this thread's SHA-256 context (sha256_start).
-class Sha256 {
- public:
-  // Each part is length-prefixed so ("ab","c") and ("a","bc") differ.
-  void part(std::string_view data) {
-    const std::string len = std::to_string(data.size()) + ":";
-    EVP_DigestUpdate(ctx_, len.data(), len.size());
-    EVP_DigestUpdate(ctx_, data.data(), data.size());
-  }
-  void raw(std::string_view data) { EVP_DigestUpdate(ctx_, data.data(), data.size()); }
-
-  std::string hex() { return sha256_final_hex(ctx_); }
-
- private:
-  EVP_MD_CTX* ctx_ = sha256_start();
-};
 
 }  // namespace
 
@@ -53,7 +37,7 @@ bool is_json_content_type(std::string_view content_type) {
 std::string fingerprint(std::string_view method, std::string_view target,
                         std::string_view content_type, std::string_view body,
                         std::size_t max_json_depth) {
-  Sha256 h;
+  PartsDigest h;
   h.part(method);
   h.part(target);
   if (is_json_content_type(content_type)) {

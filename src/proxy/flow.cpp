@@ -77,7 +77,20 @@ asio::awaitable<Step> claim_phase(Flow& f) {
     trace::Span claiming = f.ctx.span.child(trace::kSpanStoreClaim);
     engine::Admission verdict = co_await rt.claim(claim);
     claiming.end();
-    f.decision = rt.coordinator.decide(f.route(), claim, std::move(verdict), budget, f.form);
+    // A record fingerprinted under another rule (before a reload, or by an instance
+    // with another config) is judged under its own: a rule change never turns an
+    // honest retry into a mismatch. A rule it cannot read stays a mismatch.
+    std::optional<store::ClaimRequest> under_its_rule;
+    if (verdict.other_rule) {
+      if (const auto rule = engine::rule_of(verdict.other_rule->fingerprint)) {
+        under_its_rule.emplace(claim);
+        under_its_rule->fingerprint = idempotent::request_fingerprint(f, *rule);
+        verdict = engine::Engine::admission(*under_its_rule,
+                                            store::ClaimResult{std::move(*verdict.other_rule)});
+      }
+    }
+    f.decision = rt.coordinator.decide(f.route(), under_its_rule ? *under_its_rule : claim,
+                                       std::move(verdict), budget, f.form);
     if (f.decision.kind != Decision::Kind::wait) co_return Step::next;
     if (!waiter) {
       const auto ex = co_await asio::this_coro::executor;

@@ -167,11 +167,31 @@ asio::awaitable<Step> key_age_phase(Flow& f) {
 // fingerprint.
 asio::awaitable<Step> cached_phase(Flow& f) {
   f.hit = f.rt().coordinator.cached(f.route(), f.id);
-  if (f.hit && f.hit->request.same(f.ctx.method, f.ctx.target, f.req[bhttp::field::content_type],
-                                   f.req.body())) {
+  // Under a rule that counts header fields the same bytes may be another request.
+  if (f.hit && f.route().fingerprint.headers.empty() &&
+      f.hit->request.same(f.ctx.method, f.ctx.target, f.req[bhttp::field::content_type],
+                          f.req.body())) {
     co_return co_await replay_cached(f);
   }
   co_return Step::next;
+}
+
+std::string request_fingerprint(const Flow& f, const engine::FingerprintRule& rule) {
+  const RequestContext& ctx = f.ctx;
+  engine::RequestParts parts{ctx.method, ctx.target, f.req[bhttp::field::content_type],
+                             f.req.body(), nullptr};
+  if (!rule.headers.empty()) {
+    parts.header = [&f](std::string_view name) {
+      std::string values;
+      for (const auto& field : f.req) {
+        if (!beast::iequals(field.name_string(), name)) continue;
+        if (!values.empty()) values += ", ";
+        values.append(field.value());
+      }
+      return values;
+    };
+  }
+  return engine::fingerprint(rule, parts, ctx.settings.config.server.max_json_depth);
 }
 
 // Phase: fingerprint. The same request in other bytes (JSON members reordered, say)
@@ -182,9 +202,7 @@ asio::awaitable<Step> fingerprint_phase(Flow& f) {
   const auto& route = f.route();
   const auto& cfg = ctx.settings.config;
   const std::string_view content_type = f.req[bhttp::field::content_type];
-  f.claim.emplace(store::ClaimRequest{std::move(f.id),
-                                      engine::fingerprint(ctx.method, ctx.target, content_type,
-                                                          f.req.body(), cfg.server.max_json_depth),
+  f.claim.emplace(store::ClaimRequest{std::move(f.id), request_fingerprint(f, route.fingerprint),
                                       route.lease, route.ttl, route.name, ctx.method, ctx.target,
                                       route.on_stale == engine::OnStale::retake,
                                       route.after_expiry_reject});

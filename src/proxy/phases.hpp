@@ -73,5 +73,8 @@ asio::awaitable<Step> body_key_phase(Flow& f);
 asio::awaitable<Step> key_age_phase(Flow& f);
 asio::awaitable<Step> cached_phase(Flow& f);
 asio::awaitable<Step> fingerprint_phase(Flow& f);
+/// The request's fingerprint under `rule`: the route's, or a record's own (a record
+/// made under another rule is judged under that one).
+std::string request_fingerprint(const Flow& f, const engine::FingerprintRule& rule);
 
 }  // namespace idemproxy::proxy::idempotent

@@ -101,6 +101,25 @@ json expiry(const engine::RoutePolicy& r) {
   return e;
 }
 
+// What decides whether a reuse of a key is another request (the `fingerprint`
+// section): the method and path always; the body, query and fields as the rule says.
+json fingerprint(const engine::FingerprintRule& f) {
+  using Query = engine::FingerprintRule::Query;
+  json body = "the whole body (JSON compared by value, other bodies by their bytes)";
+  if (!f.include.empty()) body = {{"include", f.include}};
+  if (!f.exclude.empty()) body = {{"exclude", f.exclude}};
+  json query = f.query == Query::all ? json("all") : json("none");
+  if (f.query == Query::listed) query = f.query_params;
+  return {{"method_and_path", true},
+          {"body", body},
+          {"query", query},
+          {"headers", f.headers},
+          {"meaning",
+           "the same key with a request that differs in what this covers is refused "
+           "(key-mismatch); a JSON member absent and one set to null differ; a record is "
+           "compared under the rule it was stored with"}};
+}
+
 json route_entry(const engine::RoutePolicy& r) {
   json errors = json::array();
   for (const auto& e : problem_catalog(r)) {
@@ -121,9 +140,7 @@ json route_entry(const engine::RoutePolicy& r) {
        r.on_concurrent == engine::OnConcurrent::wait
            ? "wait: a retry while the first request runs waits for its answer (up to lease)"
            : "reject: a retry while the first request runs is refused with Retry-After"},
-      {"fingerprint",
-       "method, target, content type and body (JSON compared by value); "
-       "the same key with another request is refused"},
+      {"fingerprint", fingerprint(r.fingerprint)},
       {"stored_statuses", stored_statuses(r)},
       {"replay", "the stored status, fields and body, with Idempotent-Replayed: true"},
       {"errors", errors},

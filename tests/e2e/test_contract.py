@@ -316,7 +316,9 @@ DESCRIBEDBY = '<%s>; rel="describedby"' % WELL_KNOWN
 # SHOULD: errors point to it. Generated from the YAML, so what it says is what the
 # proxy does: the routes' TTLs and the statuses they answer with.
 def test_the_policy_is_published_from_the_config_and_linked_from_answers(make_proxy, node, pg):
-    routes = [dict(ORDERS[0], ttl="1h", max_ttl="3h", lease="10s", statuses={"mismatch": 409}),
+    routes = [dict(ORDERS[0], ttl="1h", max_ttl="3h", lease="10s", statuses={"mismatch": 409},
+                   fingerprint={"exclude": ["/trace_id"], "query": ["account"],
+                                "headers": ["X-Account"]}),
               dict(STRIPE, on_concurrent="wait"),
               {"name": "off", "path_prefix": "/v1/off", "enabled": False}]
     p = make_proxy(upstream_url=node.url, routes=routes)
@@ -331,6 +333,11 @@ def test_the_policy_is_published_from_the_config_and_linked_from_answers(make_pr
     assert orders["expiry"]["max_ttl"] == "3h" and orders["expiry"]["max_ttl_seconds"] == 10800
     assert "max-age=N" in orders["expiry"]["upstream_sets"]
     assert stripe["expiry"]["max_ttl"] == stripe["expiry"]["ttl"]  # by default, ttl
+    assert orders["fingerprint"]["body"] == {"exclude": ["/trace_id"]}
+    assert orders["fingerprint"]["query"] == ["account"]
+    assert orders["fingerprint"]["headers"] == ["x-account"]
+    assert stripe["fingerprint"]["query"] == "all" and stripe["fingerprint"]["headers"] == []
+    assert stripe["fingerprint"]["body"].startswith("the whole body")
     assert orders["lease"]["seconds"] == 10 and orders["on_concurrent"].startswith("reject")
     assert orders["key"]["header"] == "Idempotency-Key" and orders["key"]["required"] is True
     assert orders["stored_statuses"]["http"] == ["200-299", "400-499"]
@@ -499,6 +506,40 @@ def test_the_in_process_gc_keeps_tombstones_and_counts_them(make_proxy, node, pg
     assert sum(node.executions(k) for k in keys) == 3
 
 
+# What the fingerprint covers is the route's choice (fingerprint: include/exclude,
+# query, headers), and changing it never turns an honest retry into 422: a record is
+# judged under the rule it was stored with, after a SIGHUP reload and on another
+# instance that still runs the old config, over the real PostgreSQL.
+def test_a_fingerprint_rule_change_keeps_honest_retries_replaying(make_proxy, node, pg):
+    p = make_proxy(upstream_url=node.url, routes=ORDERS)
+    before = "rule-before-" + uuid.uuid4().hex
+    body = json.dumps({"amount": 100, "trace_id": "t-1"})
+    assert p.post("/v1/orders", body, key=before).status == 201
+    doc = json.loads(open(p.config_path).read())
+    doc["routes"][0]["fingerprint"] = {"exclude": ["/trace_id"], "query": "none"}
+    p.write_config(json.dumps(doc))
+    p.signal(signal.SIGHUP)
+    assert wait_for(lambda: p.request("GET", WELL_KNOWN).json()["routes"][0]["fingerprint"]
+                    ["body"] == {"exclude": ["/trace_id"]})
+    # The record of before the reload: the whole body still counts for it.
+    assert p.post("/v1/orders", body, key=before).header("Idempotent-Replayed") == "true"
+    stale = p.post("/v1/orders", json.dumps({"amount": 100, "trace_id": "t-2"}), key=before)
+    assert stale.status == 422, stale.body
+    # A record made under the new rule keeps it in the store, ahead of its digest.
+    after = "rule-after-" + uuid.uuid4().hex
+    assert p.post("/v1/orders?sig=a", body, key=after).status == 201
+    assert pg.sql("SELECT fingerprint LIKE '{\"exclude\":[\"/trace_id\"],\"query\":\"none\"}%%'"
+                  " FROM idempotency_records WHERE key = '%s'" % after) == "t"
+    rotated = json.dumps({"trace_id": "t-3", "amount": 100})
+    assert p.post("/v1/orders?sig=b", rotated, key=after).header("Idempotent-Replayed") == "true"
+    # An instance still on the old config judges it under the new rule it was made with.
+    old = make_proxy(upstream_url=node.url, routes=ORDERS)
+    assert old.post("/v1/orders?sig=c", rotated, key=after).header("Idempotent-Replayed") == "true"
+    other = old.post("/v1/orders", json.dumps({"amount": 200, "trace_id": "t-1"}), key=after)
+    assert other.status == 422, other.body
+    assert node.executions(before) == 1 and node.executions(after) == 1
+
+
 # The upstream sets one answer's retention (Idempotency-Policy: max-age=N): shorter
 # than ttl, or longer up to max_ttl. The record keeps its own window in the real
 # PostgreSQL, so another instance, GC and a tombstone route all read it from there.
@@ -595,7 +636,13 @@ def test_expiry_settings_are_checked_with_their_position(make_proxy, node):
             ({"after_expiry": "later"}, "after_expiry must be"),
             ({"max_key_age": "0s"}, "max_key_age must be positive"),
             ({"max_ttl": "0s"}, "max_ttl must be positive"),
-            ({"ttl": "1h", "max_ttl": "30m"}, "max_ttl must be at least ttl")):
+            ({"ttl": "1h", "max_ttl": "30m"}, "max_ttl must be at least ttl"),
+            ({"fingerprint": {"include": ["/a"], "exclude": ["/b"]}},
+             "include and exclude do not go together"),
+            ({"fingerprint": {"include": ["a"]}}, "fingerprint.include"),
+            ({"fingerprint": {"query": "some"}}, "fingerprint.query must be"),
+            ({"fingerprint": {"headers": ["X Bad"]}}, "fingerprint.headers"),
+            ({"fingerprint": {"body": ["/a"]}}, "fingerprint")):
         p = make_proxy(start=False, upstream_url=node.url, routes=[dict(ORDERS[0], **settings)])
         out = p.cli("check-config")
         assert out.returncode == 2

@@ -36,6 +36,10 @@ struct Admission {
   TimePoint locked_until;                       // execute, in_flight
   bool took_over = false;                       // execute: from a vanished holder
   std::string detail;                           // store_failed, unreadable
+  /// mismatch, when the record was fingerprinted under another rule (a reload, or
+  /// another instance's config): the record, to judge again once the request is
+  /// fingerprinted under its rule (fingerprint_rule.hpp).
+  std::optional<store::Record> other_rule;
 };
 
 /// What finish() did with the upstream's answer.

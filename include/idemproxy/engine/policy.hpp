@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "idemproxy/common/clock.hpp"
+#include "idemproxy/engine/fingerprint_rule.hpp"
 #include "idemproxy/ops/gc.hpp"
 #include "idemproxy/store/record.hpp"
 
@@ -90,6 +91,9 @@ struct RoutePolicy {
   /// refused as `expired`; 0 turns it off. Other keys are not judged.
   Duration max_key_age{0};
 
+  /// `fingerprint`: what of a request decides whether a reuse of its key is a
+  /// mismatch; by default the whole body and query, and no header field.
+  FingerprintRule fingerprint;
   /// `max_ttl`: how far an answer's Idempotency-Policy: max-age may lengthen ttl; 0
   /// means ttl itself, so max-age may only shorten it.
   Duration max_ttl{0};
