@@ -55,6 +55,16 @@ bool connection_specific(std::string_view name, std::string_view connection) {
   return false;
 }
 
+std::string joined_values(const Fields& fields, std::string_view name) {
+  std::string joined;
+  for (const auto& f : fields) {
+    if (!beast::iequals(f.name_string(), name)) continue;
+    if (!joined.empty()) joined += ", ";
+    joined += trim_ows(f.value());
+  }
+  return joined;
+}
+
 void lower_case(std::string_view name, std::string& out) {
   out.resize(name.size());
   std::transform(name.begin(), name.end(), out.begin(),

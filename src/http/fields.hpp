@@ -16,6 +16,10 @@ std::string_view trim_ows(std::string_view s);
 
 void strip_hop_by_hop(Fields& fields);
 
+/// Every line of the field `name`, in order, joined as one comma-separated list
+/// (RFC 9110 5.3), each value without its surrounding whitespace; "" when absent.
+std::string joined_values(const Fields& fields, std::string_view name);
+
 /// RFC 9113 §8.2.2: connection-specific fields are not sent over HTTP/2, nor is
 /// anything the Connection field (`connection`, its value) names.
 bool connection_specific(std::string_view name, std::string_view connection);

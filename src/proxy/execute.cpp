@@ -40,12 +40,7 @@ void announce_record(const RequestContext& ctx, ResponseHeader& head, TimePoint 
 // The answer's Idempotency-Policy, every field of it joined as one list. A directive
 // the proxy cannot read is logged and ignored.
 std::string policy_field(const RequestContext& ctx, const ResponseHeader& head) {
-  std::string policy;
-  for (const auto& field : head) {
-    if (!beast::iequals(field.name_string(), engine::kPolicyField)) continue;
-    if (!policy.empty()) policy += ", ";
-    policy.append(field.value());
-  }
+  std::string policy = joined_values(head, engine::kPolicyField);
   if (policy.empty()) return policy;
   if (const auto read = engine::read_answer_policy(policy); !read.malformed.empty()) {
     ctx.log(spdlog::level::warn,

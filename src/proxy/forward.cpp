@@ -18,12 +18,7 @@ bool prepare_forward(RequestHeader& req, const Peer& peer, const config::Upstrea
   }
   strip_hop_by_hop(fields);
   fields.erase(bhttp::field::expect);  // 100-continue is answered by the proxy itself
-  std::string xff;
-  for (const auto& f : fields) {
-    if (!beast::iequals(f.name_string(), "X-Forwarded-For")) continue;
-    if (!xff.empty()) xff += ", ";
-    xff += trim_ows(f.value());
-  }
+  std::string xff = joined_values(fields, "X-Forwarded-For");
   xff += (xff.empty() ? "" : ", ") + peer.ip;
   fields.set("X-Forwarded-For", xff);
   if (fields.find("X-Forwarded-Proto") == fields.end()) {

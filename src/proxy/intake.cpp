@@ -181,15 +181,7 @@ std::string request_fingerprint(const Flow& f, const engine::FingerprintRule& ru
   engine::RequestParts parts{ctx.method, ctx.target, f.req[bhttp::field::content_type],
                              f.req.body(), nullptr};
   if (!rule.headers.empty()) {
-    parts.header = [&f](std::string_view name) {
-      std::string values;
-      for (const auto& field : f.req) {
-        if (!beast::iequals(field.name_string(), name)) continue;
-        if (!values.empty()) values += ", ";
-        values.append(field.value());
-      }
-      return values;
-    };
+    parts.header = [&f](std::string_view name) { return joined_values(f.req, name); };
   }
   return engine::fingerprint(rule, parts, ctx.settings.config.server.max_json_depth);
 }
