@@ -201,8 +201,10 @@ Completion Coordinator::complete(const store::ClaimRequest& claim, std::int64_t 
   // The store starts the TTL when it commits, after this: a replay from memory
   // never outlives the record.
   const Deadline started = hooks_.steady_now();
-  c.finish = engine_.finish(claim.id, token, route, answer, &c.expires_at, &stored);
-  return completed(claim, token, route, answer, std::move(form), started, c, std::move(stored));
+  const store::Retention keep = Engine::retention(route, answer);
+  c.finish = engine_.finish(claim.id, token, route, answer, keep, &c.expires_at, &stored);
+  return completed(claim, token, route, answer, std::move(form), started + keep.answer, c,
+                   std::move(stored));
 }
 
 void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t token,
@@ -224,20 +226,18 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
        done = std::move(done)](const store::Result<TimePoint>& result) mutable {
         Completion c;
         c.finish = Engine::finished(result, keep, &c.expires_at);
-        done(completed(claim, token, route, answer, std::move(form), started, c,
+        done(completed(claim, token, route, answer, std::move(form), started + keep.answer, c,
                        c.finish == Finish::stored ? std::move(*kept) : store::StoredResponse{}));
       });
 }
 
 Completion Coordinator::completed(const store::ClaimRequest& claim, std::int64_t token,
                                   const RoutePolicy& route, const store::StoredResponse& answer,
-                                  ReplayCache::Request form, Deadline started, Completion c,
+                                  ReplayCache::Request form, Deadline valid_until, Completion c,
                                   store::StoredResponse stored) {
   if (c.finish == Finish::stored && answer.body_stored) {
-    const Duration kept_for = Engine::retention(route, answer).answer;
-    ReplayCache::Entry entry{
-        claim.fingerprint, std::move(stored), c.expires_at, started + kept_for, {},
-        std::move(form)};
+    ReplayCache::Entry entry{claim.fingerprint, std::move(stored), c.expires_at, valid_until, {},
+                             std::move(form)};
     hooks_.prepare_replay(entry);
     cache_.put(claim.id, std::move(entry));
   }

@@ -96,9 +96,14 @@ std::optional<int> grpc_status_of(const store::StoredResponse& response) {
 Finish Engine::finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
                       const store::StoredResponse& response, TimePoint* expires_at,
                       store::StoredResponse* stored) {
+  return finish(id, token, policy, response, retention(policy, response), expires_at, stored);
+}
+
+Finish Engine::finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
+                      const store::StoredResponse& response, const store::Retention& keep,
+                      TimePoint* expires_at, store::StoredResponse* stored) {
   if (!stores(policy, response)) return abandon(id, token);
   store::StoredResponse as_kept = kept(response, policy);
-  const store::Retention keep = retention(policy, response);
   const Finish f = finished(claims_.complete(id, token, as_kept, keep), keep, expires_at);
   if (f == Finish::stored && stored) *stored = std::move(as_kept);
   return f;

@@ -224,11 +224,12 @@ class Coordinator {
                   std::optional<int> retry_after = std::nullopt);
   /// What claim() does with the verdict once the store answered.
   Admission admitted(const store::ClaimRequest& claim, Admission verdict);
-  /// What complete() does once the store answered: the replay cache, a retry in the
+  /// What complete() does once the store answered: the replay cache (the answer
+  /// replays from memory until `valid_until`, on the monotonic clock), a retry in the
   /// background if the store failed, then the waiters.
   Completion completed(const store::ClaimRequest& claim, std::int64_t token,
                        const RoutePolicy& route, const store::StoredResponse& answer,
-                       ReplayCache::Request form, Deadline started, Completion c,
+                       ReplayCache::Request form, Deadline valid_until, Completion c,
                        store::StoredResponse stored);
 
   store::Claims& claims_;

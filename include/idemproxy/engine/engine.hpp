@@ -68,6 +68,10 @@ class Engine {
   Finish finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
                 const store::StoredResponse& response, TimePoint* expires_at = nullptr,
                 store::StoredResponse* stored = nullptr);
+  /// finish() with the retention its caller already read (retention()).
+  Finish finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
+                const store::StoredResponse& response, const store::Retention& keep,
+                TimePoint* expires_at, store::StoredResponse* stored);
   /// Whether the route stores this answer: by its HTTP status, or a gRPC answer by
   /// its grpc-status (store_grpc_status). Others release the claim, and so does an
   /// answer whose upstream opted out (Idempotency-Policy: no-store).
