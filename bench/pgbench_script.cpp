@@ -29,7 +29,8 @@ int main() {
   using idemproxy::store::pg::kComplete;
   std::cout << "-- idemproxy's claim and complete statements, one transaction each\n"
             << "\\set k random(1, 4000000000000000000)\n"
-            << bind(kClaim.sql, {{11, ":k"},
+            << bind(kClaim.sql, {{12, "NULL"},
+                                 {11, ":k"},
                                  {10, "NULL"},
                                  {9, ":retake"},
                                  {8, ":ttl_ms"},

@@ -1,5 +1,8 @@
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "cli/cli.hpp"
 #include "idemproxy/config/config.hpp"
 #include "idemproxy/ops/logging.hpp"
@@ -29,6 +32,17 @@ int serve(const Args& args) {
         for (const auto& name : store::apply_migrations(dsn, citus)) {
           spdlog::info("migration applied: {}", name);
         }
+      };
+    }
+    // A quota the store cannot count (Citus) keeps the proxy unready, saying why;
+    // its claims are refused meanwhile (PgStore::claim_async), never made without it.
+    if (std::any_of(cfg.routes.begin(), cfg.routes.end(),
+                    [](const engine::RoutePolicy& r) { return r.quota.any(); })) {
+      prepare = [migrate = std::move(prepare), &store] {
+        if (migrate) migrate();
+        const auto counts = store->counts_quotas();
+        if (!counts.ok()) throw std::runtime_error(counts.error().detail);
+        if (!counts.value()) throw std::runtime_error(store::kQuotaOnCitus);
       };
     }
     auto options = pg_options(cfg, cfg.store.pool_size);

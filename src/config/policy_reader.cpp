@@ -1,6 +1,7 @@
 // Reading one route policy (in `defaults` or a route).
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <string_view>
 
 #include "config/reader.hpp"
@@ -198,7 +199,25 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
       p.deny_headers = list(v, name);
     } else if (key == "fingerprint") {
       fingerprint_rule(v, name, p.fingerprint);
+    } else if (key == "quota") {
+      quota(v, name, p.quota);
     }
+  }
+}
+
+// The `quota` section, which replaces the defaults' whole: each cap is on its own.
+void Reader::quota(const YAML::Node& v, const std::string& name, store::Quota& quota) const {
+  expect_map(v, name, section("quota"));
+  quota = {};
+  constexpr int kMost = std::numeric_limits<int>::max();
+  if (v["records"]) quota.records = integer(v["records"], name + ".records", 1, kMost);
+  if (v["bytes"]) {
+    quota.bytes = static_cast<std::int64_t>(size(v["bytes"], name + ".bytes"));
+    if (quota.bytes <= 0) fail(v["bytes"], name + ".bytes must be positive");
+  }
+  if (v["in_flight"]) quota.in_flight = integer(v["in_flight"], name + ".in_flight", 1, kMost);
+  if (!quota.any()) {
+    fail(v, name + " caps nothing: set records, bytes or in_flight (or leave quota out)");
   }
 }
 

@@ -140,6 +140,7 @@ class Reader {
 
   void policy(const YAML::Node& n, const std::string& path, engine::RoutePolicy& p,
               bool is_route) const;
+  void quota(const YAML::Node& v, const std::string& name, store::Quota& quota) const;
   void fingerprint_rule(const YAML::Node& v, const std::string& name,
                         engine::FingerprintRule& rule) const;
 

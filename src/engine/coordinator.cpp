@@ -97,6 +97,38 @@ Decision Coordinator::replay_from_store(const store::ClaimRequest& claim, const 
   return d;
 }
 
+Decision Coordinator::over_quota(const store::OverQuota& q) {
+  const auto n = [](std::int64_t v) { return std::to_string(v); };
+  switch (q.cap) {
+    case store::QuotaCap::in_flight:
+      // As for a key in flight: most requests finish within milliseconds.
+      return refuse(Refusal::quota_exceeded,
+                    "this tenant has " + n(q.usage.in_flight) +
+                        " requests in flight, the most its route's quota allows "
+                        "(quota.in_flight: " +
+                        n(q.quota.in_flight) +
+                        "); the request was not forwarded. Retry after Retry-After seconds",
+                    Outcome::quota_exceeded, 1);
+    case store::QuotaCap::bytes:
+      return refuse(
+          Refusal::quota_exceeded,
+          "this tenant's stored answers take " + n(q.usage.bytes) +
+              " bytes, the most its route's quota allows (quota.bytes: " + n(q.quota.bytes) +
+              "); a new Idempotency-Key is refused until stored answers expire. "
+              "Retries of keys already stored still replay",
+          Outcome::quota_exceeded);
+    case store::QuotaCap::records:
+      break;
+  }
+  return refuse(Refusal::quota_exceeded,
+                "this tenant has " + n(q.usage.records) +
+                    " stored records, the most its route's quota allows (quota.records: " +
+                    n(q.quota.records) +
+                    "); a new Idempotency-Key is refused until records expire. Retries of "
+                    "keys already stored still replay",
+                Outcome::quota_exceeded);
+}
+
 KeyVerdict Coordinator::judge_key(const RoutePolicy& route, KeyState state) {
   using Kind = KeyVerdict::Kind;
   if (state == KeyState::present) return {Kind::claim, ops::Outcome::passthrough};
@@ -179,6 +211,8 @@ Decision Coordinator::decide(const RoutePolicy& route, const store::ClaimRequest
                         " and has expired, and this route never executes a key twice "
                         "(after_expiry: reject). Use a new key for a new request",
                     Outcome::expired);
+    case Kind::over_quota:
+      return over_quota(verdict.quota);
     case Kind::in_flight:
       break;
   }

@@ -32,6 +32,11 @@ Admission Engine::admission(const store::ClaimRequest& request,
     a.took_over = claimed->took_over;
     return a;
   }
+  if (auto* over = std::get_if<store::OverQuota>(&result.value())) {
+    a.kind = Admission::Kind::over_quota;
+    a.quota = *over;
+    return a;
+  }
   auto& existing = std::get<store::Record>(result.value());
   // The fingerprint is checked first: a different request never learns the
   // state of the original, only that the key is taken.

@@ -51,6 +51,8 @@ ProblemInfo info(ProblemKind kind) {
       return {"record-unreadable", 500, "Idempotency record unreadable"};
     case ProblemKind::expired:
       return {"expired", 409, "Idempotency-Key expired"};
+    case ProblemKind::quota_exceeded:
+      return {"quota-exceeded", 429, "Idempotency quota exceeded"};
     case ProblemKind::internal:
       break;
   }
@@ -90,6 +92,9 @@ ProxyError refusal_error(engine::Refusal why, std::string detail, std::optional<
       break;
     case Refusal::expired:
       kind = ProblemKind::expired;
+      break;
+    case Refusal::quota_exceeded:
+      kind = ProblemKind::quota_exceeded;
       break;
   }
   return {kind, std::move(detail), retry_after, std::nullopt};
@@ -149,6 +154,7 @@ int grpc_code(ProblemKind kind) {
       return 10;  // ABORTED
     case ProblemKind::header_too_large:
     case ProblemKind::body_too_large:
+    case ProblemKind::quota_exceeded:
       return 8;  // RESOURCE_EXHAUSTED
     case ProblemKind::store_unavailable:
     case ProblemKind::upstream_unreachable:

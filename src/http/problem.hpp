@@ -29,6 +29,7 @@ enum class ProblemKind {
   response_not_stored,    // 409: executed, but the answer was too big to store
   record_unreadable,      // 500: a sealed record does not open
   expired,                // 409: the key's answer expired and it never executes twice
+  quota_exceeded,         // 429: a new key of a tenant at a cap of its route's quota
   internal,               // 500: a defect in the proxy
 };
 

@@ -47,6 +47,8 @@ const char* to_string(Outcome outcome) {
       return "bad_request";
     case Outcome::expired:
       return "expired";
+    case Outcome::quota_exceeded:
+      return "quota_exceeded";
     case Outcome::shadow_would_replay:
       return "shadow_would_replay";
     case Outcome::shadow_would_conflict:

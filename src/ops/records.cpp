@@ -152,6 +152,24 @@ RecordAction list_records(store::Views& store, const std::string& state, int lim
   return {RecordAction::Status::ok, {{"records", records}, {"count", records.size()}}};
 }
 
+RecordAction list_quotas(store::Views& store, int limit) {
+  auto listed = store.nearest_quota(limit);
+  if (!listed.ok()) return store_error(listed.error());
+  nlohmann::json scopes = nlohmann::json::array();
+  for (const auto& u : listed.value()) {
+    const auto cap = [](std::int64_t v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
+    scopes.push_back({{"scope", u.scope},
+                      {"records", u.usage.records},
+                      {"bytes", u.usage.bytes},
+                      {"in_flight", u.usage.in_flight},
+                      {"quota",
+                       {{"records", cap(u.quota.records)},
+                        {"bytes", cap(u.quota.bytes)},
+                        {"in_flight", cap(u.quota.in_flight)}}}});
+  }
+  return {RecordAction::Status::ok, {{"scopes", scopes}, {"count", scopes.size()}}};
+}
+
 std::optional<int> parse_limit(std::string_view text) {
   if (text.empty() || text.size() > 4 ||
       text.find_first_not_of("0123456789") != std::string::npos) {

@@ -197,7 +197,7 @@ asio::awaitable<Step> fingerprint_phase(Flow& f) {
   f.claim.emplace(store::ClaimRequest{std::move(f.id), request_fingerprint(f, route.fingerprint),
                                       route.lease, route.ttl, route.name, ctx.method, ctx.target,
                                       route.on_stale == engine::OnStale::retake,
-                                      route.after_expiry_reject});
+                                      route.after_expiry_reject, route.quota});
   if (f.hit && f.hit->fingerprint == f.claim->fingerprint) co_return co_await replay_cached(f);
   f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
   ctx.te_trailers = prepare_forward(f.req, ctx.ex.peer(), cfg.upstream);

@@ -101,6 +101,19 @@ json expiry(const engine::RoutePolicy& r) {
   return e;
 }
 
+// A route's caps per tenant (the key's scope), or the word that there are none.
+json quota(const store::Quota& q) {
+  if (!q.any()) return "none";
+  json out = {{"per", "tenant (the key's scope)"},
+              {"over_a_cap",
+               "a new key gets 429 quota-exceeded (Retry-After for in_flight); retries of "
+               "stored keys still replay"}};
+  if (q.records > 0) out["records"] = q.records;
+  if (q.bytes > 0) out["bytes"] = q.bytes;
+  if (q.in_flight > 0) out["in_flight"] = q.in_flight;
+  return out;
+}
+
 // What decides whether a reuse of a key is another request (the `fingerprint`
 // section): the method and path always; the body, query and fields as the rule says.
 json fingerprint(const engine::FingerprintRule& f) {
@@ -141,6 +154,7 @@ json route_entry(const engine::RoutePolicy& r) {
            ? "wait: a retry while the first request runs waits for its answer (up to lease)"
            : "reject: a retry while the first request runs is refused with Retry-After"},
       {"fingerprint", fingerprint(r.fingerprint)},
+      {"quota", quota(r.quota)},
       {"stored_statuses", stored_statuses(r)},
       {"replay", "the stored status, fields and body, with Idempotent-Replayed: true"},
       {"errors", errors},
@@ -215,7 +229,7 @@ std::string policy_page(const json& document) {
     page += "<h2>" + escape(text(r["name"])) + ": " + escape(text(r["path_prefix"])) + "</h2>\n";
     page += "<table>\n";
     for (const char* field : {"methods", "mode", "key", "expiry", "lease", "on_concurrent",
-                              "fingerprint", "stored_statuses", "replay"}) {
+                              "fingerprint", "quota", "stored_statuses", "replay"}) {
       page +=
           "<tr><th>" + std::string(field) + "</th><td>" + escape(text(r[field])) + "</td></tr>\n";
     }

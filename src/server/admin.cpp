@@ -124,7 +124,8 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
     }
     co_return;
   }
-  if (keys && segments.size() == 2) {
+  const bool quotas = segments.size() == 2 && segments[1] == "quotas";
+  if ((keys && segments.size() == 2) || quotas) {
     if (verb != bhttp::verb::get) {
       set_not_allowed(res, "GET");
       co_return;
@@ -140,8 +141,12 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
       }
       limit = *parsed;
     }
-    action = co_await rt.blocking(
-        [&store, &state, &limit] { return list_records(store, state, limit); });
+    if (quotas) {
+      action = co_await rt.blocking([&store, &limit] { return ops::list_quotas(store, limit); });
+    } else {
+      action = co_await rt.blocking(
+          [&store, &state, &limit] { return list_records(store, state, limit); });
+    }
   } else if (keys && segments.size() == 3) {
     if (verb == bhttp::verb::get) {
       const std::string body = http::query_param(*url, "body");
@@ -166,7 +171,7 @@ awaitable<void> handle_api(const http::StringRequest& req, http::StringResponse&
   } else {
     set_problem(res, status::not_found,
                 "no such admin endpoint (/admin/keys, /admin/keys/KEY, /admin/keys/KEY/resolve, "
-                "/admin/stats, /admin/policy, /admin/reload)");
+                "/admin/quotas, /admin/stats, /admin/policy, /admin/reload)");
     co_return;
   }
   if (action.status == RecordAction::Status::ok) {

@@ -21,7 +21,48 @@ bool reclaimable(const Record& r, TimePoint now, bool retake_stale) {
 
 const StoreError kFenced{StoreErrc::fenced, "the claim is no longer held"};
 
+// The bytes an answer takes, as the database counts them: its fields and body.
+std::int64_t stored_size(const std::optional<StoredResponse>& response) {
+  if (!response || !response->body_stored) return 0;
+  std::size_t n = response->body.size();
+  for (const auto* fields : {&response->headers, &response->trailers}) {
+    for (const Header& h : *fields) n += h.name.size() + h.value.size();
+  }
+  return static_cast<std::int64_t>(n);
+}
+
+// The share of its fullest cap a scope uses (0 without caps).
+double fullness(const Views::ScopeUsage& u) {
+  double most = 0;
+  const auto share = [&](std::int64_t used, std::int64_t cap) {
+    if (cap > 0) most = std::max(most, static_cast<double>(used) / static_cast<double>(cap));
+  };
+  share(u.usage.records, u.quota.records);
+  share(u.usage.bytes, u.quota.bytes);
+  share(u.usage.in_flight, u.quota.in_flight);
+  return most;
+}
+
 }  // namespace
+
+Usage MemoryStore::footprint(const Entry& e) {
+  if (!e.counted) return {};
+  return {1, stored_size(e.record.response), e.record.state == RecordState::in_flight ? 1 : 0};
+}
+
+void MemoryStore::add_usage(const std::string& scope, const Usage& plus, const Usage& minus) {
+  Usage& u = usage_[scope].usage;
+  u.records += plus.records - minus.records;
+  u.bytes += plus.bytes - minus.bytes;
+  u.in_flight += plus.in_flight - minus.in_flight;
+}
+
+template <class Change>
+void MemoryStore::accounted(Entry& e, Change change) {
+  const Usage before = footprint(e);
+  change();
+  if (e.counted) add_usage(e.record.id.scope, footprint(e), before);
+}
 
 Record MemoryStore::read(const Record& r, TimePoint now) {
   Record copy = r;
@@ -40,6 +81,16 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
     return ClaimResult{read(it->second.record, now)};
   }
   const bool took_over = it != records_.end() && held(it->second.record);
+  bool counted = it != records_.end() && it->second.counted;
+  if (it == records_.end() && request.quota.any()) {
+    // A key new to its scope: refused at a cap; otherwise counted from now on.
+    ScopeUsage& u = usage_[request.id.scope];
+    u.scope = request.id.scope;
+    u.quota = request.quota;
+    if (auto cap = reached(request.quota, u.usage))
+      return ClaimResult{OverQuota{*cap, u.usage, u.quota}};
+    counted = true;
+  }
   Record r;
   r.id = request.id;
   r.fingerprint = request.fingerprint;
@@ -51,7 +102,13 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
   r.created_at = now;
   r.locked_until = now + request.lease;
   r.expires_at = now + request.ttl;
-  records_[key] = Entry{r, false};
+  if (it == records_.end()) {
+    Entry& e = records_[key];
+    accounted(e, [&] { e = Entry{r, false, counted}; });
+  } else {
+    Entry& e = it->second;
+    accounted(e, [&] { e = Entry{r, false, counted}; });
+  }
   return ClaimResult{Claimed{r.token, r.locked_until, took_over}};
 }
 
@@ -73,12 +130,14 @@ Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
     Entry* e = holder(id, token);
     if (e == nullptr) return kFenced;
     Record& r = e->record;
-    r.state = RecordState::completed;
-    // An answer too large to keep is recorded by its status alone.
-    r.response = response.body_stored ? response : StoredResponse{response.status, {}, {}, false};
-    r.completed_at = clock_.now();
-    r.replay_until = r.completed_at + keep.answer;
-    r.expires_at = r.completed_at + keep.record;
+    accounted(*e, [&] {
+      r.state = RecordState::completed;
+      // An answer too large to keep is recorded by its status alone.
+      r.response = response.body_stored ? response : StoredResponse{response.status, {}, {}, false};
+      r.completed_at = clock_.now();
+      r.replay_until = r.completed_at + keep.answer;
+      r.expires_at = r.completed_at + keep.record;
+    });
     watched = e->watched;
     expires_at = r.expires_at;
   }
@@ -92,7 +151,7 @@ Result<Done> MemoryStore::leave_flight(const RecordId& id, std::int64_t token, R
     std::lock_guard lock(mu_);
     Entry* e = holder(id, token);
     if (e == nullptr) return kFenced;
-    e->record.state = next;
+    accounted(*e, [&] { e->record.state = next; });
     watched = e->watched;
   }
   if (watched) announce_finish(id);
@@ -122,7 +181,7 @@ Result<bool> MemoryStore::resolve(const RecordId& id) {
   Record& r = it->second.record;
   const bool stale = r.state == RecordState::in_flight && r.locked_until <= clock_.now();
   if (r.state != RecordState::indeterminate && !stale) return false;
-  r.state = RecordState::released;
+  accounted(it->second, [&] { r.state = RecordState::released; });
   return true;
 }
 
@@ -162,7 +221,12 @@ Result<bool> MemoryStore::purge(const RecordId& id) {
   bool purged = false;
   {
     std::lock_guard lock(mu_);
-    purged = records_.erase({id.scope, id.key}) > 0;
+    auto it = records_.find({id.scope, id.key});
+    if (it != records_.end()) {
+      add_usage(id.scope, {}, footprint(it->second));
+      records_.erase(it);
+      purged = true;
+    }
   }
   if (purged) announce_purge(id);
   return purged;
@@ -179,10 +243,12 @@ Result<std::int64_t> MemoryStore::drop_answers(const std::string& route, Duratio
         !r.response->body_stored || r.replay_until.value_or(r.completed_at + ttl) > now) {
       continue;
     }
-    r.response->headers.clear();
-    r.response->trailers.clear();
-    r.response->body.clear();
-    r.response->body_stored = false;
+    accounted(e, [&] {
+      r.response->headers.clear();
+      r.response->trailers.clear();
+      r.response->body.clear();
+      r.response->body_stored = false;
+    });
     ++dropped;
   }
   return dropped;
@@ -195,6 +261,7 @@ Result<std::int64_t> MemoryStore::delete_expired(int limit) {
   for (auto it = records_.begin(); it != records_.end() && deleted < limit;) {
     const Record& r = it->second.record;
     if (r.expires_at <= now && (!held(r) || lease_over(r, now))) {
+      if (it->second.counted) add_usage(r.id.scope, {}, footprint(it->second));
       it = records_.erase(it);
       ++deleted;
     } else {
@@ -202,6 +269,19 @@ Result<std::int64_t> MemoryStore::delete_expired(int limit) {
     }
   }
   return deleted;
+}
+
+Result<std::vector<Views::ScopeUsage>> MemoryStore::nearest_quota(int limit) {
+  std::lock_guard lock(mu_);
+  std::vector<ScopeUsage> out;
+  for (const auto& [scope, u] : usage_) out.push_back(u);
+  std::stable_sort(out.begin(), out.end(), [](const ScopeUsage& a, const ScopeUsage& b) {
+    return fullness(a) > fullness(b);
+  });
+  if (out.size() > static_cast<std::size_t>(std::max(limit, 0))) {
+    out.resize(static_cast<std::size_t>(std::max(limit, 0)));
+  }
+  return out;
 }
 
 void MemoryStore::watch(Watchers watchers) {

@@ -6,6 +6,25 @@
 
 namespace idemproxy::store {
 
+std::string_view to_string(QuotaCap cap) {
+  switch (cap) {
+    case QuotaCap::records:
+      return "records";
+    case QuotaCap::bytes:
+      return "bytes";
+    case QuotaCap::in_flight:
+      return "in_flight";
+  }
+  return "unknown";
+}
+
+std::optional<QuotaCap> reached(const Quota& quota, const Usage& usage) {
+  if (quota.records > 0 && usage.records >= quota.records) return QuotaCap::records;
+  if (quota.bytes > 0 && usage.bytes >= quota.bytes) return QuotaCap::bytes;
+  if (quota.in_flight > 0 && usage.in_flight >= quota.in_flight) return QuotaCap::in_flight;
+  return std::nullopt;
+}
+
 std::string_view to_string(RecordState state) {
   switch (state) {
     case RecordState::in_flight:

@@ -101,7 +101,8 @@ TEST_F(PgCitusTest, EveryRecordStatementIsASingleShardRouterQuery) {
   using namespace idemproxy::store::pg;
   const std::string s = "'" + scope + "'";
   const std::map<std::string, std::pair<Statement, std::string>> cases = {
-      {"claim", {kClaimRouted, s + ", 'k', 'fp', 'r', 'POST', '/', 30000, 60000, true, NULL, 42"}},
+      {"claim",
+       {kClaimRouted, s + ", 'k', 'fp', 'r', 'POST', '/', 30000, 60000, true, NULL, 42, NULL"}},
       {"complete", {kComplete, s + ", 'k', 1, 200, ''::bytea, ''::bytea, 60000, NULL, 60000"}},
       {"release", {kRelease, s + ", 'k', 1"}},
       {"withdraw", {kWithdraw, s + ", 'k', 42"}},

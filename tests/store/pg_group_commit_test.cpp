@@ -240,13 +240,13 @@ TEST_F(PgStoreTest, PlansMadeOnAnEmptyTableStillUseTheIndexOnceItGrows) {
   const std::vector<std::pair<const pg::Statement*, std::string>> statements{
       {&pg::kClaimMany,
        "('{s}', '{k}', '{f}', '{r}', '{POST}', '{/t}', '{30000}', '{3600000}', '{NULL}', "
-       "false, '{1}')"},
+       "false, '{1}', '{NULL}')"},
       {&pg::kCompleteMany,
        "('{s}', '{k}', '{1}', '{201}', '{NULL}', '{NULL}', '{3600000}', '{NULL}', '{3600000}')"},
       {&pg::kClaimCompleteMany,
        "('{s}', '{k}', '{f}', '{r}', '{POST}', '{/t}', '{30000}', '{3600000}', '{NULL}', "
        "false, '{1}', '{s}', '{k2}', '{1}', '{201}', '{NULL}', '{NULL}', '{3600000}', '{NULL}', "
-       "'{3600000}')"},
+       "'{3600000}', '{NULL}')"},
       {&pg::kFind, "('s', 'k')"},
   };
   auto plan = [&](const pg::Statement& s, const std::string& args) {

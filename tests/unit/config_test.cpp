@@ -471,3 +471,27 @@ TEST(ConfigStore, BatchWaitTakesMicrosecondsAndIsBounded) {
   EXPECT_NE(error_of(base + "    batch_wait: soon\n").find("6:17: store.postgres.batch_wait"),
             std::string::npos);
 }
+
+TEST(Config, AQuotaCapsEachTenantAndARoutesQuotaReplacesTheDefaults) {
+  const Config c = parse(std::string(kMinimal) +
+                         "defaults: {quota: {records: 1000, bytes: 1MiB}}\n"
+                         "routes:\n  - {name: a, path_prefix: /a}\n"
+                         "  - {name: b, path_prefix: /b, quota: {in_flight: 5}}\n");
+  EXPECT_EQ(c.routes[0].quota, (idemproxy::store::Quota{1000, 1 << 20, 0}));
+  EXPECT_EQ(c.routes[1].quota, (idemproxy::store::Quota{0, 0, 5}));
+  EXPECT_FALSE(parse(std::string(kMinimal) + "routes: [{name: a, path_prefix: /a}]\n")
+                   .routes[0]
+                   .quota.any());
+}
+
+TEST(ConfigTypos, AQuotaMustCapSomethingWithCountsAndSizes) {
+  const std::string route = std::string(kMinimal) + "routes: [{name: a, path_prefix: /a, quota: ";
+  EXPECT_NE(error_of(route + "{}}]\n").find("caps nothing"), std::string::npos);
+  EXPECT_NE(error_of(route + "{records: 0}}]\n").find("records must be an integer from 1"),
+            std::string::npos);
+  EXPECT_NE(error_of(route + "{in_flight: lots}}]\n").find("in_flight must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(route + "{bytes: 1MB}}]\n").find("bytes"), std::string::npos);
+  EXPECT_NE(error_of(route + "{record: 5}}]\n").find("record"), std::string::npos);
+  EXPECT_EQ(where(route + "{records: -1}}]\n"), "5:54");  // at the value
+}

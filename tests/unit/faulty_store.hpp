@@ -100,6 +100,10 @@ class FaultyStore final : public store::Store {
   }
   store::Result<store::Done> ping() override { return inner.ping(); }
   store::Result<std::int64_t> count_indeterminate() override { return inner.count_indeterminate(); }
+  store::Result<std::vector<ScopeUsage>> nearest_quota(int limit) override {
+    return inner.nearest_quota(limit);
+  }
+  store::Result<bool> counts_quotas() override { return inner.counts_quotas(); }
 
   store::MemoryStore inner;
 };

@@ -33,6 +33,7 @@ enum class Refusal {
   response_not_stored,    // 409: executed, the answer was too large to store
   record_unreadable,      // 500: a sealed record does not open
   expired,                // 409: after_expiry: reject, past ttl; or a UUIDv7 key too old
+  quota_exceeded,         // 429: a new key of a tenant at a cap of its route's quota
 };
 
 /// What to do with a keyed request after its claim.
@@ -220,8 +221,10 @@ class Coordinator {
  private:
   Decision replay_from_store(const store::ClaimRequest& claim, const Admission& verdict,
                              const ReplayCache::Request& form);
-  Decision refuse(Refusal why, std::string detail, ops::Outcome outcome,
-                  std::optional<int> retry_after = std::nullopt);
+  /// The refusal of a new key over its tenant's quota: 429, Retry-After for in flight.
+  static Decision over_quota(const store::OverQuota& q);
+  static Decision refuse(Refusal why, std::string detail, ops::Outcome outcome,
+                         std::optional<int> retry_after = std::nullopt);
   /// What claim() does with the verdict once the store answered.
   Admission admitted(const store::ClaimRequest& claim, Admission verdict);
   /// What complete() does once the store answered: the replay cache (the answer

@@ -26,6 +26,7 @@ struct Admission {
     unreadable,     // a record exists but cannot be opened (encryption key missing, altered)
     not_stored,     // it executed, but its answer was too large to store: no replay
     expired,        // after_expiry: reject, and its ttl has passed: a tombstone
+    over_quota,     // a new key, and its scope is at a cap of the route's quota
   };
   Kind kind = Kind::store_failed;
   std::int64_t token = 0;                       // execute
@@ -40,6 +41,8 @@ struct Admission {
   /// another instance's config): the record, to judge again once the request is
   /// fingerprinted under its rule (fingerprint_rule.hpp).
   std::optional<store::Record> other_rule;
+  /// over_quota: which cap, the scope's usage and the caps.
+  store::OverQuota quota;
 };
 
 /// What finish() did with the upstream's answer.

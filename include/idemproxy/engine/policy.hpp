@@ -94,6 +94,9 @@ struct RoutePolicy {
   /// `fingerprint`: what of a request decides whether a reuse of its key is a
   /// mismatch; by default the whole body and query, and no header field.
   FingerprintRule fingerprint;
+  /// `quota`: caps on each scope's (tenant's) stored records, stored bytes and claims
+  /// in flight; a new key over a cap is refused (429 quota-exceeded). None by default.
+  store::Quota quota;
   /// `max_ttl`: how far an answer's Idempotency-Policy: max-age may lengthen ttl; 0
   /// means ttl itself, so max-age may only shorten it.
   Duration max_ttl{0};

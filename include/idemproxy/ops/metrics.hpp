@@ -35,6 +35,7 @@ enum class Outcome {
   upstream_error,     // 502
   bad_request,        // malformed HTTP
   expired,            // 409: a tombstoned key (after_expiry: reject), or a UUIDv7 key too old
+  quota_exceeded,     // 429: a new key of a tenant at a cap of its route's quota
   // mode: shadow forwarded the request, but enforce would have answered:
   shadow_would_replay,
   shadow_would_conflict,  // 409

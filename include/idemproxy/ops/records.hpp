@@ -35,6 +35,9 @@ RecordAction resolve_record(store::Maintenance& store, const store::RecordId& id
                             std::string_view via);
 /// `state` empty means any state.
 RecordAction list_records(store::Views& store, const std::string& state, int limit);
+/// The scopes nearest their quota's caps, fullest first: each one's usage, and the
+/// caps its latest claim carried (null: no cap).
+RecordAction list_quotas(store::Views& store, int limit);
 
 /// A listing's limit as the CLI (--limit) and the admin API (?limit=) take it: a
 /// number from 1 to 1000; nothing otherwise.

@@ -28,6 +28,8 @@ class MemoryStore final : public Store {
   Result<std::int64_t> drop_answers(const std::string& route, Duration ttl, int limit) override;
   Result<Done> ping() override { return Done{}; }
   Result<std::int64_t> count_indeterminate() override;
+  Result<std::vector<ScopeUsage>> nearest_quota(int limit) override;
+  Result<bool> counts_quotas() override { return true; }
   /// Announces on the calling thread, once the change is made: every purge, and the
   /// finish of every watched record.
   void watch(Watchers watchers) override;
@@ -40,7 +42,15 @@ class MemoryStore final : public Store {
   struct Entry {
     Record record;
     bool watched = false;  // a waiter wants its finish announced; a new claim clears it
+    bool counted = false;  // claimed under a quota: its scope's usage counts it
   };
+  /// What `e` adds to its scope's usage (nothing when not counted).
+  static Usage footprint(const Entry& e);
+  /// Changes `e` with `change` and its scope's usage with it, as the database's
+  /// triggers do (sql/011_quotas.sql).
+  template <class Change>
+  void accounted(Entry& e, Change change);
+  void add_usage(const std::string& scope, const Usage& plus, const Usage& minus);
   Entry* holder(const RecordId& id, std::int64_t token);
   /// Moves the holder's in-flight record to `next`; fenced if `token` no longer holds it.
   Result<Done> leave_flight(const RecordId& id, std::int64_t token, RecordState next);
@@ -52,6 +62,7 @@ class MemoryStore final : public Store {
   const Clock& clock_;
   std::mutex mu_;
   std::map<Key, Entry> records_;
+  std::map<std::string, ScopeUsage> usage_;  // by scope
   std::int64_t next_token_ = 1;
   // Announcements run under their own lock, never under mu_, so a watcher may call
   // the store; recursive, so it may also call watch().

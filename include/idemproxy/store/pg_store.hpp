@@ -35,6 +35,12 @@ struct PgOptions {
   std::chrono::microseconds batch_wait{0};
 };
 
+/// Why a claim with a quota is refused on Citus.
+inline constexpr const char* kQuotaOnCitus =
+    "a route's quota needs plain PostgreSQL: on Citus a tenant's records span workers, so "
+    "its usage cannot be counted in the claim's transaction (docs/SCALING.md); remove the "
+    "quota or use plain PostgreSQL";
+
 class PgStore final : public Store {
  public:
   explicit PgStore(PgOptions options);
@@ -60,6 +66,9 @@ class PgStore final : public Store {
   Result<std::int64_t> drop_answers(const std::string& route, Duration ttl, int limit) override;
   Result<Done> ping() override;
   Result<std::int64_t> count_indeterminate() override;
+  Result<std::vector<ScopeUsage>> nearest_quota(int limit) override;
+  /// Whether migration 011's triggers are here: not on Citus.
+  Result<bool> counts_quotas() override;
   /// Pool and group-commit figures, as metric samples.
   std::vector<Sample> stats() override;
   /// Group-commit counters since start.

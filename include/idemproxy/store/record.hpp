@@ -101,6 +101,33 @@ struct Retention {
   Duration record;
 };
 
+/// A route's caps on one scope's (one tenant's) usage: its stored records, the bytes
+/// of their stored answers, and its claims in flight. 0: no cap. A claim of a key the
+/// scope has not stored yet is refused past a cap; a key already stored never is.
+struct Quota {
+  std::int64_t records = 0;
+  std::int64_t bytes = 0;
+  std::int64_t in_flight = 0;
+  bool any() const { return records > 0 || bytes > 0 || in_flight > 0; }
+  friend bool operator==(const Quota&, const Quota&) = default;
+};
+
+/// What one scope uses of its quota: the records claimed under a quota and not yet
+/// deleted, the bytes of their stored answers (headers, trailers and body, as
+/// stored), and those in flight.
+struct Usage {
+  std::int64_t records = 0;
+  std::int64_t bytes = 0;
+  std::int64_t in_flight = 0;
+};
+
+/// Which cap refused a claim.
+enum class QuotaCap { records, bytes, in_flight };
+std::string_view to_string(QuotaCap cap);
+/// The first cap of `quota` that `usage` has reached (records, then bytes, then in
+/// flight), or none: a new key may then be claimed.
+std::optional<QuotaCap> reached(const Quota& quota, const Usage& usage);
+
 struct ClaimRequest {
   RecordId id;
   std::string fingerprint;
@@ -115,6 +142,8 @@ struct ClaimRequest {
   /// The route's after_expiry: reject. A completed record kept past `ttl` (its
   /// expiry is the tombstone's) answers `expired` instead of replaying.
   bool tombstones = false;
+  /// The route's `quota`: a new key of a scope at a cap is refused (OverQuota).
+  Quota quota{};
 };
 
 /// The caller now holds the record under this fencing token.
@@ -124,8 +153,17 @@ struct Claimed {
   bool took_over = false;  // from a holder whose lease ran out (on_stale: retake)
 };
 
-/// Either the caller won the claim, or a live record already exists.
-using ClaimResult = std::variant<Claimed, Record>;
+/// The key is new to its scope and the scope is at a cap of its quota: nothing was
+/// claimed. `usage` is the scope's when the claim was refused.
+struct OverQuota {
+  QuotaCap cap = QuotaCap::records;
+  Usage usage;
+  Quota quota;
+};
+
+/// Either the caller won the claim, or a live record already exists, or the key is
+/// new and its scope is over quota.
+using ClaimResult = std::variant<Claimed, Record, OverQuota>;
 
 enum class StoreErrc {
   unavailable,  // the store did not answer; nothing is known

@@ -3,6 +3,7 @@
 // from the store. Nothing here changes a record.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "idemproxy/store/record.hpp"
@@ -21,6 +22,19 @@ class Views {
   virtual Result<std::vector<Record>> list(std::optional<RecordState> state, int limit) = 0;
   /// How many records are indeterminate now (an operator must decide each one).
   virtual Result<std::int64_t> count_indeterminate() = 0;
+  /// One scope's usage, beside the caps its latest admitted claim carried.
+  struct ScopeUsage {
+    std::string scope;
+    Usage usage;
+    Quota quota;
+  };
+  /// The scopes nearest their caps, the largest share of any cap first, at most
+  /// `limit` (the admin API's quota view). Scopes claimed under no quota are absent.
+  virtual Result<std::vector<ScopeUsage>> nearest_quota(int limit) = 0;
+  /// Whether this store counts usage and refuses claims over a quota (ClaimRequest::
+  /// quota); PostgreSQL does unless it is Citus. One that does not would ignore a quota,
+  /// so the proxy refuses to start (or reload) with one.
+  virtual Result<bool> counts_quotas() = 0;
   /// Whether the store answers (readiness).
   virtual Result<Done> ping() = 0;
 

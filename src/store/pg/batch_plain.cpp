@@ -20,7 +20,7 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members, int worker) {
       run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
         if (claims) {
           return c.exec(tx, kClaimMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
-                        members.front()->claim->req.retake_stale, a[9]);
+                        members.front()->claim->req.retake_stale, a[9], a[10]);
         }
         pqxx::result r =
             c.exec(tx, kCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]);
@@ -45,7 +45,7 @@ bool GroupCommit::run_together(const std::vector<Pending*>& claims,
       run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
         pqxx::result r = c.exec(tx, kClaimCompleteMany, a[0], a[1], a[2], a[3], a[4], a[5], a[6],
                                 a[7], a[8], claims.front()->claim->req.retake_stale, a[9], d[0],
-                                d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8]);
+                                d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], a[10]);
         announce_watched(c, tx, r, completions, true);
         return r;
       });
@@ -72,9 +72,9 @@ Result<pqxx::result> GroupCommit::run_plain(bool& routed, const PlainStatement& 
   });
 }
 
-// kClaimMany's arrays for `members`: $1-$9, then $11 (the nonces) last.
+// kClaimMany's arrays for `members`: $1-$9, then $11 (the nonces), then the quotas.
 std::vector<std::string> GroupCommit::claim_arrays(const std::vector<Pending*>& members) {
-  std::vector<ArrayText> columns(10);
+  std::vector<ArrayText> columns(11);
   for (const Pending* p : members) {
     const ClaimParams& cl = *p->claim;
     const ClaimRequest& r = cl.req;
@@ -88,6 +88,7 @@ std::vector<std::string> GroupCommit::claim_arrays(const std::vector<Pending*>& 
     columns[7].add(static_cast<long long>(r.ttl.count()));
     columns[8].add(cl.key_id);
     columns[9].add(cl.nonce);
+    columns[10].add(cl.quota, false);
   }
   return done(columns);
 }

@@ -190,6 +190,18 @@ bool GroupCommit::may_start(const Lane& lane) const {
   return lane.running == 0 || lane.queue.size() >= batch_limit();
 }
 
+// After a claim with a quota saw no row: the scope's usage when the key is still
+// absent and the scope is at a cap (the claim was refused), or nothing.
+std::optional<Usage> GroupCommit::refused_by_quota(Connection& c, pqxx::transaction_base& tx,
+                                                   const ClaimParams& cl) {
+  const pqxx::result u = c.exec(tx, kQuotaUsage, cl.req.id.scope, cl.req.id.key);
+  if (u.empty() || u[0]["present"].as<bool>()) return std::nullopt;
+  const Usage usage{u[0]["records"].as<std::int64_t>(), u[0]["bytes"].as<std::int64_t>(),
+                    u[0]["in_flight"].as<std::int64_t>()};
+  if (!reached(cl.req.quota, usage)) return std::nullopt;
+  return usage;
+}
+
 // One member on its own: the single-row statement, in a Write of its own.
 void GroupCommit::run_alone(Pending& p) {
   p.answer = pool_.with_connection<Answer>([&p](Connection& c) -> Result<Answer> {
@@ -200,12 +212,22 @@ void GroupCommit::run_alone(Pending& p) {
       // Zero rows: a concurrent claim committed after our snapshot (or, routed, the
       // live row went between the claim and the lookup); it is visible now.
       const Statement& claim = c.distributed() ? kClaimRouted : kClaim;
+      const char* quota = cl->quota ? cl->quota->c_str() : nullptr;
       for (int attempt = 0; attempt < 3 && r.empty(); ++attempt) {
         r = c.exec(tx, claim, cl->req.id.scope, cl->req.id.key, cl->fingerprint, cl->req.route,
                    cl->req.method, cl->req.target, static_cast<long long>(cl->req.lease.count()),
                    static_cast<long long>(cl->req.ttl.count()), cl->req.retake_stale, cl->key_id,
-                   cl->nonce);
+                   cl->nonce, quota);
         if (r.empty() && c.distributed()) r = c.exec(tx, kFind, cl->req.id.scope, cl->req.id.key);
+        if (r.empty() && quota != nullptr) {
+          // No row: a new key its quota's trigger skipped, or a concurrent claim.
+          if (auto usage = refused_by_quota(c, tx, *cl)) {
+            w.commit();
+            Answer refused{r, -1, false};
+            refused.over_quota = *usage;
+            return refused;
+          }
+        }
       }
     } else {
       const CompleteParams& co = *p.complete;

@@ -143,7 +143,7 @@ struct PgStore::ClaimCall {
       : params{req,
                codec.sealing() ? to_hex(codec.stored(req.fingerprint, req.id, "fingerprint"))
                                : req.fingerprint,
-               codec.key_id(), claim_nonce()},
+               codec.key_id(), claim_nonce(), pg::quota_text(req.quota)},
         self{req.id, &params, nullptr},
         done(std::move(d)) {}
   pg::ClaimParams params;
@@ -216,6 +216,12 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
 }
 
 void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
+  if (req.quota.any() && impl_->pool.distributed()) {
+    // Citus cannot count a scope's records in the claim's transaction (they span
+    // workers): refused, never claimed without the quota. serve refuses the config.
+    done(StoreError{StoreErrc::unavailable, kQuotaOnCitus});
+    return;
+  }
   auto* call = new ClaimCall(req, impl_->codec, std::move(done));
   call->self.finished = [this, call] {
     const std::unique_ptr<ClaimCall> own(call);
@@ -223,6 +229,11 @@ void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
     const pg::RowCodec& codec = impl_->codec;
     Result<ClaimResult> result =
         decoded<ClaimResult>(own->self, [&](const pg::Answer& a) -> Result<ClaimResult> {
+          if (a.over_quota) {
+            const Usage& u = *a.over_quota;
+            return ClaimResult{
+                OverQuota{reached(req.quota, u).value_or(QuotaCap::records), u, req.quota}};
+          }
           if (a.row < 0) {
             return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
           }
@@ -348,6 +359,19 @@ Result<std::int64_t> PgStore::drop_answers(const std::string& route, Duration tt
         c.write(pg::kDropAnswers, route, static_cast<long long>(ttl.count()), limit)
             .affected_rows());
   });
+}
+
+Result<std::vector<Views::ScopeUsage>> PgStore::nearest_quota(int limit) {
+  return impl_->with<std::vector<ScopeUsage>>([&](Connection& c) {
+    std::vector<ScopeUsage> out;
+    for (const auto& row : c.run(pg::kNearestQuota, limit)) out.push_back(pg::scope_usage(row));
+    return Result<std::vector<ScopeUsage>>(std::move(out));
+  });
+}
+
+Result<bool> PgStore::counts_quotas() {
+  return impl_->with<bool>(
+      [&](Connection& c) -> Result<bool> { return c.run(pg::kCountsQuotas)[0][0].as<bool>(); });
 }
 
 Result<Done> PgStore::ping() {

@@ -54,6 +54,21 @@ TimePoint from_ms(const pqxx::field& f) {
   return TimePoint{std::chrono::milliseconds{f.as<long long>()}};
 }
 
+std::optional<std::string> quota_text(const Quota& q) {
+  if (!q.any()) return std::nullopt;
+  return "{" + std::to_string(q.records) + "," + std::to_string(q.bytes) + "," +
+         std::to_string(q.in_flight) + "}";
+}
+
+Views::ScopeUsage scope_usage(const pqxx::row& row) {
+  const auto n = [&](const char* column) {
+    return row[column].is_null() ? std::int64_t{0} : row[column].as<std::int64_t>();
+  };
+  return {row["scope"].as<std::string>(),
+          {n("records"), n("bytes"), n("in_flight")},
+          {n("cap_records"), n("cap_bytes"), n("cap_in_flight")}};
+}
+
 std::string RowCodec::stored(std::string_view value, const RecordId& id,
                              std::string_view field) const {
   if (!sealer_) return std::string(value);

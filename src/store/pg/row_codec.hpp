@@ -3,12 +3,14 @@
 // read by name, and fields sealed under store.encryption on the way in and opened on
 // the way out.
 #include <memory>
+#include <optional>
 #include <pqxx/pqxx>
 #include <string>
 #include <string_view>
 
 #include "idemproxy/store/record.hpp"
 #include "idemproxy/store/sealer.hpp"
+#include "idemproxy/store/views.hpp"
 
 namespace idemproxy::store::pg {
 
@@ -23,6 +25,12 @@ struct Columns {
 };
 
 TimePoint from_ms(const pqxx::field& f);
+
+/// A route's quota as the text of a bigint[] ({records, bytes, in_flight}; the quota
+/// column), or none without one.
+std::optional<std::string> quota_text(const Quota& q);
+/// A row of kNearestQuota.
+Views::ScopeUsage scope_usage(const pqxx::row& row);
 
 class RowCodec {
  public:

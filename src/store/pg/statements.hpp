@@ -24,9 +24,9 @@
 namespace idemproxy::store::pg {
 
 inline constexpr Statement kAll[] = {
-    kClaim,    kClaimRouted,   kComplete,          kClaimMany, kCompleteMany, kClaimCompleteMany,
-    kRelease,  kRenew,         kMarkIndeterminate, kResolve,   kFind,         kList,
-    kPurge,    kDeleteExpired, kDropAnswers,       kPing,      kWatch,        kAnnounce,
-    kWithdraw, kIndeterminate};
+    kClaim,    kClaimRouted,   kComplete,          kClaimMany,    kCompleteMany, kClaimCompleteMany,
+    kRelease,  kRenew,         kMarkIndeterminate, kResolve,      kFind,         kList,
+    kPurge,    kDeleteExpired, kDropAnswers,       kPing,         kWatch,        kAnnounce,
+    kWithdraw, kIndeterminate, kQuotaUsage,        kNearestQuota, kCountsQuotas};
 
 }  // namespace idemproxy::store::pg

@@ -10,23 +10,26 @@ namespace idemproxy::store::pg {
 
 // clang-format off
 // The parts of the multi-row claim: its input, one row per record from the arrays
-// $1-$9 and $11 ($10, retake, is shared by the batch); the INSERT, in (scope, key)
-// order; and its answer, the claimed rows and then the live rows of the others.
-// `extra` puts columns in front of the answer's (kClaimCompleteMany's).
-#define IDEMPROXY_CLAIM_MANY_INPUT                                                           \
+// $1-$9, $11 and `quota` ($10, retake, is shared by the batch; each quota is an
+// array's text, NULL without one); the INSERT, in (scope, key) order; and its answer,
+// the claimed rows and then the live rows of the others. `extra` puts columns in
+// front of the answer's (kClaimCompleteMany's).
+#define IDEMPROXY_CLAIM_MANY_INPUT(quota)                                                     \
   "input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],"           \
-  "  $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $11::bigint[])"         \
+  "  $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $11::bigint[], "        \
+  quota "::text[])"                                                                          \
   "  WITH ORDINALITY AS i(in_scope, in_key, in_fingerprint, in_route, in_method, in_target," \
-  "  in_lease_ms, in_ttl_ms, in_key_id, in_nonce, in_n))"
+  "  in_lease_ms, in_ttl_ms, in_key_id, in_nonce, in_quota, in_n))"
 #define IDEMPROXY_CLAIM_MANY_INSERT                                                            \
   " claimed AS ("                                                                              \
   " INSERT INTO idempotency_records AS r"                                                      \
   "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until," \
-  "   expires_at, key_id, claim_nonce)"                                                        \
+  "   expires_at, key_id, claim_nonce, quota)"                                                 \
   " SELECT in_scope, in_key, in_fingerprint, 'in_flight', "                                    \
   "nextval('idempotency_fencing_token_seq'),"                                                  \
   "  in_route, in_method, in_target, now(), now() + in_lease_ms * interval '1 millisecond',"   \
-  "  now() + in_ttl_ms * interval '1 millisecond', in_key_id, in_nonce FROM input"             \
+  "  now() + in_ttl_ms * interval '1 millisecond', in_key_id, in_nonce, in_quota::bigint[]"    \
+  "  FROM input"                                                                               \
   " ORDER BY in_scope COLLATE \"C\", in_key COLLATE \"C\""                                     \
   IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$10")                                       \
   " RETURNING r.*)"
@@ -66,13 +69,15 @@ namespace idemproxy::store::pg {
 // Each parameter is an array with one element per record; $10 (retake) is shared by
 // the batch. Rows come back in any order and carry in_n, the 1-based position of
 // their record in the arrays. A record missing from the answer saw a concurrent claim
-// commit after the statement's snapshot; the caller runs kClaim for it. Keys must be
+// commit after the statement's snapshot, or its scope is at a cap of its quota ($12);
+// the caller runs kClaim for it. Keys must be
 // distinct (ON CONFLICT DO UPDATE cannot touch a row twice). Rows are inserted, and
 // so locked, in (scope, key) order, as kCompleteMany locks them, so concurrent
 // batches take their locks in one order.
 inline constexpr Statement kClaimMany{
-    "idemproxy_claim_many", "WITH " IDEMPROXY_CLAIM_MANY_INPUT
-                            "," IDEMPROXY_CLAIM_MANY_INSERT IDEMPROXY_CLAIM_MANY_ANSWER("")};
+    "idemproxy_claim_many",
+    "WITH " IDEMPROXY_CLAIM_MANY_INPUT(
+        "$12") "," IDEMPROXY_CLAIM_MANY_INSERT IDEMPROXY_CLAIM_MANY_ANSWER("")};
 
 // $5 and $6 (headers, body) are NULL for an answer too large to keep.
 inline constexpr Statement kCompleteMany{
@@ -83,7 +88,8 @@ inline constexpr Statement kCompleteMany{
 
 // A batch's claims and completions in one statement, so one round trip and one commit
 // (one WAL flush) where kClaimMany and kCompleteMany took two of each. The claims
-// take kClaimMany's parameters ($1-$11), the completions kCompleteMany's as $12-$20.
+// take kClaimMany's parameters ($1-$11, and their quotas as $21), the completions
+// kCompleteMany's as $12-$20.
 // Each row says which it answers (completion) and carries in_n, its record's position
 // in its own arrays; exp_ms comes first, as in every completion's answer. A key must
 // not be both claimed and completed here: one statement cannot change a row twice
@@ -92,7 +98,7 @@ inline constexpr Statement kCompleteMany{
 // read with the statement's snapshot, which the completions' changes do not enter.
 inline constexpr Statement kClaimCompleteMany{
     "idemproxy_claim_complete_many",
-    "WITH " IDEMPROXY_CLAIM_MANY_INPUT "," IDEMPROXY_CLAIM_MANY_INSERT
+    "WITH " IDEMPROXY_CLAIM_MANY_INPUT("$21") "," IDEMPROXY_CLAIM_MANY_INSERT
     "," IDEMPROXY_COMPLETE_MANY_INPUT("done_input", "$12", "$13", "$14", "$15", "$16", "$17",
                                       "$18", "$19", "$20") "," IDEMPROXY_COMPLETE_MANY_LOCKED("done_input")
     ", completed AS (" IDEMPROXY_COMPLETE_MANY_UPDATE("done_input") ")"

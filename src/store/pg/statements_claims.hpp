@@ -28,6 +28,15 @@ inline constexpr Statement kClaim{
 inline constexpr Statement kClaimRouted{
     "idemproxy_claim_routed", IDEMPROXY_CLAIM_INSERT " RETURNING " IDEMPROXY_CLAIMED_COLUMNS};
 
+// After a claim with a quota came back with no row: the scope's usage, and whether
+// the key is there now. A key still absent, with the scope at a cap, was refused by
+// the quota's trigger (sql/011_quotas.sql); otherwise a concurrent claim went first.
+inline constexpr Statement kQuotaUsage{
+    "idemproxy_quota_usage",
+    "SELECT records, bytes, in_flight,"
+    " EXISTS (SELECT 1 FROM idempotency_records WHERE scope = $1 AND key = $2) AS present"
+    " FROM idempotency_usage WHERE scope = $1"};
+
 // Completion fences on the token. $7 is the record's retention in ms (its tombstone's
 // with after_expiry: reject), $9 its answer's (the replay window). watched: another instance's
 // request waits for this record (kWatch); the caller then announces the finish (kAnnounce).

@@ -68,13 +68,15 @@ struct Statement {
 // The single-row claim of (scope, key). The row is inserted, or taken over when it
 // was released, has expired, or (with $9, on_stale: retake) its lease ran out while
 // in flight or indeterminate. $10 is the id of the key that sealed the fingerprint
-// (NULL when stored in the clear); $11 the claim's nonce, random per claim.
+// (NULL when stored in the clear); $11 the claim's nonce, random per claim; $12 the
+// route's quota ({records, bytes, in_flight}, NULL without one: sql/011_quotas.sql),
+// whose trigger skips the row of a new key at a cap (no row comes back).
 #define IDEMPROXY_CLAIM_INSERT                                                                     \
   "INSERT INTO idempotency_records AS r"                                                           \
   "  (scope, key, fingerprint, state, token, route, method, target, created_at, locked_until,"     \
-  "   expires_at, key_id, claim_nonce)"                                                            \
+  "   expires_at, key_id, claim_nonce, quota)"                                                     \
   " VALUES ($1, $2, $3, 'in_flight', nextval('idempotency_fencing_token_seq'), $4, $5, $6, now()," \
   "  now() + $7::bigint * interval '1 millisecond', now() + $8::bigint * interval '1 "             \
-  "millisecond', $10, $11)" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$9")
+  "millisecond', $10, $11, $12::bigint[])" IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$9")
 
 }  // namespace idemproxy::store::pg

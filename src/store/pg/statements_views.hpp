@@ -25,6 +25,20 @@ inline constexpr Statement kList{
     " scope, key"
     " FROM idempotency_records WHERE ($1 = '' OR state = $1) ORDER BY created_at DESC LIMIT $2"};
 
+// The scopes nearest their caps: the largest share of any cap first.
+inline constexpr Statement kNearestQuota{
+    "idemproxy_nearest_quota",
+    "SELECT scope, records, bytes, in_flight, quota[1] AS cap_records, quota[2] AS cap_bytes,"
+    " quota[3] AS cap_in_flight FROM idempotency_usage"
+    " ORDER BY greatest(records::float8 / nullif(quota[1], 0), bytes::float8 / nullif(quota[2], 0),"
+    "  in_flight::float8 / nullif(quota[3], 0)) DESC NULLS LAST, scope LIMIT $1"};
+
+// Whether migration 011 made the quota's triggers here (not on Citus).
+inline constexpr Statement kCountsQuotas{
+    "idemproxy_counts_quotas",
+    "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'idempotency_quota_admit'"
+    " AND tgrelid = 'idempotency_records'::regclass)"};
+
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
 // Reads the partial index of migration 007 only.

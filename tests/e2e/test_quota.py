@@ -1,0 +1,104 @@
+"""Per-tenant quotas (a route's `quota`) through the real binary and a real PostgreSQL,
+over HTTP/1.1 and HTTP/2: a tenant's cap is exact under 200 concurrent fresh keys,
+another tenant is not touched, GC gives the space back, and on Citus a quota is
+refused rather than ignored."""
+import json
+import os
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from harness import problem, request, wait_for
+
+CITUS = os.environ.get("IDEMPROXY_TEST_CITUS") == "1"
+TOKEN = "quota-admin-token-0123456789"
+
+
+def tenant_post(p, key, tenant, http2, path="/v1/orders"):
+    return request(p.port, "POST", path, "{}",
+                   {"Content-Type": "application/json", "Idempotency-Key": key,
+                    "X-Tenant": tenant}, http2=http2)
+
+
+def quota_route(name, **quota):
+    return {"name": name, "path_prefix": "/v1/orders", "scope_header": "X-Tenant",
+            "ttl": "2s", "quota": quota}
+
+
+@pytest.mark.skipif(CITUS, reason="Citus refuses quotas (the test below)")
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "h2"])
+def test_a_tenant_stores_exactly_its_quota_under_200_concurrent_fresh_keys(
+        make_proxy, upstream, pg, http2):
+    name = "quota-" + uuid.uuid4().hex[:8]
+    p = make_proxy(routes=[quota_route(name, records=100)], gc={"interval": "0s"},
+                   extra_top={"admin_token": TOKEN})
+    acme = "acme-" + uuid.uuid4().hex[:8]
+    keys = ["k%03d-%s" % (i, uuid.uuid4().hex[:6]) for i in range(200)]
+    with ThreadPoolExecutor(50) as pool:
+        answers = list(pool.map(lambda k: tenant_post(p, k, acme, http2), keys))
+    assert Counter(a.status for a in answers) == {201: 100, 429: 100}
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE scope = '%s'" % acme) == "100"
+    refused = [k for k, a in zip(keys, answers) if a.status == 429]
+    stored = [k for k, a in zip(keys, answers) if a.status == 201]
+    over = next(a for a in answers if a.status == 429)
+    assert problem(over)["type"].endswith("/quota-exceeded")
+    assert "quota.records: 100" in problem(over)["detail"]
+    assert over.header("Retry-After") is None
+    assert sum(upstream.executions.count(key=k) for k in refused) == 0  # never forwarded
+    # A stored key replays; another tenant stores at once.
+    again = tenant_post(p, stored[0], acme, http2)
+    assert again.status == 201 and again.header("Idempotent-Replayed") == "true"
+    assert tenant_post(p, refused[0], "globex-" + uuid.uuid4().hex[:8], http2).status == 201
+    assert p.wait_metric("idemproxy_requests_total", 100, route=name,
+                         outcome="quota_exceeded") == 100
+    # The admin API names the fullest tenant first, with its usage and caps.
+    listed = json.loads(request(p.admin_port, "GET", "/admin/quotas?limit=5",
+                                headers={"Authorization": "Bearer " + TOKEN},
+                                http2=False).body)
+    mine = next(s for s in listed["scopes"] if s["scope"] == acme)
+    assert (mine["records"], mine["in_flight"], mine["quota"]["records"]) == (100, 0, 100)
+    assert mine["quota"]["bytes"] is None and mine["bytes"] > 0
+    # Past ttl, GC deletes the tenant's records and gives their places back.
+    time.sleep(2.2)
+    assert "deleted" in p.cli("gc").stdout
+    assert wait_for(lambda: pg.sql("SELECT records FROM idempotency_usage WHERE scope = '%s'"
+                                   % acme) == "0", timeout=10)
+    assert tenant_post(p, refused[1], acme, http2).status == 201
+
+
+@pytest.mark.skipif(CITUS, reason="Citus refuses quotas (the test below)")
+def test_the_in_flight_cap_answers_with_retry_after_and_the_policy_publishes_the_quota(
+        make_proxy, upstream, pg):
+    name = "running-" + uuid.uuid4().hex[:8]
+    route = dict(quota_route(name, in_flight=2), path_prefix="/v1/slow")
+    p = make_proxy(routes=[route])
+    acme = "acme-" + uuid.uuid4().hex[:8]
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(
+            lambda i: tenant_post(p, "slow-%d-%s" % (i, acme), acme, False,
+                                  path="/v1/slow?delay_ms=600"), range(3)))
+    statuses = sorted(a.status for a in answers)
+    assert statuses == [201, 201, 429]
+    over = next(a for a in answers if a.status == 429)
+    assert over.header("Retry-After") == "1"
+    assert "quota.in_flight: 2" in problem(over)["detail"]
+    assert tenant_post(p, "slow-next-" + acme, acme, False, path="/v1/slow").status == 201
+    doc = p.request("GET", "/.well-known/idempotency").json()
+    assert doc["routes"][0]["quota"]["in_flight"] == 2
+    assert "records" not in doc["routes"][0]["quota"]
+
+
+@pytest.mark.skipif(not CITUS, reason="plain PostgreSQL counts quotas (the tests above)")
+def test_on_citus_a_quota_keeps_the_proxy_unready_and_its_claims_refused(make_proxy, pg):
+    p = make_proxy(routes=[quota_route("citus-quota", records=100)])
+    assert wait_for(lambda: "plain PostgreSQL" in request(p.admin_port, "GET", "/readyz",
+                                                           http2=False).body.decode(),
+                    timeout=15), p.read_log()
+    assert request(p.admin_port, "GET", "/readyz", http2=False).status == 503
+    key = "citus-quota-" + uuid.uuid4().hex
+    refused = tenant_post(p, key, "acme", False)
+    assert refused.status == 503 and problem(refused)["type"].endswith("/store-unavailable")
+    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % key) == "0"
