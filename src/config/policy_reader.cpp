@@ -238,12 +238,12 @@ void Reader::fingerprint_rule(const YAML::Node& v, const std::string& name,
       }
     }
   };
-  pointers("include", rule.include);
-  pointers("exclude", rule.exclude);
-  if (v["include"] && v["exclude"]) {
-    fail(v["exclude"], name +
-                           ": include and exclude do not go together (include names what "
-                           "counts, exclude what does not)");
+  pointers("json_include", rule.include);
+  pointers("json_exclude", rule.exclude);
+  if (v["json_include"] && v["json_exclude"]) {
+    fail(v["json_exclude"], name +
+                                ": json_include and json_exclude do not go together "
+                                "(json_include names what counts, json_exclude what does not)");
   }
   if (const YAML::Node q = v["query"]) {
     if (q.IsSequence()) {

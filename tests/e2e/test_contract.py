@@ -317,7 +317,7 @@ DESCRIBEDBY = '<%s>; rel="describedby"' % WELL_KNOWN
 # proxy does: the routes' TTLs and the statuses they answer with.
 def test_the_policy_is_published_from_the_config_and_linked_from_answers(make_proxy, node, pg):
     routes = [dict(ORDERS[0], ttl="1h", max_ttl="3h", lease="10s", statuses={"mismatch": 409},
-                   fingerprint={"exclude": ["/trace_id"], "query": ["account"],
+                   fingerprint={"json_exclude": ["/trace_id"], "query": ["account"],
                                 "headers": ["X-Account"]}),
               dict(STRIPE, on_concurrent="wait"),
               {"name": "off", "path_prefix": "/v1/off", "enabled": False}]
@@ -516,7 +516,7 @@ def test_a_fingerprint_rule_change_keeps_honest_retries_replaying(make_proxy, no
     body = json.dumps({"amount": 100, "trace_id": "t-1"})
     assert p.post("/v1/orders", body, key=before).status == 201
     doc = json.loads(open(p.config_path).read())
-    doc["routes"][0]["fingerprint"] = {"exclude": ["/trace_id"], "query": "none"}
+    doc["routes"][0]["fingerprint"] = {"json_exclude": ["/trace_id"], "query": "none"}
     p.write_config(json.dumps(doc))
     p.signal(signal.SIGHUP)
     assert wait_for(lambda: p.request("GET", WELL_KNOWN).json()["routes"][0]["fingerprint"]
@@ -637,9 +637,9 @@ def test_expiry_settings_are_checked_with_their_position(make_proxy, node):
             ({"max_key_age": "0s"}, "max_key_age must be positive"),
             ({"max_ttl": "0s"}, "max_ttl must be positive"),
             ({"ttl": "1h", "max_ttl": "30m"}, "max_ttl must be at least ttl"),
-            ({"fingerprint": {"include": ["/a"], "exclude": ["/b"]}},
-             "include and exclude do not go together"),
-            ({"fingerprint": {"include": ["a"]}}, "fingerprint.include"),
+            ({"fingerprint": {"json_include": ["/a"], "json_exclude": ["/b"]}},
+             "json_include and json_exclude do not go together"),
+            ({"fingerprint": {"json_include": ["a"]}}, "fingerprint.json_include"),
             ({"fingerprint": {"query": "some"}}, "fingerprint.query must be"),
             ({"fingerprint": {"headers": ["X Bad"]}}, "fingerprint.headers"),
             ({"fingerprint": {"body": ["/a"]}}, "fingerprint")):

@@ -20,10 +20,10 @@ const char* kRules = R"(store: {memory: {}}
 routes:
   - name: orders
     path_prefix: /v1/orders
-    fingerprint: {exclude: [/trace_id], query: none}
+    fingerprint: {json_exclude: [/trace_id], query: none}
   - name: accounts
     path_prefix: /v1/accounts
-    fingerprint: {include: [/amount, /items/0/sku], headers: [X-Account]}
+    fingerprint: {json_include: [/amount, /items/0/sku], headers: [X-Account]}
 )";
 
 Request keyed(std::string key, std::string body, std::string path = "/v1/orders",
