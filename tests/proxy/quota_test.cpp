@@ -17,6 +17,8 @@ routes:
   - {name: stored, path_prefix: /v1/stored, scope_header: X-Tenant, quota: {records: 3}}
   - {name: running, path_prefix: /v1/running, scope_header: X-Tenant, quota: {in_flight: 2}}
   - {name: free, path_prefix: /v1/free, scope_header: X-Tenant}
+  - {name: watched, path_prefix: /v1/watched, scope_header: X-Tenant, mode: shadow,
+     quota: {records: 1}}
 )";
 
 Request keyed(std::string key, std::string tenant, std::string path = "/v1/stored") {
@@ -104,6 +106,48 @@ TEST_P(Quota, TheInFlightCapRefusesWithRetryAfterUntilARequestFinishes) {
   EXPECT_EQ(world.executions(), 2);
   // Both finished: the next key runs, and none of the three is in flight.
   EXPECT_EQ(send(keyed("r4", "acme", "/v1/running")).status, 201);
+}
+
+// A gRPC caller is refused as gRPC refuses: a trailers-only answer with
+// RESOURCE_EXHAUSTED, never problem+json.
+TEST_P(Quota, AGrpcCallPastTheCapGetsResourceExhausted) {
+  if (GetParam() != Codec::http2) GTEST_SKIP() << "gRPC runs over HTTP/2";
+  const auto call = [](const std::string& key) {
+    return Request{"POST",
+                   "/v1/stored/Create",
+                   {{"Idempotency-Key", key},
+                    {"X-Tenant", "acme"},
+                    {"Content-Type", "application/grpc"},
+                    {"TE", "trailers"}},
+                   std::string("\0\0\0\0\x01"
+                               "7",
+                               6),
+                   {}};
+  };
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.status = 200;
+    a.fields = {{"Content-Type", "application/grpc"}, {"grpc-status", "0"}};
+    a.body.clear();
+    return a;
+  };
+  for (const char* key : {"g1", "g2", "g3"}) ASSERT_EQ(send(call(key)).field("grpc-status"), "0");
+  const Reply over = send(call("g4"));
+  EXPECT_EQ(over.status, 200);
+  EXPECT_EQ(over.field("grpc-status"), "8");  // RESOURCE_EXHAUSTED
+  EXPECT_EQ(over.field("grpc-message").rfind("quota-exceeded: ", 0), 0u)
+      << over.field("grpc-message");
+  EXPECT_EQ(world.executions("g4"), 0);
+}
+
+// Shadow mode forwards everything, past a quota too, and counts what enforce would
+// have refused.
+TEST_P(Quota, ShadowModeForwardsPastTheCapAndCountsTheRefusal) {
+  ASSERT_EQ(send(keyed("s1", "acme", "/v1/watched")).status, 201);
+  const Reply past = send(keyed("s2", "acme", "/v1/watched"));
+  EXPECT_EQ(past.status, 201);
+  EXPECT_EQ(world.executions("s2"), 1);
+  EXPECT_EQ(counted("watched", "shadow_would_reject"), "1");
 }
 
 INSTANTIATE_TEST_SUITE_P(BothCodecs, Quota, ::testing::Values(Codec::http1, Codec::http2),
