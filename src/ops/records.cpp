@@ -79,6 +79,12 @@ nlohmann::json record_to_json(const store::Record& r, bool summary) {
     out["locked_until"] = rfc3339(r.locked_until);
     out["stale"] = r.stale;
   }
+  if (r.state == store::RecordState::completed) {
+    out["completed_at"] = rfc3339(r.completed_at);
+    // Its own replay window (Idempotency-Policy: max-age), when the store kept one;
+    // a tombstone's expires_at is later.
+    if (r.replay_until) out["replay_until"] = rfc3339(*r.replay_until);
+  }
   if (r.response) {
     out["response"] = {{"status", r.response->status}};
     if (!summary) {

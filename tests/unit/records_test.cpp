@@ -34,6 +34,21 @@ TEST(Records, CollectingExpiredRecordsStopsAtAShortBatchOrTheBatchBudget) {
   EXPECT_FALSE(rest.error);
 }
 
+// An operator sees when an answer completed and until when it replays (its own window,
+// Idempotency-Policy: max-age), beside the record's expiry (its tombstone's).
+TEST(Records, ACompletedRecordShowsItsReplayWindowBesideItsExpiry) {
+  FakeClock clock;
+  store::MemoryStore memory{clock};
+  const store::ClaimRequest c{{"s", "k"}, "fp", 30s, 1h, "r", "POST", "/"};
+  const auto token = std::get<store::Claimed>(memory.claim(c).value()).token;
+  ASSERT_TRUE(memory.complete(c.id, token, {201, {}, "{}"}, {10min, 24h}).ok());
+  const auto shown = ops::show_record(memory, c.id);
+  ASSERT_EQ(shown.status, ops::RecordAction::Status::ok);
+  EXPECT_EQ(shown.body.at("completed_at"), rfc3339(clock.now()));
+  EXPECT_EQ(shown.body.at("replay_until"), rfc3339(clock.now() + 10min));
+  EXPECT_EQ(shown.body.at("expires_at"), rfc3339(clock.now() + 24h));
+}
+
 // A stored answer's fields are one block: the head's lines, then an empty line and the
 // trailers'. Blocks written before trailers were kept apart named a gRPC answer's
 // trailers in an Idemproxy-Trailers field among the head's: they read as trailers.
