@@ -57,6 +57,10 @@ void MemoryStore::add_usage(const std::string& scope, const Usage& plus, const U
   u.in_flight += plus.in_flight - minus.in_flight;
 }
 
+void MemoryStore::give_back(const Entry& e) {
+  if (e.counted) add_usage(e.record.id.scope, {}, footprint(e));
+}
+
 template <class Change>
 void MemoryStore::accounted(Entry& e, Change change) {
   const Usage before = footprint(e);
@@ -102,13 +106,8 @@ Result<ClaimResult> MemoryStore::claim(const ClaimRequest& request) {
   r.created_at = now;
   r.locked_until = now + request.lease;
   r.expires_at = now + request.ttl;
-  if (it == records_.end()) {
-    Entry& e = records_[key];
-    accounted(e, [&] { e = Entry{r, false, counted}; });
-  } else {
-    Entry& e = it->second;
-    accounted(e, [&] { e = Entry{r, false, counted}; });
-  }
+  Entry& e = it != records_.end() ? it->second : records_[key];
+  accounted(e, [&] { e = Entry{r, false, counted}; });
   return ClaimResult{Claimed{r.token, r.locked_until, took_over}};
 }
 
@@ -223,7 +222,7 @@ Result<bool> MemoryStore::purge(const RecordId& id) {
     std::lock_guard lock(mu_);
     auto it = records_.find({id.scope, id.key});
     if (it != records_.end()) {
-      add_usage(id.scope, {}, footprint(it->second));
+      give_back(it->second);
       records_.erase(it);
       purged = true;
     }
@@ -261,7 +260,7 @@ Result<std::int64_t> MemoryStore::delete_expired(int limit) {
   for (auto it = records_.begin(); it != records_.end() && deleted < limit;) {
     const Record& r = it->second.record;
     if (r.expires_at <= now && (!held(r) || lease_over(r, now))) {
-      if (it->second.counted) add_usage(r.id.scope, {}, footprint(it->second));
+      give_back(it->second);
       it = records_.erase(it);
       ++deleted;
     } else {

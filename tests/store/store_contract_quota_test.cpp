@@ -163,6 +163,14 @@ TEST_P(QuotaContract, RecordsClaimedWithoutAQuotaAreNeverCounted) {
   EXPECT_EQ(usage()->usage.records, 1);
   ASSERT_TRUE(store->purge(id("free-1")).value());
   EXPECT_EQ(usage()->usage.records, 1);
+  // A scope that never claimed under a quota has no usage, even after a purge.
+  scope += "-free";
+  claim_token(request("free-3"));
+  ASSERT_TRUE(store->purge(id("free-3")).value());
+  EXPECT_FALSE(usage().has_value());
+  const auto listed = store->nearest_quota(1000);
+  ASSERT_TRUE(listed.ok());
+  for (const auto& u : listed.value()) EXPECT_TRUE(u.quota.any()) << "\"" << u.scope << "\"";
 }
 
 TEST_P(QuotaContract, TheFullestScopesAreListedFirst) {

@@ -51,6 +51,8 @@ class MemoryStore final : public Store {
   template <class Change>
   void accounted(Entry& e, Change change);
   void add_usage(const std::string& scope, const Usage& plus, const Usage& minus);
+  /// Gives a record's share back before it is deleted (nothing when not counted).
+  void give_back(const Entry& e);
   Entry* holder(const RecordId& id, std::int64_t token);
   /// Moves the holder's in-flight record to `next`; fenced if `token` no longer holds it.
   Result<Done> leave_flight(const RecordId& id, std::int64_t token, RecordState next);

@@ -32,8 +32,8 @@ class Views {
   /// `limit` (the admin API's quota view). Scopes claimed under no quota are absent.
   virtual Result<std::vector<ScopeUsage>> nearest_quota(int limit) = 0;
   /// Whether this store counts usage and refuses claims over a quota (ClaimRequest::
-  /// quota); PostgreSQL does unless it is Citus. One that does not would ignore a quota,
-  /// so the proxy refuses to start (or reload) with one.
+  /// quota); PostgreSQL does unless it is Citus. With a quota on one that does not, serve
+  /// stays unready, and PgStore refuses the claims that carry one.
   virtual Result<bool> counts_quotas() = 0;
   /// Whether the store answers (readiness).
   virtual Result<Done> ping() = 0;

@@ -190,16 +190,17 @@ bool GroupCommit::may_start(const Lane& lane) const {
   return lane.running == 0 || lane.queue.size() >= batch_limit();
 }
 
-// After a claim with a quota saw no row: the scope's usage when the key is still
-// absent and the scope is at a cap (the claim was refused), or nothing.
-std::optional<Usage> GroupCommit::refused_by_quota(Connection& c, pqxx::transaction_base& tx,
-                                                   const ClaimParams& cl) {
+// After a claim with a quota saw no row: the refusal, when the key is still absent
+// and the scope is at a cap (the quota's trigger skipped it), or nothing.
+std::optional<OverQuota> GroupCommit::refused_by_quota(Connection& c, pqxx::transaction_base& tx,
+                                                       const ClaimParams& cl) {
   const pqxx::result u = c.exec(tx, kQuotaUsage, cl.req.id.scope, cl.req.id.key);
   if (u.empty() || u[0]["present"].as<bool>()) return std::nullopt;
   const Usage usage{u[0]["records"].as<std::int64_t>(), u[0]["bytes"].as<std::int64_t>(),
                     u[0]["in_flight"].as<std::int64_t>()};
-  if (!reached(cl.req.quota, usage)) return std::nullopt;
-  return usage;
+  const auto cap = reached(cl.req.quota, usage);
+  if (!cap) return std::nullopt;
+  return OverQuota{*cap, usage, cl.req.quota};
 }
 
 // One member on its own: the single-row statement, in a Write of its own.
@@ -221,10 +222,10 @@ void GroupCommit::run_alone(Pending& p) {
         if (r.empty() && c.distributed()) r = c.exec(tx, kFind, cl->req.id.scope, cl->req.id.key);
         if (r.empty() && quota != nullptr) {
           // No row: a new key its quota's trigger skipped, or a concurrent claim.
-          if (auto usage = refused_by_quota(c, tx, *cl)) {
+          if (auto over = refused_by_quota(c, tx, *cl)) {
             w.commit();
             Answer refused{r, -1, false};
-            refused.over_quota = *usage;
+            refused.over_quota = over;
             return refused;
           }
         }

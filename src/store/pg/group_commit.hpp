@@ -61,8 +61,8 @@ struct Answer {
   int row = -1;
   bool repeat = false;
   std::shared_ptr<SharedColumns> columns = std::make_shared<SharedColumns>();
-  /// A claim refused by its quota (no row): the scope's usage then.
-  std::optional<Usage> over_quota{};
+  /// A claim refused by its quota (no row): the cap, and the scope's usage then.
+  std::optional<OverQuota> over_quota{};
 
   const Columns& at() const { return columns->of(rows); }
 };
@@ -136,8 +136,8 @@ class GroupCommit {
   void wait_for_company(std::unique_lock<std::mutex>& lock, Lane& lane);
   /// `self` alone, now: the single-row statement in autocommit.
   void run_alone(Pending& self);
-  static std::optional<Usage> refused_by_quota(Connection& c, pqxx::transaction_base& tx,
-                                               const ClaimParams& cl);
+  static std::optional<OverQuota> refused_by_quota(Connection& c, pqxx::transaction_base& tx,
+                                                   const ClaimParams& cl);
   /// `worker`: every member's key is on that Citus worker (-1: not on Citus).
   void run_batch(const std::vector<Pending*>& batch, int worker);
   bool run_many(const std::vector<Pending*>& members, int worker);

@@ -229,11 +229,7 @@ void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
     const pg::RowCodec& codec = impl_->codec;
     Result<ClaimResult> result =
         decoded<ClaimResult>(own->self, [&](const pg::Answer& a) -> Result<ClaimResult> {
-          if (a.over_quota) {
-            const Usage& u = *a.over_quota;
-            return ClaimResult{
-                OverQuota{reached(req.quota, u).value_or(QuotaCap::records), u, req.quota}};
-          }
+          if (a.over_quota) return ClaimResult{*a.over_quota};
           if (a.row < 0) {
             return StoreError{StoreErrc::unavailable, "claim found no row after three attempts"};
           }
