@@ -4,8 +4,9 @@
 # CPU 1; the upstream and wrk on CPU 0), 64 connections, alternating rounds:
 #   bench/access_log.sh [ROUNDS] [SECONDS]
 # nginx: one worker, upstream keep-alive, its default `combined` access log written
-# to a file; idemproxy: log.level info, its access lines (text) to a file. Each is
-# also measured with its log off, so the log's own cost per request shows.
+# to a file; idemproxy: log.level info, its access lines (text) to a file, buffered
+# (the default log.access_buffer) and each written as it ends (access_buffer: 0). Each
+# is also measured with its log off, so the log's own cost per request shows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3} SECS=${2:-8}
@@ -45,14 +46,15 @@ run_nginx() {  # run_nginx NAME: prints its CPU µs per request
   measure "$(pgrep -P "$pid" | head -1)" "$NGINX_PORT"  # its one worker does the work
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
-run_idem() {  # run_idem LEVEL: prints its CPU µs per request
-  PROXY_LOG_LEVEL=$1 start_proxy "idem-$1" "$DSN" 8
+run_idem() {  # run_idem LEVEL [LOG_EXTRA]: prints its CPU µs per request
+  PROXY_LOG_LEVEL=$1 PROXY_LOG_EXTRA=${2:-} start_proxy "idem-$1${2:+-unbuffered}" "$DSN" 8
   measure "$PROXY_PID" "$PROXY_PORT"
   kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true
 }
-printf '%-6s %10s %10s %10s %10s\n' round nginx_off nginx_on idem_warn idem_info
+printf '%-6s %10s %10s %10s %10s %12s\n' round nginx_off nginx_on idem_warn idem_info \
+  info_unbuf
 for r in $(seq "$ROUNDS"); do
-  printf '%-6s %10s %10s %10s %10s\n' "$r" "$(run_nginx nginx_off)" "$(run_nginx nginx_on)" \
-    "$(run_idem warn)" "$(run_idem info)"
+  printf '%-6s %10s %10s %10s %10s %12s\n' "$r" "$(run_nginx nginx_off)" "$(run_nginx nginx_on)" \
+    "$(run_idem warn)" "$(run_idem info)" "$(run_idem info ', access_buffer: 0')"
 done
 echo "access lines written: nginx $(wc -l <"$WORK/nginx_on/access.log"), idemproxy $(wc -l <"$WORK/idem-info.log")"

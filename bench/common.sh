@@ -140,7 +140,7 @@ admin_listen: 127.0.0.1:$admin
 upstream: ${PROXY_UPSTREAM:-"{url: \"http://127.0.0.1:$UP_PORT\", max_idle_connections: 256}"}
 store: {postgres: {dsn: "$2", pool_size: $3${PROXY_STORE_EXTRA:+, $PROXY_STORE_EXTRA}}}
 server: {threads: ${4:-1}, max_connections: 100000}
-log: {level: ${PROXY_LOG_LEVEL:-warn}}
+log: {level: ${PROXY_LOG_LEVEL:-warn}${PROXY_LOG_EXTRA:-}}
 routes:
   - ${PROXY_ROUTE:-"{name: orders, path_prefix: /v1, on_concurrent: wait}"}
 EOC

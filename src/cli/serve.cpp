@@ -16,6 +16,9 @@ namespace idemproxy::cli {
 int serve(const Args& args) {
   const config::Config cfg = config::load_config(args.config);
   ops::configure_logging(cfg.log_level, cfg.log_format);
+  ops::configure_access_log(
+      cfg.log_access_buffer,
+      std::chrono::duration_cast<std::chrono::milliseconds>(cfg.log_access_flush));
   for (const auto& w : cfg.warnings) spdlog::warn("config: {}", w);
   ops::Metrics metrics({IDEMPROXY_PROJECT_VERSION, IDEMPROXY_BUILD_REVISION},
                        std::chrono::duration<double>(cfg.upstream.timeout).count());
@@ -61,7 +64,9 @@ int serve(const Args& args) {
   server.start();
   spdlog::info("idemproxy {} protecting {} with {} route(s)", IDEMPROXY_VERSION, cfg.upstream.url,
                cfg.routes.size());
-  return server.run();
+  const int code = server.run();
+  ops::flush_access_log();
+  return code;
 }
 
 }  // namespace idemproxy::cli

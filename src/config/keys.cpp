@@ -131,6 +131,8 @@ const std::vector<Key>& table() {
       {"gc", "max_batches"},
       {"log", "level"},
       {"log", "format"},
+      IDEMPROXY_RESTART("log", "access_buffer", log_access_buffer),
+      IDEMPROXY_RESTART("log", "access_flush", log_access_flush),
       {"", "tracing"},
       // The exporter thread is built from these; only sample_ratio is reloadable.
       Key{"tracing", "otlp_endpoint", [](const Config& c) { return c.tracing.otlp_endpoint; },

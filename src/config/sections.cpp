@@ -272,6 +272,17 @@ void read_housekeeping(const YAML::Node& root, const Reader& r, Config& c) {
       if (!levels.contains(c.log_level))
         r.fail(l["level"], "log.level must be one of trace, debug, info, warn, error, off");
     }
+    if (l["access_buffer"]) {
+      c.log_access_buffer = r.size(l["access_buffer"], "log.access_buffer");
+      if (c.log_access_buffer > (std::size_t{64} << 20))
+        r.fail(l["access_buffer"], "log.access_buffer must be at most 64MiB (0 writes each line)");
+    }
+    if (l["access_flush"]) {
+      c.log_access_flush = r.duration(l["access_flush"], "log.access_flush");
+      if (c.log_access_flush < std::chrono::milliseconds{1} ||
+          c.log_access_flush > std::chrono::minutes{1})
+        r.fail(l["access_flush"], "log.access_flush must be from 1ms to 1m");
+    }
   }
 }
 

@@ -56,6 +56,28 @@ def test_json_access_log_has_one_line_per_request_and_never_the_key(make_proxy, 
     assert any(l.get("level") == "info" and "listening" in l.get("msg", "") for l in lines)
 
 
+def test_access_lines_are_written_within_the_flush_and_none_is_lost_at_exit(make_proxy, key):
+    def access(p):
+        return [l for l in p.read_log().splitlines() if "[access]" in l]
+
+    quick = make_proxy(extra_top={"log": {"access_flush": "100ms"}})
+    quick.post("/v1/orders", "{}", key=key)
+    deadline = time.time() + 5
+    while not access(quick) and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(access(quick)) == 1  # written by the flusher, with the proxy still running
+    quick.stop()
+
+    held = make_proxy(extra_top={"log": {"access_flush": "1m"}})
+    for i in range(50):
+        held.post("/v1/orders", "{}", key="%s-%d" % (key, i))
+    time.sleep(0.5)
+    assert access(held) == []  # held: under 64 KiB, and the minute is not over
+    assert held.stop() == 0
+    lines = access(held)
+    assert len(lines) == 50 and all(" outcome=executed status=201 " in l for l in lines)
+
+
 def test_text_access_log_never_shows_the_key(proxy, key):
     proxy.post("/v1/orders", "{}", key=key)
     proxy.stop()

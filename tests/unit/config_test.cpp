@@ -495,3 +495,19 @@ TEST(ConfigTypos, AQuotaMustCapSomethingWithCountsAndSizes) {
   EXPECT_NE(error_of(route + "{record: 5}}]\n").find("record"), std::string::npos);
   EXPECT_EQ(where(route + "{records: -1}}]\n"), "5:54");  // at the value
 }
+
+TEST(ConfigErrors, AccessLogBufferAndFlushAreBoundedAndReportedAtTheValue) {
+  const Config c = parse(std::string(kMinimal) + "log: {access_buffer: 1MiB, access_flush: 250ms}\n");
+  EXPECT_EQ(c.log_access_buffer, std::size_t{1} << 20);
+  EXPECT_EQ(c.log_access_flush, 250ms);
+  EXPECT_EQ(parse(std::string(kMinimal) + "log: {access_buffer: 0}\n").log_access_buffer, 0U);
+  const Config defaults = parse(kMinimal);
+  EXPECT_EQ(defaults.log_access_buffer, std::size_t{64} << 10);
+  EXPECT_EQ(defaults.log_access_flush, 1s);
+  EXPECT_EQ(error_of(std::string(kMinimal) + "log:\n  access_buffer: 65MiB\n"),
+            "6:18: log.access_buffer must be at most 64MiB (0 writes each line)");
+  EXPECT_EQ(where(std::string(kMinimal) + "log:\n  access_buffer: lots\n"), "6:18");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "log:\n  access_flush: 0s\n"),
+            "6:17: log.access_flush must be from 1ms to 1m");
+  EXPECT_EQ(where(std::string(kMinimal) + "log:\n  access_flush: 2m\n"), "6:17");
+}

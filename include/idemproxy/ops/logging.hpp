@@ -1,5 +1,7 @@
 #pragma once
 // Event logs and the access log (one line per request), as text or JSON lines.
+#include <chrono>
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -30,6 +32,13 @@ struct AccessRecord {
 /// names them (trace, debug, info, warn, error, critical).
 void configure_logging(const std::string& level, const std::string& format);
 void log_access(const AccessRecord& record);
+/// Access lines are gathered in a buffer of `buffer_bytes`, in the order they end, and
+/// written when the next would not fit, every `flush`, by flush_access_log and at exit;
+/// 0 bytes writes each line as it ends (the default before this is called). Event lines
+/// are never held, so an access line may follow an event line logged after it.
+void configure_access_log(std::size_t buffer_bytes, std::chrono::milliseconds flush);
+/// Writes the access lines held; serve calls it on its way out.
+void flush_access_log();
 /// Whether log_access writes anything: callers skip building a record when it does
 /// not.
 bool access_log_enabled();
