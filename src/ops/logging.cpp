@@ -11,18 +11,18 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 namespace idemproxy::ops {
 namespace {
 
-bool g_json = false;
+std::atomic<bool> g_json = false;  // log.format is json; reload may change it
 thread_local const std::string* t_trace_id = nullptr;
 
 constexpr std::size_t kStampSize = 24;  // 2026-11-27T08:33:00.123Z
@@ -230,9 +230,9 @@ TraceTag::TraceTag(const std::string& trace_id) : previous_(t_trace_id) {
 TraceTag::~TraceTag() { t_trace_id = previous_; }
 
 void configure_logging(const std::string& level, const std::string& format) {
-  g_json = format == "json";
+  g_json.store(format == "json", std::memory_order_relaxed);
   spdlog::set_level(spdlog::level::from_str(level));
-  spdlog::set_formatter(std::make_unique<LineFormatter>(g_json));
+  spdlog::set_formatter(std::make_unique<LineFormatter>(format == "json"));
   g_access = spdlog::level::from_str(level) <= spdlog::level::info;
 }
 
@@ -250,7 +250,7 @@ void flush_access_log() {
 
 void log_access(const AccessRecord& r) {
   if (!access_log_enabled()) return;
-  if (g_json) {
+  if (g_json.load(std::memory_order_relaxed)) {
     nlohmann::json line = {{"ts", utc_now()},
                            {"level", "info"},
                            {"msg", "request"},

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "idemproxy/ops/logging.hpp"
+
 namespace idemproxy::server {
 
 std::optional<std::string> reload_config(ServerRuntime& runtime, trace::Tracing* tracing) {
@@ -20,6 +22,7 @@ std::optional<std::string> reload_config(ServerRuntime& runtime, trace::Tracing*
       config::keep_restart_only(next, current->config);
     }
     if (tracing != nullptr) tracing->reload(next.tracing);
+    ops::configure_logging(next.log_level, next.log_format);
     runtime.replace_settings(proxy::make_settings(std::move(next)));
     runtime.metrics.count_reload(true);
     spdlog::info("reload: configuration reloaded from {}", current->config.path);

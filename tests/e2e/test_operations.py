@@ -196,6 +196,25 @@ def test_sighup_keeps_restart_only_keys_names_them_and_applies_the_rest(make_pro
     assert "reload: upstream.url, upstream.timeout changed" in log, log[-2000:]
 
 
+def test_sighup_applies_log_level_and_format(make_proxy, key):
+    """log.level and log.format are reloadable: a reload turns the access log on, in JSON."""
+    p = make_proxy(extra_top={"log": {"level": "warn", "access_flush": "50ms"}})
+    assert p.post("/v1/orders", "{}", key=key + "-1").status == 201
+    doc = json.loads(open(p.config_path).read())
+    doc["log"] = {"level": "info", "format": "json", "access_flush": "50ms"}
+    p.write_config(json.dumps(doc))
+    p.signal(signal.SIGHUP)
+    assert wait_for(lambda: "configuration reloaded" in p.read_log())
+    assert p.post("/v1/orders", "{}", key=key + "-2").status == 201
+
+    def access():
+        lines = [l for l in p.read_log().splitlines() if l.startswith("{")]
+        return [j for j in map(json.loads, lines) if j.get("msg") == "request"]
+    assert wait_for(lambda: len(access()) == 1)
+    assert access()[0]["status"] == 201  # the request after the reload; none from before
+    assert "[access]" not in p.read_log()
+
+
 def test_memory_store_works_for_local_development(tmp_path, upstream, key):
     port, admin = free_port(), free_port()
     cfg = tmp_path / "mem.yaml"

@@ -497,7 +497,8 @@ TEST(ConfigTypos, AQuotaMustCapSomethingWithCountsAndSizes) {
 }
 
 TEST(ConfigErrors, AccessLogBufferAndFlushAreBoundedAndReportedAtTheValue) {
-  const Config c = parse(std::string(kMinimal) + "log: {access_buffer: 1MiB, access_flush: 250ms}\n");
+  const Config c =
+      parse(std::string(kMinimal) + "log: {access_buffer: 1MiB, access_flush: 250ms}\n");
   EXPECT_EQ(c.log_access_buffer, std::size_t{1} << 20);
   EXPECT_EQ(c.log_access_flush, 250ms);
   EXPECT_EQ(parse(std::string(kMinimal) + "log: {access_buffer: 0}\n").log_access_buffer, 0U);

@@ -148,8 +148,8 @@ struct Config {
   PolicyDocConfig policy;
   TracingConfig tracing;
   std::string log_level = "info";
-  std::string log_format = "text";  // text | json
-  std::size_t log_access_buffer = std::size_t{64} << 10;     // log.access_buffer; 0: unbuffered
+  std::string log_format = "text";                              // text | json
+  std::size_t log_access_buffer = std::size_t{64} << 10;        // log.access_buffer; 0: unbuffered
   Duration log_access_flush = std::chrono::milliseconds{1000};  // log.access_flush
   engine::RoutePolicy defaults;
   std::vector<engine::RoutePolicy> routes;  // defaults already applied

@@ -26,7 +26,8 @@ struct AccessRecord {
   double upstream_ms = 0;
 };
 
-/// level: trace..off; format: "text" or "json". Call once, before serving.
+/// level: trace..off; format: "text" or "json". Called before serving, and again by a
+/// reload.
 /// Every line, startup, event or access, is `TIME LEVEL MESSAGE [key=value ...]` in
 /// text, or one JSON object with ts, level and msg; levels are named as the config
 /// names them (trace, debug, info, warn, error, critical).
