@@ -20,7 +20,7 @@
 --
 -- On Citus the records are distributed by key, so a scope's records span workers and
 -- no one row can count them in the claim's transaction: the triggers are not created,
--- and the proxy refuses a quota there (docs/SCALING.md).
+-- and the store counts a scope's records before each claim instead (docs/SCALING.md).
 ALTER TABLE idempotency_records ADD COLUMN IF NOT EXISTS quota bigint[];
 
 CREATE TABLE IF NOT EXISTS idempotency_usage (

@@ -37,15 +37,15 @@ int serve(const Args& args) {
         }
       };
     }
-    // A quota the store cannot count (Citus) keeps the proxy unready, saying why;
-    // its claims are refused meanwhile (PgStore::claim_async), never made without it.
+    // A quota the database cannot count (migration 011 not applied) keeps the proxy
+    // unready, saying why.
     if (std::any_of(cfg.routes.begin(), cfg.routes.end(),
                     [](const engine::RoutePolicy& r) { return r.quota.any(); })) {
       prepare = [migrate = std::move(prepare), &store] {
         if (migrate) migrate();
         const auto counts = store->counts_quotas();
         if (!counts.ok()) throw std::runtime_error(counts.error().detail);
-        if (!counts.value()) throw std::runtime_error(store::kQuotaOnCitus);
+        if (!counts.value()) throw std::runtime_error(store::kQuotaUncounted);
       };
     }
     auto options = pg_options(cfg, cfg.store.pool_size);

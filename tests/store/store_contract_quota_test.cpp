@@ -47,6 +47,12 @@ class QuotaContract : public StoreContract {
     }
     return std::nullopt;
   }
+  /// This test's scope's usage: none when the view lists no entry for it (on Citus the
+  /// view counts the records, so a scope whose records are all gone is not listed).
+  store::Usage counted() {
+    const auto u = usage();
+    return u ? u->usage : store::Usage{};
+  }
 };
 
 TEST_P(QuotaContract, ANewKeyPastTheRecordsCapIsRefusedAndAStoredKeyNeverIs) {
@@ -86,11 +92,11 @@ TEST_P(QuotaContract, AReleasedKeyIsTakenAgainAtTheCapAndAPurgeGivesItsPlaceBack
   refused(with_quota("c", quota));
   // The released key is the scope's already: its retry executes again.
   claim_token(with_quota("a", quota));
-  EXPECT_EQ(usage()->usage.records, 2);
-  EXPECT_EQ(usage()->usage.in_flight, 2);
+  EXPECT_EQ(counted().records, 2);
+  EXPECT_EQ(counted().in_flight, 2);
   ASSERT_TRUE(store->purge(id("b")).value());
-  EXPECT_EQ(usage()->usage.records, 1);
-  EXPECT_EQ(usage()->usage.in_flight, 1);
+  EXPECT_EQ(counted().records, 1);
+  EXPECT_EQ(counted().in_flight, 1);
   claim_token(with_quota("c", quota));
 }
 
@@ -109,8 +115,8 @@ TEST_P(QuotaContract, ExpiredRecordsDeletedByGcGiveTheirPlaceBack) {
     if (n.value() == 0) age(10ms);
   }
   ASSERT_TRUE(gone("a") && gone("b"));
-  EXPECT_EQ(usage()->usage.records, 0);
-  EXPECT_EQ(usage()->usage.bytes, 0);
+  EXPECT_EQ(counted().records, 0);
+  EXPECT_EQ(counted().bytes, 0);
   claim_token(with_quota("c", quota));
 }
 
@@ -128,8 +134,8 @@ TEST_P(QuotaContract, TheInFlightCapCountsOnlyClaimsStillRunning) {
   refused(with_quota("d", quota));
   ASSERT_TRUE(store->mark_indeterminate(b.id, token_b).ok());
   claim_token(with_quota("d", quota));
-  EXPECT_EQ(usage()->usage.records, 4);
-  EXPECT_EQ(usage()->usage.in_flight, 2);
+  EXPECT_EQ(counted().records, 4);
+  EXPECT_EQ(counted().in_flight, 2);
 }
 
 TEST_P(QuotaContract, StoredAnswersCountTowardTheBytesCapUntilTheirAnswersAreDropped) {
@@ -138,19 +144,19 @@ TEST_P(QuotaContract, StoredAnswersCountTowardTheBytesCapUntilTheirAnswersAreDro
   const auto a = with_quota("a", quota);
   ASSERT_TRUE(
       store->complete(a.id, claim_token(a), {201, {{"X-N", "1"}}, body}, {kShort, 1h}).ok());
-  EXPECT_GE(usage()->usage.bytes, 100);
+  EXPECT_GE(counted().bytes, 100);
   const OverQuota over = refused(with_quota("b", quota));
   EXPECT_EQ(over.cap, QuotaCap::bytes);
   EXPECT_GE(over.usage.bytes, 100);
   // The stored key still replays.
   EXPECT_EQ(existing(with_quota("a", quota)).response->body, body);
   age(kPastShort);
-  for (int calls = 0; calls < 200 && usage()->usage.bytes > 0; ++calls) {
+  for (int calls = 0; calls < 200 && counted().bytes > 0; ++calls) {
     ASSERT_TRUE(store->drop_answers("orders", kShort, 1000).ok());
-    if (usage()->usage.bytes > 0) age(10ms);
+    if (counted().bytes > 0) age(10ms);
   }
-  EXPECT_EQ(usage()->usage.bytes, 0);
-  EXPECT_EQ(usage()->usage.records, 1);  // the tombstone stays a record
+  EXPECT_EQ(counted().bytes, 0);
+  EXPECT_EQ(counted().records, 1);  // the tombstone stays a record
   claim_token(with_quota("b", quota));
 }
 
@@ -160,9 +166,9 @@ TEST_P(QuotaContract, RecordsClaimedWithoutAQuotaAreNeverCounted) {
   claim_token(request("free-2"));
   claim_token(with_quota("a", quota));
   refused(with_quota("b", quota));
-  EXPECT_EQ(usage()->usage.records, 1);
+  EXPECT_EQ(counted().records, 1);
   ASSERT_TRUE(store->purge(id("free-1")).value());
-  EXPECT_EQ(usage()->usage.records, 1);
+  EXPECT_EQ(counted().records, 1);
   // A scope that never claimed under a quota has no usage, even after a purge.
   scope += "-free";
   claim_token(request("free-3"));

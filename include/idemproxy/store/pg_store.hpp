@@ -35,11 +35,11 @@ struct PgOptions {
   std::chrono::microseconds batch_wait{0};
 };
 
-/// Why a claim with a quota is refused on Citus.
-inline constexpr const char* kQuotaOnCitus =
-    "a route's quota needs plain PostgreSQL: on Citus a tenant's records span workers, so "
-    "its usage cannot be counted in the claim's transaction (docs/SCALING.md); remove the "
-    "quota or use plain PostgreSQL";
+/// Why a route's quota keeps the proxy unready: the database counts no usage (migration
+/// 011 was not applied, as with serve --no-migrate).
+inline constexpr const char* kQuotaUncounted =
+    "a route's quota needs migration 011 (sql/011_quotas.sql), which counts each tenant's "
+    "usage: run idemproxy migrate, or remove the quota";
 
 class PgStore final : public Store {
  public:
@@ -67,7 +67,8 @@ class PgStore final : public Store {
   Result<Done> ping() override;
   Result<std::int64_t> count_indeterminate() override;
   Result<std::vector<ScopeUsage>> nearest_quota(int limit) override;
-  /// Whether migration 011's triggers are here: not on Citus.
+  /// Whether migration 011's triggers are here (exact), or this is Citus (counted before
+  /// each claim, approximate: docs/SCALING.md).
   Result<bool> counts_quotas() override;
   /// Pool and group-commit figures, as metric samples.
   std::vector<Sample> stats() override;

@@ -32,8 +32,8 @@ class Views {
   /// `limit` (the admin API's quota view). Scopes claimed under no quota are absent.
   virtual Result<std::vector<ScopeUsage>> nearest_quota(int limit) = 0;
   /// Whether this store counts usage and refuses claims over a quota (ClaimRequest::
-  /// quota); PostgreSQL does unless it is Citus. With a quota on one that does not, serve
-  /// stays unready, and PgStore refuses the claims that carry one.
+  /// quota): exactly on one PostgreSQL, within claims made at once on Citus. With a quota
+  /// on one that does not (migration 011 not applied), serve stays unready.
   virtual Result<bool> counts_quotas() = 0;
   /// Whether the store answers (readiness).
   virtual Result<Done> ping() = 0;

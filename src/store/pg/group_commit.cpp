@@ -203,9 +203,29 @@ std::optional<OverQuota> GroupCommit::refused_by_quota(Connection& c, pqxx::tran
   return OverQuota{*cap, usage, cl.req.quota};
 }
 
+// On Citus, before a claim with a quota: the refusal when the key is absent and its
+// scope, counted from its records, is at a cap (kQuotaCounted), or nothing.
+std::optional<OverQuota> GroupCommit::counted_refusal(Connection& c, const ClaimParams& cl) {
+  const pqxx::result u = c.run(kQuotaCounted, cl.req.id.scope);
+  const Usage usage{u[0]["records"].as<std::int64_t>(), u[0]["bytes"].as<std::int64_t>(),
+                    u[0]["in_flight"].as<std::int64_t>()};
+  const auto cap = reached(cl.req.quota, usage);
+  if (!cap || c.run(kKeyPresent, cl.req.id.scope, cl.req.id.key)[0][0].as<bool>()) {
+    return std::nullopt;
+  }
+  return OverQuota{*cap, usage, cl.req.quota};
+}
+
 // One member on its own: the single-row statement, in a Write of its own.
 void GroupCommit::run_alone(Pending& p) {
   p.answer = pool_.with_connection<Answer>([&p](Connection& c) -> Result<Answer> {
+    if (p.claim != nullptr && p.claim->quota && c.distributed()) {
+      if (auto over = counted_refusal(c, *p.claim)) {
+        Answer refused{pqxx::result{}, -1, false};
+        refused.over_quota = over;
+        return refused;
+      }
+    }
     Write w(c);
     pqxx::transaction_base& tx = w.tx();
     pqxx::result r;

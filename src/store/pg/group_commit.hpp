@@ -111,6 +111,8 @@ class GroupCommit {
   /// is a lane.
   void submit(Pending& self);
   /// `self` alone, on a runner thread: the single-row statement in autocommit.
+  /// Runs `self` on its own, never in a batch: what a claim with a quota does on Citus,
+  /// counted first (counted_refusal).
   void submit_alone(Pending& self);
 
   PgStore::BatchStats stats();
@@ -136,6 +138,7 @@ class GroupCommit {
   void wait_for_company(std::unique_lock<std::mutex>& lock, Lane& lane);
   /// `self` alone, now: the single-row statement in autocommit.
   void run_alone(Pending& self);
+  static std::optional<OverQuota> counted_refusal(Connection& c, const ClaimParams& cl);
   static std::optional<OverQuota> refused_by_quota(Connection& c, pqxx::transaction_base& tx,
                                                    const ClaimParams& cl);
   /// `worker`: every member's key is on that Citus worker (-1: not on Citus).

@@ -216,12 +216,6 @@ Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
 }
 
 void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
-  if (req.quota.any() && impl_->pool.distributed()) {
-    // Citus cannot count a scope's records in the claim's transaction (they span
-    // workers): refused, never claimed without the quota. serve refuses the config.
-    done(StoreError{StoreErrc::unavailable, kQuotaOnCitus});
-    return;
-  }
   auto* call = new ClaimCall(req, impl_->codec, std::move(done));
   call->self.finished = [this, call] {
     const std::unique_ptr<ClaimCall> own(call);
@@ -252,6 +246,9 @@ void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
     }
     own->done(std::move(result));
   };
+  // On Citus a claim with a quota goes alone, after its scope is counted (a batch
+  // holds the keys of one worker; a scope's records span them all).
+  if (req.quota.any() && impl_->pool.distributed()) return impl_->batches.submit_alone(call->self);
   impl_->batches.submit(call->self);
 }
 
@@ -360,7 +357,8 @@ Result<std::int64_t> PgStore::drop_answers(const std::string& route, Duration tt
 Result<std::vector<Views::ScopeUsage>> PgStore::nearest_quota(int limit) {
   return impl_->with<std::vector<ScopeUsage>>([&](Connection& c) {
     std::vector<ScopeUsage> out;
-    for (const auto& row : c.run(pg::kNearestQuota, limit)) out.push_back(pg::scope_usage(row));
+    const auto& statement = c.distributed() ? pg::kNearestQuotaCounted : pg::kNearestQuota;
+    for (const auto& row : c.run(statement, limit)) out.push_back(pg::scope_usage(row));
     return Result<std::vector<ScopeUsage>>(std::move(out));
   });
 }

@@ -23,10 +23,31 @@
 
 namespace idemproxy::store::pg {
 
-inline constexpr Statement kAll[] = {
-    kClaim,    kClaimRouted,   kComplete,          kClaimMany,    kCompleteMany, kClaimCompleteMany,
-    kRelease,  kRenew,         kMarkIndeterminate, kResolve,      kFind,         kList,
-    kPurge,    kDeleteExpired, kDropAnswers,       kPing,         kWatch,        kAnnounce,
-    kWithdraw, kIndeterminate, kQuotaUsage,        kNearestQuota, kCountsQuotas};
+inline constexpr Statement kAll[] = {kClaim,
+                                     kClaimRouted,
+                                     kComplete,
+                                     kClaimMany,
+                                     kCompleteMany,
+                                     kClaimCompleteMany,
+                                     kRelease,
+                                     kRenew,
+                                     kMarkIndeterminate,
+                                     kResolve,
+                                     kFind,
+                                     kList,
+                                     kPurge,
+                                     kDeleteExpired,
+                                     kDropAnswers,
+                                     kPing,
+                                     kWatch,
+                                     kAnnounce,
+                                     kWithdraw,
+                                     kIndeterminate,
+                                     kQuotaUsage,
+                                     kNearestQuota,
+                                     kCountsQuotas,
+                                     kQuotaCounted,
+                                     kKeyPresent,
+                                     kNearestQuotaCounted};
 
 }  // namespace idemproxy::store::pg

@@ -37,6 +37,21 @@ inline constexpr Statement kQuotaUsage{
     " EXISTS (SELECT 1 FROM idempotency_records WHERE scope = $1 AND key = $2) AS present"
     " FROM idempotency_usage WHERE scope = $1"};
 
+// On Citus, before a claim with a quota: the scope's usage counted from its records,
+// which span workers (one fan-out read; the primary key's scope prefix on each shard),
+// and whether the key is there (routed). Not in the claim's transaction: claims of
+// one scope made at once may each see room, so the cap is approximate there
+// (docs/SCALING.md says by how much).
+inline constexpr Statement kQuotaCounted{
+    "idemproxy_quota_counted",
+    "SELECT count(*) AS records,"
+    " coalesce(sum(coalesce(octet_length(headers), 0) + coalesce(octet_length(body), 0)), 0)"
+    "::bigint AS bytes, count(*) FILTER (WHERE state = 'in_flight') AS in_flight"
+    " FROM idempotency_records WHERE scope = $1 AND quota IS NOT NULL"};
+inline constexpr Statement kKeyPresent{
+    "idemproxy_key_present",
+    "SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE scope = $1 AND key = $2)"};
+
 // Completion fences on the token. $7 is the record's retention in ms (its tombstone's
 // with after_expiry: reject), $9 its answer's (the replay window). watched: another instance's
 // request waits for this record (kWatch); the caller then announces the finish (kAnnounce).

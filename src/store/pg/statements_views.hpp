@@ -33,11 +33,27 @@ inline constexpr Statement kNearestQuota{
     " ORDER BY greatest(records::float8 / nullif(quota[1], 0), bytes::float8 / nullif(quota[2], 0),"
     "  in_flight::float8 / nullif(quota[3], 0)) DESC NULLS LAST, scope LIMIT $1"};
 
-// Whether migration 011 made the quota's triggers here (not on Citus).
+// The same from the records, on Citus (no idempotency_usage there): grouped across
+// workers; the caps shown are the largest its records carry.
+inline constexpr Statement kNearestQuotaCounted{
+    "idemproxy_nearest_quota_counted",
+    "SELECT scope, records, bytes, in_flight, cap_records, cap_bytes, cap_in_flight FROM ("
+    " SELECT scope, count(*) AS records, coalesce(sum(coalesce(octet_length(headers), 0)"
+    " + coalesce(octet_length(body), 0)), 0)::bigint AS bytes,"
+    " count(*) FILTER (WHERE state = 'in_flight') AS in_flight, max(quota[1]) AS cap_records,"
+    " max(quota[2]) AS cap_bytes, max(quota[3]) AS cap_in_flight"
+    " FROM idempotency_records WHERE quota IS NOT NULL GROUP BY scope) u"
+    " ORDER BY greatest(records::float8 / nullif(cap_records, 0),"
+    "  bytes::float8 / nullif(cap_bytes, 0), in_flight::float8 / nullif(cap_in_flight, 0))"
+    " DESC NULLS LAST, scope LIMIT $1"};
+
+// Whether this database counts quotas: migration 011's triggers (exact), or Citus,
+// where the store counts a scope's records before each claim (approximate).
 inline constexpr Statement kCountsQuotas{
     "idemproxy_counts_quotas",
     "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'idempotency_quota_admit'"
-    " AND tgrelid = 'idempotency_records'::regclass)"};
+    " AND tgrelid = 'idempotency_records'::regclass)"
+    " OR EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')"};
 
 inline constexpr Statement kPing{"idemproxy_ping", "SELECT 1"};
 
