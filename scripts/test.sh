@@ -227,6 +227,11 @@ run_pytest build tests/e2e --ignore=tests/e2e/test_image.py
 stage "the next run sends every test request over HTTP/2 (IDEMPROXY_TEST_HTTP2=1)"
 IDEMPROXY_TEST_HTTP2=1 run_pytest build tests/e2e/test_tls.py tests/e2e/test_tracing.py \
   tests/e2e/test_replay_cache.py
+# The contract's round two from an outside HTTP/2 peer too: a fingerprint rule changed
+# by reload and on a second instance, and the upstream's max-age (quotas and the key
+# lookup take both protocols in their own tests).
+IDEMPROXY_TEST_HTTP2=1 run_pytest build tests/e2e/test_contract.py \
+  -k "fingerprint_rule_change or max_age"
 
 # In a copy of the checkout without build trees, as a new clone would be, it must
 # build the binary it runs and nothing else (no test binary); ccache, keyed by paths
