@@ -36,7 +36,8 @@ void log_access(const AccessRecord& record);
 /// Access lines are gathered in a buffer of `buffer_bytes`, in the order they end, and
 /// written when the next would not fit, every `flush`, by flush_access_log and at exit;
 /// 0 bytes writes each line as it ends (the default before this is called). Event lines
-/// are never held, so an access line may follow an event line logged after it.
+/// are never held, so an access line may follow an event line logged after it. Call it
+/// before serving (serve does, from log.access_buffer and log.access_flush).
 void configure_access_log(std::size_t buffer_bytes, std::chrono::milliseconds flush);
 /// Writes the access lines held; serve calls it on its way out.
 void flush_access_log();
