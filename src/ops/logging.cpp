@@ -161,8 +161,7 @@ class AccessBuffer {
     if (capacity_ == 0) return write_out(line);
     const std::lock_guard lock(m_);
     if (pending_.size() + line.size() > capacity_) {
-      write_out(pending_);
-      pending_.clear();
+      write_held();
       if (line.size() > capacity_) return write_out(line);
     }
     pending_.append(line);
@@ -170,9 +169,7 @@ class AccessBuffer {
 
   void flush() {
     const std::lock_guard lock(m_);
-    if (pending_.empty()) return;
-    write_out(pending_);
-    pending_.clear();
+    write_held();
   }
 
   void stop() {
@@ -190,10 +187,15 @@ class AccessBuffer {
     std::unique_lock lock(m_);
     while (!stopping_) {
       wake_.wait_for(lock, flush_);
-      if (pending_.empty()) continue;
-      write_out(pending_);
-      pending_.clear();
+      write_held();
     }
+  }
+
+  // Under m_.
+  void write_held() {
+    if (pending_.empty()) return;
+    write_out(pending_);
+    pending_.clear();
   }
 
   const std::size_t capacity_;

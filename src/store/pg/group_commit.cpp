@@ -190,30 +190,30 @@ bool GroupCommit::may_start(const Lane& lane) const {
   return lane.running == 0 || lane.queue.size() >= batch_limit();
 }
 
+namespace {
+// The refusal of `cl` by its quota when `usage` is at one of its caps, or nothing.
+std::optional<OverQuota> over_cap(const ClaimParams& cl, const Usage& usage) {
+  const auto cap = reached(cl.req.quota, usage);
+  if (!cap) return std::nullopt;
+  return OverQuota{*cap, usage, cl.req.quota};
+}
+}  // namespace
+
 // After a claim with a quota saw no row: the refusal, when the key is still absent
 // and the scope is at a cap (the quota's trigger skipped it), or nothing.
 std::optional<OverQuota> GroupCommit::refused_by_quota(Connection& c, pqxx::transaction_base& tx,
                                                        const ClaimParams& cl) {
   const pqxx::result u = c.exec(tx, kQuotaUsage, cl.req.id.scope, cl.req.id.key);
   if (u.empty() || u[0]["present"].as<bool>()) return std::nullopt;
-  const Usage usage{u[0]["records"].as<std::int64_t>(), u[0]["bytes"].as<std::int64_t>(),
-                    u[0]["in_flight"].as<std::int64_t>()};
-  const auto cap = reached(cl.req.quota, usage);
-  if (!cap) return std::nullopt;
-  return OverQuota{*cap, usage, cl.req.quota};
+  return over_cap(cl, usage_of(u[0]));
 }
 
 // On Citus, before a claim with a quota: the refusal when the key is absent and its
 // scope, counted from its records, is at a cap (kQuotaCounted), or nothing.
 std::optional<OverQuota> GroupCommit::counted_refusal(Connection& c, const ClaimParams& cl) {
-  const pqxx::result u = c.run(kQuotaCounted, cl.req.id.scope);
-  const Usage usage{u[0]["records"].as<std::int64_t>(), u[0]["bytes"].as<std::int64_t>(),
-                    u[0]["in_flight"].as<std::int64_t>()};
-  const auto cap = reached(cl.req.quota, usage);
-  if (!cap || c.run(kKeyPresent, cl.req.id.scope, cl.req.id.key)[0][0].as<bool>()) {
-    return std::nullopt;
-  }
-  return OverQuota{*cap, usage, cl.req.quota};
+  auto over = over_cap(cl, usage_of(c.run(kQuotaCounted, cl.req.id.scope)[0]));
+  if (over && c.run(kKeyPresent, cl.req.id.scope, cl.req.id.key)[0][0].as<bool>()) return {};
+  return over;
 }
 
 // One member on its own: the single-row statement, in a Write of its own.

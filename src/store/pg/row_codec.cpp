@@ -60,13 +60,21 @@ std::optional<std::string> quota_text(const Quota& q) {
          std::to_string(q.in_flight) + "}";
 }
 
+namespace {
+std::int64_t number_or_0(const pqxx::row& row, const char* column) {
+  return row[column].is_null() ? std::int64_t{0} : row[column].as<std::int64_t>();
+}
+}  // namespace
+
+Usage usage_of(const pqxx::row& row) {
+  return {number_or_0(row, "records"), number_or_0(row, "bytes"), number_or_0(row, "in_flight")};
+}
+
 Views::ScopeUsage scope_usage(const pqxx::row& row) {
-  const auto n = [&](const char* column) {
-    return row[column].is_null() ? std::int64_t{0} : row[column].as<std::int64_t>();
-  };
   return {row["scope"].as<std::string>(),
-          {n("records"), n("bytes"), n("in_flight")},
-          {n("cap_records"), n("cap_bytes"), n("cap_in_flight")}};
+          usage_of(row),
+          {number_or_0(row, "cap_records"), number_or_0(row, "cap_bytes"),
+           number_or_0(row, "cap_in_flight")}};
 }
 
 std::string RowCodec::stored(std::string_view value, const RecordId& id,

@@ -31,6 +31,8 @@ TimePoint from_ms(const pqxx::field& f);
 std::optional<std::string> quota_text(const Quota& q);
 /// A row of kNearestQuota.
 Views::ScopeUsage scope_usage(const pqxx::row& row);
+/// The usage columns (records, bytes, in_flight) of a row; NULL reads as 0.
+Usage usage_of(const pqxx::row& row);
 
 class RowCodec {
  public:

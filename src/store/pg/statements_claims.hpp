@@ -43,11 +43,8 @@ inline constexpr Statement kQuotaUsage{
 // one scope made at once may each see room, so the cap is approximate there
 // (docs/SCALING.md says by how much).
 inline constexpr Statement kQuotaCounted{
-    "idemproxy_quota_counted",
-    "SELECT count(*) AS records,"
-    " coalesce(sum(coalesce(octet_length(headers), 0) + coalesce(octet_length(body), 0)), 0)"
-    "::bigint AS bytes, count(*) FILTER (WHERE state = 'in_flight') AS in_flight"
-    " FROM idempotency_records WHERE scope = $1 AND quota IS NOT NULL"};
+    "idemproxy_quota_counted", "SELECT " IDEMPROXY_USAGE_COUNTED
+                               " FROM idempotency_records WHERE scope = $1 AND quota IS NOT NULL"};
 inline constexpr Statement kKeyPresent{
     "idemproxy_key_present",
     "SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE scope = $1 AND key = $2)"};

@@ -16,6 +16,20 @@ struct Statement {
 #define IDEMPROXY_MS(t) "(extract(epoch from (" t ") - 'epoch'::timestamptz) * 1000)::bigint"
 
 // clang-format off
+// A scope's usage counted from its records (on Citus, where no idempotency_usage row
+// counts it), as migration 011's idempotency_quota_share adds it up: the records, their
+// stored answers' bytes (headers and body, as stored) and those in flight.
+#define IDEMPROXY_USAGE_COUNTED                                                           \
+  "count(*) AS records, coalesce(sum(coalesce(octet_length(headers), 0)"                  \
+  " + coalesce(octet_length(body), 0)), 0)::bigint AS bytes,"                             \
+  " count(*) FILTER (WHERE state = 'in_flight') AS in_flight"
+
+// Fullest first: the largest share of a cap any of records, bytes or in_flight uses.
+#define IDEMPROXY_FULLEST_FIRST(records_cap, bytes_cap, in_flight_cap)                    \
+  " ORDER BY greatest(records::float8 / nullif(" records_cap ", 0),"                      \
+  " bytes::float8 / nullif(" bytes_cap ", 0), in_flight::float8 / nullif(" in_flight_cap \
+  ", 0)) DESC NULLS LAST, scope"
+
 #define IDEMPROXY_RECORD_COLUMNS                                                        \
   "fingerprint, state, token, route, method, target, "                                  \
   IDEMPROXY_MS("created_at") " AS created_ms, "                                         \

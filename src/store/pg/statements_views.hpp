@@ -29,23 +29,19 @@ inline constexpr Statement kList{
 inline constexpr Statement kNearestQuota{
     "idemproxy_nearest_quota",
     "SELECT scope, records, bytes, in_flight, quota[1] AS cap_records, quota[2] AS cap_bytes,"
-    " quota[3] AS cap_in_flight FROM idempotency_usage"
-    " ORDER BY greatest(records::float8 / nullif(quota[1], 0), bytes::float8 / nullif(quota[2], 0),"
-    "  in_flight::float8 / nullif(quota[3], 0)) DESC NULLS LAST, scope LIMIT $1"};
+    " quota[3] AS cap_in_flight FROM idempotency_usage" IDEMPROXY_FULLEST_FIRST(
+        "quota[1]", "quota[2]", "quota[3]") " LIMIT $1"};
 
 // The same from the records, on Citus (no idempotency_usage there): grouped across
 // workers; the caps shown are the largest its records carry.
 inline constexpr Statement kNearestQuotaCounted{
     "idemproxy_nearest_quota_counted",
     "SELECT scope, records, bytes, in_flight, cap_records, cap_bytes, cap_in_flight FROM ("
-    " SELECT scope, count(*) AS records, coalesce(sum(coalesce(octet_length(headers), 0)"
-    " + coalesce(octet_length(body), 0)), 0)::bigint AS bytes,"
-    " count(*) FILTER (WHERE state = 'in_flight') AS in_flight, max(quota[1]) AS cap_records,"
+    " SELECT scope, " IDEMPROXY_USAGE_COUNTED
+    ", max(quota[1]) AS cap_records,"
     " max(quota[2]) AS cap_bytes, max(quota[3]) AS cap_in_flight"
-    " FROM idempotency_records WHERE quota IS NOT NULL GROUP BY scope) u"
-    " ORDER BY greatest(records::float8 / nullif(cap_records, 0),"
-    "  bytes::float8 / nullif(cap_bytes, 0), in_flight::float8 / nullif(cap_in_flight, 0))"
-    " DESC NULLS LAST, scope LIMIT $1"};
+    " FROM idempotency_records WHERE quota IS NOT NULL GROUP BY scope) u" IDEMPROXY_FULLEST_FIRST(
+        "cap_records", "cap_bytes", "cap_in_flight") " LIMIT $1"};
 
 // Whether this database counts quotas: migration 011's triggers (exact), or Citus,
 // where the store counts a scope's records before each claim (approximate).
