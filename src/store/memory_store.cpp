@@ -1,6 +1,8 @@
 #include "idemproxy/store/memory_store.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 namespace idemproxy::store {
 namespace {
@@ -24,7 +26,8 @@ const StoreError kFenced{StoreErrc::fenced, "the claim is no longer held"};
 // The bytes an answer takes, as the database counts them: its fields and body.
 std::int64_t stored_size(const std::optional<StoredResponse>& response) {
   if (!response || !response->body_stored) return 0;
-  std::size_t n = response->body.size();
+  std::size_t n =
+      response->chunked() ? static_cast<std::size_t>(response->body_length) : response->body.size();
   for (const auto* fields : {&response->headers, &response->trailers}) {
     for (const Header& h : *fields) n += h.name.size() + h.value.size();
   }
@@ -128,6 +131,10 @@ Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
     std::lock_guard lock(mu_);
     Entry* e = holder(id, token);
     if (e == nullptr) return kFenced;
+    if (response.body_stored && response.chunked() &&
+        !chunks_complete({id.scope, id.key}, token, response.chunks)) {
+      return StoreError{StoreErrc::fenced, "a chunk of the streamed answer is missing"};
+    }
     Record& r = e->record;
     accounted(*e, [&] {
       r.state = RecordState::completed;
@@ -142,6 +149,49 @@ Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
   }
   if (watched) announce_finish(id);
   return expires_at;
+}
+
+bool MemoryStore::chunks_complete(const Key& key, std::int64_t token, std::int32_t n) const {
+  const auto it = chunks_.find(key);
+  if (it == chunks_.end()) return false;
+  std::int32_t expect = 1;
+  for (auto c = it->second.lower_bound({token, 0});
+       c != it->second.end() && c->first.first == token; ++c) {
+    if (c->first.second != expect++) return false;
+  }
+  return expect - 1 == n;
+}
+
+Result<Done> MemoryStore::append(const RecordId& id, std::int64_t token, std::int32_t seq,
+                                 std::string_view bytes) {
+  std::lock_guard lock(mu_);
+  chunks_[{id.scope, id.key}].try_emplace({token, seq}, bytes);
+  return Done{};
+}
+
+Result<std::vector<Chunk>> MemoryStore::read_chunks(const RecordId& id, std::int64_t token,
+                                                    std::int32_t from, int limit) {
+  std::lock_guard lock(mu_);
+  std::vector<Chunk> out;
+  const auto it = chunks_.find({id.scope, id.key});
+  if (it == chunks_.end()) return out;
+  for (auto c = it->second.lower_bound({token, from});
+       c != it->second.end() && c->first.first == token && std::cmp_less(out.size(), limit); ++c) {
+    out.push_back({c->first.second, c->second});
+  }
+  return out;
+}
+
+void MemoryStore::sweep_chunks() {
+  for (auto it = chunks_.begin(); it != chunks_.end();) {
+    const auto record = records_.find(it->first);
+    const Record* r = record == records_.end() ? nullptr : &record->second.record;
+    const bool reads = r != nullptr && (r->state == RecordState::in_flight ||
+                                        (r->state == RecordState::completed && r->response &&
+                                         r->response->body_stored && r->response->chunked()));
+    std::erase_if(it->second, [&](const auto& c) { return !reads || c.first.first != r->token; });
+    it = it->second.empty() ? chunks_.erase(it) : std::next(it);
+  }
 }
 
 Result<Done> MemoryStore::leave_flight(const RecordId& id, std::int64_t token, RecordState next) {
@@ -199,7 +249,10 @@ Result<std::vector<Record>> MemoryStore::list(std::optional<RecordState> state, 
     if (state && e.record.state != *state) continue;
     Record copy = read(e.record, now);
     if (copy.response) {
-      copy.response = StoredResponse{copy.response->status, {}, {}, copy.response->body_stored};
+      StoredResponse listed{copy.response->status, {}, {}, copy.response->body_stored};
+      listed.chunks = copy.response->chunks;
+      listed.body_length = copy.response->body_length;
+      copy.response = std::move(listed);
     }
     out.push_back(std::move(copy));
   }
@@ -224,6 +277,7 @@ Result<bool> MemoryStore::purge(const RecordId& id) {
     if (it != records_.end()) {
       give_back(it->second);
       records_.erase(it);
+      chunks_.erase({id.scope, id.key});
       purged = true;
     }
   }
@@ -247,6 +301,9 @@ Result<std::int64_t> MemoryStore::drop_answers(const std::string& route, Duratio
       r.response->trailers.clear();
       r.response->body.clear();
       r.response->body_stored = false;
+      r.response->chunks = 0;
+      r.response->body_length = 0;
+      r.response->body_digest.clear();
     });
     ++dropped;
   }
@@ -267,6 +324,7 @@ Result<std::int64_t> MemoryStore::delete_expired(int limit) {
       ++it;
     }
   }
+  sweep_chunks();
   return deleted;
 }
 

@@ -45,6 +45,16 @@ std::vector<std::string> apply_migrations(const std::string& dsn, std::optional<
     tx.exec("SELECT create_distributed_table('idempotency_records', 'key')");
     applied.emplace_back("citus: idempotency_records distributed by key");
   }
+  // A streamed answer's chunks live on their record's shard (co-located, by key), so
+  // every chunk statement is routed to one worker.
+  if (citus.value_or(has_citus) && tx.exec("SELECT 1 FROM pg_dist_partition"
+                                           " WHERE logicalrelid = 'idempotency_chunks'::regclass")
+                                       .empty()) {
+    tx.exec(
+        "SELECT create_distributed_table('idempotency_chunks', 'key',"
+        " colocate_with => 'idempotency_records')");
+    applied.emplace_back("citus: idempotency_chunks distributed by key, beside their records");
+  }
   tx.commit();
   return applied;
 }

@@ -94,6 +94,26 @@ TEST_F(PgCitusTest, TheTableIsHashDistributedOnKeyNotScope) {
   EXPECT_GE(sql("SELECT count(*) FROM citus_get_active_worker_nodes()")[0][0].as<int>(), 2);
 }
 
+// A streamed answer's chunks live on their record's shard: distributed by key in
+// the records' co-location group, so a chunk statement is routed like its record's.
+TEST_F(PgCitusTest, ChunksAreDistributedBesideTheirRecords) {
+  const auto r =
+      sql("SELECT logicalrelid::text, column_to_column_name(logicalrelid, partkey), colocationid"
+          " FROM pg_dist_partition WHERE logicalrelid IN"
+          " ('idempotency_records'::regclass, 'idempotency_chunks'::regclass) ORDER BY 1");
+  ASSERT_EQ(r.size(), 2U);
+  EXPECT_EQ(r[0][1].as<std::string>(), "key");
+  EXPECT_EQ(r[1][1].as<std::string>(), "key");
+  EXPECT_EQ(r[0][2].as<int>(), r[1][2].as<int>());
+  // And the shard of a key's chunks is on the worker of its record's.
+  const auto same =
+      sql("SELECT (SELECT nodeport FROM pg_dist_shard_placement WHERE shardid ="
+          " get_shard_id_for_distribution_column('idempotency_records', 'some-key')) ="
+          " (SELECT nodeport FROM pg_dist_shard_placement WHERE shardid ="
+          " get_shard_id_for_distribution_column('idempotency_chunks', 'some-key'))");
+  EXPECT_TRUE(same[0][0].as<bool>());
+}
+
 // Each statement of a request's path, planned by Citus: one task on one shard, with
 // no subplans (a subplan would be a second round trip from the coordinator, and for
 // a data-modifying CTE a change of meaning: the parts run one after another).
@@ -112,6 +132,10 @@ TEST_F(PgCitusTest, EveryRecordStatementIsASingleShardRouterQuery) {
       {"resolve", {kResolve, s + ", 'k'"}},
       {"find", {kFind, s + ", 'k'"}},
       {"purge", {kPurge, s + ", 'k'"}},
+      {"read_chunks", {kReadChunks, s + ", 'k', 1, 1, 16"}},
+      {"complete_chunked",
+       {kCompleteChunked, s + ", 'k', 1, 200, ''::bytea, 3, 60000, NULL, 60000, 9, ''::bytea"}},
+      {"purge_chunks", {kPurgeChunks, s + ", 'k'"}},
   };
   pqxx::connection c(dsn());
   for (const auto& [name, statement] : cases) {
@@ -151,6 +175,17 @@ TEST_F(PgCitusTest, EveryRecordStatementIsASingleShardRouterQuery) {
     plan.clear();
     for (const auto& row :
          tx.exec("EXPLAIN (COSTS OFF) EXECUTE complete_rows(" + done_args + ")")) {
+      plan += row[0].as<std::string>() + "\n";
+    }
+    EXPECT_NE(plan.find("Task Count: 1\n"), std::string::npos) << plan;
+    EXPECT_EQ(plan.find("Subplan"), std::string::npos) << plan;
+    // And a batch of chunks of keys on one shard (append_rows_sql).
+    std::string chunk_args = "NULL, ";
+    for (const auto& k : keys) chunk_args += s + ", '" + k + "', 1, 1, 'x'::bytea, ";
+    chunk_args.resize(chunk_args.size() - 2);
+    tx.exec("PREPARE append_rows AS " + idemproxy::store::pg::append_rows_sql(3));
+    plan.clear();
+    for (const auto& row : tx.exec("EXPLAIN (COSTS OFF) EXECUTE append_rows(" + chunk_args + ")")) {
       plan += row[0].as<std::string>() + "\n";
     }
     EXPECT_NE(plan.find("Task Count: 1\n"), std::string::npos) << plan;

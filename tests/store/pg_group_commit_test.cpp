@@ -516,3 +516,52 @@ TEST_F(PgStoreTest, ABatchHandsItsAnswersOverTogether) {
   ASSERT_EQ(d.deliveries.size(), 1U) << "one delivery for the batch, not one per member";
   EXPECT_EQ(d.deliveries[0], (std::vector<int>{0, 1, 2, 3}));
 }
+
+// A streamed answer's chunks join a group commit of their own: chunks of many streams
+// queued while one batch commits go together in the next, in one transaction.
+TEST_F(PgStoreTest, ChunksOfManyStreamsQueuedTogetherCommitTogether) {
+  PgStore one({dsn(), 1, 5s});
+  const auto sample = [&](std::string_view name) {
+    for (const auto& s : one.stats())
+      if (name == s.name) return static_cast<std::int64_t>(s.value);
+    ADD_FAILURE() << "no sample " << name;
+    return std::int64_t{-1};
+  };
+  constexpr int kStreams = 4;
+  constexpr int kChunks = 10;
+  std::vector<std::int64_t> tokens;
+  for (int s = 0; s < kStreams; ++s) {
+    const auto r = one.claim(request("s" + std::to_string(s)));
+    tokens.push_back(std::get<Claimed>(r.value()).token);
+  }
+  const auto batches_before = sample("idemproxy_db_chunk_batches_total");
+  const auto chunks_before = sample("idemproxy_db_chunks_stored_total");
+  std::mutex mu;
+  std::condition_variable all_done;
+  int pending = kStreams * kChunks;
+  int failed = 0;
+  const std::string bytes(1000, 'b');
+  for (int i = 1; i <= kChunks; ++i) {
+    for (int s = 0; s < kStreams; ++s) {
+      one.append_async({scope, "s" + std::to_string(s)}, tokens[s], i, bytes, [&](Result<Done> r) {
+        std::lock_guard lock(mu);
+        if (!r.ok()) ++failed;
+        if (--pending == 0) all_done.notify_one();
+      });
+    }
+  }
+  {
+    std::unique_lock lock(mu);
+    all_done.wait(lock, [&] { return pending == 0; });
+  }
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(sample("idemproxy_db_chunks_stored_total") - chunks_before, kStreams * kChunks);
+  // 40 chunks queued within microseconds, while each commit takes far longer: a few
+  // transactions, not 40.
+  EXPECT_LE(sample("idemproxy_db_chunk_batches_total") - batches_before, 10);
+  for (int s = 0; s < kStreams; ++s) {
+    const auto stored = one.read_chunks({scope, "s" + std::to_string(s)}, tokens[s], 1, 100);
+    ASSERT_TRUE(stored.ok());
+    EXPECT_EQ(stored.value().size(), static_cast<std::size_t>(kChunks));
+  }
+}

@@ -127,3 +127,57 @@ TEST_F(PgStoreTest, PlainRecordsStayReadableAfterEncryptionIsTurnedOn) {
 // Group commit. A store with one connection is held busy by a completion that waits
 // on a row lock the test holds from outside; everything submitted meanwhile queues,
 // and runs as one batch once the lock is let go.
+
+// A streamed answer's chunks are sealed one by one, each bound to its record and its
+// place: none holds plaintext, and one swapped with another does not open.
+TEST_F(PgStoreTest, SealedChunksHoldNoPlaintextAndASwappedChunkDoesNotOpen) {
+  PgStore sealed({dsn(), 2, 5s, false, ring({{"k1", 1}})});
+  const auto req = request("chunks");
+  const auto token = std::get<Claimed>(sealed.claim(req).value()).token;
+  ASSERT_TRUE(sealed.append(req.id, token, 1, "data: {\"card\":\"4242424242424242\"}\n\n").ok());
+  ASSERT_TRUE(sealed.append(req.id, token, 2, "data: {\"cvc\":\"123\"}\n\n").ok());
+  StoredResponse answer{200, {{"Content-Type", "text/event-stream"}}, "", true};
+  answer.chunks = 2;
+  answer.body_length = 60;
+  answer.body_digest = std::string(32, 'd');
+  ASSERT_TRUE(sealed.complete(req.id, token, answer, 1h).ok());
+
+  pqxx::connection c(dsn());
+  {
+    pqxx::nontransaction tx(c);
+    const auto rows = tx.exec_params(
+        "SELECT key_id, encode(bytes, 'escape') FROM idempotency_chunks"
+        " WHERE scope = $1 AND key = $2 ORDER BY seq",
+        req.id.scope, req.id.key);
+    ASSERT_EQ(rows.size(), 2U);
+    for (const auto& row : rows) {
+      EXPECT_EQ(row[0].as<std::string>(), "k1");
+      for (const char* secret : {"4242", "card", "cvc", "data:"})
+        EXPECT_EQ(row[1].as<std::string>().find(secret), std::string::npos) << secret;
+    }
+    const auto digest = tx.exec_params1(
+        "SELECT encode(body_digest, 'escape') FROM idempotency_records WHERE scope = $1 AND "
+        "key = $2",
+        req.id.scope, req.id.key);
+    EXPECT_EQ(digest[0].as<std::string>().find("dddd"), std::string::npos);
+  }
+  const auto opened = sealed.read_chunks(req.id, token, 1, 10);
+  ASSERT_TRUE(opened.ok()) << opened.error().detail;
+  ASSERT_EQ(opened.value().size(), 2U);
+  EXPECT_EQ(opened.value()[1].bytes, "data: {\"cvc\":\"123\"}\n\n");
+  EXPECT_EQ(sealed.find(req.id).value()->response->body_digest, std::string(32, 'd'));
+
+  // Swapped in place: each row now holds the other's sealed bytes.
+  {
+    pqxx::work tx(c);
+    tx.exec_params(
+        "UPDATE idempotency_chunks c SET bytes = o.bytes FROM idempotency_chunks o"
+        " WHERE c.scope = $1 AND c.key = $2 AND o.scope = c.scope AND o.key = c.key"
+        " AND o.token = c.token AND o.seq = 3 - c.seq",
+        req.id.scope, req.id.key);
+    tx.commit();
+  }
+  const auto swapped = sealed.read_chunks(req.id, token, 1, 10);
+  ASSERT_FALSE(swapped.ok());
+  EXPECT_EQ(swapped.error().code, StoreErrc::unreadable);
+}

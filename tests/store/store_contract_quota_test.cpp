@@ -160,6 +160,28 @@ TEST_P(QuotaContract, StoredAnswersCountTowardTheBytesCapUntilTheirAnswersAreDro
   claim_token(with_quota("b", quota));
 }
 
+TEST_P(QuotaContract, AStreamedAnswerCountsByItsLengthUntilItIsDropped) {
+  const store::Quota quota{0, 1000, 0};
+  const auto a = with_quota("a", quota);
+  const auto token = claim_token(a);
+  for (std::int32_t seq : {1, 2})
+    ASSERT_TRUE(store->append(a.id, token, seq, std::string(600, 'x')).ok());
+  store::StoredResponse answer{200, {}, "", true};
+  answer.chunks = 2;
+  answer.body_length = 1200;
+  answer.body_digest = std::string(32, 'd');
+  ASSERT_TRUE(store->complete(a.id, token, answer, {kShort, 1h}).ok());
+  EXPECT_GE(counted().bytes, 1200);
+  EXPECT_EQ(refused(with_quota("b", quota)).cap, QuotaCap::bytes);
+  age(kPastShort);
+  for (int calls = 0; calls < 200 && counted().bytes > 0; ++calls) {
+    ASSERT_TRUE(store->drop_answers("orders", kShort, 1000).ok());
+    if (counted().bytes > 0) age(10ms);
+  }
+  EXPECT_EQ(counted().bytes, 0);
+  claim_token(with_quota("b", quota));
+}
+
 TEST_P(QuotaContract, RecordsClaimedWithoutAQuotaAreNeverCounted) {
   const store::Quota quota{1, 0, 0};
   claim_token(request("free-1"));

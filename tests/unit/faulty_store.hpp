@@ -83,6 +83,19 @@ class FaultyStore final : public store::Store {
     return inner.mark_indeterminate(id, t);
   }
   store::Result<bool> resolve(const store::RecordId& id) override { return inner.resolve(id); }
+  int appends = 0;
+  bool appends_fail = false;
+  store::Result<store::Done> append(const store::RecordId& id, std::int64_t token, std::int32_t seq,
+                                    std::string_view bytes) override {
+    ++appends;
+    if (appends_fail) return store::StoreError{store::StoreErrc::unavailable, "timeout"};
+    return inner.append(id, token, seq, bytes);
+  }
+  store::Result<std::vector<store::Chunk>> read_chunks(const store::RecordId& id,
+                                                       std::int64_t token, std::int32_t from,
+                                                       int limit) override {
+    return inner.read_chunks(id, token, from, limit);
+  }
   store::Result<std::optional<store::Record>> find(const store::RecordId& id) override {
     return inner.find(id);
   }

@@ -4,6 +4,7 @@
 // for waiting).
 #include <cstdint>
 #include <functional>
+#include <string_view>
 
 #include "idemproxy/store/record.hpp"
 
@@ -22,9 +23,18 @@ class Claims {
   /// out is claimed anew under a new token.
   virtual Result<ClaimResult> claim(const ClaimRequest& request) = 0;
   /// Stores the response and starts its retention; only the holder of `token` may.
-  /// Returns the record's expiry (its tombstone's, when one follows).
+  /// Returns the record's expiry (its tombstone's, when one follows). A response in
+  /// chunks (StoredResponse::chunks) completes only when exactly that many chunks of
+  /// `token` are stored, numbered 1 to chunks; otherwise it is fenced and the record
+  /// stays in flight.
   virtual Result<TimePoint> complete(const RecordId& id, std::int64_t token,
                                      const StoredResponse& response, Retention keep) = 0;
+  /// Stores chunk `seq` (1, 2, …) of the answer the holder of `token` streams, before
+  /// the record completes; durable when it returns. Storing a seq again keeps the
+  /// first. Not fenced: chunks of a token that no longer holds the record are never
+  /// read (read_chunks takes the token), and garbage collection deletes them.
+  virtual Result<Done> append(const RecordId& id, std::int64_t token, std::int32_t seq,
+                              std::string_view bytes) = 0;
 
   /// claim() and complete() answered through a callback instead of a blocked
   /// thread. A store that queues them (queues_calls()) returns at once and calls
@@ -40,8 +50,16 @@ class Claims {
                               const StoredResponse& response, Retention keep, CompleteDone done) {
     done(complete(id, token, response, keep));
   }
+  /// append() answered through a callback, as complete_async: a store that queues
+  /// calls stores the chunks of many streams in one transaction (group commit). `bytes`
+  /// must stay alive until `done` is called.
+  using AppendDone = std::function<void(Result<Done>)>;
+  virtual void append_async(const RecordId& id, std::int64_t token, std::int32_t seq,
+                            std::string_view bytes, AppendDone done) {
+    done(append(id, token, seq, bytes));
+  }
   // NOLINTEND(performance-unnecessary-value-param)
-  /// Whether claim_async and complete_async return without blocking.
+  /// Whether claim_async, complete_async and append_async return without blocking.
   virtual bool queues_calls() const { return false; }
 
   /// Extends the holder's lease to now + `lease` (its heartbeat while the upstream

@@ -14,15 +14,18 @@ class Maintenance {
   virtual ~Maintenance() = default;
 
   /// Deletes up to `limit` expired records that no live holder has; returns how
-  /// many. While another instance is deleting, returns 0.
+  /// many. While another instance is deleting, returns 0. Also deletes the chunks no
+  /// record reads any longer: those of a token that no longer holds its record, of an
+  /// answer dropped or never completed, or of a record gone. Tombstones and takeovers
+  /// leave them to it; a chunk is never read after its record moved on.
   virtual Result<std::int64_t> delete_expired(int limit) = 0;
   /// Turns up to `limit` of `route`'s completed records whose answer is older than
   /// `ttl` into tombstones: the stored fields and body are dropped; the fingerprint,
   /// status and times stay until the record expires (after_expiry: reject). Returns
   /// how many. While another instance is at it, returns 0.
   virtual Result<std::int64_t> drop_answers(const std::string& route, Duration ttl, int limit) = 0;
-  /// Deletes one record, whatever its state (an operator's decision); false when
-  /// there was none. Replay caches everywhere drop it (Watches::Watchers::purged).
+  /// Deletes one record and its chunks, whatever its state (an operator's decision);
+  /// false when there was none. Replay caches everywhere drop it (Watches::Watchers::purged).
   virtual Result<bool> purge(const RecordId& id) = 0;
   /// Operator decision: an indeterminate or stale record becomes released, so the
   /// next request with the key executes. False when there was no such record.

@@ -17,6 +17,10 @@ class MemoryStore final : public Store {
   Result<ClaimResult> claim(const ClaimRequest& request) override;
   Result<TimePoint> complete(const RecordId& id, std::int64_t token, const StoredResponse& response,
                              Retention keep) override;
+  Result<Done> append(const RecordId& id, std::int64_t token, std::int32_t seq,
+                      std::string_view bytes) override;
+  Result<std::vector<Chunk>> read_chunks(const RecordId& id, std::int64_t token, std::int32_t from,
+                                         int limit) override;
   Result<TimePoint> renew(const RecordId& id, std::int64_t token, Duration lease) override;
   Result<Done> release(const RecordId& id, std::int64_t token) override;
   Result<Done> mark_indeterminate(const RecordId& id, std::int64_t token) override;
@@ -63,7 +67,15 @@ class MemoryStore final : public Store {
 
   const Clock& clock_;
   std::mutex mu_;
+  /// Whether every chunk 1..n of `token` is stored for `key`, and no other.
+  bool chunks_complete(const Key& key, std::int64_t token, std::int32_t n) const;
+  /// Deletes the chunks no record reads: another token's, or a record's that is gone,
+  /// neither in flight nor completed in chunks.
+  void sweep_chunks();
+
   std::map<Key, Entry> records_;
+  /// Each record's chunks by (token, seq).
+  std::map<Key, std::map<std::pair<std::int64_t, std::int32_t>, std::string>> chunks_;
   std::map<std::string, ScopeUsage> usage_;  // by scope
   std::int64_t next_token_ = 1;
   // Announcements run under their own lock, never under mu_, so a watcher may call

@@ -54,6 +54,14 @@ class PgStore final : public Store {
   void claim_async(const ClaimRequest& request, ClaimDone done) override;
   void complete_async(const RecordId& id, std::int64_t token, const StoredResponse& response,
                       Retention keep, CompleteDone done) override;
+  /// Chunks join a group commit of their own (every stream's chunks queued while a
+  /// batch runs go in the next, binary, one commit); `done` on its runner thread.
+  Result<Done> append(const RecordId& id, std::int64_t token, std::int32_t seq,
+                      std::string_view bytes) override;
+  void append_async(const RecordId& id, std::int64_t token, std::int32_t seq,
+                    std::string_view bytes, AppendDone done) override;
+  Result<std::vector<Chunk>> read_chunks(const RecordId& id, std::int64_t token, std::int32_t from,
+                                         int limit) override;
   bool queues_calls() const override;
   Result<TimePoint> renew(const RecordId& id, std::int64_t token, Duration lease) override;
   Result<Done> release(const RecordId& id, std::int64_t token) override;

@@ -53,6 +53,19 @@ struct StoredResponse {
   /// Trailer fields (RFC 9110 6.5) that followed the body: gRPC's status travels in
   /// them. Replayed as trailers.
   std::vector<Header> trailers{};
+  /// A streamed answer kept in chunks (Claims::append): how many, the body's length
+  /// and its SHA-256 (32 bytes). `body` is then empty. 0: the body is in `body`.
+  std::int32_t chunks = 0;
+  std::int64_t body_length = 0;
+  std::string body_digest{};
+  bool chunked() const { return chunks > 0; }
+};
+
+/// One piece of a streamed answer, stored on its own while it streams
+/// (Claims::append) and read back in order (Views::read_chunks). Numbered from 1.
+struct Chunk {
+  std::int32_t seq = 0;
+  std::string bytes;
 };
 
 /// The trace and span ids of the request that executed, as a stored response keeps

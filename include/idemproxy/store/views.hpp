@@ -17,6 +17,10 @@ class Views {
 
   /// The record of `id`, whole (its stored answer too), or nothing.
   virtual Result<std::optional<Record>> find(const RecordId& id) = 0;
+  /// The chunks of `id`'s streamed answer stored under `token`, in order from seq
+  /// `from`, at most `limit` of them; empty past the last. A replay pages through them.
+  virtual Result<std::vector<Chunk>> read_chunks(const RecordId& id, std::int64_t token,
+                                                 std::int32_t from, int limit) = 0;
   /// The most recently created records, newest first, optionally in one state.
   /// Stored headers and bodies are not loaded.
   virtual Result<std::vector<Record>> list(std::optional<RecordState> state, int limit) = 0;

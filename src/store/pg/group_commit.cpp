@@ -252,7 +252,12 @@ void GroupCommit::run_alone(Pending& p) {
       }
     } else {
       const CompleteParams& co = *p.complete;
-      if (co.body) {
+      if (co.chunks > 0) {
+        const pqxx::binarystring headers(co.headers.value_or(""));
+        const pqxx::binarystring digest(co.digest);
+        r = c.exec(tx, kCompleteChunked, co.id.scope, co.id.key, co.token, co.status, headers,
+                   co.chunks, co.ttl_ms, co.key_id, co.answer_ms, co.body_length, digest);
+      } else if (co.body) {
         const pqxx::binarystring headers(co.headers.value_or(""));
         const pqxx::binarystring body(*co.body);
         r = c.exec(tx, kComplete, co.id.scope, co.id.key, co.token, co.status, headers, body,

@@ -36,6 +36,11 @@ struct CompleteParams {
   long long ttl_ms;  // the record's retention (its tombstone's with after_expiry: reject)
   const char* key_id;
   long long answer_ms;  // the answer's: its replay window
+  /// An answer in chunks (kCompleteChunked, never batched): how many, the body's
+  /// length and its digest as stored; `body` is then none.
+  int chunks = 0;
+  long long body_length = 0;
+  std::string digest{};
 };
 
 /// Where a result's record columns sit, found on first use and shared by every member

@@ -1,19 +1,12 @@
 // The PostgreSQL store: each call is one statement (or one member of a group-commit
 // batch) on a pooled connection. The parts: pool.hpp, group_commit.hpp,
-// row_codec.hpp, notification_listener.hpp; every statement is in statements.hpp.
-#include "idemproxy/store/pg_store.hpp"
-
-#include <spdlog/spdlog.h>
-
-#include <condition_variable>
-#include <mutex>
-#include <optional>
+// chunk_commit.hpp, row_codec.hpp, notification_listener.hpp (held together in
+// pg_store_impl.hpp); every statement is in statements.hpp. Streamed answers' chunks
+// are in pg_store_chunks.cpp.
 #include <random>
 
 #include "idemproxy/common/hex.hpp"
-#include "store/pg/group_commit.hpp"
-#include "store/pg/notification_listener.hpp"
-#include "store/pg/row_codec.hpp"
+#include "store/pg/pg_store_impl.hpp"
 
 namespace idemproxy::store {
 namespace {
@@ -27,58 +20,6 @@ long long claim_nonce() {
 }
 
 }  // namespace
-
-struct PgStore::Impl {
-  explicit Impl(PgOptions o)
-      : options(std::move(o)),
-        pool(options),
-        codec(options.sealer),
-        batches(pool, options),
-        listener(options.dsn) {}
-
-  /// Runs one statement on a pooled connection.
-  template <class T>
-  Result<T> with(const std::function<Result<T>(Connection&)>& work) {
-    return pool.with_connection<T>(work);
-  }
-
-  /// Runs `statement`, which ends the holder's claim; fenced when it changed no row.
-  /// Announces the finish when another instance's request waits for it (watched).
-  Result<Done> fenced_finish(const pg::Statement& statement, const RecordId& id,
-                             std::int64_t token) {
-    return with<Done>([&](Connection& c) -> Result<Done> {
-      pg::Write w(c);
-      const pqxx::result r =
-          c.exec(w.tx(), statement, id.scope, id.key, static_cast<long long>(token));
-      if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
-      if (r[0]["watched"].as<bool>()) c.announce(w.tx(), pg::kDoneChannel, {&id});
-      w.commit();
-      return Done{};
-    });
-  }
-
-  /// Withdraws the claim of `id` with `nonce` (kWithdraw) on the pool's next working
-  /// connection. Tried again while it finds nothing, until the lease is over: a
-  /// connection that broke may leave its statement running a little longer.
-  void withdraw(const RecordId& id, long long nonce, Duration lease) {
-    spdlog::debug("store: a claim went unanswered; it is withdrawn once the database answers");
-    pool.defer({[id, nonce](Connection& c) {
-                  pg::Write w(c);
-                  const pqxx::result r = c.exec(w.tx(), pg::kWithdraw, id.scope, id.key, nonce);
-                  if (r.empty()) return false;
-                  if (r[0]["watched"].as<bool>()) c.announce(w.tx(), pg::kDoneChannel, {&id});
-                  w.commit();
-                  return true;
-                },
-                std::chrono::steady_clock::now() + lease});
-  }
-
-  PgOptions options;
-  pg::Pool pool;
-  pg::RowCodec codec;
-  pg::GroupCommit batches;
-  pg::NotificationListener listener;
-};
 
 PgStore::PgStore(PgOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
@@ -109,6 +50,7 @@ Result<bool> PgStore::watch_record(const RecordId& id) {
 std::vector<Store::Sample> PgStore::stats() {
   const BatchStats b = batch_stats();
   const pg::Pool::Usage u = impl_->pool.usage();
+  const pg::ChunkCommit::Stats ch = impl_->chunks.stats();
   return {
       {"idemproxy_db_pool_connections{state=\"open\"}", "Database pool connections.",
        static_cast<double>(u.open)},
@@ -131,6 +73,14 @@ std::vector<Store::Sample> PgStore::stats() {
       {"idemproxy_db_batch_fallbacks_total",
        "Multi-row statements that failed and ran again one statement each.",
        static_cast<double>(b.fallbacks), true},
+      {"idemproxy_db_chunk_batches_total",
+       "Transactions that stored chunks of streamed answers (group commit).",
+       static_cast<double>(ch.batches), true},
+      {"idemproxy_db_chunks_stored_total", "Chunks of streamed answers stored.",
+       static_cast<double>(ch.chunks), true},
+      {"idemproxy_db_chunk_bytes_stored_total",
+       "Bytes of streamed answers stored in chunks (as stored: sealed under encryption).",
+       static_cast<double>(ch.bytes), true},
   };
 }
 
@@ -169,7 +119,13 @@ struct PgStore::CompleteCall {
     if (response.body_stored) {
       params.headers =
           codec.stored(encode_headers(response.headers, response.trailers), id, "headers");
-      params.body = codec.stored(response.body, id, "body");
+      if (response.chunked()) {
+        params.chunks = response.chunks;
+        params.body_length = static_cast<long long>(response.body_length);
+        params.digest = codec.stored(response.body_digest, id, "digest");
+      } else {
+        params.body = codec.stored(response.body, id, "body");
+      }
     }
   }
   pg::CompleteParams params;
@@ -193,26 +149,10 @@ Result<T> decoded(const pg::Pending& self, Decode decode) {
   }
 }
 
-// Starts an asynchronous call with `start` and waits for its answer.
-template <class T, class Start>
-Result<T> wait_for(Start start) {
-  std::mutex mu;
-  std::condition_variable answered;
-  std::optional<Result<T>> out;
-  start([&](Result<T> r) {
-    std::lock_guard lock(mu);
-    out.emplace(std::move(r));
-    answered.notify_one();
-  });
-  std::unique_lock lock(mu);
-  answered.wait(lock, [&] { return out.has_value(); });
-  return std::move(*out);
-}
-
 }  // namespace
 
 Result<ClaimResult> PgStore::claim(const ClaimRequest& req) {
-  return wait_for<ClaimResult>([&](ClaimDone done) { claim_async(req, std::move(done)); });
+  return pg::wait_for<ClaimResult>([&](ClaimDone done) { claim_async(req, std::move(done)); });
 }
 
 void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
@@ -254,7 +194,7 @@ void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
 
 Result<TimePoint> PgStore::complete(const RecordId& id, std::int64_t token,
                                     const StoredResponse& response, Retention keep) {
-  return wait_for<TimePoint>(
+  return pg::wait_for<TimePoint>(
       [&](CompleteDone done) { complete_async(id, token, response, keep, std::move(done)); });
 }
 
@@ -269,8 +209,9 @@ void PgStore::complete_async(const RecordId& id, std::int64_t token, const Store
     }));
   };
   const pg::CompleteParams& p = call->params;
-  // Large bodies skip batching: in an array they would travel as hex text.
-  if (p.body && p.body->size() + p.headers->size() > kBatchedBodyMax) {
+  // Large bodies skip batching: in an array they would travel as hex text. A
+  // completion in chunks is counted by its own statement (once per stream).
+  if (p.chunks > 0 || (p.body && p.body->size() + p.headers->size() > kBatchedBodyMax)) {
     impl_->batches.submit_alone(call->self);
   } else {
     impl_->batches.submit(call->self);
@@ -334,6 +275,7 @@ Result<bool> PgStore::purge(const RecordId& id) {
   return impl_->with<bool>([&](Connection& c) -> Result<bool> {
     pg::Write w(c, true);
     const bool purged = c.exec(w.tx(), pg::kPurge, id.scope, id.key).affected_rows() > 0;
+    c.exec(w.tx(), pg::kPurgeChunks, id.scope, id.key);
     if (purged) c.announce(w.tx(), pg::kPurgeChannel, {&id});
     w.commit();
     return purged;
@@ -342,7 +284,14 @@ Result<bool> PgStore::purge(const RecordId& id) {
 
 Result<std::int64_t> PgStore::delete_expired(int limit) {
   return impl_->with<std::int64_t>([&](Connection& c) -> Result<std::int64_t> {
-    return static_cast<std::int64_t>(c.write(pg::kDeleteExpired, limit).affected_rows());
+    const auto deleted =
+        static_cast<std::int64_t>(c.write(pg::kDeleteExpired, limit).affected_rows());
+    // Then the chunks no record reads any longer, those of the records just deleted
+    // among them.
+    pg::Write w(c, true);
+    if (c.exec(w.tx(), pg::kSweepLock)[0][0].as<bool>()) c.exec(w.tx(), pg::kSweepChunks);
+    w.commit();
+    return deleted;
   });
 }
 

@@ -107,6 +107,16 @@ pqxx::result Connection::exec_rows(pqxx::transaction_base& tx, const char* name,
   return tx.exec_prepared(sized, values);
 }
 
+pqxx::result Connection::exec_rows_binary(pqxx::transaction_base& tx, const char* name,
+                                          std::string (*sql)(int), int n, const char* first,
+                                          const std::vector<pqxx::binarystring>& rest) {
+  const auto values = pqxx::prepare::make_dynamic_params(rest);
+  if (!prepared_) return tx.exec_params(sql(n), first, values);
+  const std::string sized = std::string(name) + "_" + std::to_string(n);
+  if (prepared_rows_.insert(sized).second) conn_.prepare(sized, sql(n));
+  return tx.exec_prepared(sized, first, values);
+}
+
 void Connection::announce(pqxx::transaction_base& tx, const char* channel,
                           const std::vector<const RecordId*>& ids) {
   if (ids.empty()) return;

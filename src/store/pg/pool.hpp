@@ -62,6 +62,12 @@ class Connection {
   pqxx::result exec_rows(pqxx::transaction_base& tx, const char* name, std::string (*sql)(int),
                          int n, const std::vector<const char*>& params);
 
+  /// As exec_rows, with `first` (text, or nullptr for NULL) and then `rest` sent in
+  /// binary: no bytea travels as hex.
+  pqxx::result exec_rows_binary(pqxx::transaction_base& tx, const char* name,
+                                std::string (*sql)(int), int n, const char* first,
+                                const std::vector<pqxx::binarystring>& rest);
+
   /// Tells every listening instance about `ids` on `channel` (kAnnounce), inside `tx`.
   void announce(pqxx::transaction_base& tx, const char* channel,
                 const std::vector<const RecordId*>& ids);

@@ -47,6 +47,9 @@ Columns::Columns(const pqxx::result& r)
     if (name == "took_over") took_over = static_cast<int>(i);
     if (name == "completed_ms") completed_ms = static_cast<int>(i);
     if (name == "replay_ms") replay_ms = static_cast<int>(i);
+    if (name == "chunks") chunks = static_cast<int>(i);
+    if (name == "body_length") body_length = static_cast<int>(i);
+    if (name == "body_digest") body_digest = static_cast<int>(i);
   }
 }
 
@@ -81,6 +84,31 @@ std::string RowCodec::stored(std::string_view value, const RecordId& id,
                              std::string_view field) const {
   if (!sealer_) return std::string(value);
   return sealer_->seal(value, seal_context(id, field));
+}
+
+namespace {
+std::string chunk_field(std::int32_t seq) { return "chunk " + std::to_string(seq); }
+}  // namespace
+
+std::string RowCodec::stored_chunk(std::string_view bytes, const RecordId& id,
+                                   std::int32_t seq) const {
+  return stored(bytes, id, chunk_field(seq));
+}
+
+std::string RowCodec::open_chunk(std::string sealed, const char* key_id, const RecordId& id,
+                                 std::int32_t seq) const {
+  if (key_id == nullptr) return sealed;
+  if (!sealer_) {
+    throw UnreadableRecord(std::string("a chunk is sealed with key \"") + key_id +
+                           "\" but store.encryption is not configured");
+  }
+  auto plain = sealer_->open(key_id, sealed, seal_context(id, chunk_field(seq)));
+  if (!plain) {
+    throw UnreadableRecord("chunk " + std::to_string(seq) + " does not open with key \"" + key_id +
+                           "\" (key missing from store.encryption.key_file, or the row was "
+                           "altered, swapped or moved)");
+  }
+  return std::move(*plain);
 }
 
 Record RowCodec::read(const pqxx::row& row, const Columns& at, const RecordId& id,
@@ -147,6 +175,16 @@ Record RowCodec::read(const pqxx::row& row, const Columns& at, const RecordId& i
       resp.body = opened(pqxx::binarystring(row[at.body]).str(), "body");
     }
     resp.body_stored = !row[at.body].is_null();
+    // A body in chunks (sql/012): its count, length and digest; the body column is
+    // NULL. One an older binary completed whole after a takeover is read whole.
+    if (at.chunks >= 0 && !row[at.chunks].is_null() && (listing || row[at.body].is_null())) {
+      resp.chunks = row[at.chunks].as<std::int32_t>();
+      resp.body_length = row[at.body_length].is_null() ? 0 : row[at.body_length].as<std::int64_t>();
+      if (!listing && at.body_digest >= 0 && !row[at.body_digest].is_null()) {
+        resp.body_digest = opened(pqxx::binarystring(row[at.body_digest]).str(), "digest");
+      }
+      resp.body_stored = true;
+    }
     r.response = std::move(resp);
   }
   return r;

@@ -19,9 +19,10 @@ struct Columns {
   explicit Columns(const pqxx::result& r);
   int claimed, fingerprint, state, token, route, method, target, created_ms, locked_ms, expires_ms,
       expired, stale, status, headers, body, key_id, store_now_ms;
-  int took_over = -1;     // claims only
-  int completed_ms = -1;  // when the result has it
-  int replay_ms = -1;     // when the result has it
+  int took_over = -1;                                   // claims only
+  int completed_ms = -1;                                // when the result has it
+  int replay_ms = -1;                                   // when the result has it
+  int chunks = -1, body_length = -1, body_digest = -1;  // when the result has them
 };
 
 TimePoint from_ms(const pqxx::field& f);
@@ -46,6 +47,13 @@ class RowCodec {
               bool listing = false) const;
   /// The stored form of a field: sealed under the current key, or as it is.
   std::string stored(std::string_view value, const RecordId& id, std::string_view field) const;
+  /// A streamed answer's chunk `seq` as stored: sealed with (scope, key, seq) bound
+  /// in, so a chunk swapped, moved or reordered does not open.
+  std::string stored_chunk(std::string_view bytes, const RecordId& id, std::int32_t seq) const;
+  /// A stored chunk's bytes; `key_id` is the key that sealed it (nullptr: in the
+  /// clear). Throws UnreadableRecord when it does not open.
+  std::string open_chunk(std::string sealed, const char* key_id, const RecordId& id,
+                         std::int32_t seq) const;
   /// The id of the key new rows are sealed under; nullptr (SQL NULL) in the clear.
   const char* key_id() const { return sealer_ ? sealer_->current_id().c_str() : nullptr; }
   bool sealing() const { return sealer_ != nullptr; }

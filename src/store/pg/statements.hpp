@@ -15,6 +15,7 @@
 // - NOTIFY is a statement of its own (kAnnounce), sent to the coordinator, where the
 //   listeners are; inside a routed statement it would fire on a worker.
 #include "store/pg/statements_batches.hpp"
+#include "store/pg/statements_chunks.hpp"
 #include "store/pg/statements_claims.hpp"
 #include "store/pg/statements_maintenance.hpp"
 #include "store/pg/statements_parts.hpp"
@@ -48,6 +49,11 @@ inline constexpr Statement kAll[] = {kClaim,
                                      kCountsQuotas,
                                      kQuotaCounted,
                                      kKeyPresent,
-                                     kNearestQuotaCounted};
+                                     kNearestQuotaCounted,
+                                     kReadChunks,
+                                     kCompleteChunked,
+                                     kPurgeChunks,
+                                     kSweepLock,
+                                     kSweepChunks};
 
 }  // namespace idemproxy::store::pg

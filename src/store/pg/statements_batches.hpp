@@ -109,6 +109,7 @@ inline constexpr Statement kClaimCompleteMany{
     "  NULL::boolean AS expired, NULL::boolean AS stale, NULL::int AS status,"
     "  NULL::bytea AS headers, NULL::bytea AS body, NULL::text AS key_id,"
     "  NULL::bigint AS store_now_ms, NULL::bigint AS completed_ms, NULL::bigint AS replay_ms,"
+    "  NULL::int AS chunks, NULL::bigint AS body_length, NULL::bytea AS body_digest,"
     "  NULL::boolean AS took_over,"
     "  in_n FROM completed"
     " UNION ALL" IDEMPROXY_CLAIM_MANY_ANSWER("NULL::bigint, NULL::boolean, false, ")};

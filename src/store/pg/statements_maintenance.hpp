@@ -49,10 +49,11 @@ inline constexpr Statement kDropAnswers{
     "idemproxy_drop_answers",
     "WITH gc_lock AS (SELECT pg_try_advisory_xact_lock(484558603) AS held),"
     " doomed AS (SELECT scope, key FROM idempotency_records"
-    "  WHERE route = $1 AND state = 'completed' AND body IS NOT NULL"
+    "  WHERE route = $1 AND state = 'completed' AND (body IS NOT NULL OR chunks IS NOT NULL)"
     "  AND " IDEMPROXY_ANSWER_ENDED
     " LIMIT $3)"
-    " UPDATE idempotency_records SET headers = NULL, body = NULL WHERE (SELECT held FROM gc_lock)"
+    " UPDATE idempotency_records SET headers = NULL, body = NULL, chunks = NULL,"
+    " body_length = NULL, body_digest = NULL WHERE (SELECT held FROM gc_lock)"
     " AND (scope, key) IN (SELECT scope, key FROM doomed) AND state = 'completed'"
     " AND route = $1 AND " IDEMPROXY_ANSWER_ENDED};
 #undef IDEMPROXY_ANSWER_ENDED

@@ -18,10 +18,12 @@ struct Statement {
 // clang-format off
 // A scope's usage counted from its records (on Citus, where no idempotency_usage row
 // counts it), as migration 011's idempotency_quota_share adds it up: the records, their
-// stored answers' bytes (headers and body, as stored) and those in flight.
+// stored answers' bytes (headers and body, as stored; a body in chunks by its length)
+// and those in flight.
 #define IDEMPROXY_USAGE_COUNTED                                                           \
   "count(*) AS records, coalesce(sum(coalesce(octet_length(headers), 0)"                  \
-  " + coalesce(octet_length(body), 0)), 0)::bigint AS bytes,"                             \
+  " + coalesce(octet_length(body), 0)"                                                    \
+  " + CASE WHEN chunks IS NULL THEN 0 ELSE coalesce(body_length, 0) END), 0)::bigint AS bytes,"\
   " count(*) FILTER (WHERE state = 'in_flight') AS in_flight"
 
 // Fullest first: the largest share of a cap any of records, bytes or in_flight uses.
@@ -38,7 +40,7 @@ struct Statement {
   "(state = 'in_flight' AND locked_until <= now()) AS stale, status, headers, body, "   \
   "key_id, (extract(epoch from now()) * 1000)::bigint AS store_now_ms, "               \
   IDEMPROXY_MS("coalesce(completed_at, created_at)") " AS completed_ms, "             \
-  IDEMPROXY_MS("replay_until") " AS replay_ms"
+  IDEMPROXY_MS("replay_until") " AS replay_ms, chunks, body_length, body_digest"
 
 // A row the claim just wrote: its clock is its created_at (now() when it ran), and it
 // is neither expired nor stale. Immutable functions only, for RETURNING on Citus.
@@ -61,18 +63,19 @@ struct Statement {
 // form, so single, routed and batched claims decide alike. Times compare with
 // EXCLUDED.created_at, the claim's now(): Citus refuses now() here. taken_over
 // records whether a live holder was replaced (a lease takeover).
-#define IDEMPROXY_CLAIM_TAKEOVER                                                                \
-  " ON CONFLICT (scope, key) DO UPDATE SET"                                                     \
-  "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"          \
-  "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"               \
-  "  created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until,"                   \
-  "  expires_at = EXCLUDED.expires_at, completed_at = NULL, status = NULL, headers = NULL,"     \
-  "  body = NULL, key_id = EXCLUDED.key_id, watched = false, replay_until = NULL,"              \
-  "  claim_nonce = EXCLUDED.claim_nonce, taken_over = CASE"                                     \
-  "  WHEN r.claim_nonce = EXCLUDED.claim_nonce THEN r.taken_over"                               \
-  "  ELSE r.state IN ('in_flight', 'indeterminate') END"                                        \
-  " WHERE r.state = 'released' OR (r.expires_at <= EXCLUDED.created_at AND"                     \
-  "  (r.state NOT IN ('in_flight', 'indeterminate') OR r.locked_until <= EXCLUDED.created_at))" \
+#define IDEMPROXY_CLAIM_TAKEOVER                                                                  \
+  " ON CONFLICT (scope, key) DO UPDATE SET"                                                       \
+  "  fingerprint = EXCLUDED.fingerprint, state = 'in_flight', token = EXCLUDED.token,"            \
+  "  route = EXCLUDED.route, method = EXCLUDED.method, target = EXCLUDED.target,"                 \
+  "  created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until,"                     \
+  "  expires_at = EXCLUDED.expires_at, completed_at = NULL, status = NULL, headers = NULL,"       \
+  "  body = NULL, key_id = EXCLUDED.key_id, watched = false, replay_until = NULL, chunks = NULL," \
+  "  body_length = NULL, body_digest = NULL,"                                                     \
+  "  claim_nonce = EXCLUDED.claim_nonce, taken_over = CASE"                                       \
+  "  WHEN r.claim_nonce = EXCLUDED.claim_nonce THEN r.taken_over"                                 \
+  "  ELSE r.state IN ('in_flight', 'indeterminate') END"                                          \
+  " WHERE r.state = 'released' OR (r.expires_at <= EXCLUDED.created_at AND"                       \
+  "  (r.state NOT IN ('in_flight', 'indeterminate') OR r.locked_until <= EXCLUDED.created_at))"   \
   "  OR (r.state = 'in_flight' AND r.claim_nonce = EXCLUDED.claim_nonce)"
 
 #define IDEMPROXY_RETAKE_STALE(param) \

@@ -19,10 +19,10 @@ inline constexpr Statement kList{
     " (extract(epoch from expires_at) * 1000)::bigint AS expires_ms, expires_at <= now() AS "
     "expired,"
     " (state = 'in_flight' AND locked_until <= now()) AS stale, status, NULL::bytea AS headers,"
-    " CASE WHEN body IS NULL THEN NULL ELSE ''::bytea END AS body, key_id,"
+    " CASE WHEN body IS NULL AND chunks IS NULL THEN NULL ELSE ''::bytea END AS body, key_id,"
     " (extract(epoch from now()) * 1000)::bigint AS store_now_ms,"
     " (extract(epoch from coalesce(completed_at, created_at)) * 1000)::bigint AS completed_ms,"
-    " scope, key"
+    " chunks, body_length, scope, key"
     " FROM idempotency_records WHERE ($1 = '' OR state = $1) ORDER BY created_at DESC LIMIT $2"};
 
 // The scopes nearest their caps: the largest share of any cap first.

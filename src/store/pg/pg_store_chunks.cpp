@@ -1,0 +1,46 @@
+// PgStore's calls for streamed answers' chunks: appended through their own group
+// commit (chunk_commit.hpp), read back a page at a time.
+#include "store/pg/pg_store_impl.hpp"
+
+namespace idemproxy::store {
+
+Result<Done> PgStore::append(const RecordId& id, std::int64_t token, std::int32_t seq,
+                             std::string_view bytes) {
+  return pg::wait_for<Done>(
+      [&](AppendDone done) { append_async(id, token, seq, bytes, std::move(done)); });
+}
+
+void PgStore::append_async(const RecordId& id, std::int64_t token, std::int32_t seq,
+                           std::string_view bytes, AppendDone done) {
+  auto* chunk = new pg::PendingChunk{id,
+                                     static_cast<long long>(token),
+                                     seq,
+                                     impl_->codec.stored_chunk(bytes, id, seq),
+                                     StoreError{StoreErrc::unavailable, "not run"},
+                                     nullptr};
+  chunk->finished = [chunk, done = std::move(done)] {
+    const std::unique_ptr<pg::PendingChunk> own(chunk);
+    done(std::move(own->answer));
+  };
+  impl_->chunks.submit(*chunk);
+}
+
+Result<std::vector<Chunk>> PgStore::read_chunks(const RecordId& id, std::int64_t token,
+                                                std::int32_t from, int limit) {
+  return impl_->with<std::vector<Chunk>>([&](pg::Connection& c) -> Result<std::vector<Chunk>> {
+    const pqxx::result rows =
+        c.run(pg::kReadChunks, id.scope, id.key, static_cast<long long>(token), from, limit);
+    std::vector<Chunk> out;
+    out.reserve(rows.size());
+    for (const auto& row : rows) {
+      const auto seq = row[0].as<std::int32_t>();
+      const std::string key_id = row[2].is_null() ? std::string() : row[2].as<std::string>();
+      out.push_back(
+          {seq, impl_->codec.open_chunk(pqxx::binarystring(row[1]).str(),
+                                        row[2].is_null() ? nullptr : key_id.c_str(), id, seq)});
+    }
+    return out;
+  });
+}
+
+}  // namespace idemproxy::store

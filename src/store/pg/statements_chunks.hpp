@@ -1,0 +1,67 @@
+#pragma once
+// A streamed answer's chunks (sql/012_streamed_answers.sql): appended while it
+// streams, counted when the record completes, read in pages by a replay, and deleted
+// once no record reads them. Each statement that names a key is a router query on
+// Citus: the chunks are co-located with their records.
+#include <string>
+
+#include "store/pg/statements_parts.hpp"
+
+namespace idemproxy::store::pg {
+
+// `n` chunks in one statement, their parameters in binary (no hex doubling of the
+// bytes): $1 the id of the key that sealed them (NULL in the clear), then per chunk
+// scope, key, token, seq and bytes. A chunk stored already keeps its first bytes.
+inline std::string append_rows_sql(int n) {
+  std::string sql =
+      "INSERT INTO idempotency_chunks (scope, key, token, seq, bytes, key_id) VALUES ";
+  for (int i = 0; i < n; ++i) {
+    const int p = 2 + i * 5;
+    if (i > 0) sql += ", ";
+    sql += "($" + std::to_string(p) + "::text, $" + std::to_string(p + 1) + "::text, $" +
+           std::to_string(p + 2) + "::bigint, $" + std::to_string(p + 3) + "::int, $" +
+           std::to_string(p + 4) + "::bytea, $1::text)";
+  }
+  return sql + " ON CONFLICT DO NOTHING";
+}
+
+// A page of chunks: $3 the token, $4 the first seq, $5 at most how many.
+inline constexpr Statement kReadChunks{
+    "idemproxy_read_chunks",
+    "SELECT seq, bytes, key_id FROM idempotency_chunks"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND seq >= $4 ORDER BY seq LIMIT $5"};
+
+// A completion in chunks: as kComplete, with $6 the number of chunks, $10 the body's
+// length and $11 its digest, and only when the token's chunks are exactly 1..$6 (the
+// subquery is on the same shard). No row: fenced, or a chunk is missing.
+inline constexpr Statement kCompleteChunked{
+    "idemproxy_complete_chunked",
+    "UPDATE idempotency_records SET state = 'completed', status = $4,"
+    " headers = $5, body = NULL, chunks = $6, body_length = $10, body_digest = $11,"
+    " completed_at = now(), locked_until = NULL, key_id = $8,"
+    " expires_at = now() + $7::bigint * interval '1 millisecond',"
+    " replay_until = now() + $9::bigint * interval '1 millisecond'"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
+    " AND (SELECT count(*) = $6 AND min(seq) = 1 AND max(seq) = $6 FROM idempotency_chunks c"
+    " WHERE c.scope = $1 AND c.key = $2 AND c.token = $3)"
+    " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched"};
+
+// An operator's purge takes the record's chunks with it, in the same transaction.
+inline constexpr Statement kPurgeChunks{
+    "idemproxy_purge_chunks", "DELETE FROM idempotency_chunks WHERE scope = $1 AND key = $2"};
+
+// Deletes the chunks no record reads: another token's (a takeover), or those of a
+// record gone, released, indeterminate, or completed without chunks (a tombstone,
+// or an answer kept whole). One instance at a time: it runs in the transaction that
+// took kSweepLock, as kDeleteExpired does (apart: Citus pushes the join down to each
+// shard, beside its own records, only without the lock's CTE).
+inline constexpr Statement kSweepLock{"idemproxy_sweep_lock",
+                                      "SELECT pg_try_advisory_xact_lock(484558604)"};
+inline constexpr Statement kSweepChunks{
+    "idemproxy_sweep_chunks",
+    "DELETE FROM idempotency_chunks c WHERE NOT EXISTS ("
+    " SELECT 1 FROM idempotency_records r WHERE r.scope = c.scope AND r.key = c.key"
+    " AND r.token = c.token"
+    " AND (r.state = 'in_flight' OR (r.state = 'completed' AND r.chunks IS NOT NULL)))"};
+
+}  // namespace idemproxy::store::pg

@@ -1,0 +1,239 @@
+// Streamed answers kept in chunks (Claims::append, Views::read_chunks): stored while
+// they stream, complete only when whole, read in order in pages, and never read once
+// their record moved on.
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "store_contract.hpp"
+
+namespace idemproxy::testing {
+namespace {
+
+using store::Chunk;
+using store::RecordState;
+using store::StoredResponse;
+using store::StoreErrc;
+
+// The answer a stream of `n` chunks completes with (the digest is the writer's to
+// compute; the store keeps it as given).
+StoredResponse in_chunks(std::int32_t n, std::int64_t length) {
+  StoredResponse answer{
+      200, {{"Content-Type", "text/event-stream"}}, "", true, {{"X-Checksum", "abc"}}};
+  answer.chunks = n;
+  answer.body_length = length;
+  answer.body_digest = std::string(32, '\x5a');
+  return answer;
+}
+
+class StreamContract : public StoreContract {
+ protected:
+  void append(const std::string& key, std::int64_t token, std::int32_t seq,
+              const std::string& bytes) {
+    const auto r = store->append(id(key), token, seq, bytes);
+    ASSERT_TRUE(r.ok()) << r.error().detail;
+  }
+  std::vector<Chunk> read(const std::string& key, std::int64_t token, std::int32_t from,
+                          int limit = 100) {
+    auto r = store->read_chunks(id(key), token, from, limit);
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().detail);
+    return r.ok() ? r.value() : std::vector<Chunk>{};
+  }
+  // Every chunk, read a page of `page` at a time as a replay reads them.
+  std::string paged(const std::string& key, std::int64_t token, int page) {
+    std::string out;
+    std::int32_t next = 1;
+    for (auto chunks = read(key, token, next, page); !chunks.empty();
+         chunks = read(key, token, next, page)) {
+      EXPECT_LE(chunks.size(), static_cast<std::size_t>(page));
+      for (const auto& c : chunks) {
+        EXPECT_EQ(c.seq, next);
+        ++next;
+        out += c.bytes;
+      }
+    }
+    return out;
+  }
+  static std::string joined(const std::vector<Chunk>& chunks) {
+    std::string out;
+    for (const auto& c : chunks) out += c.bytes;
+    return out;
+  }
+};
+
+TEST_P(StreamContract, ChunksAreReadInOrderInPagesOnceTheRecordCompletes) {
+  const auto token = claim_token(request("s"));
+  // Appends may land out of order (retried ones, batches); seq decides.
+  append("s", token, 3, "data: three\n\n");
+  append("s", token, 1, "data: one\n\n");
+  append("s", token, 2, std::string("data: \0two\n\n", 12));
+  append("s", token, 1, "not the first bytes");  // again: the first stays
+  const auto expires = store->complete(id("s"), token, in_chunks(3, 36), 1h);
+  ASSERT_TRUE(expires.ok()) << expires.error().detail;
+
+  const auto r = found("s");
+  EXPECT_EQ(r.state, RecordState::completed);
+  ASSERT_TRUE(r.response.has_value());
+  EXPECT_TRUE(r.response->body_stored);
+  EXPECT_EQ(r.response->chunks, 3);
+  EXPECT_EQ(r.response->body_length, 36);
+  EXPECT_EQ(r.response->body_digest, std::string(32, '\x5a'));
+  EXPECT_TRUE(r.response->body.empty());
+  EXPECT_EQ(r.response->trailers, (std::vector<store::Header>{{"X-Checksum", "abc"}}));
+
+  const auto first = read("s", r.token, 1, 2);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].seq, 1);
+  EXPECT_EQ(first[0].bytes, "data: one\n\n");
+  EXPECT_EQ(first[1].bytes, std::string("data: \0two\n\n", 12));
+  const auto rest = read("s", r.token, 3, 2);
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].seq, 3);
+  EXPECT_TRUE(read("s", r.token, 4).empty());
+  EXPECT_EQ(joined(read("s", r.token, 1)).size(), 36u);
+
+  // A listing says the answer is kept, and how.
+  auto listed = store->list(RecordState::completed, 1000);
+  ASSERT_TRUE(listed.ok());
+  const auto it = std::find_if(listed.value().begin(), listed.value().end(),
+                               [&](const auto& rec) { return rec.id.scope == scope; });
+  ASSERT_NE(it, listed.value().end());
+  ASSERT_TRUE(it->response.has_value());
+  EXPECT_TRUE(it->response->body_stored);
+  EXPECT_EQ(it->response->chunks, 3);
+  EXPECT_EQ(it->response->body_length, 36);
+}
+
+TEST_P(StreamContract, ACompletionWithAChunkMissingIsRefusedAndTheRecordStaysInFlight) {
+  const auto token = claim_token(request("gap"));
+  append("gap", token, 1, "a");
+  append("gap", token, 3, "c");
+  const auto refused = store->complete(id("gap"), token, in_chunks(3, 3), 1h);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, StoreErrc::fenced);
+  EXPECT_EQ(found("gap").state, RecordState::in_flight);
+  // Nor does it complete with fewer than it stored.
+  append("gap", token, 2, "b");
+  EXPECT_FALSE(store->complete(id("gap"), token, in_chunks(2, 2), 1h).ok());
+  EXPECT_EQ(found("gap").state, RecordState::in_flight);
+  ASSERT_TRUE(store->complete(id("gap"), token, in_chunks(3, 3), 1h).ok());
+  EXPECT_EQ(joined(read("gap", token, 1)), "abc");
+}
+
+TEST_P(StreamContract, ATakenOverClaimNeverReadsItsPredecessorsChunks) {
+  const auto old = claim_token(request("k", kShort));
+  append("k", old, 1, "the vanished holder's");
+  age(kPastShort);
+  const auto taken = claimed(request("k", 30s, 1h, "fp-1", true));
+  ASSERT_TRUE(taken.took_over);
+  EXPECT_TRUE(read("k", taken.token, 1).empty());
+  // Its completion counts only its own chunks.
+  EXPECT_FALSE(store->complete(id("k"), taken.token, in_chunks(1, 5), 1h).ok());
+  append("k", taken.token, 1, "fresh");
+  ASSERT_TRUE(store->complete(id("k"), taken.token, in_chunks(1, 5), 1h).ok());
+  EXPECT_EQ(joined(read("k", taken.token, 1)), "fresh");
+  // And the old holder's chunks go with the next collection.
+  for (int i = 0; i < 200 && !read("k", old, 1).empty(); ++i) {
+    ASSERT_TRUE(store->delete_expired(100).ok());
+    age(10ms);
+  }
+  EXPECT_TRUE(read("k", old, 1).empty());
+  EXPECT_EQ(joined(read("k", taken.token, 1)), "fresh");
+}
+
+TEST_P(StreamContract, APurgeTakesTheChunksWithTheRecord) {
+  const auto token = claim_token(request("p"));
+  append("p", token, 1, "x");
+  ASSERT_TRUE(store->complete(id("p"), token, in_chunks(1, 1), 1h).ok());
+  ASSERT_TRUE(store->purge(id("p")).value());
+  EXPECT_TRUE(read("p", token, 1).empty());
+}
+
+TEST_P(StreamContract, CollectionDeletesTheChunksOfExpiredReleasedAndTombstonedRecords) {
+  // Expired: deleted with its record. Released and indeterminate: never replayed.
+  // Tombstoned (drop_answers): its answer is gone. Live ones stay.
+  const auto expired = claim_token(request("expired", 30s, kShort));
+  append("expired", expired, 1, "e");
+  ASSERT_TRUE(store->complete(id("expired"), expired, in_chunks(1, 1), kShort).ok());
+  const auto released = claim_token(request("released"));
+  append("released", released, 1, "r");
+  ASSERT_TRUE(store->release(id("released"), released).ok());
+  const auto unknown = claim_token(request("unknown"));
+  append("unknown", unknown, 1, "u");
+  ASSERT_TRUE(store->mark_indeterminate(id("unknown"), unknown).ok());
+  auto tomb = request("tomb");
+  tomb.route = "tomb-route-" + scope;
+  const auto tombed = claim_token(tomb);
+  append("tomb", tombed, 1, "t");
+  ASSERT_TRUE(store->complete(id("tomb"), tombed, in_chunks(1, 1), {kShort, 1h}).ok());
+  const auto live = claim_token(request("live"));
+  append("live", live, 1, "l");
+  const auto kept = claim_token(request("kept"));
+  append("kept", kept, 1, "k");
+  ASSERT_TRUE(store->complete(id("kept"), kept, in_chunks(1, 1), 1h).ok());
+  age(kPastShort);
+  ASSERT_TRUE(store->drop_answers(tomb.route, kShort, 100).ok());
+  const auto tomb_record = found("tomb");
+  ASSERT_TRUE(tomb_record.response.has_value());
+  EXPECT_FALSE(tomb_record.response->body_stored);
+  EXPECT_EQ(tomb_record.response->chunks, 0);
+
+  const auto swept = [&] {
+    return read("expired", expired, 1).empty() && read("released", released, 1).empty() &&
+           read("unknown", unknown, 1).empty() && read("tomb", tombed, 1).empty();
+  };
+  // Another test may hold the collection's lock for a moment.
+  for (int i = 0; i < 500 && !swept(); ++i) {
+    ASSERT_TRUE(store->delete_expired(1000).ok());
+    age(10ms);
+  }
+  EXPECT_TRUE(swept());
+  EXPECT_EQ(joined(read("live", live, 1)), "l");
+  EXPECT_EQ(joined(read("kept", kept, 1)), "k");
+}
+
+TEST_P(StreamContract, ChunksAppendedAtOnceFromManyThreadsAreAllStored) {
+  constexpr int kStreams = 8;
+  constexpr int kChunks = 25;
+  std::vector<std::int64_t> tokens;
+  for (int s = 0; s < kStreams; ++s)
+    tokens.push_back(claim_token(request("m" + std::to_string(s))));
+  std::vector<std::thread> threads;
+  std::atomic<int> failed{0};
+  for (int s = 0; s < kStreams; ++s) {
+    threads.emplace_back([&, s] {
+      std::mutex mu;
+      std::condition_variable cv;
+      int pending = kChunks;
+      std::vector<std::string> bytes;
+      for (int i = 1; i <= kChunks; ++i)
+        bytes.push_back(std::to_string(s) + ":" + std::to_string(i) + ";");
+      for (int i = 1; i <= kChunks; ++i) {
+        store->append_async(id("m" + std::to_string(s)), tokens[s], i, bytes[i - 1],
+                            [&](store::Result<store::Done> r) {
+                              if (!r.ok()) ++failed;
+                              std::lock_guard lock(mu);
+                              if (--pending == 0) cv.notify_one();
+                            });
+      }
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return pending == 0; });
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  for (int s = 0; s < kStreams; ++s) {
+    const std::string key = "m" + std::to_string(s);
+    ASSERT_TRUE(store->complete(id(key), tokens[s], in_chunks(kChunks, 1), 1h).ok()) << key;
+    std::string expect;
+    for (int i = 1; i <= kChunks; ++i) expect += std::to_string(s) + ":" + std::to_string(i) + ";";
+    EXPECT_EQ(paged(key, tokens[s], 7), expect);
+  }
+}
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Stores, StreamContract, ::testing::Values("memory", "postgres", "citus"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace idemproxy::testing
