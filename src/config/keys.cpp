@@ -162,6 +162,7 @@ const std::vector<Key>& table() {
       {"route_policy", "store_grpc_status"},
       {"route_policy", "store_unavailable"},
       {"route_policy", "max_body"},
+      {"route_policy", "max_stored_answer"},
       {"route_policy", "store_deny_headers"},
       {"route_policy", "forward_fencing_token"},
       {"route_policy", "namespace"},

@@ -195,6 +195,8 @@ void Reader::policy(const YAML::Node& n, const std::string& path, engine::RouteP
                                             {"fail_open", engine::StoreUnavailable::fail_open}});
     } else if (key == "max_body") {
       p.max_body = size(v, name);
+    } else if (key == "max_stored_answer") {
+      p.max_stored_answer = size(v, name);
     } else if (key == "store_deny_headers") {
       p.deny_headers = list(v, name);
     } else if (key == "fingerprint") {

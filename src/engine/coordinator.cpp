@@ -87,6 +87,7 @@ Decision Coordinator::replay_from_store(const store::ClaimRequest& claim, const 
                            hooks_.steady_now() + (verdict.expires_at - verdict.store_now),
                            {},
                            form};
+  entry.token = verdict.token;
   hooks_.prepare_replay(entry);
   auto shared = std::make_shared<const ReplayCache::Entry>(std::move(entry));
   cache_.put(claim.id, shared);

@@ -58,6 +58,7 @@ Admission Engine::admission(const store::ClaimRequest& request,
   if (existing.state == store::RecordState::completed && existing.response) {
     a.kind = existing.response->body_stored ? Admission::Kind::replay : Admission::Kind::not_stored;
     a.replay = std::move(existing.response);
+    a.token = existing.token;  // a body in chunks is read under it
     a.expires_at = replay_until;
     a.store_now = existing.store_now;
     return a;
@@ -122,8 +123,13 @@ bool Engine::stores(const RoutePolicy& policy, const store::StoredResponse& resp
 
 store::StoredResponse Engine::kept(const store::StoredResponse& response,
                                    const RoutePolicy& policy) {
-  return {response.status, storable_headers(response.headers, policy), response.body,
-          response.body_stored, storable_headers(response.trailers, policy)};
+  store::StoredResponse kept{response.status, storable_headers(response.headers, policy),
+                             response.body, response.body_stored,
+                             storable_headers(response.trailers, policy)};
+  kept.chunks = response.chunks;
+  kept.body_length = response.body_length;
+  kept.body_digest = response.body_digest;
+  return kept;
 }
 
 store::Retention Engine::retention(const RoutePolicy& policy,

@@ -28,12 +28,13 @@ std::shared_ptr<const ReplayCache::Entry> ReplayCache::get(const store::RecordId
 }
 
 void ReplayCache::put(const store::RecordId& id, Entry entry) {
-  if (max_bytes_ == 0 || !entry.response.body_stored) return;
+  if (max_bytes_ == 0 || !entry.response.body_stored || entry.response.chunked()) return;
   put(id, std::make_shared<const Entry>(std::move(entry)));
 }
 
 void ReplayCache::put(const store::RecordId& id, std::shared_ptr<const Entry> entry) {
-  if (max_bytes_ == 0 || !entry->response.body_stored) return;
+  // A body in chunks is read from the store as it is sent: only small answers here.
+  if (max_bytes_ == 0 || !entry->response.body_stored || entry->response.chunked()) return;
   Key key = store::slot_key(id);
   const std::size_t bytes = footprint(key, *entry);
   if (bytes > max_bytes_) return;

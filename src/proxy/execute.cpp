@@ -2,8 +2,9 @@
 // record it. An answer that ends with its first piece (most API answers) is recorded
 // before it is sent, as it always was; any other (a stream of events, an export, a
 // gRPC server stream, a body over max_response_size) reaches the client piece by
-// piece as the upstream sends it, and is recorded once it has ended: storing it
-// never holds it back. upstream.timeout bounds the wait for the head,
+// piece as the upstream sends it, and is stored as it flows (whole in the record's row
+// while small, in chunks under the claim past that: stream_store.hpp) and recorded
+// once it has ended. upstream.timeout bounds the wait for the head,
 // upstream.read_timeout each wait between pieces, upstream.stream_timeout (when set)
 // the whole body; the lease is renewed until the answer is recorded.
 #include <spdlog/spdlog.h>
@@ -13,6 +14,7 @@
 #include "proxy/permits.hpp"
 #include "proxy/phases.hpp"
 #include "proxy/spans.hpp"
+#include "proxy/stream_store.hpp"
 
 namespace idemproxy::proxy::idempotent {
 namespace {
@@ -20,7 +22,8 @@ namespace {
 using ops::Outcome;
 using Clock = std::chrono::steady_clock;
 
-// What the record keeps of a streamed answer that outgrew max_response_size: its
+// What the record keeps of a streamed answer it could not keep (over the route's
+// max_stored_answer, or an append the store failed): its
 // status, and its opt-out, which still counts (retries are told it executed, never
 // handed part of a body).
 store::StoredResponse status_only(const ResponseHeader& head, std::string_view policy) {
@@ -197,9 +200,9 @@ asio::awaitable<Step> execute(Flow& f) {
   // Streamed: the head goes now. Whether the answer is stored is known from its head
   // (store_status, no-store) but for a gRPC status, which its trailers bring.
   head.erase(engine::kPolicyField);
-  std::string body;
-  bool whole = first.data.size() <= max_answer;
-  if (whole) body.assign(first.data);
+  // The body is stored as it flows: whole in the record's row while it is small, in
+  // chunks under the claim past that, up to the route's max_stored_answer.
+  ChunkWriter body(rt, claim.id, token, route.max_stored_answer);
   store::StoredResponse kept = as_kept(ctx, head, {}, {});
   if (!policy.empty()) kept.headers.push_back({std::string(engine::kPolicyField), policy});
   if (!ctx.grpc && engine::Engine::stores(route, kept)) {
@@ -230,6 +233,7 @@ asio::awaitable<Step> execute(Flow& f) {
     co_return co_await ctx.ex.send_body(data, false, none);
   };
   if (client && !first.end) client = co_await relay(first.data);
+  co_await body.add(first.data);
   upstream::AnswerPiece piece = first;
   std::vector<Header> trailers;
   if (piece.end) trailers.assign(piece.trailers.begin(), piece.trailers.end());
@@ -239,17 +243,12 @@ asio::awaitable<Step> execute(Flow& f) {
     const auto by = next_by();
     piece = co_await call.read_body(by);
     if (piece.error) break;
-    if (whole && body.size() + piece.data.size() > max_answer) {
-      whole = false;
-      body.clear();
-      body.shrink_to_fit();
-    }
-    if (whole) body.append(piece.data);
     if (piece.end) {
       trailers.assign(piece.trailers.begin(), piece.trailers.end());
     } else if (client) {
       client = co_await relay(piece.data);
     }
+    co_await body.add(piece.data);
   }
   heartbeat.reset();
   if (piece.error) {
@@ -263,16 +262,14 @@ asio::awaitable<Step> execute(Flow& f) {
     ctx.outcome = Outcome::upstream_error;
     co_return Step::responded;
   }
-  if (!whole) {
-    ctx.log(spdlog::level::warn,
-            "key {}: the response exceeds upstream.max_response_size; streamed whole, and "
-            "retries will not replay it",
-            ctx.key_hash.view());
-  }
   // The record keeps what the upstream sent, not the fields added for the client.
+  const bool whole = co_await body.finish(kept);
   if (whole) {
-    kept.body = std::move(body);
     kept.trailers = std::move(trailers);
+  } else {
+    ctx.log(spdlog::level::warn,
+            "key {}: the response was streamed whole, but is not kept for retries: {}",
+            ctx.key_hash.view(), body.why_not());
   }
   const store::StoredResponse answer = whole ? std::move(kept) : status_only(call.head(), policy);
   trace::Span completing = ctx.span.child(trace::kSpanStoreComplete);

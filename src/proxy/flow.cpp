@@ -120,6 +120,10 @@ asio::awaitable<Step> act_phase(Flow& f) {
     case Decision::Kind::execute:
       co_return co_await idempotent::execute(f);
     case Decision::Kind::replay:
+      if (d.replay->response.chunked()) {
+        co_await idempotent::replay_chunks(f, *d.replay);
+        co_return Step::responded;
+      }
       co_await send_replay(ctx, *d.replay);
       co_return Step::responded;
     case Decision::Kind::forward_unprotected:

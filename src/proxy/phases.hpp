@@ -50,6 +50,13 @@ asio::awaitable<Step> replay_cached(Flow& f);
 /// record it (execute.cpp).
 asio::awaitable<Step> execute(Flow& f);
 
+/// Replays f.decision's answer stored in chunks (stream_replay.cpp): its chunks read
+/// from the store a page at a time as the client takes them; reset, never passed off
+/// as whole, when one is missing or altered.
+asio::awaitable<void> replay_chunks(Flow& f, const engine::ReplayCache::Entry& e);
+/// Chunks read per page of a replay: with 256 KiB chunks, about 1 MiB held at a time.
+inline constexpr int kReplayPage = 4;
+
 /// Forwards f.req without a claim (fail_open, shadow mode, or a route whose key is
 /// optional and absent), answering with outcome `f.decision.outcome`.
 asio::awaitable<Step> forward_unprotected(Flow& f);

@@ -29,7 +29,8 @@ void prepare_replay_head(engine::ReplayCache::Entry& e) {
   // gRPC's trailers-only answer (a status, no message) is one HEADERS frame with
   // END_STREAM, and is replayed as one: a record an earlier version kept as a head
   // and trailers has them joined again, so the replay's metadata is the original's.
-  if (e.response.body.empty() && !e.response.trailers.empty() && is_grpc_answer(e.response)) {
+  if (e.response.body.empty() && !e.response.chunked() && !e.response.trailers.empty() &&
+      is_grpc_answer(e.response)) {
     for (auto& t : e.response.trailers) e.response.headers.push_back(std::move(t));
     e.response.trailers.clear();
   }

@@ -108,6 +108,30 @@ class Runtime {
         });
   }
 
+  /// Stores chunk `seq` of a streamed answer under the claim (store::Claims::append),
+  /// as claim() does: through the store's own queue when it has one (PostgreSQL's
+  /// chunk group commit), otherwise on the database pool. `bytes` must outlive it.
+  /// The store's error, or none once the chunk is durable.
+  asio::awaitable<std::optional<store::StoreError>> append(const store::RecordId& id,
+                                                           std::int64_t token, std::int32_t seq,
+                                                           std::string_view bytes) {
+    using Failed = std::optional<store::StoreError>;
+    const auto failed = [](const store::Result<store::Done>& r) {
+      return r.ok() ? Failed{} : Failed{r.error()};
+    };
+    if (!record_store.queues_calls()) {
+      co_return co_await blocking([this, &id, token, seq, bytes, failed] {
+        return failed(record_store.append(id, token, seq, bytes));
+      });
+    }
+    co_return co_await queued<Failed>([this, &id, token, seq, bytes,
+                                       failed](std::function<void(Failed)> done) {
+      record_store.append_async(id, token, seq, bytes,
+                                [done = std::move(done),
+                                 failed](const store::Result<store::Done>& r) { done(failed(r)); });
+    });
+  }
+
   /// The store's read-only role: a caller's lookup of its own key (proxy/lookup.hpp).
   store::Views& views() { return record_store; }
 

@@ -18,10 +18,11 @@ from free_port import free_port  # noqa: E402  (ports outside the ephemeral rang
 
 
 class Response:
-    def __init__(self, status, headers, body):
+    def __init__(self, status, headers, body, reset=None):
         self.status = status
         self.headers = headers  # list of (name, value) in wire order
         self.body = body
+        self.reset = reset  # HTTP/2: the RST_STREAM error code that ended a stream begun
 
     def header(self, name):
         for k, v in self.headers:
@@ -65,7 +66,7 @@ def request_h2(port, method, path, body, headers, timeout, tls):
         if r.reset is not None and r.status is None:
             raise ConnectionResetError("stream reset with HTTP/2 error %d" % r.reset)
         return Response(r.status, [(k, v) for k, v in r.headers if not k.startswith(":")],
-                        r.body)
+                        r.body, r.reset)
     finally:
         c.close()
 

@@ -1,7 +1,9 @@
-"""The never-truncating rule: an answer larger than upstream.max_response_size is
-streamed whole to the client that caused it; its record keeps only the status, and
-a retry is told the request executed (409 response-not-stored) instead of being
-replayed part of a body or executed again."""
+"""Large answers. An answer that streams (one that does not end in its first read) is
+stored as it flows: whole in its record while small, in chunks of 256 KiB past that,
+up to the route's max_stored_answer, and a retry is replayed every byte from the
+chunks. Past max_stored_answer it is still streamed whole to the client that caused
+it; its record keeps only the status, and a retry is told the request executed (409
+response-not-stored) instead of being replayed part of a body or executed again."""
 import hashlib
 import random
 
@@ -15,16 +17,24 @@ def expected(key, n, size):
     return random.Random("%s-/v1/big-%d" % (key, n)).randbytes(size)
 
 
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def capped_route(cap):
+    return [{"name": "orders", "path_prefix": "/v1", "key_required": True,
+             "max_stored_answer": cap}]
+
+
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
-def test_an_oversized_answer_is_streamed_whole_and_never_replayed(make_proxy, upstream, pg, key,
-                                                                  framing):
-    p = make_proxy(extra_top={"upstream": {"url": upstream.url, "max_response_size": "64KiB"}})
+def test_an_answer_over_max_stored_answer_is_streamed_whole_and_never_replayed(
+        make_proxy, upstream, pg, key, framing):
+    p = make_proxy(routes=capped_route("64KiB"))
     size = 300_000
     query = "?bytes=%d%s" % (size, "&chunked=1" if framing == "chunked" else "")
     first = p.post("/v1/big" + query, "{}", key=key)
     assert first.status == 200
-    assert hashlib.sha256(first.body).hexdigest() == \
-        hashlib.sha256(expected(key, 1, size)).hexdigest()  # every byte, in order
+    assert sha(first.body) == sha(expected(key, 1, size))  # every byte, in order
     assert first.header("Idempotency-Key-Expires") is not None
 
     retry = p.post("/v1/big" + query, "{}", key=key)
@@ -32,25 +42,80 @@ def test_an_oversized_answer_is_streamed_whole_and_never_replayed(make_proxy, up
     assert retry.status == 409 and doc["type"].endswith("/response-not-stored")
     assert "upstream status 200" in doc["detail"]
     assert upstream.executions.count(key=key) == 1
-    row = pg.sql("SELECT state, status, body IS NULL, headers IS NULL FROM idempotency_records"
-                 " WHERE key = '%s'" % key)
-    assert row == "completed|200|t|t"
+    row = pg.sql("SELECT state, status, body IS NULL, headers IS NULL, chunks IS NULL"
+                 " FROM idempotency_records WHERE key = '%s'" % key)
+    assert row == "completed|200|t|t|t"
+    # What was appended before the cap was passed is never read, and GC deletes it.
     assert p.wait_metric("idemproxy_requests_total", 1, outcome="executed_not_stored") == 1
     assert p.wait_metric("idemproxy_requests_total", 1, outcome="not_replayable") == 1
 
 
-def test_answers_within_the_limit_are_still_stored_and_replayed(make_proxy, upstream, key):
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_large_answer_is_stored_in_chunks_as_it_streams_and_replayed_whole(
+        make_proxy, upstream, pg, key, framing):
+    # 20 MiB: past the 16 MiB upstream.max_response_size that capped stored answers
+    # before, in 80 chunks of 256 KiB.
+    p = make_proxy()
+    size = 20 << 20
+    query = "?bytes=%d%s" % (size, "&chunked=1" if framing == "chunked" else "")
+    first = p.post("/v1/big" + query, "{}", key=key, timeout=60)
+    assert first.status == 200
+    assert sha(first.body) == sha(expected(key, 1, size))
+    row = pg.sql("SELECT body IS NULL, chunks, body_length, octet_length(body_digest)"
+                 " FROM idempotency_records WHERE key = '%s'" % key)
+    assert row == "t|80|%d|32" % size
+    assert pg.sql("SELECT count(*), sum(octet_length(bytes)) FROM idempotency_chunks"
+                  " WHERE key = '%s'" % key) == "80|%d" % size
+
+    again = p.post("/v1/big" + query, "{}", key=key, timeout=60)
+    assert again.status == 200
+    assert again.header("Idempotent-Replayed") == "true"
+    assert sha(again.body) == sha(first.body)
+    if framing == "content-length":
+        assert again.header("Content-Length") == str(size)
+    assert upstream.executions.count(key=key) == 1
+    assert p.wait_metric("idemproxy_db_chunks_stored_total", 80) >= 80
+
+
+def test_a_chunk_altered_in_the_store_resets_the_replay_instead_of_completing_it(
+        make_proxy, upstream, pg, key):
+    p = make_proxy()
+    size = 1 << 20
+    first = p.post("/v1/big?bytes=%d&chunked=1" % size, "{}", key=key)
+    assert sha(first.body) == sha(expected(key, 1, size))
+    pg.sql("UPDATE idempotency_chunks SET bytes = overlay(bytes placing '\\x00'::bytea from 9)"
+           " WHERE key = '%s' AND seq = 2" % key)
+    try:
+        again = p.post("/v1/big?bytes=%d&chunked=1" % size, "{}", key=key)
+    except Exception:  # HTTP/1.1: closed before the last chunk, an error, as it must be
+        again = None
+    # HTTP/2: the stream that began is reset (RST_STREAM), never ended as whole.
+    assert again is None or again.reset is not None, \
+        "an altered body was replayed as whole (%d bytes)" % len(again.body)
+    assert upstream.executions.count(key=key) == 1
+    assert "cannot be replayed whole" in p.read_log()
+
+
+def test_a_small_streamed_answer_keeps_the_one_row_path(make_proxy, upstream, pg, key):
     p = make_proxy(extra_top={"upstream": {"url": upstream.url, "max_response_size": "64KiB"}})
-    first = p.post("/v1/big?bytes=65536&chunked=1", "{}", key=key)  # exactly the limit
+    first = p.post("/v1/big?bytes=65536&chunked=1", "{}", key=key)
     again = p.post("/v1/big?bytes=65536&chunked=1", "{}", key=key)
     assert len(first.body) == 65536
     assert again.header("Idempotent-Replayed") == "true" and again.body == first.body
     assert upstream.executions.count(key=key) == 1
+    assert pg.sql("SELECT chunks IS NULL, octet_length(body) FROM idempotency_records"
+                  " WHERE key = '%s'" % key) == "t|65536"
+    assert pg.sql("SELECT count(*) FROM idempotency_chunks WHERE key = '%s'" % key) == "0"
 
 
-def test_the_memory_store_follows_the_same_rule(make_proxy, upstream, key):
-    p = make_proxy(store={"memory": {}},
-                   extra_top={"upstream": {"url": upstream.url, "max_response_size": "16KiB"}})
+def test_the_memory_store_follows_the_same_rules(make_proxy, upstream, key):
+    p = make_proxy(store={"memory": {}}, routes=capped_route("64KiB"))
     assert len(p.post("/v1/big?bytes=100000", "{}", key=key).body) == 100000
     assert p.post("/v1/big?bytes=100000", "{}", key=key).status == 409
     assert upstream.executions.count(key=key) == 1
+    other = key + "-large"
+    q = make_proxy(store={"memory": {}})
+    first = q.post("/v1/big?bytes=1000000&chunked=1", "{}", key=other)
+    again = q.post("/v1/big?bytes=1000000&chunked=1", "{}", key=other)
+    assert again.header("Idempotent-Replayed") == "true"
+    assert sha(again.body) == sha(first.body) == sha(expected(other, 1, 1000000))

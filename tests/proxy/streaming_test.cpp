@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../unit/faulty_store.hpp"
+#include "proxy/stream_store.hpp"
 #include "world.hpp"
 
 namespace idemproxy::testing {
@@ -101,8 +103,11 @@ TEST_P(Streaming, AStreamTheUpstreamCutsEndsAsAnErrorAndIsNeverReplayed) {
   EXPECT_EQ(world.executions("s-4"), 1);
 }
 
-TEST_P(Streaming, AStreamOverMaxResponseSizeReachesItsClientWholeAndIsNotReplayed) {
-  World world(kConfig, nullptr, "timeout: 5s, max_response_size: 8");
+TEST_P(Streaming, AStreamOverMaxStoredAnswerReachesItsClientWholeAndIsNotReplayed) {
+  World world(R"(store: {memory: {}}
+routes:
+  - {name: events, path_prefix: /v1/events, max_stored_answer: 8}
+)");
   world.answer = [](const StringRequest&) {
     return events({{0ms, "0123"}, {10ms, "4567"}, {10ms, "89ab"}});
   };
@@ -113,6 +118,66 @@ TEST_P(Streaming, AStreamOverMaxResponseSizeReachesItsClientWholeAndIsNotReplaye
   EXPECT_EQ(retry.status, 409);
   EXPECT_TRUE(problem_type(retry).ends_with("/response-not-stored")) << retry.body;
   EXPECT_EQ(world.executions("s-5"), 1);
+}
+
+// Past 256 KiB a stream is stored in chunks as it flows, not held whole: here 1 MB in
+// four appends (256 KiB each, the last shorter), and a retry replays every byte from
+// them. upstream.max_response_size (16 bytes here) no longer caps what a stream keeps.
+TEST_P(Streaming, ALargeStreamIsStoredInChunksAsItFlowsAndReplayedWhole) {
+  SystemClock clock;
+  FaultyStore store(clock);
+  World world(kConfig, &store, "timeout: 5s, max_response_size: 16");
+  std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces;
+  for (char c = 'a'; c < 'f'; ++c) pieces.emplace_back(1ms, std::string(200'000, c));
+  world.answer = [&](const StringRequest&) { return events(pieces); };
+  const Reply first = send(world, keyed("s-6"));
+  ASSERT_EQ(first.body.size(), 1'000'000U);
+  EXPECT_EQ(store.appends, 4);
+  const auto record = store.find({"", "s-6"}).value();
+  ASSERT_TRUE(record && record->response);
+  EXPECT_EQ(record->response->chunks, 4);
+  EXPECT_EQ(record->response->body_length, 1'000'000);
+  EXPECT_TRUE(record->response->body.empty());
+  const Reply again = send(world, keyed("s-6"));
+  EXPECT_EQ(again.field("Idempotent-Replayed"), "true");
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_FALSE(broken_off(again));
+  EXPECT_EQ(world.executions("s-6"), 1);
+}
+
+// A stream that ends within 256 KiB keeps the record's own row: no chunk is appended.
+TEST_P(Streaming, AShortStreamKeepsTheOneRowPath) {
+  SystemClock clock;
+  FaultyStore store(clock);
+  World world(kConfig, &store);
+  world.answer = [](const StringRequest&) {
+    return events({{0ms, "data: 1\n\n"}, {5ms, "data: 2\n\n"}});
+  };
+  EXPECT_EQ(send(world, keyed("s-7")).status, 200);
+  EXPECT_EQ(store.appends, 0);
+  EXPECT_EQ(store.find({"", "s-7"}).value()->response->body, "data: 1\n\ndata: 2\n\n");
+}
+
+// The store fails mid-stream: the client still gets its whole stream; the record
+// keeps the status alone, so a retry is told it executed (never handed part of it).
+TEST_P(Streaming, AStoreThatFailsMidStreamStillStreamsToTheClient) {
+  SystemClock clock;
+  FaultyStore store(clock);
+  store.appends_fail = true;
+  World world(kConfig, &store);
+  std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces;
+  for (char c = 'a'; c < 'e'; ++c) pieces.emplace_back(1ms, std::string(100'000, c));
+  world.answer = [&](const StringRequest&) { return events(pieces); };
+  const Reply first = send(world, keyed("s-8"));
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body.size(), 400'000U);
+  EXPECT_FALSE(broken_off(first));
+  EXPECT_EQ(store.appends,
+            proxy::ChunkWriter::kAppendAttempts);  // chunk 1, tried again, then given up
+  const Reply retry = send(world, keyed("s-8"));
+  EXPECT_EQ(retry.status, 409);
+  EXPECT_TRUE(problem_type(retry).ends_with("/response-not-stored")) << retry.body;
+  EXPECT_EQ(world.executions("s-8"), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(BothCodecs, Streaming, ::testing::Values(Codec::http1, Codec::http2),

@@ -39,6 +39,24 @@ inline std::array<char, 32> sha256_final(EVP_MD_CTX* ctx) {
   return md;
 }
 
+/// A SHA-256 of its own, for a digest that spans awaits (a streamed body): not this
+/// thread's context, which the next digest on the thread restarts.
+class Sha256Stream {
+ public:
+  Sha256Stream() { EVP_DigestInit_ex2(ctx_.get(), sha256_md(), nullptr); }
+  void update(std::string_view data) { EVP_DigestUpdate(ctx_.get(), data.data(), data.size()); }
+  /// The 32 bytes; the stream is spent.
+  std::string final() {
+    std::array<char, 32> md{};
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx_.get(), reinterpret_cast<unsigned char*>(md.data()), &n);
+    return {md.data(), md.size()};
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_{EVP_MD_CTX_new(), &EVP_MD_CTX_free};
+};
+
 /// The digest of what `ctx` was given, in lower-case hex.
 inline std::string sha256_final_hex(EVP_MD_CTX* ctx) {
   const auto md = sha256_final(ctx);

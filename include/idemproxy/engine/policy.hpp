@@ -67,6 +67,10 @@ struct RoutePolicy {
   std::vector<int> store_grpc_status = {0, 3, 5, 6, 7, 9, 11, 12, 16};
   StoreUnavailable store_unavailable = StoreUnavailable::fail_closed;
   std::size_t max_body = std::size_t{1} << 20;
+  /// `max_stored_answer`: the largest streamed answer kept for replay, in chunks. A
+  /// larger one still reaches its client whole, and its record keeps the status only
+  /// (retries get 409 response-not-stored).
+  std::uint64_t max_stored_answer = std::uint64_t{1} << 30;
   std::vector<std::string> deny_headers = {"Set-Cookie"};
   /// Each forwarded request carries Idempotency-Fencing-Token: the claim's token,
   /// which strictly increases for a key across takeovers and instances, so the

@@ -48,6 +48,9 @@ class ReplayCache {
     /// The replay's fields, laid out once too: the stored ones,
     /// Idempotent-Replayed and Idempotency-Key-Expires.
     std::vector<store::Header> fields{};
+    /// The record's token: a body in chunks (response.chunked()) is read under it,
+    /// from the store. Such an entry is never cached.
+    std::int64_t token = 0;
   };
 
   /// max_bytes 0 turns the cache off.

@@ -1,0 +1,60 @@
+#pragma once
+// Stores a streamed answer's body as it flows (issue 44): a small one whole, in the
+// record's own row, as before; past kChunkBytes in chunks of kChunkBytes appended
+// under the claim (store::Claims::append) while it streams, so its size never sits
+// in memory, and the record completes in chunks once every one is durable.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "idemproxy/common/sha256.hpp"
+#include "idemproxy/store/record.hpp"
+#include "proxy/runtime.hpp"
+
+namespace idemproxy::proxy {
+
+class ChunkWriter {
+ public:
+  /// The size of a chunk, and the largest body kept whole in the record's row.
+  static constexpr std::size_t kChunkBytes = std::size_t{256} << 10;
+  /// Appends tried this many times each before the body is given up.
+  static constexpr int kAppendAttempts = 3;
+
+  /// `max_stored`: the route's max_stored_answer; past it nothing more is stored.
+  ChunkWriter(Runtime& rt, const store::RecordId& id, std::int64_t token, std::uint64_t max_stored)
+      : rt_(rt), id_(id), token_(token), max_stored_(max_stored) {}
+
+  /// The next piece of the body. May wait for an append to commit: the stream is
+  /// read no faster than it is stored (backpressure), with one chunk in memory.
+  asio::awaitable<void> add(std::string_view data);
+  /// At the end: stores what remains, and sets `answer`'s body, or its chunks, length
+  /// and digest. False when the body is not kept: it outgrew max_stored_answer, or
+  /// the store failed an append (the record then keeps the status only).
+  asio::awaitable<bool> finish(store::StoredResponse& answer);
+
+  /// Whether the body is still being kept (not over its cap, no append failed).
+  bool keeping() const { return !over_ && !failed_; }
+  /// Bytes of the body so far.
+  std::uint64_t length() const { return length_; }
+  /// Chunks appended so far.
+  std::int32_t chunks() const { return seq_; }
+  /// Why the body was not kept, for the log; empty when it was.
+  const std::string& why_not() const { return why_not_; }
+
+ private:
+  asio::awaitable<void> append_buffer();
+
+  Runtime& rt_;
+  const store::RecordId& id_;
+  std::int64_t token_;
+  std::uint64_t max_stored_;
+  std::string buffer_;  // the body while it is small; then the chunk being filled
+  std::int32_t seq_ = 0;
+  std::uint64_t length_ = 0;
+  Sha256Stream digest_;
+  bool over_ = false;
+  bool failed_ = false;
+  std::string why_not_;
+};
+
+}  // namespace idemproxy::proxy
