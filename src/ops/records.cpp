@@ -49,6 +49,10 @@ void add_body(nlohmann::json& out, const store::Record& r) {
     out["body_withheld"] = "no answer is stored (" + std::string(store::to_string(r.state)) + ")";
   } else if (!r.response->body_stored) {
     out["body_withheld"] = "the answer was too large to store";
+  } else if (r.response->chunked()) {
+    out["body_withheld"] =
+        "the answer streamed and is stored in " + std::to_string(r.response->chunks) + " chunks (" +
+        std::to_string(r.response->body_length) + " bytes); a retry with the key replays it";
   } else {
     const std::string& body = r.response->body;
     try {
@@ -87,6 +91,12 @@ nlohmann::json record_to_json(const store::Record& r, bool summary) {
   }
   if (r.response) {
     out["response"] = {{"status", r.response->status}};
+    // A streamed answer kept in chunks: how many, and the body's length (a listing
+    // shows them too).
+    if (r.response->chunked()) {
+      out["response"]["chunks"] = r.response->chunks;
+      out["response"]["body_bytes"] = r.response->body_length;
+    }
     if (!summary) {
       nlohmann::json headers = nlohmann::json::array();
       for (const auto& h : r.response->headers) {
@@ -99,7 +109,7 @@ nlohmann::json record_to_json(const store::Record& r, bool summary) {
         }
       }
       out["response"]["headers"] = headers;
-      out["response"]["body_bytes"] = r.response->body.size();
+      if (!r.response->chunked()) out["response"]["body_bytes"] = r.response->body.size();
     }
   }
   return out;

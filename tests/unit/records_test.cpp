@@ -49,6 +49,30 @@ TEST(Records, ACompletedRecordShowsItsReplayWindowBesideItsExpiry) {
   EXPECT_EQ(shown.body.at("expires_at"), rfc3339(clock.now() + 24h));
 }
 
+// A streamed answer kept in chunks shows its chunk count and length, in the record
+// and in a listing; its body is not shown (a replay reads it), and says so.
+TEST(Records, AnAnswerInChunksShowsItsChunksAndLength) {
+  FakeClock clock;
+  store::MemoryStore memory{clock};
+  const store::ClaimRequest c{{"s", "k"}, "fp", 30s, 1h, "r", "POST", "/"};
+  const auto token = std::get<store::Claimed>(memory.claim(c).value()).token;
+  ASSERT_TRUE(memory.append(c.id, token, 1, "abc").ok());
+  ASSERT_TRUE(memory.append(c.id, token, 2, "de").ok());
+  store::StoredResponse answer{200, {}, "", true};
+  answer.chunks = 2;
+  answer.body_length = 5;
+  answer.body_digest = std::string(32, 'x');
+  ASSERT_TRUE(memory.complete(c.id, token, answer, 1h).ok());
+  const auto shown = ops::show_record(memory, c.id, true);
+  ASSERT_EQ(shown.status, ops::RecordAction::Status::ok);
+  EXPECT_EQ(shown.body.at("response").at("chunks"), 2);
+  EXPECT_EQ(shown.body.at("response").at("body_bytes"), 5);
+  EXPECT_NE(shown.body.at("body_withheld").get<std::string>().find("2 chunks"), std::string::npos);
+  const auto listed = ops::record_to_json(memory.list(std::nullopt, 10).value().at(0), true);
+  EXPECT_EQ(listed.at("response").at("chunks"), 2);
+  EXPECT_EQ(listed.at("response").at("body_bytes"), 5);
+}
+
 // A stored answer's fields are one block: the head's lines, then an empty line and the
 // trailers'. Blocks written before trailers were kept apart named a gRPC answer's
 // trailers in an Idemproxy-Trailers field among the head's: they read as trailers.
