@@ -269,12 +269,12 @@ if [ "$CITUS" = 1 ]; then
   stage "the store on Citus (a coordinator and two workers)"
   if [ "$citus_status" = 0 ] && citus_dsn=$(bash scripts/citus.sh start "$WORK/citus"); then
     IDEMPROXY_TEST_DSN=$citus_dsn IDEMPROXY_TEST_PGDIR="$WORK/citus/coordinator" \
-      IDEMPROXY_TEST_CITUS=1 run_gtest build/tests/store_tests 'Stores/StoreContract.*:Stores/QuotaContract.*:PgStore*:PgWatch*:PgCitus*'
+      IDEMPROXY_TEST_CITUS=1 run_gtest build/tests/store_tests 'Stores/StoreContract.*:Stores/QuotaContract.*:Stores/StreamContract.*:PgStore*:PgWatch*:PgCitus*'
     IDEMPROXY_TEST_DSN=$citus_dsn IDEMPROXY_TEST_PGDIR="$WORK/citus/coordinator" \
       IDEMPROXY_TEST_CITUS=1 run_pytest build tests/e2e/test_behaviour_table.py \
       tests/e2e/test_concurrency.py tests/e2e/test_faults.py tests/e2e/test_ledger_real_peers.py \
       tests/e2e/test_citus.py tests/e2e/test_citus_moves.py tests/e2e/test_contract.py \
-      tests/e2e/test_quota.py
+      tests/e2e/test_quota.py tests/e2e/test_oversized.py
     bash scripts/citus.sh stop "$WORK/citus" || true
   else
     stage "Citus: the build or the cluster failed (above)"

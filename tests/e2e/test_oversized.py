@@ -53,19 +53,20 @@ def test_an_answer_over_max_stored_answer_is_streamed_whole_and_never_replayed(
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 def test_a_large_answer_is_stored_in_chunks_as_it_streams_and_replayed_whole(
         make_proxy, upstream, pg, key, framing):
-    # 20 MiB: past the 16 MiB upstream.max_response_size that capped stored answers
-    # before, in 80 chunks of 256 KiB.
+    # With its length: 20 MiB, past the 16 MiB upstream.max_response_size that capped
+    # stored answers before, in 80 chunks of 256 KiB. Chunked: 3 MiB, 12 chunks.
     p = make_proxy()
-    size = 20 << 20
+    size = (20 << 20) if framing == "content-length" else (3 << 20)
+    chunks = size // (256 << 10)
     query = "?bytes=%d%s" % (size, "&chunked=1" if framing == "chunked" else "")
     first = p.post("/v1/big" + query, "{}", key=key, timeout=60)
     assert first.status == 200
     assert sha(first.body) == sha(expected(key, 1, size))
     row = pg.sql("SELECT body IS NULL, chunks, body_length, octet_length(body_digest)"
                  " FROM idempotency_records WHERE key = '%s'" % key)
-    assert row == "t|80|%d|32" % size
+    assert row == "t|%d|%d|32" % (chunks, size)
     assert pg.sql("SELECT count(*), sum(octet_length(bytes)) FROM idempotency_chunks"
-                  " WHERE key = '%s'" % key) == "80|%d" % size
+                  " WHERE key = '%s'" % key) == "%d|%d" % (chunks, size)
 
     again = p.post("/v1/big" + query, "{}", key=key, timeout=60)
     assert again.status == 200
@@ -74,7 +75,7 @@ def test_a_large_answer_is_stored_in_chunks_as_it_streams_and_replayed_whole(
     if framing == "content-length":
         assert again.header("Content-Length") == str(size)
     assert upstream.executions.count(key=key) == 1
-    assert p.wait_metric("idemproxy_db_chunks_stored_total", 80) >= 80
+    assert p.wait_metric("idemproxy_db_chunks_stored_total", chunks) >= chunks
 
 
 def test_a_chunk_altered_in_the_store_resets_the_replay_instead_of_completing_it(
