@@ -4,7 +4,8 @@ executed, and its behaviour is chosen per request through the path and query.
   /v1/...?status=N&delay_ms=M   JSON answer with status N after M ms (default 201)
   /big?bytes=N                  N pseudo-random bytes, different on every execution
                                 (&chunked=1: sent chunked, in 8 KiB chunks)
-  .../events?n=5&gap_ms=100&cut=0 server-sent events, one chunk each, gap_ms apart
+  .../events?n=5&gap_ms=100&cut=0&pad=0 server-sent events, one chunk each, gap_ms
+                                apart (pad=B: each event's data padded with B bytes)
   /reset-after-read             reads the request, then drops the connection
   /echo                         echoes the body and the headers it received
 """
@@ -131,6 +132,7 @@ class Handler(BaseHTTPRequestHandler):
             count = int(query.get("n", "5"))
             gap = int(query.get("gap_ms", "100")) / 1000.0
             cut = int(query.get("cut", "0"))
+            pad = b"x" * int(query.get("pad", "0"))
             self.send_response(int(query.get("status", "200")))
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -139,7 +141,7 @@ class Handler(BaseHTTPRequestHandler):
             for i in range(count):
                 if i:
                     time.sleep(gap)
-                event = b"id: %d\ndata: token %d of execution %d\n\n" % (i, i, n)
+                event = b"id: %d\ndata: token %d of execution %d%s\n\n" % (i, i, n, pad)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                 self.wfile.flush()
                 if cut and i + 1 == cut:

@@ -6,10 +6,12 @@ it; its record keeps only the status, and a retry is told the request executed (
 response-not-stored) instead of being replayed part of a body or executed again."""
 import hashlib
 import random
+import threading
+import time
 
 import pytest
 
-from harness import problem
+from harness import SHORT_STATEMENTS, problem, wait_for
 
 
 def expected(key, n, size):
@@ -120,3 +122,45 @@ def test_the_memory_store_follows_the_same_rules(make_proxy, upstream, key):
     again = q.post("/v1/big?bytes=1000000&chunked=1", "{}", key=other)
     assert again.header("Idempotent-Replayed") == "true"
     assert sha(again.body) == sha(first.body) == sha(expected(other, 1, 1000000))
+
+
+@pytest.mark.parametrize("on_stale", ["fail", "retake"])
+def test_a_proxy_killed_mid_stream_never_hands_a_retry_part_of_it(make_proxy, upstream, pg, key,
+                                                                   on_stale):
+    # kill -9 once the stream's first chunk is stored (eight 100 KB events, 250 ms
+    # apart): the record stays in flight, its lease runs out, and on_stale decides. Its
+    # chunks are never read: `fail` tells the retry the outcome is unknown, `retake`
+    # executes again and stores and replays the second execution's stream alone.
+    p = make_proxy(store=SHORT_STATEMENTS,
+                   routes=[{"name": "orders", "path_prefix": "/v1", "key_required": True,
+                            "lease": "1s", "on_stale": on_stale}])
+    path = "/v1/events?n=8&gap_ms=250&pad=100000"
+    reader = threading.Thread(target=lambda: _swallow(lambda: p.post(path, key=key, timeout=30)))
+    reader.start()
+    assert wait_for(lambda: pg.sql("SELECT count(*) FROM idempotency_chunks WHERE key = '%s'"
+                                   % key) not in ("", "0"), timeout=15)
+    p.kill()
+    reader.join()
+    assert pg.sql("SELECT state, chunks IS NULL FROM idempotency_records WHERE key = '%s'"
+                  % key) == "in_flight|t"
+    p.start()
+    time.sleep(1.5)  # the lease, renewed while it streamed, runs out
+    retry = p.post(path, key=key, timeout=30)
+    if on_stale == "fail":
+        assert retry.status == 409
+        assert problem(retry)["type"].endswith("/outcome-unknown")
+        assert upstream.executions.count(key=key) == 1
+        return
+    assert retry.status == 200
+    assert retry.body.count(b"of execution 2") == 8 and b"of execution 1" not in retry.body
+    again = p.post(path, key=key, timeout=30)
+    assert again.header("Idempotent-Replayed") == "true"
+    assert again.body == retry.body
+    assert upstream.executions.count(key=key) == 2
+
+
+def _swallow(call):
+    try:
+        call()
+    except Exception:  # the proxy was killed under it
+        pass
