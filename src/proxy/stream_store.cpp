@@ -15,7 +15,6 @@ asio::awaitable<void> ChunkWriter::add(std::string_view data) {
     co_return;
   }
   length_ += data.size();
-  digest_.update(data);
   while (!data.empty() && keeping()) {
     const std::size_t room = kChunkBytes - std::min(buffer_.size(), kChunkBytes);
     const std::size_t take = std::min(room, data.size());
@@ -41,6 +40,7 @@ asio::awaitable<void> ChunkWriter::append_buffer() {
     }
   }
   seq_ = seq;
+  digest_.update(buffer_);
   buffer_.clear();
 }
 

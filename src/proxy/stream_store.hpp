@@ -34,10 +34,6 @@ class ChunkWriter {
 
   /// Whether the body is still being kept (not over its cap, no append failed).
   bool keeping() const { return !over_ && !failed_; }
-  /// Bytes of the body so far.
-  std::uint64_t length() const { return length_; }
-  /// Chunks appended so far.
-  std::int32_t chunks() const { return seq_; }
   /// Why the body was not kept, for the log; empty when it was.
   const std::string& why_not() const { return why_not_; }
 
@@ -51,7 +47,7 @@ class ChunkWriter {
   std::string buffer_;  // the body while it is small; then the chunk being filled
   std::int32_t seq_ = 0;
   std::uint64_t length_ = 0;
-  Sha256Stream digest_;
+  Sha256Stream digest_;  // of the chunks appended: a body kept whole needs none
   bool over_ = false;
   bool failed_ = false;
   std::string why_not_;

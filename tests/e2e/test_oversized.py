@@ -6,6 +6,7 @@ it; its record keeps only the status, and a retry is told the request executed (
 response-not-stored) instead of being replayed part of a body or executed again."""
 import hashlib
 import random
+import subprocess
 import threading
 import time
 
@@ -164,3 +165,35 @@ def _swallow(call):
         call()
     except Exception:  # the proxy was killed under it
         pass
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_curl_reads_a_replay_from_chunks_whole_and_sees_an_altered_one_fail(
+        make_proxy, upstream, pg, key, http2, framing):
+    # A real client reads the replay of a 1 MiB answer stored in 4 chunks: every byte,
+    # framed by its Content-Length (RFC 9112 6.3) or chunked. A replay cut short for a
+    # chunk altered in the store is an error to it (HTTP/1.1: the connection closes
+    # before the length or the last chunk; HTTP/2: RST_STREAM, RFC 9113 8.1), never
+    # a whole answer: curl exits non-zero.
+    p = make_proxy()
+    size = 1 << 20
+    url = "http://127.0.0.1:%d/v1/big?bytes=%d%s" % (p.port, size,
+                                                    "&chunked=1" if framing == "chunked" else "")
+    args = ["curl", "-sS", "-N", "-X", "POST", "-H", "Idempotency-Key: " + key,
+            "-H", "Content-Type: application/json", "--data", "{}", "-D", "-", "-o", "-"]
+    if http2:
+        args.append("--http2-prior-knowledge")
+    first = subprocess.run(args + [url], capture_output=True, timeout=30)
+    assert first.returncode == 0, first.stderr
+    again = subprocess.run(args + [url], capture_output=True, timeout=30)
+    assert again.returncode == 0, again.stderr
+    head, body = again.stdout.split(b"\r\n\r\n", 1)
+    assert b"idempotent-replayed: true" in head.lower()
+    assert sha(body) == sha(expected(key, 1, size))
+    assert pg.sql("SELECT chunks FROM idempotency_records WHERE key = '%s'" % key) == "4"
+    pg.sql("UPDATE idempotency_chunks SET bytes = overlay(bytes placing '\\x00'::bytea from 9)"
+           " WHERE key = '%s' AND seq = 2" % key)
+    broken = subprocess.run(args + [url], capture_output=True, timeout=30)
+    assert broken.returncode != 0, "curl took an altered replay as whole"
+    assert upstream.executions.count(key=key) == 1

@@ -34,10 +34,9 @@ Result<std::vector<Chunk>> PgStore::read_chunks(const RecordId& id, std::int64_t
     out.reserve(rows.size());
     for (const auto& row : rows) {
       const auto seq = row[0].as<std::int32_t>();
-      const std::string key_id = row[2].is_null() ? std::string() : row[2].as<std::string>();
+      const char* key_id = row[2].is_null() ? nullptr : row[2].c_str();  // NULL: in the clear
       out.push_back(
-          {seq, impl_->codec.open_chunk(pqxx::binarystring(row[1]).str(),
-                                        row[2].is_null() ? nullptr : key_id.c_str(), id, seq)});
+          {seq, impl_->codec.open_chunk(pqxx::binarystring(row[1]).str(), key_id, id, seq)});
     }
     return out;
   });
