@@ -223,6 +223,9 @@ std::string Metrics::render() const {
   counter("idemproxy_replay_cache_hits_total",
           "Replays served from the in-process cache, without a database round trip.",
           cache_hits_.load());
+  counter("idemproxy_attached_total",
+          "Retries attached to a stream in flight on this instance (on_concurrent: wait).",
+          attached_.load());
   counter("idemproxy_tls_handshake_failures_total",
           "Client TLS handshakes that failed (no or untrusted client certificate, bad TLS).",
           tls_handshake_failures_.load());

@@ -115,6 +115,36 @@ store::StoredResponse as_kept(RequestContext& ctx, const ResponseHeader& head, s
   return answer;
 }
 
+// The head a retry attached to this stream gets: the holder's client's (the
+// record's expiry and policy link included), as a replay.
+std::vector<Header> attached_fields(const ResponseHeader& head) {
+  std::vector<Header> fields = to_headers(head);
+  fields.push_back({"Idempotent-Replayed", "true"});
+  return fields;
+}
+
+// A stream published to this instance's retries while it flows: withdrawn on every
+// way out, and cut unless it ended (LiveAnswer::end).
+class Streaming {
+ public:
+  Streaming(Runtime& rt, const store::RecordId& id, std::shared_ptr<LiveAnswer> live)
+      : rt_(rt), id_(id), live_(std::move(live)) {
+    rt_.live.publish(id_, live_);
+    rt_.coordinator.streaming(id_);
+  }
+  ~Streaming() {
+    live_->cut();
+    rt_.live.withdraw(id_, live_.get());
+  }
+  Streaming(const Streaming&) = delete;
+  Streaming& operator=(const Streaming&) = delete;
+
+ private:
+  Runtime& rt_;
+  const store::RecordId& id_;
+  std::shared_ptr<LiveAnswer> live_;
+};
+
 }  // namespace
 
 asio::awaitable<Step> execute(Flow& f) {
@@ -200,9 +230,6 @@ asio::awaitable<Step> execute(Flow& f) {
   // Streamed: the head goes now. Whether the answer is stored is known from its head
   // (store_status, no-store) but for a gRPC status, which its trailers bring.
   head.erase(engine::kPolicyField);
-  // The body is stored as it flows: whole in the record's row while it is small, in
-  // chunks under the claim past that, up to the route's max_stored_answer.
-  ChunkWriter body(rt, claim.id, token, route.max_stored_answer);
   store::StoredResponse kept = as_kept(ctx, head, {}, {});
   if (!policy.empty()) kept.headers.push_back({std::string(engine::kPolicyField), policy});
   if (!ctx.grpc && engine::Engine::stores(route, kept)) {
@@ -210,10 +237,17 @@ asio::awaitable<Step> execute(Flow& f) {
     // cannot wait for that, so it says when this proxy expects it.
     announce_record(ctx, head, SystemClock().now() + engine::Engine::retention(route, kept).answer);
   }
-  if (!ctx.request_id.empty()) head.set("X-Request-Id", ctx.request_id);
-  ctx.status = head.result_int();
   Framing framing = call.framing();
   framing.trailers = framing.trailers || ctx.grpc;
+  // Retries of this key that wait here attach to the stream from now on.
+  auto live =
+      std::make_shared<LiveAnswer>(token, head.result_int(), attached_fields(head), framing);
+  const Streaming streaming(rt, claim.id, live);
+  // The body is stored as it flows: whole in the record's row while it is small, in
+  // chunks under the claim past that, up to the route's max_stored_answer.
+  ChunkWriter body(rt, claim.id, token, route.max_stored_answer, live);
+  if (!ctx.request_id.empty()) head.set("X-Request-Id", ctx.request_id);
+  ctx.status = head.result_int();
   bool client = co_await ctx.ex.send_head(head, framing);
   // Each piece goes on as it comes but the last, which waits for the record: a client
   // that has the whole answer can retry at once and be replayed it. An HTTP/1.1
@@ -277,6 +311,7 @@ asio::awaitable<Step> execute(Flow& f) {
   completing.end();
   permit.settle();
   note_completion(ctx, done, whole);
+  live->end(answer.trailers);
   // What was held, then the last piece, its trailers and the end (the call keeps
   // what they view).
   if (client && !held.empty()) {

@@ -8,7 +8,6 @@
 #include <array>
 
 #include "http/fields.hpp"
-#include "http/signal.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/permits.hpp"
@@ -22,22 +21,10 @@ namespace {
 using engine::Decision;
 using idempotent::Flow;
 using idempotent::forward_unprotected;
+using idempotent::SignalWaiter;
 using idempotent::Step;
 using idempotent::upstream_timeout;
 using ops::Outcome;
-
-// Wakes a waiting request from any thread: the wake is posted to the request's own
-// executor (a strand), where its signal lives, since timers are not thread-safe. A
-// wake that lands before the request starts sleeping is kept by the signal.
-class SignalWaiter final : public engine::Waiter,
-                           public std::enable_shared_from_this<SignalWaiter> {
- public:
-  explicit SignalWaiter(const asio::any_io_executor& ex) : signal(ex) {}
-  void wake() override {
-    asio::post(signal.executor(), [self = shared_from_this()] { self->signal.notify(); });
-  }
-  Signal signal;
-};
 
 // A key another instance executes: the store announces its finish (LISTEN/NOTIFY)
 // to the requests that watch it, so they sleep instead of polling. A listener that
@@ -61,7 +48,8 @@ asio::awaitable<bool> wait_elsewhere(Flow& f, const std::shared_ptr<SignalWaiter
 
 // Phase: claim, until the coordinator decides. With on_concurrent: wait, a request
 // that finds the key in flight sleeps until its holder, here or on another instance,
-// finishes it, up to the lease.
+// finishes it, up to the lease; one held here whose answer streams is attached to it
+// as soon as its head is sent (LiveAnswer), and follows it to its end.
 asio::awaitable<Step> claim_phase(Flow& f) {
   Runtime& rt = f.rt();
   const store::ClaimRequest& claim = *f.claim;
@@ -73,6 +61,12 @@ asio::awaitable<Step> claim_phase(Flow& f) {
       f.hit = rt.coordinator.cached(f.route(), claim.id);
       if (f.hit && f.hit->fingerprint == claim.fingerprint)
         co_return co_await idempotent::replay_cached(f);
+      // The holder here started streaming: the record it holds (its token) is the
+      // one this request was judged against.
+      if (auto live = rt.live.find(claim.id, f.decision.token)) {
+        co_await idempotent::attach(f, live, waiter);
+        co_return Step::responded;
+      }
     }
     trace::Span claiming = f.ctx.span.child(trace::kSpanStoreClaim);
     engine::Admission verdict = co_await rt.claim(claim);
@@ -107,7 +101,12 @@ asio::awaitable<Step> claim_phase(Flow& f) {
       waiter->signal.clear();
       if (!rt.coordinator.wait_here(claim.id, waiter)) continue;
     }
-    // Held by this process: sleep until it releases the key; no database polling.
+    // Held by this process: sleep until it releases the key, or its answer starts
+    // streaming; no database polling.
+    if (auto live = rt.live.find(claim.id, f.decision.token)) {
+      co_await idempotent::attach(f, live, waiter);
+      co_return Step::responded;
+    }
     co_await waiter->signal.wait_until(budget.deadline);
   }
 }

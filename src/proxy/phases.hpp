@@ -5,10 +5,12 @@
 #include <optional>
 #include <string_view>
 
+#include "http/signal.hpp"
 #include "idemproxy/engine/coordinator.hpp"
 #include "proxy/buffered.hpp"
 #include "proxy/context.hpp"
 #include "proxy/http_names.hpp"
+#include "proxy/live_answer.hpp"
 
 namespace idemproxy::proxy::idempotent {
 
@@ -42,6 +44,19 @@ struct Flow {
   bool key_in_body() const { return !key_header; }
 };
 
+// Wakes a waiting request from any thread: the wake is posted to the request's own
+// executor (a strand), where its signal lives, since timers are not thread-safe. A
+// wake that lands before the request starts sleeping is kept by the signal.
+class SignalWaiter final : public engine::Waiter,
+                           public std::enable_shared_from_this<SignalWaiter> {
+ public:
+  explicit SignalWaiter(const asio::any_io_executor& ex) : signal(ex) {}
+  void wake() override {
+    asio::post(signal.executor(), [self = shared_from_this()] { self->signal.notify(); });
+  }
+  Signal signal;
+};
+
 /// Answers from f.hit (a replay cache hit): no database round trip, no commit.
 asio::awaitable<Step> replay_cached(Flow& f);
 
@@ -56,6 +71,14 @@ asio::awaitable<Step> execute(Flow& f);
 asio::awaitable<void> replay_chunks(Flow& f, const engine::ReplayCache::Entry& e);
 /// Chunks read per page of a replay: with 256 KiB chunks, about 1 MiB held at a time.
 inline constexpr int kReplayPage = 4;
+
+/// Attaches a retry to the stream its key's holder in this process is relaying
+/// (attach.cpp): the head, the bytes so far (from the store's chunks, then the
+/// stream's window), then each piece as it lands, to the same end as the holder's
+/// client: whole once the answer is recorded, cut when it broke off. `waiter` is the
+/// request's own, woken by the stream.
+asio::awaitable<void> attach(Flow& f, const std::shared_ptr<LiveAnswer>& live,
+                             const std::shared_ptr<SignalWaiter>& waiter);
 
 /// Forwards f.req without a claim (fail_open, shadow mode, or a route whose key is
 /// optional and absent), answering with outcome `f.decision.outcome`.

@@ -27,6 +27,7 @@
 #include "proxy/completion_retrier.hpp"
 #include "proxy/http_names.hpp"
 #include "proxy/lease_renewals.hpp"
+#include "proxy/live_answer.hpp"
 #include "proxy/replay.hpp"
 #include "upstream/pool.hpp"
 
@@ -153,6 +154,8 @@ class Runtime {
 
  public:
   engine::Coordinator coordinator;
+  /// The answers streaming from this instance, which concurrent retries attach to.
+  LiveAnswers live;
   std::atomic<bool> draining{false};
   /// Whether a ClaimPermit let go without an answer abandons its claim; shared with
   /// every permit, which may outlive this runtime (frames destroyed with `io`).

@@ -7,50 +7,52 @@ namespace idemproxy::proxy {
 asio::awaitable<void> ChunkWriter::add(std::string_view data) {
   if (!keeping()) co_return;
   if (length_ + data.size() > max_stored_) {
-    over_ = true;
-    why_not_ =
-        "it outgrew the route's max_stored_answer (" + std::to_string(max_stored_) + " bytes)";
-    buffer_.clear();
-    buffer_.shrink_to_fit();
+    give_up("it outgrew the route's max_stored_answer (" + std::to_string(max_stored_) + " bytes)");
     co_return;
   }
   length_ += data.size();
   while (!data.empty() && keeping()) {
-    const std::size_t room = kChunkBytes - std::min(buffer_.size(), kChunkBytes);
-    const std::size_t take = std::min(room, data.size());
-    buffer_.append(data.substr(0, take));
+    const std::size_t filled = live_->window().size();
+    const std::size_t take = std::min(kChunkBytes - std::min(filled, kChunkBytes), data.size());
+    live_->add(data.substr(0, take));
     data.remove_prefix(take);
     // A full chunk goes once more follows: a body of exactly kChunkBytes stays whole.
-    if (buffer_.size() == kChunkBytes && !data.empty()) co_await append_buffer();
+    if (live_->window().size() == kChunkBytes && !data.empty()) co_await append_buffer();
   }
-  if (buffer_.size() == kChunkBytes && seq_ > 0 && keeping()) co_await append_buffer();
+  if (live_->window().size() == kChunkBytes && seq_ > 0 && keeping()) co_await append_buffer();
 }
 
 asio::awaitable<void> ChunkWriter::append_buffer() {
   const std::int32_t seq = seq_ + 1;
+  // The window changes only here and in add(), never while an append is awaited.
+  const std::string& chunk = live_->window();
   for (int attempt = 1;; ++attempt) {
-    const std::optional<store::StoreError> error = co_await rt_.append(id_, token_, seq, buffer_);
+    const std::optional<store::StoreError> error = co_await rt_.append(id_, token_, seq, chunk);
     if (!error) break;
     if (attempt == kAppendAttempts) {
-      failed_ = true;
-      why_not_ = "the store failed to keep chunk " + std::to_string(seq) + ": " + error->detail;
-      buffer_.clear();
-      buffer_.shrink_to_fit();
+      give_up("the store failed to keep chunk " + std::to_string(seq) + ": " + error->detail);
       co_return;
     }
   }
   seq_ = seq;
-  digest_.update(buffer_);
-  buffer_.clear();
+  digest_.update(chunk);
+  live_->stored_chunk();
+}
+
+void ChunkWriter::give_up(std::string why) {
+  if (given_up_) return;
+  why_not_ = std::move(why);
+  given_up_ = true;
+  live_->cut();  // attachers cannot be given what is not kept
 }
 
 asio::awaitable<bool> ChunkWriter::finish(store::StoredResponse& answer) {
   if (!keeping()) co_return false;
-  if (seq_ == 0) {  // small: the record's own row, as before
-    answer.body = std::move(buffer_);
+  if (seq_ == 0) {  // small: the record's own row, as before (attachers still read it)
+    answer.body = live_->window();
     co_return true;
   }
-  if (!buffer_.empty()) co_await append_buffer();
+  if (!live_->window().empty()) co_await append_buffer();
   if (!keeping()) co_return false;
   answer.body.clear();
   answer.chunks = seq_;

@@ -6,6 +6,7 @@ process, over both codecs (tests/proxy/streaming_test.cpp)."""
 import json
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -211,3 +212,81 @@ def test_nodes_fetch_reads_the_events_as_they_come(make_proxy, upstream, key):
     assert again["replayed"] == "true"
     assert "".join(c for _, c in again["reads"]) == "".join(c for _, c in first["reads"])
     assert upstream.executions.count(key=key) == 1
+
+
+WAITING = [{"name": "orders", "path_prefix": "/v1", "key_required": True,
+            "on_concurrent": "wait"}]
+
+
+def first_and_attached(port, path, key, delay):
+    """read_stream() twice with one key, the second `delay` seconds after the first;
+    returns both results."""
+    results = [None, None]
+
+    def run(i, pause):
+        time.sleep(pause)
+        results[i] = read_stream(port, path, key)
+
+    threads = [threading.Thread(target=run, args=(0, 0)),
+               threading.Thread(target=run, args=(1, delay))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results
+
+
+def test_a_concurrent_retry_attaches_to_the_stream_and_sees_each_event_live(
+        make_proxy, upstream, key):
+    """Two clients with one key, the second 0.4 s into the first's stream (on_concurrent:
+    wait, PostgreSQL as the store): one execution, and the second gets the events so
+    far at once, then each as it is sent, not all at the end."""
+    p = make_proxy(routes=WAITING)
+    (head, reads, ended), (a_head, a_reads, a_ended) = first_and_attached(
+        p.port, "/v1/events?n=6&gap_ms=300", key, 0.4)
+    assert ended and a_ended, (reads, a_reads)
+    assert "Idempotent-Replayed" not in head
+    assert "Idempotent-Replayed: true" in a_head and "text/event-stream" in a_head
+    first_body = events_of(b"".join(r for _, r in reads))
+    attached_body = events_of(b"".join(r for _, r in a_reads))
+    assert attached_body == first_body and first_body.count(b"data: token") == 6
+    # The stream lasts 1.5 s from the first event; the attached client, 0.4 s in, has
+    # its first bytes long before the end, and the rest in separate reads as they come.
+    assert a_reads[0][0] < 0.8, a_reads
+    assert a_reads[-1][0] - a_reads[0][0] > 0.6, a_reads
+    assert len(a_reads) >= 3, a_reads
+    assert upstream.executions.count(key=key) == 1
+    assert p.metric("idemproxy_attached_total") == 1
+
+
+def test_curl_attached_over_http2_sees_the_events_as_they_come(make_proxy, upstream, key):
+    p = make_proxy(routes=WAITING)
+    path = "/v1/events?n=6&gap_ms=300"
+    first = {}
+    t = threading.Thread(target=lambda: first.update(lines=curl_events(p.port, path, key, False)))
+    t.start()
+    time.sleep(0.4)
+    attached = curl_events(p.port, path, key, True)
+    t.join(timeout=30)
+    data = [(at, line) for at, line in attached if line.startswith(b"data: ")]
+    assert len(data) == 6
+    assert data[-1][0] - data[0][0] > 0.6, data
+    assert [line for _, line in attached] == [line for _, line in first["lines"]]
+    assert upstream.executions.count(key=key) == 1
+
+
+def test_a_retry_attached_late_to_a_large_stream_reads_its_stored_chunks_first(
+        make_proxy, upstream, key):
+    """A 3 MiB stream in 1 MiB events (twelve 256 KiB chunks stored as it flows); a
+    retry that attaches after the second event reads the chunks already stored from
+    PostgreSQL, then follows the stream: byte for byte the first client's body."""
+    p = make_proxy(routes=WAITING)
+    (_, reads, ended), (a_head, a_reads, a_ended) = first_and_attached(
+        p.port, "/v1/events?n=3&gap_ms=700&pad=1048576", key, 1.0)
+    assert ended and a_ended
+    assert "Idempotent-Replayed: true" in a_head
+    body = events_of(b"".join(r for _, r in reads))
+    assert len(body) > 3 * 1048576
+    assert events_of(b"".join(r for _, r in a_reads)) == body
+    assert upstream.executions.count(key=key) == 1
+    assert p.metric("idemproxy_attached_total") == 1

@@ -21,6 +21,11 @@ routes:
   - {name: events, path_prefix: /v1/events}
 )";
 
+const char* kWaiting = R"(store: {memory: {}}
+routes:
+  - {name: events, path_prefix: /v1/events, on_concurrent: wait, lease: 1s}
+)";
+
 Request keyed(std::string key) {
   return {"POST",
           "/v1/events",
@@ -178,6 +183,84 @@ TEST_P(Streaming, AStoreThatFailsMidStreamStillStreamsToTheClient) {
   EXPECT_EQ(retry.status, 409);
   EXPECT_TRUE(problem_type(retry).ends_with("/response-not-stored")) << retry.body;
   EXPECT_EQ(world.executions("s-8"), 1);
+}
+
+// Two requests with one key, the second while the first's answer streams
+// (on_concurrent: wait): the second attaches to the stream and gets the same bytes,
+// from the first piece on, instead of waiting for the end. Here the stream outlasts
+// the waiter's lease (1s): a retry that waited for the end would be refused (409).
+TEST_P(Streaming, AConcurrentRetryAttachesToTheStreamAndEndsWithIt) {
+  World world(kWaiting);
+  world.answer = [](const StringRequest&) {
+    return events({{0ms, "data: 1\n\n"},
+                   {500ms, "data: 2\n\n"},
+                   {500ms, "data: 3\n\n"},
+                   {500ms, "data: 4\n\n"}});
+  };
+  Request retry = keyed("s-9");
+  retry.start_after = 100ms;
+  const auto replies = world.send_all(GetParam(), {keyed("s-9"), retry});
+  EXPECT_EQ(replies[0].body, "data: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\n");
+  EXPECT_EQ(replies[1].status, 200) << replies[1].body;
+  EXPECT_EQ(replies[1].body, replies[0].body);
+  EXPECT_FALSE(broken_off(replies[1]));
+  EXPECT_EQ(replies[1].field("Idempotent-Replayed"), "true");
+  EXPECT_EQ(replies[1].field("Content-Type"), "text/event-stream");
+  EXPECT_NE(replies[1].field("Idempotency-Key-Expires"), "");
+  EXPECT_EQ(replies[0].field("Idempotent-Replayed"), "");
+  EXPECT_EQ(world.metrics().attached(), 1U);
+  EXPECT_EQ(world.executions("s-9"), 1);
+}
+
+// A retry that attaches once chunks are stored reads them from the store (they left
+// the stream's window), then the window, then what follows.
+TEST_P(Streaming, ALateRetryReadsTheStoredChunksThenFollowsTheStream) {
+  SystemClock clock;
+  FaultyStore store(clock);
+  World world(kWaiting, &store);
+  std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces;
+  for (char c = 'a'; c < 'd'; ++c) pieces.emplace_back(1ms, std::string(200'000, c));
+  pieces.emplace_back(400ms, "the end");
+  world.answer = [&](const StringRequest&) { return events(pieces); };
+  Request retry = keyed("s-10");
+  retry.start_after = 200ms;
+  const auto replies = world.send_all(GetParam(), {keyed("s-10"), retry});
+  ASSERT_EQ(replies[0].body.size(), 600'007U);
+  EXPECT_EQ(store.appends, 3);  // two of 256 KiB before the retry came, the rest at the end
+  EXPECT_EQ(replies[1].body.size(), replies[0].body.size());
+  EXPECT_TRUE(replies[1].body == replies[0].body);
+  EXPECT_FALSE(broken_off(replies[1]));
+  EXPECT_EQ(world.metrics().attached(), 1U);
+  EXPECT_EQ(world.executions("s-10"), 1);
+}
+
+// The stream breaks off: the attached retry is cut too, never handed part of it as
+// whole.
+TEST_P(Streaming, ARetryAttachedToAStreamThatBreaksOffIsCutToo) {
+  World world(kWaiting);
+  world.answer = [](const StringRequest&) {
+    return events({{0ms, "a"}, {300ms, "b"}}, /*cut=*/true);
+  };
+  Request retry = keyed("s-11");
+  retry.start_after = 100ms;
+  const auto replies = world.send_all(GetParam(), {keyed("s-11"), retry});
+  EXPECT_TRUE(broken_off(replies[0]));
+  EXPECT_TRUE(broken_off(replies[1])) << replies[1].status << " " << replies[1].body;
+  EXPECT_EQ(world.metrics().attached(), 1U);
+  EXPECT_EQ(world.executions("s-11"), 1);
+}
+
+// on_concurrent: reject still answers 409 while the stream flows.
+TEST_P(Streaming, OnConcurrentRejectStillRefusesWhileTheStreamFlows) {
+  World world(kConfig);
+  world.answer = [](const StringRequest&) { return events({{0ms, "a"}, {300ms, "b"}}); };
+  Request retry = keyed("s-12");
+  retry.start_after = 100ms;
+  const auto replies = world.send_all(GetParam(), {keyed("s-12"), retry});
+  EXPECT_EQ(replies[0].body, "ab");
+  EXPECT_EQ(replies[1].status, 409);
+  EXPECT_TRUE(problem_type(replies[1]).ends_with("/request-in-flight")) << replies[1].body;
+  EXPECT_EQ(world.metrics().attached(), 0U);
 }
 
 INSTANTIATE_TEST_SUITE_P(BothCodecs, Streaming, ::testing::Values(Codec::http1, Codec::http2),

@@ -78,6 +78,10 @@ std::vector<Reply> World::send_all(Codec codec, const std::vector<Request>& requ
     asio::co_spawn(
         io,
         [&, i]() -> asio::awaitable<void> {
+          if (requests[i].start_after.count() > 0) {
+            asio::steady_timer pause(io, requests[i].start_after);
+            co_await pause.async_wait(asio::use_awaitable);
+          }
           // Named, not a temporary in the co_await expression: GCC 12 destroys those twice.
           if (codec == Codec::http1) {
             Reply reply = co_await http1_request(to, requests[i]);

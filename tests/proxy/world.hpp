@@ -35,6 +35,8 @@ struct Request {
   /// HTTP/2 only: content-length sent as given (it may disagree with the body), and
   /// the body sent in DATA frames of these sizes, END_STREAM after the last.
   std::vector<std::size_t> data_frames;
+  /// send_all: how long after the first this request is sent.
+  std::chrono::milliseconds start_after{0};
 };
 
 struct Reply {

@@ -47,7 +47,7 @@ struct Decision {
   };
   Kind kind = Kind::refuse;
   ops::Outcome outcome = ops::Outcome::passthrough;  // replay, forward_unprotected, refuse
-  std::int64_t token = 0;                            // execute
+  std::int64_t token = 0;                            // execute; wait: the holder's
   std::shared_ptr<const ReplayCache::Entry> replay;  // replay
   Refusal refusal = Refusal::store_unavailable;      // refuse
   std::string detail;                                // refuse: the problem's detail
@@ -206,6 +206,9 @@ class Coordinator {
 
   /// A background completion landed: wakes the key's waiters.
   void completed_later(const store::RecordId& id) { holders_.notify(id); }
+  /// Its holder here started streaming its answer: the requests waiting for it wake
+  /// to attach to the stream.
+  void streaming(const store::RecordId& id) { holders_.notify(id); }
   /// A record was purged: its cached answer goes.
   void forget(const store::RecordId& id) { cache_.erase(id); }
 

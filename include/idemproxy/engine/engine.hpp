@@ -29,7 +29,7 @@ struct Admission {
     over_quota,     // a new key, and its scope is at a cap of the route's quota
   };
   Kind kind = Kind::store_failed;
-  std::int64_t token = 0;                       // execute
+  std::int64_t token = 0;                       // execute; replay, in_flight: the record's
   std::optional<store::StoredResponse> replay;  // replay; not_stored: the status only
   TimePoint expires_at;                         // replay
   TimePoint store_now;                          // replay: the store's clock at the time

@@ -123,6 +123,8 @@ class Metrics {
     http2_goaways_[code < kHttp2Codes ? code : kHttp2Codes - 1].fetch_add(1);
   }
   void count_cache_hit() { cache_hits_.fetch_add(1); }
+  void count_attached() { attached_.fetch_add(1); }
+  std::uint64_t attached() const { return attached_.load(); }
   void count_gc_deleted(std::uint64_t n) { gc_deleted_.fetch_add(n); }
   void count_gc_tombstoned(std::uint64_t n) { gc_tombstoned_.fetch_add(n); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_rejected_).fetch_add(1); }
@@ -168,6 +170,7 @@ class Metrics {
   static constexpr std::uint32_t kHttp2Codes = 0xe + 1;
   std::array<std::atomic<std::uint64_t>, kHttp2Codes> http2_goaways_{};
   std::atomic<std::uint64_t> cache_hits_{0};
+  std::atomic<std::uint64_t> attached_{0};
   std::atomic<std::uint64_t> gc_deleted_{0};
   std::atomic<std::uint64_t> gc_tombstoned_{0};
   std::atomic<std::uint64_t> reloads_ok_{0};
