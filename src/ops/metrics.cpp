@@ -137,7 +137,8 @@ Metrics::Metrics(BuildInfo build, double longest)
     : build_(std::move(build)),
       request_bounds_(latency_buckets(longest)),
       upstream_(longest),
-      store_(10) {}
+      store_(10),
+      streams_(3600) {}
 
 void Metrics::count_request(const std::string& route, Outcome outcome, double seconds) {
   std::lock_guard lock(mu_);
@@ -279,6 +280,8 @@ std::string Metrics::render() const {
                    "Upstream exchange time (to the response head when streamed).");
   store_.render(out, "idemproxy_store_duration_seconds",
                 "Time of one store call on the database pool.");
+  streams_.render(out, "idemproxy_stream_duration_seconds",
+                  "Streamed answers on covered routes, from the head to the end of the body.");
   if (gauges) {
     std::string last_family;
     for (const auto& g : gauges()) {

@@ -249,6 +249,8 @@ asio::awaitable<Step> execute(Flow& f) {
   if (!ctx.request_id.empty()) head.set("X-Request-Id", ctx.request_id);
   ctx.status = head.result_int();
   bool client = co_await ctx.ex.send_head(head, framing);
+  const auto streamed_from = Clock::now();
+  trace::Span stream_span = ctx.span.child(trace::kSpanStream);
   // Each piece goes on as it comes but the last, which waits for the record: a client
   // that has the whole answer can retry at once and be replayed it. An HTTP/1.1
   // client knows a body framed by its length is whole once it has that many bytes,
@@ -285,7 +287,11 @@ asio::awaitable<Step> execute(Flow& f) {
     co_await body.add(piece.data);
   }
   heartbeat.reset();
+  rt.metrics.observe_stream(std::chrono::duration<double>(Clock::now() - streamed_from).count());
+  stream_span.set_int(trace::kIdempotencyStreamBytes, static_cast<std::int64_t>(body.streamed()));
   if (piece.error) {
+    stream_span.set_error("the upstream's answer broke off mid-stream");
+    stream_span.end();
     // Cut short: never passed off as whole, to this client or to a retry. The record
     // is marked first, so a retry made as soon as the stream broke is told so.
     ctx.log(spdlog::level::warn, "key {}: the upstream's answer broke off mid-stream: {}",
@@ -298,6 +304,8 @@ asio::awaitable<Step> execute(Flow& f) {
   }
   // The record keeps what the upstream sent, not the fields added for the client.
   const bool whole = co_await body.finish(kept);
+  stream_span.set_int(trace::kIdempotencyStreamChunks, body.chunks());
+  stream_span.end();
   if (whole) {
     kept.trailers = std::move(trailers);
   } else {

@@ -5,6 +5,7 @@
 namespace idemproxy::proxy {
 
 asio::awaitable<void> ChunkWriter::add(std::string_view data) {
+  streamed_ += data.size();
   if (!keeping()) co_return;
   if (length_ + data.size() > max_stored_) {
     give_up("it outgrew the route's max_stored_answer (" + std::to_string(max_stored_) + " bytes)");

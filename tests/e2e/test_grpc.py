@@ -314,6 +314,33 @@ def test_streaming_calls_on_a_covered_route(covered, backend):
     assert other.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
+def test_a_concurrent_server_streaming_call_attaches_to_the_first(covered, backend):
+    """on_concurrent: wait: a second call with the key, 0.1 s into the first's stream,
+    gets the messages so far at once, then each as it is sent, then the status."""
+    _, ch = covered(routes=[dict(COVERED[0], on_concurrent="wait")])
+    key = "grpc-" + uuid.uuid4().hex
+    watch = method(ch, "Watch", stream=True)
+    first = {}
+
+    def run_first():
+        first["messages"] = list(watch(b"w", metadata=keyed(key), timeout=10))
+        first["ended"] = time.monotonic()
+
+    t = threading.Thread(target=run_first)
+    t.start()
+    time.sleep(0.1)
+    call = watch(b"w", metadata=keyed(key), timeout=10)
+    arrived = [(time.monotonic(), m) for m in call]
+    t.join(timeout=10)
+    assert [m for _, m in arrived] == first["messages"] == [b"event-0", b"event-1", b"event-2"]
+    # The first's stream lasts 0.6 s; the attached call's first messages are not held
+    # until it ends (a wait for the end would have them all after it).
+    assert arrived[0][0] < first["ended"] - 0.2, (arrived, first["ended"])
+    assert dict(call.initial_metadata()).get("idempotent-replayed") == "true"
+    assert call.code() == grpc.StatusCode.OK
+    assert backend.executions(key) == 1
+
+
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx comes from install-deps.sh")
 def test_nginx_as_the_http2_upstream_with_grpc_pass_behind_it(make_proxy, backend):
     # nginx speaks HTTP/2 in cleartext: gRPC calls go on to the grpcio backend by

@@ -127,6 +127,25 @@ def test_an_executed_request_has_a_server_span_with_its_claim_upstream_and_compl
     assert {"service.name": "orders-sidecar"}.items() <= got["resources"][0].items()
 
 
+def test_a_streamed_answer_has_a_stream_span_with_its_bytes_and_chunks(make_proxy, receiver):
+    p = make_proxy(routes=[{"name": "big", "path_prefix": "/v1/big"}], extra_top={"tracing": {
+        "otlp_endpoint": receiver.endpoint, "sample_ratio": 1.0, "batch_delay": "100ms"}})
+    r = p.post("/v1/big?bytes=600000&chunked=1", "{}", key="stream-" + uuid.uuid4().hex)
+    assert r.status == 200 and len(r.body) == 600000
+    got = receiver.spans_until(lambda spans: len(spans) >= 5)
+    (server,) = server_spans(got["spans"])
+    kids = children(got["spans"], server)
+    assert set(kids) == {"idempotency claim", "upstream", "idempotency stream",
+                         "idempotency complete"}
+    stream = kids["idempotency stream"]
+    # 600,000 bytes: two chunks of 256 KiB and the rest, stored as they flowed.
+    assert stream["attributes"]["idempotency.stream.bytes"] == 600000
+    assert stream["attributes"]["idempotency.stream.chunks"] == 3
+    assert kids["upstream"]["endTimeUnixNano"] <= stream["startTimeUnixNano"]
+    assert stream["endTimeUnixNano"] <= kids["idempotency complete"]["startTimeUnixNano"]
+    assert p.metric("idemproxy_stream_duration_seconds_count") == 1
+
+
 def test_a_replay_links_to_the_span_of_the_request_that_executed(traced, receiver):
     key = "link-" + uuid.uuid4().hex
     first = traced.post("/v1/orders", '{"amount": 7}', key=key)

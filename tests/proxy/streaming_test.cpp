@@ -70,6 +70,13 @@ TEST_P(Streaming, AStreamIsRecordedOnceItEndsAndReplayedWhole) {
   EXPECT_EQ(again.body, first.body);
   EXPECT_EQ(again.field("Content-Type"), "text/event-stream");
   EXPECT_EQ(world.executions("s-1"), 1);
+  // Its duration is observed once (the replay is no stream of the upstream's): 40 ms
+  // or more, from its head to its end.
+  const std::string metrics = world.metrics().render();
+  EXPECT_NE(metrics.find("idemproxy_stream_duration_seconds_count 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("idemproxy_stream_duration_seconds_bucket{le=\"0.025\"} 0\n"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST_P(Streaming, AStreamMayOutlastUpstreamTimeoutWhichBoundsOnlyTheHead) {

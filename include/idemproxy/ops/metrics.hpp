@@ -140,6 +140,7 @@ class Metrics {
   std::uint64_t spans_exported() const { return spans_exported_.load(); }
   void observe_upstream(double seconds) { upstream_.observe(seconds); }
   void observe_store(double seconds) { store_.observe(seconds); }
+  void observe_stream(double seconds) { streams_.observe(seconds); }
   /// Gauges owned elsewhere (database pool, pending completions), read at scrape time.
   void set_gauges(std::function<std::vector<GaugeSample>()> source);
   /// The exposition text for GET /metrics.
@@ -155,6 +156,7 @@ class Metrics {
   std::map<std::pair<std::string, Outcome>, HistogramCounts> requests_;
   Histogram upstream_;
   Histogram store_;
+  Histogram streams_;
   std::function<std::vector<GaugeSample>()> gauges_;
   std::atomic<std::int64_t> in_flight_claims_{0};
   std::atomic<std::uint64_t> store_errors_{0};

@@ -84,6 +84,8 @@ class Tracer {
 inline constexpr std::string_view kSpanStoreClaim = "idempotency claim";
 inline constexpr std::string_view kSpanUpstream = "upstream";
 inline constexpr std::string_view kSpanStoreComplete = "idempotency complete";
+/// A streamed answer's body, from its head to its end: relayed and stored as it flows.
+inline constexpr std::string_view kSpanStream = "idempotency stream";
 
 // Attributes: the OpenTelemetry HTTP semantic conventions (stable since v1.23), and
 // idemproxy's own under idempotency.*.
@@ -98,6 +100,8 @@ inline constexpr std::string_view kClientAddress = "client.address";
 inline constexpr std::string_view kErrorType = "error.type";
 inline constexpr std::string_view kIdempotencyOutcome = "idempotency.outcome";
 inline constexpr std::string_view kIdempotencyKeyHash = "idempotency.key_hash";
+inline constexpr std::string_view kIdempotencyStreamBytes = "idempotency.stream.bytes";
+inline constexpr std::string_view kIdempotencyStreamChunks = "idempotency.stream.chunks";
 
 /// network.protocol.name "http" and network.protocol.version ("1.1", "2").
 void set_protocol(Span& span, std::string_view version);
