@@ -33,6 +33,8 @@ PACKAGES=(
   # HTTP/2 peers: curl (above), h2load and nghttp, Python's h2 (hostile frames),
   # grpcio (a gRPC client and server).
   nghttp2-client python3-h2 python3-grpcio
+  # Streaming clients: httpx (Python), besides curl -N, Node fetch and Chromium.
+  python3-httpx
   # The operators' view: a real Prometheus (and promtool) for the dashboard and the
   # alert rules, and headless Chromium for the admin page (driven by puppeteer-core).
   prometheus chromium
