@@ -95,7 +95,7 @@ asio::awaitable<void> attach(Flow& f, const std::shared_ptr<LiveAnswer>& live,
   if (!cut.empty()) {
     ctx.log(spdlog::level::warn, "key {}: the stream this retry attached to ended short: {}",
             ctx.key_hash.view(), cut);
-    if (client) ctx.ex.reset();
+    if (client) co_await end_short(ctx, kGrpcUnavailable, "the original answer ended short");
     ctx.outcome = ops::Outcome::upstream_error;
   }
 }

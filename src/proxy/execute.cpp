@@ -298,7 +298,7 @@ asio::awaitable<Step> execute(Flow& f) {
             ctx.key_hash.view(), piece.error.message());
     co_await abandon(f, token, true);
     permit.settle();
-    if (client) ctx.ex.reset();
+    if (client) co_await end_short(ctx, kGrpcUnavailable, "the upstream's answer broke off");
     ctx.outcome = Outcome::upstream_error;
     co_return Step::responded;
   }

@@ -69,6 +69,12 @@ asio::awaitable<Step> execute(Flow& f);
 /// from the store a page at a time as the client takes them; reset, never passed off
 /// as whole, when one is missing or altered.
 asio::awaitable<void> replay_chunks(Flow& f, const engine::ReplayCache::Entry& e);
+/// Ends a client's stream whose answer cannot be given whole, after its head: a gRPC
+/// call gets trailers with `grpc_status` and `why` (a gRPC client reads a reset as
+/// INTERNAL); any other stream is reset (HTTP/1.1 closed short, HTTP/2 RST_STREAM).
+asio::awaitable<void> end_short(RequestContext& ctx, int grpc_status, std::string_view why);
+inline constexpr int kGrpcUnavailable = 14;
+inline constexpr int kGrpcDataLoss = 15;
 /// Chunks read per page of a replay: with 256 KiB chunks, about 1 MiB held at a time.
 inline constexpr int kReplayPage = 4;
 

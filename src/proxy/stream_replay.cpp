@@ -7,6 +7,8 @@
 // closed before the body is whole; HTTP/2: RST_STREAM), never as a complete answer.
 #include <spdlog/spdlog.h>
 
+#include <array>
+
 #include "idemproxy/common/sha256.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/phases.hpp"
@@ -73,9 +75,20 @@ asio::awaitable<void> replay_chunks(Flow& f, const engine::ReplayCache::Entry& e
     ctx.log(spdlog::level::err,
             "key {}: the stored answer cannot be replayed whole ({}); the stream is reset",
             ctx.key_hash.view(), broken);
-    if (client) ctx.ex.reset();
+    if (client)
+      co_await end_short(ctx, kGrpcDataLoss, "the stored answer cannot be replayed whole");
     ctx.outcome = ops::Outcome::record_unreadable;
   }
+}
+
+asio::awaitable<void> end_short(RequestContext& ctx, int grpc_status, std::string_view why) {
+  if (!ctx.grpc) {
+    ctx.ex.reset();
+    co_return;
+  }
+  const std::array<Header, 2> trailers{Header{"grpc-status", std::to_string(grpc_status)},
+                                       Header{"grpc-message", std::string(why)}};
+  co_await ctx.ex.send_body({}, true, trailers);
 }
 
 }  // namespace idemproxy::proxy::idempotent

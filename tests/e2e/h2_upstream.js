@@ -57,19 +57,28 @@ function onRequest(req, res) {
     executions.push(record);
     const delay = Number(url.searchParams.get('delay_ms') || req.headers['x-delay-ms'] || 0);
     setTimeout(() => {
-      const status = Number(url.searchParams.get('status') || (req.method === 'POST' ? 201 : 200));
+      // A gRPC call (content-type application/grpc) says reset_after in metadata
+      // (x-reset-after): its block is one message, and the reset comes 100 ms later.
+      const grpc = (req.headers['content-type'] || '').startsWith('application/grpc');
+      const status = grpc ? 200
+        : Number(url.searchParams.get('status') || (req.method === 'POST' ? 201 : 200));
       const size = url.searchParams.get('size');
-      const resetAfter = url.searchParams.get('reset_after');
+      const resetAfter = url.searchParams.get('reset_after') ?? req.headers['x-reset-after'] ?? null;
       res.setHeader('x-upstream-protocol', req.httpVersion);
       if (size !== null || resetAfter !== null) {
         const n = Number(size !== null ? size : resetAfter);
-        res.writeHead(status, {'content-type': 'application/octet-stream'});
-        const block = Buffer.alloc(n, 'x');
+        res.writeHead(status, {'content-type': grpc ? 'application/grpc' : 'application/octet-stream'});
+        let block = Buffer.alloc(n, 'x');
+        if (grpc) {
+          const prefix = Buffer.alloc(5);
+          prefix.writeUInt32BE(n, 1);
+          block = Buffer.concat([prefix, block]);
+        }
         if (resetAfter !== null) {
-          res.write(block, () => {
+          res.write(block, () => setTimeout(() => {
             if (req.stream) req.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
             else req.socket.destroy();
-          });
+          }, grpc ? 100 : 0));
           return;
         }
         res.end(block);  // no content-length: DATA frames delimit the body

@@ -12,6 +12,7 @@ the route's header names, the answer (messages, initial metadata, trailers) is
 stored by its grpc-status and replayed with idempotent-replayed: true, and every
 refusal is a gRPC status."""
 import concurrent.futures
+import contextlib
 import json
 import shutil
 import threading
@@ -267,16 +268,26 @@ def test_the_store_down_is_unavailable(covered, backend):
     assert down.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-def test_grpc_timeout_bounds_the_upstream_exchange(make_proxy):
-    # The upstream is Node's http2 server, which knows nothing of gRPC deadlines, so
-    # only the proxy's bound can end the call (a grpcio server ends it too, with its
-    # own DEADLINE_EXCEEDED, which is never stored: the claim would be released, and
-    # which of the two came first would be a race).
+@contextlib.contextmanager
+def through_node(make_proxy):
+    """A proxy on COVERED in front of Node's http2 server (h2c); yields (node, channel)."""
     node = H2NodeUpstream()
     try:
         p = make_proxy(routes=COVERED, extra_top={"upstream": {
             "url": "http://127.0.0.1:%d" % node.port, "protocol": "h2c", "timeout": "10s"}})
         ch = grpc.insecure_channel("127.0.0.1:%d" % p.port)
+        yield node, ch
+        ch.close()
+    finally:
+        node.close()
+
+
+def test_grpc_timeout_bounds_the_upstream_exchange(make_proxy):
+    # The upstream is Node's http2 server, which knows nothing of gRPC deadlines, so
+    # only the proxy's bound can end the call (a grpcio server ends it too, with its
+    # own DEADLINE_EXCEEDED, which is never stored: the claim would be released, and
+    # which of the two came first would be a race).
+    with through_node(make_proxy) as (node, ch):
         key = "grpc-" + uuid.uuid4().hex
         slow = keyed(key) + (("x-delay-ms", "1500"),)
         started = time.monotonic()
@@ -290,9 +301,27 @@ def test_grpc_timeout_bounds_the_upstream_exchange(make_proxy):
         assert "outcome-indeterminate" in retry.value.details()
         assert len(node.executions(key)) == 1
         assert time.monotonic() - started < 2.6  # the retry was refused, not run for 1.5 s
-        ch.close()
-    finally:
-        node.close()
+
+
+def test_a_server_stream_the_upstream_breaks_off_ends_unavailable_never_ok(make_proxy):
+    """Node's http2 server sends one message, then resets the stream: the client gets
+    the message, then UNAVAILABLE (a reset would read as INTERNAL), and a retry is told
+    the outcome is unknown (the record is indeterminate)."""
+    with through_node(make_proxy) as (node, ch):
+        key = "grpc-" + uuid.uuid4().hex
+        cut = keyed(key) + (("x-reset-after", "7"),)
+        call = method(ch, "Watch", stream=True)(b"w", metadata=cut, timeout=10)
+        got = []
+        with pytest.raises(grpc.RpcError) as broken:
+            for message in call:
+                got.append(message)
+        assert got == [b"x" * 7]
+        assert broken.value.code() == grpc.StatusCode.UNAVAILABLE, broken.value
+        with pytest.raises(grpc.RpcError) as retry:
+            list(method(ch, "Watch", stream=True)(b"w", metadata=cut, timeout=10))
+        assert retry.value.code() == grpc.StatusCode.ABORTED
+        assert "outcome-indeterminate" in retry.value.details()
+        assert len(node.executions(key)) == 1
 
 
 def test_streaming_calls_on_a_covered_route(covered, backend):
