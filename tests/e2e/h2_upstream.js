@@ -57,12 +57,13 @@ function onRequest(req, res) {
     executions.push(record);
     const delay = Number(url.searchParams.get('delay_ms') || req.headers['x-delay-ms'] || 0);
     setTimeout(() => {
-      // A gRPC call (content-type application/grpc) says reset_after in metadata
-      // (x-reset-after): its block is one message, and the reset comes 100 ms later.
+      // A gRPC call (content-type application/grpc) says size or reset_after in
+      // metadata (x-size, x-reset-after): its block is one message, then status OK, or
+      // the reset 100 ms later.
       const grpc = (req.headers['content-type'] || '').startsWith('application/grpc');
       const status = grpc ? 200
         : Number(url.searchParams.get('status') || (req.method === 'POST' ? 201 : 200));
-      const size = url.searchParams.get('size');
+      const size = url.searchParams.get('size') ?? (grpc ? req.headers['x-size'] ?? null : null);
       const resetAfter = url.searchParams.get('reset_after') ?? req.headers['x-reset-after'] ?? null;
       res.setHeader('x-upstream-protocol', req.httpVersion);
       if (size !== null || resetAfter !== null) {
@@ -81,6 +82,7 @@ function onRequest(req, res) {
           }, grpc ? 100 : 0));
           return;
         }
+        if (grpc) res.addTrailers({'grpc-status': '0'});
         res.end(block);  // no content-length: DATA frames delimit the body
         return;
       }

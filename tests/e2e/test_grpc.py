@@ -324,6 +324,26 @@ def test_a_server_stream_the_upstream_breaks_off_ends_unavailable_never_ok(make_
         assert len(node.executions(key)) == 1
 
 
+def test_a_grpc_answer_replayed_from_an_altered_chunk_ends_data_loss(make_proxy, pg):
+    """A 600,000-byte message is stored in three chunks and replayed whole; once a
+    chunk is altered in the store, the replay ends DATA_LOSS, never OK."""
+    with through_node(make_proxy) as (node, ch):
+        key = "grpc-" + uuid.uuid4().hex
+        big = keyed(key) + (("x-size", "600000"),)
+        first = list(method(ch, "Watch", stream=True)(b"w", metadata=big, timeout=10))
+        assert first == [b"x" * 600000]
+        assert pg.sql("SELECT chunks FROM idempotency_records WHERE key = '%s'" % key) == "3"
+        again = method(ch, "Watch", stream=True)(b"w", metadata=big, timeout=10)
+        assert list(again) == first
+        assert dict(again.initial_metadata()).get("idempotent-replayed") == "true"
+        pg.sql("UPDATE idempotency_chunks SET bytes = overlay(bytes placing '\\x00'::bytea"
+               " from 9) WHERE key = '%s' AND seq = 2" % key)
+        with pytest.raises(grpc.RpcError) as broken:
+            list(method(ch, "Watch", stream=True)(b"w", metadata=big, timeout=10))
+        assert broken.value.code() == grpc.StatusCode.DATA_LOSS, broken.value
+        assert len(node.executions(key)) == 1
+
+
 def test_streaming_calls_on_a_covered_route(covered, backend):
     _, ch = covered()
     key = "grpc-" + uuid.uuid4().hex
