@@ -3,9 +3,9 @@
 // flows. The bytes behind the stream's window come from the store's chunks, under
 // the holder's token, a page at a time as the client takes them; the window's bytes
 // come from memory; then the retry sleeps until the holder adds more. It ends as the
-// holder's client does: whole once the answer is recorded, with its trailers; cut
-// (HTTP/1.1 closed short, HTTP/2 RST_STREAM) when the answer broke off or is not
-// kept, never passed off as whole.
+// holder's client does: whole once the answer is recorded, with its trailers; ended
+// short (end_short: HTTP/1.1 closed short, HTTP/2 RST_STREAM, gRPC UNAVAILABLE) when
+// the answer broke off or is not kept, never passed off as whole.
 #include <spdlog/spdlog.h>
 
 #include "proxy/phases.hpp"

@@ -46,6 +46,16 @@ asio::awaitable<bool> wait_elsewhere(Flow& f, const std::shared_ptr<SignalWaiter
   co_return how != Elsewhere::poll;
 }
 
+// Attaches the request to the stream of its key's holder here, if it is streaming.
+// The record that holder holds (its token) is the one the request was judged against
+// (f.decision, a wait). False when there is no such stream.
+asio::awaitable<bool> attached(Flow& f, const std::shared_ptr<SignalWaiter>& waiter) {
+  auto live = f.rt().live.find(f.claim->id, f.decision.token);
+  if (!live) co_return false;
+  co_await idempotent::attach(f, live, waiter);
+  co_return true;
+}
+
 // Phase: claim, until the coordinator decides. With on_concurrent: wait, a request
 // that finds the key in flight sleeps until its holder, here or on another instance,
 // finishes it, up to the lease; one held here whose answer streams is attached to it
@@ -61,12 +71,7 @@ asio::awaitable<Step> claim_phase(Flow& f) {
       f.hit = rt.coordinator.cached(f.route(), claim.id);
       if (f.hit && f.hit->fingerprint == claim.fingerprint)
         co_return co_await idempotent::replay_cached(f);
-      // The holder here started streaming: the record it holds (its token) is the
-      // one this request was judged against.
-      if (auto live = rt.live.find(claim.id, f.decision.token)) {
-        co_await idempotent::attach(f, live, waiter);
-        co_return Step::responded;
-      }
+      if (co_await attached(f, waiter)) co_return Step::responded;
     }
     trace::Span claiming = f.ctx.span.child(trace::kSpanStoreClaim);
     engine::Admission verdict = co_await rt.claim(claim);
@@ -103,10 +108,7 @@ asio::awaitable<Step> claim_phase(Flow& f) {
     }
     // Held by this process: sleep until it releases the key, or its answer starts
     // streaming; no database polling.
-    if (auto live = rt.live.find(claim.id, f.decision.token)) {
-      co_await idempotent::attach(f, live, waiter);
-      co_return Step::responded;
-    }
+    if (co_await attached(f, waiter)) co_return Step::responded;
     co_await waiter->signal.wait_until(budget.deadline);
   }
 }

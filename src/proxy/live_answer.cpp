@@ -92,9 +92,4 @@ std::shared_ptr<LiveAnswer> LiveAnswers::find(const store::RecordId& id, std::in
   return it->second;
 }
 
-std::size_t LiveAnswers::size() const {
-  std::lock_guard lock(mu_);
-  return streams_.size();
-}
-
 }  // namespace idemproxy::proxy

@@ -90,7 +90,6 @@ class LiveAnswers {
   void withdraw(const store::RecordId& id, const LiveAnswer* answer);
   /// The stream of `id` under `token`, or null.
   std::shared_ptr<LiveAnswer> find(const store::RecordId& id, std::int64_t token) const;
-  std::size_t size() const;
 
  private:
   mutable std::mutex mu_;

@@ -66,8 +66,8 @@ asio::awaitable<Step> replay_cached(Flow& f);
 asio::awaitable<Step> execute(Flow& f);
 
 /// Replays f.decision's answer stored in chunks (stream_replay.cpp): its chunks read
-/// from the store a page at a time as the client takes them; reset, never passed off
-/// as whole, when one is missing or altered.
+/// from the store a page at a time as the client takes them; ended short (end_short),
+/// never passed off as whole, when one is missing or altered.
 asio::awaitable<void> replay_chunks(Flow& f, const engine::ReplayCache::Entry& e);
 /// Ends a client's stream whose answer cannot be given whole, after its head: a gRPC
 /// call gets trailers with `grpc_status` and `why` (a gRPC client reads a reset as

@@ -4,7 +4,8 @@
 // slows the reads (TCP's backpressure, HTTP/2's windows through send_body). The last
 // chunk goes only once the body's length and digest match the record's: a chunk that
 // is missing, altered or out of order ends the client's stream as an error (HTTP/1.1:
-// closed before the body is whole; HTTP/2: RST_STREAM), never as a complete answer.
+// closed before the body is whole; HTTP/2: RST_STREAM; gRPC: DATA_LOSS), never as a
+// complete answer.
 #include <spdlog/spdlog.h>
 
 #include <array>

@@ -7,11 +7,10 @@ namespace idemproxy::proxy {
 asio::awaitable<void> ChunkWriter::add(std::string_view data) {
   streamed_ += data.size();
   if (!keeping()) co_return;
-  if (length_ + data.size() > max_stored_) {
+  if (streamed_ > max_stored_) {
     give_up("it outgrew the route's max_stored_answer (" + std::to_string(max_stored_) + " bytes)");
     co_return;
   }
-  length_ += data.size();
   while (!data.empty() && keeping()) {
     const std::size_t filled = live_->window().size();
     const std::size_t take = std::min(kChunkBytes - std::min(filled, kChunkBytes), data.size());
@@ -41,9 +40,8 @@ asio::awaitable<void> ChunkWriter::append_buffer() {
 }
 
 void ChunkWriter::give_up(std::string why) {
-  if (given_up_) return;
+  if (!keeping()) return;
   why_not_ = std::move(why);
-  given_up_ = true;
   live_->cut();  // attachers cannot be given what is not kept
 }
 
@@ -57,7 +55,7 @@ asio::awaitable<bool> ChunkWriter::finish(store::StoredResponse& answer) {
   if (!keeping()) co_return false;
   answer.body.clear();
   answer.chunks = seq_;
-  answer.body_length = static_cast<std::int64_t>(length_);
+  answer.body_length = static_cast<std::int64_t>(streamed_);
   answer.body_digest = digest_.final();
   co_return true;
 }

@@ -36,8 +36,8 @@ class ChunkWriter {
   asio::awaitable<bool> finish(store::StoredResponse& answer);
 
   /// Whether the body is still being kept (not over its cap, no append failed).
-  bool keeping() const { return !given_up_; }
-  /// The body's bytes so far, kept or not, and the chunks stored.
+  bool keeping() const { return why_not_.empty(); }
+  /// The body's bytes so far (kept or not), and the chunks stored.
   std::uint64_t streamed() const { return streamed_; }
   std::int32_t chunks() const { return seq_; }
   /// Why the body was not kept, for the log; empty when it was.
@@ -54,11 +54,9 @@ class ChunkWriter {
   std::shared_ptr<LiveAnswer> live_;  // its window: the body while it is small, then
                                       // the chunk being filled
   std::int32_t seq_ = 0;
-  std::uint64_t length_ = 0;    // kept
-  std::uint64_t streamed_ = 0;  // seen
-  Sha256Stream digest_;         // of the chunks appended: a body kept whole needs none
-  bool given_up_ = false;
-  std::string why_not_;
+  std::uint64_t streamed_ = 0;
+  Sha256Stream digest_;  // of the chunks appended: a body kept whole needs none
+  std::string why_not_;  // empty while the body is kept
 };
 
 }  // namespace idemproxy::proxy

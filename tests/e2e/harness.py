@@ -257,6 +257,14 @@ def wait_for(predicate, timeout=5):
     return False
 
 
+def run_node(script, *args):
+    """Runs `script`, an ES module's text, with Node and `args`; returns the JSON it
+    printed."""
+    out = subprocess.run(["node", "--input-type=module", "-e", script, *args],
+                         capture_output=True, timeout=30, check=True)
+    return json.loads(out.stdout)
+
+
 def problem(response):
     """Asserts an RFC 9457 problem response and returns its JSON."""
     assert response.header("Content-Type") == "application/problem+json", response.headers

@@ -3,7 +3,6 @@ chunks (issue 44): Python's httpx streaming, Node's fetch and Chromium's fetch (
 browser's ReadableStream). Each sees events as the upstream sends them, and a 1 MiB
 answer replayed from four 256 KiB chunks byte for byte. curl -N and grpcio are in
 test_streaming.py, test_oversized.py and test_grpc.py."""
-import hashlib
 import json
 import os
 import shutil
@@ -11,6 +10,7 @@ import subprocess
 import time
 
 import pytest
+from harness import run_node
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BROWSER_TESTS = os.path.join(HERE, "..", "browser")
@@ -70,15 +70,9 @@ console.log(JSON.stringify({status: res.status, length, digest: hash.digest("hex
 def test_nodes_fetch_reads_a_chunked_replay_whole(make_proxy, upstream, pg, key):
     p = make_proxy()
     url = "http://127.0.0.1:%d%s" % (p.port, BIG)
-
-    def fetch():
-        out = subprocess.run(["node", "--input-type=module", "-e", NODE_DIGEST, url, key],
-                             capture_output=True, timeout=30, check=True)
-        return json.loads(out.stdout)
-
-    first = fetch()
+    first = run_node(NODE_DIGEST, url, key)
     assert stored_in_chunks(pg, key) == "4|1048576"
-    again = fetch()
+    again = run_node(NODE_DIGEST, url, key)
     assert first["status"] == again["status"] == 200 and first["length"] == 1048576
     assert first["replayed"] is None and again["replayed"] == "true"
     assert again["digest"] == first["digest"]

@@ -3,7 +3,6 @@ sends it (server-sent events, as an LLM API streams tokens), the answer is recor
 once it has ended and replayed whole, and a stream broken off is never passed off as
 whole. How upstream.timeout and upstream.read_timeout bound a stream is tested in
 process, over both codecs (tests/proxy/streaming_test.cpp)."""
-import json
 import socket
 import subprocess
 import threading
@@ -11,7 +10,7 @@ import time
 
 import pytest
 from h2_peer import Client
-from harness import problem
+from harness import problem, run_node
 
 EVENTS = "/v1/events?n=5&gap_ms=300"
 
@@ -198,17 +197,11 @@ console.log(JSON.stringify({status: res.status,
 def test_nodes_fetch_reads_the_events_as_they_come(make_proxy, upstream, key):
     p = make_proxy()
     url = "http://127.0.0.1:%d%s" % (p.port, EVENTS)
-
-    def fetch():
-        out = subprocess.run(["node", "--input-type=module", "-e", NODE_READER, url, key],
-                             capture_output=True, timeout=30, check=True)
-        return json.loads(out.stdout)
-
-    first = fetch()
+    first = run_node(NODE_READER, url, key)
     assert first["status"] == 200 and first["replayed"] is None
     times = [t for t, _ in first["reads"]]
     assert times[0] < 0.9 and times[-1] - times[0] > 0.9, first["reads"]
-    again = fetch()
+    again = run_node(NODE_READER, url, key)
     assert again["replayed"] == "true"
     assert "".join(c for _, c in again["reads"]) == "".join(c for _, c in first["reads"])
     assert upstream.executions.count(key=key) == 1
