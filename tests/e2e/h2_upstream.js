@@ -59,8 +59,9 @@ function onRequest(req, res) {
     setTimeout(() => {
       // A gRPC call (content-type application/grpc) says size or reset_after in
       // metadata (x-size, x-reset-after): its block is one message, then status OK, or
-      // the reset 100 ms later.
-      const grpc = (req.headers['content-type'] || '').startsWith('application/grpc');
+      // the reset 100 ms later. Any other call answers as for another content type.
+      const grpc = (req.headers['content-type'] || '').startsWith('application/grpc') &&
+        (req.headers['x-size'] !== undefined || req.headers['x-reset-after'] !== undefined);
       const status = grpc ? 200
         : Number(url.searchParams.get('status') || (req.method === 'POST' ? 201 : 200));
       const size = url.searchParams.get('size') ?? (grpc ? req.headers['x-size'] ?? null : null);

@@ -2,6 +2,7 @@
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -296,6 +297,11 @@ def wait_for_execution(upstream, key, timeout=5):
     assert upstream.executions.count(key=key) == 1
 
 
+def big_body(key, n, size):
+    """The bytes the fake upstream sends for /v1/big on the n-th execution of a key."""
+    return random.Random("%s-/v1/big-%d" % (key, n)).randbytes(size)
+
+
 def settle(proxy, key, path="/v1/orders", timeout=15):
     """Retries until the key is no longer in flight; returns the last response."""
     deadline = time.time() + timeout
@@ -339,6 +345,17 @@ class Load:
         for t in self.threads:
             t.join()
         return self.delivered
+
+
+def restarted_under(pg, load):
+    """PostgreSQL stopped for a second, then started, while `load` runs; what the load
+    delivered once it ran 1.5 s more."""
+    time.sleep(1.0)
+    pg.stop()
+    time.sleep(1.0)
+    pg.start()
+    time.sleep(1.5)
+    return load.stop()
 
 
 class CuttingRelay:
