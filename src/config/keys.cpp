@@ -116,6 +116,7 @@ const std::vector<Key>& table() {
       {"server", "read_timeout"},
       {"server", "max_header_size"},
       {"server", "max_stream_body"},
+      IDEMPROXY_RESTART("server", "max_unstored", server.max_unstored),
       {"server", "max_connections"},
       {"server", "max_header_fields"},
       {"server", "body_timeout"},

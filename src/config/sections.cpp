@@ -201,6 +201,11 @@ void read_server(const YAML::Node& root, const Reader& r, Config& c) {
       c.server.max_header_size = r.size(s["max_header_size"], "server.max_header_size");
     if (s["max_stream_body"])
       c.server.max_stream_body = r.size(s["max_stream_body"], "server.max_stream_body");
+    if (s["max_unstored"]) {
+      c.server.max_unstored = r.size(s["max_unstored"], "server.max_unstored");
+      if (c.server.max_unstored < (std::size_t{1} << 20))
+        r.fail(s["max_unstored"], "server.max_unstored must be at least 1MiB");
+    }
     if (s["max_header_fields"]) {
       c.server.max_header_fields = static_cast<std::size_t>(
           r.integer(s["max_header_fields"], "server.max_header_fields", 1, 10000));

@@ -303,7 +303,8 @@ asio::awaitable<Step> execute(Flow& f) {
     co_return Step::responded;
   }
   // The record keeps what the upstream sent, not the fields added for the client.
-  const bool whole = co_await body.finish(kept);
+  const ChunkWriter::Kept kept_as = co_await body.finish(kept);
+  const bool whole = kept_as != ChunkWriter::Kept::no;
   stream_span.set_int(trace::kIdempotencyStreamChunks, body.chunks());
   stream_span.end();
   if (whole) {
@@ -314,11 +315,21 @@ asio::awaitable<Step> execute(Flow& f) {
             ctx.key_hash.view(), body.why_not());
   }
   const store::StoredResponse answer = whole ? std::move(kept) : status_only(call.head(), policy);
-  trace::Span completing = ctx.span.child(trace::kSpanStoreComplete);
-  const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
-  completing.end();
-  permit.settle();
-  note_completion(ctx, done, whole);
+  if (kept_as == ChunkWriter::Kept::unstored) {
+    // The store failed under the stream: the chunks it has not taken and the
+    // completion are retried in the background, as a completion the store failed.
+    engine::Completion later;
+    later.retrying =
+        rt.complete_later(claim, token, route, answer, body.handed_over(), body.reserved());
+    permit.settle();
+    note_completion(ctx, later, whole);
+  } else {
+    trace::Span completing = ctx.span.child(trace::kSpanStoreComplete);
+    const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
+    completing.end();
+    permit.settle();
+    note_completion(ctx, done, whole);
+  }
   live->end(answer.trailers);
   // What was held, then the last piece, its trailers and the end (the call keeps
   // what they view).

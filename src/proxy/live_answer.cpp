@@ -1,5 +1,7 @@
 #include "proxy/live_answer.hpp"
 
+#include <algorithm>
+
 namespace idemproxy::proxy {
 
 void LiveAnswer::add(std::string_view data) {
@@ -10,8 +12,9 @@ void LiveAnswer::add(std::string_view data) {
 
 void LiveAnswer::stored_chunk() {
   std::unique_lock lock(mu_);
-  in_store_ += window_.size();
-  window_.clear();
+  const std::size_t chunk = std::min(window_.size(), kChunkBytes);
+  in_store_ += chunk;
+  window_.erase(0, chunk);
 }
 
 void LiveAnswer::end(std::vector<store::Header> trailers) {
@@ -51,7 +54,7 @@ LiveAnswer::Read LiveAnswer::read(std::uint64_t at, const std::shared_ptr<engine
     return r;
   }
   // Short of the whole length while the holder's answer is not recorded.
-  std::uint64_t upto = end;
+  std::uint64_t upto = std::min(end, at + kChunkBytes);  // a chunk at a time
   if (framing_.kind == http::Framing::Kind::length && framing_.length > 0)
     upto = std::min(upto, framing_.length - 1);
   if (at < upto) {

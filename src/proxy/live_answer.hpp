@@ -3,9 +3,10 @@
 // instance (on_concurrent: wait): they attach to it and get its bytes so far, then
 // each new piece as it lands, and end as the original ends (issue 44). The holder's
 // ChunkWriter fills its window, the bytes not yet in a stored chunk; the bytes
-// before the window are in the store's chunks, under the holder's token, so a
-// late attacher reads those from the store. One window per stream, shared by all
-// its attachers: memory is bounded by the chunk size, whatever the answer's size.
+// before the window are in the store's chunks, under the holder's token, so a late
+// attacher reads those from the store. One window per stream, shared by all its
+// attachers: memory is bounded by the chunk size, whatever the answer's size (more
+// only while the store fails appends, within server.max_unstored).
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -39,7 +40,8 @@ class LiveAnswer {
   // The holder's side (one coroutine).
   /// The next piece of the body.
   void add(std::string_view data);
-  /// The window went to the store as the next chunk: it is read from there now.
+  /// The window's first chunk (kChunkBytes, or all it holds) went to the store: it
+  /// is read from there now.
   void stored_chunk();
   /// The window, for the holder alone (it is the only one to change it).
   const std::string& window() const { return window_; }

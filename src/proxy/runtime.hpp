@@ -43,7 +43,7 @@ class Runtime {
         db_pool(static_cast<std::size_t>(db_threads)),
         pool(io.get_executor(), settings->config.upstream, settings->config.server.threads > 1),
         upstream(fake != nullptr ? *fake : pool),
-        completions(coordinator, db_pool, std::size_t{64} << 20),
+        completions(coordinator, store, db_pool, settings->config.server.max_unstored),
         cache(settings->config.replay_cache_bytes),
         coordinator(store, store, cache, metrics, coordinator_hooks()),
         settings_(std::move(settings)),
@@ -131,6 +131,22 @@ class Runtime {
                                 [done = std::move(done),
                                  failed](const store::Result<store::Done>& r) { done(failed(r)); });
     });
+  }
+
+  /// Bytes of server.max_unstored for a stream's chunks held while the store fails
+  /// their appends (CompletionRetrier::reserve); false when that would spend it.
+  bool hold_unstored(std::size_t bytes) { return completions.reserve(bytes); }
+  void release_unstored(std::size_t bytes) { completions.release(bytes); }
+  /// A streamed answer's completion that the store failed under: the chunks it has
+  /// not taken, then the completion, retried in the background with the `reserved`
+  /// bytes; the key's waiters here look again. False: the retry budget is spent.
+  bool complete_later(const store::ClaimRequest& claim, std::int64_t token,
+                      const engine::RoutePolicy& route, const store::StoredResponse& answer,
+                      std::vector<store::Chunk> unstored, std::size_t reserved) {
+    const bool retrying =
+        completions.retry(claim.id, token, route, answer, std::move(unstored), reserved);
+    coordinator.handed_off(claim.id);
+    return retrying;
   }
 
   /// The store's read-only role: a caller's lookup of its own key (proxy/lookup.hpp).

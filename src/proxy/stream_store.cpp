@@ -1,8 +1,15 @@
 #include "proxy/stream_store.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 namespace idemproxy::proxy {
+
+namespace {
+constexpr std::chrono::milliseconds kFirstBackoff{100};
+constexpr std::chrono::milliseconds kMaxBackoff{1000};
+}  // namespace
 
 asio::awaitable<void> ChunkWriter::add(std::string_view data) {
   streamed_ += data.size();
@@ -11,53 +18,107 @@ asio::awaitable<void> ChunkWriter::add(std::string_view data) {
     give_up("it outgrew the route's max_stored_answer (" + std::to_string(max_stored_) + " bytes)");
     co_return;
   }
-  while (!data.empty() && keeping()) {
-    const std::size_t filled = live_->window().size();
-    const std::size_t take = std::min(kChunkBytes - std::min(filled, kChunkBytes), data.size());
-    live_->add(data.substr(0, take));
-    data.remove_prefix(take);
-    // A full chunk goes once more follows: a body of exactly kChunkBytes stays whole.
-    if (live_->window().size() == kChunkBytes && !data.empty()) co_await append_buffer();
+  live_->add(data);
+  co_await store_full_chunks();
+  if (keeping() && !hold()) {
+    give_up("the store failed to take its chunks (" + failure_ +
+            "), and they outgrew server.max_unstored");
   }
-  if (live_->window().size() == kChunkBytes && seq_ > 0 && keeping()) co_await append_buffer();
 }
 
-asio::awaitable<void> ChunkWriter::append_buffer() {
-  const std::int32_t seq = seq_ + 1;
-  // The window changes only here and in add(), never while an append is awaited.
-  const std::string& chunk = live_->window();
-  for (int attempt = 1;; ++attempt) {
-    const std::optional<store::StoreError> error = co_await rt_.append(id_, token_, seq, chunk);
-    if (!error) break;
-    if (attempt == kAppendAttempts) {
-      give_up("the store failed to keep chunk " + std::to_string(seq) + ": " + error->detail);
-      co_return;
-    }
+asio::awaitable<void> ChunkWriter::store_full_chunks() {
+  // A full chunk goes once more follows: a body of exactly kChunkBytes stays whole.
+  const auto full_chunk = [this] {
+    const std::size_t held = live_->window().size();
+    return held > kChunkBytes || (held == kChunkBytes && seq_ > 0);
+  };
+  while (keeping() && full_chunk()) {
+    if (failing_ && Clock::now() < retry_at_) co_return;
+    if (!co_await append_first()) co_return;
   }
+}
+
+asio::awaitable<bool> ChunkWriter::append_first() {
+  const std::int32_t seq = seq_ + 1;
+  // The window changes only in add() and here, never while an append is awaited.
+  const std::string_view chunk = std::string_view(live_->window()).substr(0, kChunkBytes);
+  const std::optional<store::StoreError> error = co_await rt_.append(id_, token_, seq, chunk);
+  if (error) {
+    if (!failing_) {
+      spdlog::warn(
+          "the store failed to keep chunk {} of a streamed answer ({}); the stream "
+          "goes on, and its chunks are held until the store takes them",
+          seq, error->detail);
+    }
+    failing_ = true;
+    failure_ = error->detail;
+    retry_at_ = Clock::now() + backoff_;
+    backoff_ = std::min(backoff_ * 2, kMaxBackoff);
+    co_return false;
+  }
+  failing_ = false;
+  backoff_ = kFirstBackoff;
   seq_ = seq;
   digest_.update(chunk);
   live_->stored_chunk();
+  co_return true;
+}
+
+bool ChunkWriter::hold() {
+  const std::size_t held = live_->window().size();
+  const std::size_t over = held > kChunkBytes ? held - kChunkBytes : 0;
+  if (over == 0) {
+    rt_.release_unstored(std::exchange(reserved_, std::size_t{0}));
+    return true;
+  }
+  if (over <= reserved_) return true;
+  // A chunk at a time, not a piece at a time.
+  const std::size_t more = std::max(over - reserved_, kChunkBytes);
+  if (!rt_.hold_unstored(more)) return false;
+  reserved_ += more;
+  return true;
 }
 
 void ChunkWriter::give_up(std::string why) {
   if (!keeping()) return;
   why_not_ = std::move(why);
   live_->cut();  // attachers cannot be given what is not kept
+  rt_.release_unstored(std::exchange(reserved_, std::size_t{0}));
 }
 
-asio::awaitable<bool> ChunkWriter::finish(store::StoredResponse& answer) {
-  if (!keeping()) co_return false;
-  if (seq_ == 0) {  // small: the record's own row, as before (attachers still read it)
-    answer.body = live_->window();
-    co_return true;
+asio::awaitable<ChunkWriter::Kept> ChunkWriter::finish(store::StoredResponse& answer) {
+  if (!keeping()) co_return Kept::no;
+  const std::string& window = live_->window();
+  if (seq_ == 0 && window.size() <= kChunkBytes) {  // small: the record's own row, as
+    answer.body = window;                           // before (attachers still read it)
+    co_return Kept::whole;
   }
-  if (!live_->window().empty()) co_await append_buffer();
-  if (!keeping()) co_return false;
+  while (!window.empty() && (!failing_ || Clock::now() >= retry_at_)) {
+    if (!co_await append_first()) break;
+  }
   answer.body.clear();
-  answer.chunks = seq_;
   answer.body_length = static_cast<std::int64_t>(streamed_);
+  // The chunks the store has not taken count in the body's digest, in order.
+  for (std::size_t at = 0; at < window.size(); at += kChunkBytes) {
+    digest_.update(std::string_view(window).substr(at, kChunkBytes));
+    ++seq_;
+  }
+  answer.chunks = seq_;
   answer.body_digest = digest_.final();
-  co_return true;
+  co_return window.empty() ? Kept::whole : Kept::unstored;
+}
+
+std::vector<store::Chunk> ChunkWriter::handed_over() {
+  // Copied: attachers read them from the window until the stream is gone.
+  const std::string& window = live_->window();
+  std::vector<store::Chunk> chunks;
+  const auto count = static_cast<std::int32_t>((window.size() + kChunkBytes - 1) / kChunkBytes);
+  chunks.reserve(static_cast<std::size_t>(count));
+  for (std::int32_t i = 0; i < count; ++i) {
+    chunks.push_back({seq_ - count + 1 + i,
+                      window.substr(static_cast<std::size_t>(i) * kChunkBytes, kChunkBytes)});
+  }
+  return chunks;
 }
 
 }  // namespace idemproxy::proxy

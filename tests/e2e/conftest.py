@@ -41,6 +41,19 @@ class Postgres:
     def start(self):
         self._pg("start", self.dir, self.port)
 
+    def signal_all(self, sig):
+        """Sends `sig` to the postmaster and every process under it (SIGSTOP freezes
+        the server as a stalled host does; SIGCONT thaws it)."""
+        with open(os.path.join(self.dir, "data", "postmaster.pid")) as f:
+            postmaster = int(f.readline())
+        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
+                                  text=True).stdout.split()
+        for pid in [postmaster] + [int(c) for c in children]:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:  # a backend that just exited
+                pass
+
     def sql(self, query):
         out = subprocess.run(["psql", self.dsn, "-qAt", "-c", query], check=True,
                              capture_output=True, text=True).stdout

@@ -3,7 +3,8 @@ executed, and its behaviour is chosen per request through the path and query.
 
   /v1/...?status=N&delay_ms=M   JSON answer with status N after M ms (default 201)
   /big?bytes=N                  N pseudo-random bytes, different on every execution
-                                (&chunked=1: sent chunked, in 8 KiB chunks)
+                                (&chunked=1: sent chunked, in 8 KiB chunks;
+                                &gap_ms=G: a pause of G ms after every 64 KiB)
   .../events?n=5&gap_ms=100&cut=0&pad=0 server-sent events, one chunk each, gap_ms
                                 apart (pad=B: each event's data padded with B bytes)
   /reset-after-read             reads the request, then drops the connection
@@ -118,9 +119,13 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Type", "application/octet-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
+                gap = int(query.get("gap_ms", "0")) / 1000.0
                 for i in range(0, len(payload), 8192):
                     piece = payload[i:i + 8192]
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    if gap and i % 65536 == 65536 - 8192:  # paced: 64 KiB, then a pause
+                        self.wfile.flush()
+                        time.sleep(gap)
                 self.wfile.write(b"0\r\n\r\n")
                 return
             self.answer(200, payload, "application/octet-stream")

@@ -9,8 +9,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import (CuttingRelay, Load, post_in_background, problem, settle, wait_for,
-                     wait_for_execution, SHORT_STATEMENTS)
+from harness import (CuttingRelay, Load, post_in_background, problem, restarted_under, settle,
+                     wait_for, wait_for_execution, SHORT_STATEMENTS)
 
 
 def test_kill_9_mid_request_then_retry_is_told_the_outcome_is_unknown(make_proxy, upstream, key,
@@ -183,13 +183,7 @@ def test_a_claim_that_stays_unanswered_is_withdrawn_so_its_retry_executes(make_p
 
 def test_postgres_stopped_and_restarted_under_load(make_proxy, upstream, pg, key, ledger):
     p = make_proxy()
-    load = Load(p, key, "/v1/orders?delay_ms=50", clients=6)
-    time.sleep(1.0)
-    pg.stop()
-    time.sleep(1.0)
-    pg.start()
-    time.sleep(1.5)
-    delivered = load.stop()
+    delivered = restarted_under(pg, Load(p, key, "/v1/orders?delay_ms=50", clients=6))
     statuses = [r.status for r in delivered.values() if r is not None]
     assert 503 in statuses and 201 in statuses  # the outage was real, and so was recovery
     assert set(statuses) <= {201, 503}

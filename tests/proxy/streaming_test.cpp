@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "../unit/faulty_store.hpp"
 #include "proxy/stream_store.hpp"
@@ -144,7 +145,7 @@ TEST_P(Streaming, ALargeStreamIsStoredInChunksAsItFlowsAndReplayedWhole) {
   world.answer = [&](const StringRequest&) { return events(pieces); };
   const Reply first = send(world, keyed("s-6"));
   ASSERT_EQ(first.body.size(), 1'000'000U);
-  EXPECT_EQ(store.appends, 4);
+  EXPECT_EQ(store.appends.load(), 4);
   const auto record = store.find({"", "s-6"}).value();
   ASSERT_TRUE(record && record->response);
   EXPECT_EQ(record->response->chunks, 4);
@@ -166,13 +167,17 @@ TEST_P(Streaming, AShortStreamKeepsTheOneRowPath) {
     return events({{0ms, "data: 1\n\n"}, {5ms, "data: 2\n\n"}});
   };
   EXPECT_EQ(send(world, keyed("s-7")).status, 200);
-  EXPECT_EQ(store.appends, 0);
+  EXPECT_EQ(store.appends.load(), 0);
   EXPECT_EQ(store.find({"", "s-7"}).value()->response->body, "data: 1\n\ndata: 2\n\n");
 }
 
 // The store fails mid-stream: the client still gets its whole stream; the record
 // keeps the status alone, so a retry is told it executed (never handed part of it).
-TEST_P(Streaming, AStoreThatFailsMidStreamStillStreamsToTheClient) {
+// The store fails every append while the answer streams: the client still gets all
+// of it, and its chunks are held, then handed with the completion to the background
+// retry. Meanwhile a retry is told the key is in flight; once the store takes
+// appends again, the record completes and a retry is replayed the whole answer.
+TEST_P(Streaming, AStoreThatFailsMidStreamStillStreamsAndKeepsTheAnswerOnceItReturns) {
   SystemClock clock;
   FaultyStore store(clock);
   store.appends_fail = true;
@@ -184,12 +189,41 @@ TEST_P(Streaming, AStoreThatFailsMidStreamStillStreamsToTheClient) {
   EXPECT_EQ(first.status, 200);
   EXPECT_EQ(first.body.size(), 400'000U);
   EXPECT_FALSE(broken_off(first));
-  EXPECT_EQ(store.appends,
-            proxy::ChunkWriter::kAppendAttempts);  // chunk 1, tried again, then given up
-  const Reply retry = send(world, keyed("s-8"));
+  EXPECT_GE(store.appends.load(), 1);
+  const Reply during = send(world, keyed("s-8"));
+  EXPECT_EQ(during.status, 409);
+  EXPECT_TRUE(problem_type(during).ends_with("/request-in-flight")) << during.body;
+  store.appends_fail = false;
+  Reply again;
+  for (int i = 0; i < 100 && again.status != 200; ++i) {
+    std::this_thread::sleep_for(20ms);
+    again = send(world, keyed("s-8"));
+  }
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(again.field("Idempotent-Replayed"), "true");
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(world.executions("s-8"), 1);
+}
+
+// What a failing store has not taken is held within server.max_unstored: past it the
+// body is given up, the client still gets all of it, and the record keeps the status.
+TEST_P(Streaming, ChunksTheStoreCannotTakeAreHeldOnlyWithinMaxUnstored) {
+  SystemClock clock;
+  FaultyStore store(clock);
+  store.appends_fail = true;
+  World world(std::string(kConfig) + "server: {max_unstored: 1MiB}\n", &store);
+  std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces;
+  for (char c = 'a'; c < 'k'; ++c) pieces.emplace_back(1ms, std::string(200'000, c));
+  world.answer = [&](const StringRequest&) { return events(pieces); };
+  const Reply first = send(world, keyed("s-9"));
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body.size(), 2'000'000U);
+  EXPECT_FALSE(broken_off(first));
+  store.appends_fail = false;
+  const Reply retry = send(world, keyed("s-9"));
   EXPECT_EQ(retry.status, 409);
   EXPECT_TRUE(problem_type(retry).ends_with("/response-not-stored")) << retry.body;
-  EXPECT_EQ(world.executions("s-8"), 1);
+  EXPECT_EQ(world.executions("s-9"), 1);
 }
 
 // Two requests with one key, the second while the first's answer streams
@@ -233,7 +267,7 @@ TEST_P(Streaming, ALateRetryReadsTheStoredChunksThenFollowsTheStream) {
   retry.start_after = 200ms;
   const auto replies = world.send_all(GetParam(), {keyed("s-10"), retry});
   ASSERT_EQ(replies[0].body.size(), 600'007U);
-  EXPECT_EQ(store.appends, 3);  // two of 256 KiB before the retry came, the rest at the end
+  EXPECT_EQ(store.appends.load(), 3);  // two of 256 KiB before the retry came, the rest at the end
   EXPECT_EQ(replies[1].body.size(), replies[0].body.size());
   EXPECT_TRUE(replies[1].body == replies[0].body);
   EXPECT_FALSE(broken_off(replies[1]));

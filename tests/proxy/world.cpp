@@ -44,6 +44,10 @@ World::~World() {
   tracker_.close_idle();
   for (int i = 0; i < 50 && io.poll() > 0; ++i) {
   }
+  // As the server does: the database pool's tasks (a store call's answer, a completion
+  // retried in the background) end before the runtime they use goes.
+  runtime_->db_pool.stop();
+  runtime_->db_pool.join();
   runtime_.reset();
 }
 

@@ -496,6 +496,15 @@ TEST(ConfigTypos, AQuotaMustCapSomethingWithCountsAndSizes) {
   EXPECT_EQ(where(route + "{records: -1}}]\n"), "5:54");  // at the value
 }
 
+TEST(ConfigErrors, MaxUnstoredIsASizeOfAtLeastOneMebibyteReportedAtTheValue) {
+  EXPECT_EQ(parse(kMinimal).server.max_unstored, std::size_t{64} << 20);
+  EXPECT_EQ(parse(std::string(kMinimal) + "server: {max_unstored: 8MiB}\n").server.max_unstored,
+            std::size_t{8} << 20);
+  EXPECT_EQ(error_of(std::string(kMinimal) + "server:\n  max_unstored: 512KiB\n"),
+            "6:17: server.max_unstored must be at least 1MiB");
+  EXPECT_EQ(where(std::string(kMinimal) + "server:\n  max_unstored: lots\n"), "6:17");
+}
+
 TEST(ConfigErrors, AccessLogBufferAndFlushAreBoundedAndReportedAtTheValue) {
   const Config c =
       parse(std::string(kMinimal) + "log: {access_buffer: 1MiB, access_flush: 250ms}\n");

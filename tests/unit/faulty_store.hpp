@@ -1,5 +1,6 @@
 #pragma once
 // A store for unit tests that fails on purpose, over the in-memory store.
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -83,8 +84,9 @@ class FaultyStore final : public store::Store {
     return inner.mark_indeterminate(id, t);
   }
   store::Result<bool> resolve(const store::RecordId& id) override { return inner.resolve(id); }
-  int appends = 0;
-  bool appends_fail = false;
+  // Atomic: a completion retried in the background appends from the database pool.
+  std::atomic<int> appends = 0;
+  std::atomic<bool> appends_fail = false;
   store::Result<store::Done> append(const store::RecordId& id, std::int64_t token, std::int32_t seq,
                                     std::string_view bytes) override {
     ++appends;

@@ -93,6 +93,9 @@ struct ServerConfig {
   bool reject_escaped_slashes = true;  // %2F, %5C and %00 in a path get 400
   std::size_t max_json_depth = 128;    // deeper JSON bodies are fingerprinted by their bytes
   bool http2 = true;  // h2c with prior knowledge and ALPN h2 on `listen` (RFC 9113 3.3, 3.2)
+  // Answers held in memory while the store cannot take them: completions retried, and
+  // the chunks of streams whose appends fail.
+  std::size_t max_unstored = std::size_t{64} << 20;
 };
 
 /// The published idempotency policy (draft-ietf-httpapi-idempotency-key-header: the

@@ -206,6 +206,12 @@ class Coordinator {
 
   /// A background completion landed: wakes the key's waiters.
   void completed_later(const store::RecordId& id) { holders_.notify(id); }
+  /// The holder here handed its completion to the background retry without trying
+  /// it (the store failed under its streamed answer): as a completion that failed.
+  void handed_off(const store::RecordId& id) {
+    metrics_.count_store_error();
+    holders_.release(id);
+  }
   /// Its holder here started streaming its answer: the requests waiting for it wake
   /// to attach to the stream.
   void streaming(const store::RecordId& id) { holders_.notify(id); }
