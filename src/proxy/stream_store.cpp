@@ -68,7 +68,8 @@ bool ChunkWriter::hold() {
   const std::size_t held = live_->window().size();
   const std::size_t over = held > kChunkBytes ? held - kChunkBytes : 0;
   if (over == 0) {
-    rt_.release_unstored(std::exchange(reserved_, std::size_t{0}));
+    // The shared counter is touched only when something was held: not once per piece.
+    if (reserved_ > 0) rt_.release_unstored(std::exchange(reserved_, std::size_t{0}));
     return true;
   }
   if (over <= reserved_) return true;
