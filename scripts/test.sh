@@ -274,7 +274,7 @@ if [ "$CITUS" = 1 ]; then
       IDEMPROXY_TEST_CITUS=1 run_pytest build tests/e2e/test_behaviour_table.py \
       tests/e2e/test_concurrency.py tests/e2e/test_faults.py tests/e2e/test_ledger_real_peers.py \
       tests/e2e/test_citus.py tests/e2e/test_citus_moves.py tests/e2e/test_contract.py \
-      tests/e2e/test_quota.py tests/e2e/test_oversized.py
+      tests/e2e/test_quota.py tests/e2e/test_oversized.py tests/e2e/test_stream_attach_remote.py
     bash scripts/citus.sh stop "$WORK/citus" || true
   else
     stage "Citus: the build or the cluster failed (above)"

@@ -220,6 +220,7 @@ Decision Coordinator::decide(const RoutePolicy& route, const store::ClaimRequest
   if (route.on_concurrent == OnConcurrent::wait && hooks_.steady_now() < budget.deadline) {
     d.kind = Decision::Kind::wait;
     d.token = verdict.token;
+    d.streaming = std::move(verdict.streaming);
     return d;
   }
   // Retry-After is 1 s, not the end of the lease: the lease only bounds a holder

@@ -69,6 +69,7 @@ Admission Engine::admission(const store::ClaimRequest& request,
   }
   a.kind = existing.stale ? Admission::Kind::stale : Admission::Kind::in_flight;
   a.token = existing.token;  // in flight: its holder's, whose stream a retry may attach to
+  if (!existing.stale) a.streaming = existing.streaming;
   a.locked_until = existing.locked_until;
   return a;
 }

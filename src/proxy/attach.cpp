@@ -8,6 +8,7 @@
 // the answer broke off or is not kept, never passed off as whole.
 #include <spdlog/spdlog.h>
 
+#include "idemproxy/common/sha256.hpp"
 #include "proxy/phases.hpp"
 #include "proxy/replay.hpp"
 #include "proxy/spans.hpp"
@@ -33,7 +34,166 @@ asio::awaitable<bool> send_page(RequestContext& ctx, const std::vector<store::Ch
   co_return true;
 }
 
+// What a retry following a stream from the store (follow) has sent.
+struct Followed {
+  std::uint64_t at = 0;  // bytes of the body
+  Sha256Stream digest;   // of them
+  std::string prefix;    // the first kChunkBytes of them: a body kept whole is no longer
+};
+
+// Sends the bytes of `page` from f.at on, up to `limit`; false when the client is gone.
+asio::awaitable<bool> send_followed(RequestContext& ctx, const std::vector<store::Chunk>& page,
+                                    Followed& f, std::uint64_t limit) {
+  const Trailers none;
+  for (const store::Chunk& chunk : page) {
+    const std::uint64_t start = static_cast<std::uint64_t>(chunk.seq - 1) * kChunkBytes;
+    if (f.at < start) co_return true;  // a gap: the rest is not stored yet
+    const std::uint64_t end = std::min<std::uint64_t>(start + chunk.bytes.size(), limit);
+    if (f.at >= end) continue;
+    const std::string_view rest = std::string_view(chunk.bytes).substr(f.at - start, end - f.at);
+    f.at = end;
+    f.digest.update(rest);
+    if (f.prefix.size() < kChunkBytes)
+      f.prefix.append(rest.substr(0, std::min(rest.size(), kChunkBytes - f.prefix.size())));
+    if (!co_await ctx.ex.send_body(rest, false, none)) co_return false;
+  }
+  co_return true;
+}
+
 }  // namespace
+
+asio::awaitable<void> follow(Flow& f, const store::StoredResponse& head,
+                             const std::shared_ptr<SignalWaiter>& waiter) {
+  using Clock = std::chrono::steady_clock;
+  RequestContext& ctx = f.ctx;
+  Runtime& rt = f.rt();
+  ctx.outcome = ops::Outcome::replayed;
+  ctx.status = static_cast<unsigned>(head.status);
+  ResponseHeader out;
+  out.result(static_cast<unsigned>(head.status));
+  http::Framing framing = http::Framing::unknown();
+  for (const auto& field : head.headers) {
+    if (field.name == kFramingEntry) {
+      framing = parse_framing_entry(field.value);
+    } else if (!field.name.starts_with(':')) {
+      out.insert(field.name, field.value);
+    }
+  }
+  if (!ctx.request_id.empty()) out.set("X-Request-Id", ctx.request_id);
+  bool client = co_await ctx.ex.send_head(out, framing);
+  rt.metrics.count_attached();
+
+  const store::RecordId& id = f.claim->id;
+  const std::int64_t token = f.decision.token;
+  // The holder bounds each gap between pieces (upstream.read_timeout) and its lease
+  // the rest; past both, it is gone.
+  const Duration patience = ctx.settings.config.upstream.read_timeout + f.route().lease;
+  // A body framed by its length is never given whole before its record completes.
+  const std::uint64_t short_of = framing.kind == http::Framing::Kind::length && framing.length > 0
+                                     ? framing.length - 1
+                                     : std::numeric_limits<std::uint64_t>::max();
+  Followed sent;
+  auto heard = Clock::now();
+  std::string cut;
+  int cut_status = kGrpcUnavailable;
+  std::optional<store::StoredResponse> done;
+  while (client && cut.empty() && !done) {
+    waiter->signal.clear();  // what is announced from now on wakes the wait below
+    const auto from = static_cast<std::int32_t>(sent.at / kChunkBytes) + 1;
+    auto page = co_await rt.blocking(
+        [&rt, &id, token, from] { return rt.views().read_chunks(id, token, from, kReplayPage); });
+    if (!page.ok()) {
+      cut = "the store failed to read chunk " + std::to_string(from) + ": " + page.error().detail;
+      break;
+    }
+    const std::uint64_t before = sent.at;
+    client = co_await send_followed(ctx, page.value(), sent, short_of);
+    if (sent.at > before) heard = Clock::now();
+    const bool more = std::cmp_equal(page.value().size(), kReplayPage) &&
+                      page.value().back().bytes.size() == kChunkBytes;
+    if (!client || (sent.at > before && more)) continue;
+    // Caught up: the record says whether the stream goes on.
+    auto found = co_await rt.blocking([&rt, &id] { return rt.views().find(id); });
+    if (!found.ok()) {
+      cut = "the store failed to read the record: " + found.error().detail;
+      break;
+    }
+    const std::optional<store::Record>& record = found.value();
+    if (!record || record->token != token ||
+        (record->state != store::RecordState::in_flight &&
+         record->state != store::RecordState::completed)) {
+      cut = "the original answer broke off";
+      break;
+    }
+    if (record->state == store::RecordState::completed) {
+      if (!record->response || !record->response->body_stored) {
+        cut = "the original answer is not kept";
+        break;
+      }
+      done = record->response;
+      break;
+    }
+    if (!co_await waiter->signal.wait_until(heard + patience)) cut = "the original answer stalled";
+  }
+  // Completed: the rest of the body, checked against the record's, then its end.
+  if (client && done) {
+    const store::StoredResponse& answer = *done;
+    const auto length = static_cast<std::uint64_t>(
+        answer.chunked() ? answer.body_length : static_cast<std::int64_t>(answer.body.size()));
+    if (answer.chunked()) {
+      // A body framed by its length keeps its last byte back until everything checks;
+      // one of unknown length, its end.
+      const std::uint64_t held = short_of < length ? 1 : 0;
+      while (client && sent.at + held < length) {
+        const auto from = static_cast<std::int32_t>(sent.at / kChunkBytes) + 1;
+        auto page = co_await rt.blocking([&rt, &id, token, from] {
+          return rt.views().read_chunks(id, token, from, kReplayPage);
+        });
+        const std::uint64_t before = sent.at;
+        if (page.ok()) client = co_await send_followed(ctx, page.value(), sent, length - held);
+        if (sent.at == before) break;  // a chunk is missing
+      }
+      std::string last;
+      if (client && held > 0 && sent.at + 1 == length) {
+        auto page = co_await rt.blocking([&rt, &id, token, at = sent.at] {
+          return rt.views().read_chunks(id, token, static_cast<std::int32_t>(at / kChunkBytes) + 1,
+                                        1);
+        });
+        if (page.ok() && !page.value().empty()) {
+          const store::Chunk& c = page.value().front();
+          const std::uint64_t start = static_cast<std::uint64_t>(c.seq - 1) * kChunkBytes;
+          if (sent.at >= start && sent.at - start < c.bytes.size()) {
+            last = c.bytes.substr(sent.at - start, 1);
+            sent.digest.update(last);
+            ++sent.at;
+          }
+        }
+      }
+      if (client && sent.at == length && sent.digest.final() == answer.body_digest) {
+        co_await ctx.ex.send_body(last, true, Trailers(answer.trailers));
+        co_return;
+      }
+      if (client && cut.empty()) {
+        cut = "the stored answer differs from the one followed, or a chunk is missing";
+        cut_status = kGrpcDataLoss;
+      }
+    } else if (sent.at <= length &&
+               std::string_view(answer.body).substr(0, sent.at) == sent.prefix) {
+      co_await ctx.ex.send_body(std::string_view(answer.body).substr(sent.at), true,
+                                Trailers(answer.trailers));
+      co_return;
+    } else if (client) {
+      cut = "the stored answer differs from the one followed";
+      cut_status = kGrpcDataLoss;
+    }
+  }
+  if (!cut.empty()) {
+    ctx.log(spdlog::level::warn, "key {}: the stream this retry followed ended short: {}",
+            ctx.key_hash.view(), cut);
+    if (client) co_await end_short(ctx, cut_status, "the original answer ended short");
+    ctx.outcome = ops::Outcome::upstream_error;
+  }
+}
 
 asio::awaitable<void> attach(Flow& f, const std::shared_ptr<LiveAnswer>& live,
                              const std::shared_ptr<SignalWaiter>& waiter) {

@@ -249,6 +249,15 @@ asio::awaitable<Step> execute(Flow& f) {
   if (!ctx.request_id.empty()) head.set("X-Request-Id", ctx.request_id);
   ctx.status = head.result_int();
   bool client = co_await ctx.ex.send_head(head, framing);
+  // Retries of this key waiting on other instances attach to the stream from the
+  // store: they need its head, with how its body is framed.
+  if (route.on_concurrent == engine::OnConcurrent::wait &&
+      (ctx.grpc || engine::Engine::stores(route, kept))) {
+    store::StoredResponse recorded_head{
+        static_cast<int>(head.result_int()), live->fields(), {}, true};
+    recorded_head.headers.push_back({std::string(kFramingEntry), framing_entry(framing)});
+    rt.start_stream(claim.id, token, std::move(recorded_head));
+  }
   const auto streamed_from = Clock::now();
   trace::Span stream_span = ctx.span.child(trace::kSpanStream);
   // Each piece goes on as it comes but the last, which waits for the record: a client

@@ -56,10 +56,28 @@ asio::awaitable<bool> attached(Flow& f, const std::shared_ptr<SignalWaiter>& wai
   co_return true;
 }
 
+// Attaches the request to the stream its key's holder on another instance relays
+// (f.decision.streaming), from the store: registered for the record's
+// announcements first, so none is missed. False when the store cannot announce: the
+// request waits for the finish as before.
+asio::awaitable<bool> followed(Flow& f, const std::shared_ptr<SignalWaiter>& waiter) {
+  using Elsewhere = engine::Coordinator::Elsewhere;
+  Runtime& rt = f.rt();
+  const store::RecordId& id = f.claim->id;
+  const WaitingElsewhere registered(rt, id, *waiter);  // unregisters on every way out
+  waiter->signal.clear();
+  const Elsewhere how = co_await rt.blocking(
+      [&rt, &id, &waiter] { return rt.coordinator.wait_elsewhere(id, waiter); });
+  if (how == Elsewhere::poll) co_return false;
+  co_await idempotent::follow(f, *f.decision.streaming, waiter);
+  co_return true;
+}
+
 // Phase: claim, until the coordinator decides. With on_concurrent: wait, a request
 // that finds the key in flight sleeps until its holder, here or on another instance,
 // finishes it, up to the lease; one held here whose answer streams is attached to it
-// as soon as its head is sent (LiveAnswer), and follows it to its end.
+// as soon as its head is sent (LiveAnswer), and follows it to its end; one held
+// elsewhere whose answer streams follows it from the store (follow).
 asio::awaitable<Step> claim_phase(Flow& f) {
   Runtime& rt = f.rt();
   const store::ClaimRequest& claim = *f.claim;
@@ -97,6 +115,7 @@ asio::awaitable<Step> claim_phase(Flow& f) {
     }
     waiter->signal.clear();
     if (!rt.coordinator.wait_here(claim.id, waiter)) {
+      if (f.decision.streaming && co_await followed(f, waiter)) co_return Step::responded;
       if (co_await wait_elsewhere(f, waiter, budget)) continue;
       // The store cannot announce finishes: ask again after a backoff. Answered in
       // the same group-commit batch as a holder here, this request may have looked

@@ -1,8 +1,40 @@
 #include "proxy/live_answer.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <system_error>
 
 namespace idemproxy::proxy {
+
+std::string framing_entry(const http::Framing& framing) {
+  std::string entry =
+      framing.kind == http::Framing::Kind::length
+          ? "length " + std::to_string(framing.length)
+          : std::string(framing.kind == http::Framing::Kind::none ? "none" : "unknown");
+  if (framing.trailers) entry += " trailers";
+  return entry;
+}
+
+http::Framing parse_framing_entry(std::string_view entry) {
+  http::Framing framing = http::Framing::unknown();
+  constexpr std::string_view kTrailers = " trailers";
+  if (entry.ends_with(kTrailers)) {
+    framing.trailers = true;
+    entry.remove_suffix(kTrailers.size());
+  }
+  if (entry == "none") {
+    framing.kind = http::Framing::Kind::none;
+  } else if (entry.starts_with("length ")) {
+    std::uint64_t n = 0;
+    const std::string_view digits = entry.substr(7);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    if (ec == std::errc{} && end == digits.data() + digits.size()) {
+      framing.kind = http::Framing::Kind::length;
+      framing.length = n;
+    }
+  }
+  return framing;
+}
 
 void LiveAnswer::add(std::string_view data) {
   std::unique_lock lock(mu_);
@@ -15,6 +47,31 @@ void LiveAnswer::stored_chunk() {
   const std::size_t chunk = std::min(window_.size(), kChunkBytes);
   in_store_ += chunk;
   window_.erase(0, chunk);
+  wake(lock);
+}
+
+void LiveAnswer::follow_remotely(std::function<void()> changed) {
+  {
+    std::lock_guard lock(mu_);
+    if (changed_ || state_ != State::streaming) return;
+    changed_ = std::move(changed);
+    followed_.store(true, std::memory_order_release);
+  }
+  changed_();  // set once, never reset: safe to call unlocked
+}
+
+std::vector<store::Chunk> LiveAnswer::unstored_since(std::int32_t seq, std::size_t len,
+                                                     std::size_t most) const {
+  std::vector<store::Chunk> out;
+  std::lock_guard lock(mu_);
+  if (state_ != State::streaming) return out;
+  auto first = static_cast<std::int32_t>(in_store_ / kChunkBytes) + 1;
+  for (std::size_t at = 0; at < window_.size() && out.size() < most; at += kChunkBytes, ++first) {
+    const std::size_t size = std::min(kChunkBytes, window_.size() - at);
+    if (first < seq || (first == seq && size <= len)) continue;
+    out.push_back({first, window_.substr(at, size)});
+  }
+  return out;
 }
 
 void LiveAnswer::end(std::vector<store::Header> trailers) {
@@ -68,13 +125,14 @@ LiveAnswer::Read LiveAnswer::read(std::uint64_t at, const std::shared_ptr<engine
 }
 
 void LiveAnswer::wake(std::unique_lock<std::mutex>& lock) {
-  if (waiters_.empty()) return;
   std::vector<std::weak_ptr<engine::Waiter>> woken;
   woken.swap(waiters_);
+  const bool follower = static_cast<bool>(changed_);
   lock.unlock();
   for (const auto& w : woken) {
     if (auto waiter = w.lock()) waiter->wake();
   }
+  if (follower) changed_();
 }
 
 void LiveAnswers::publish(const store::RecordId& id, std::shared_ptr<LiveAnswer> answer) {
@@ -86,6 +144,12 @@ void LiveAnswers::withdraw(const store::RecordId& id, const LiveAnswer* answer) 
   std::lock_guard lock(mu_);
   auto it = streams_.find(store::slot_key(id));
   if (it != streams_.end() && it->second.get() == answer) streams_.erase(it);
+}
+
+std::shared_ptr<LiveAnswer> LiveAnswers::find(const store::RecordId& id) const {
+  std::lock_guard lock(mu_);
+  auto it = streams_.find(store::slot_key(id));
+  return it == streams_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<LiveAnswer> LiveAnswers::find(const store::RecordId& id, std::int64_t token) const {

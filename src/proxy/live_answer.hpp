@@ -7,7 +7,9 @@
 // attacher reads those from the store. One window per stream, shared by all its
 // attachers: memory is bounded by the chunk size, whatever the answer's size (more
 // only while the store fails appends, within server.max_unstored).
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,6 +25,14 @@ namespace idemproxy::proxy {
 
 /// The size of a stored chunk, and the largest body kept whole in a record's row.
 inline constexpr std::size_t kChunkBytes = std::size_t{256} << 10;
+
+/// The pseudo-field (no HTTP field is named so) in which a streamed answer's head,
+/// recorded for retries on other instances (store::Claims::start_stream), says how
+/// its body is framed: "length N" or "unknown", then " trailers" when it has them.
+inline constexpr std::string_view kFramingEntry = ":framing";
+std::string framing_entry(const http::Framing& framing);
+/// The framing a kFramingEntry says; unknown for one it cannot read.
+http::Framing parse_framing_entry(std::string_view entry);
 
 class LiveAnswer {
  public:
@@ -49,6 +59,17 @@ class LiveAnswer {
   void end(std::vector<store::Header> trailers);
   /// The answer broke off, or is no longer kept: attachers' streams are cut.
   void cut();
+
+  // A retry on another instance follows it from the store (RemoteFeed).
+  /// From now on `changed` is called after each change, without the lock; the
+  /// holder's appends are announced (followed()). Once only: later calls are ignored.
+  void follow_remotely(std::function<void()> changed);
+  bool followed() const { return followed_.load(std::memory_order_acquire); }
+  /// What the store lacks for a follower: the window's chunks past `len` bytes of
+  /// chunk `seq` (whole chunks after it), at most `most` of them; none once the
+  /// answer is no longer streaming (its completion, or its end, tells the rest).
+  std::vector<store::Chunk> unstored_since(std::int32_t seq, std::size_t len,
+                                           std::size_t most) const;
 
   // An attacher's side.
   struct Read {
@@ -83,6 +104,8 @@ class LiveAnswer {
   State state_ = State::streaming;
   std::vector<store::Header> trailers_;
   std::vector<std::weak_ptr<engine::Waiter>> waiters_;
+  std::atomic<bool> followed_{false};
+  std::function<void()> changed_;  // set once, under mu_, with followed_
 };
 
 /// This instance's streams in flight, by key.
@@ -92,6 +115,8 @@ class LiveAnswers {
   void withdraw(const store::RecordId& id, const LiveAnswer* answer);
   /// The stream of `id` under `token`, or null.
   std::shared_ptr<LiveAnswer> find(const store::RecordId& id, std::int64_t token) const;
+  /// The stream of `id`, whatever its token, or null.
+  std::shared_ptr<LiveAnswer> find(const store::RecordId& id) const;
 
  private:
   mutable std::mutex mu_;

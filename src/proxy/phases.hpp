@@ -86,6 +86,14 @@ inline constexpr int kReplayPage = 4;
 asio::awaitable<void> attach(Flow& f, const std::shared_ptr<LiveAnswer>& live,
                              const std::shared_ptr<SignalWaiter>& waiter);
 
+/// Attaches a retry to the stream its key's holder on another instance relays,
+/// from the store (attach.cpp): `head` (the record's, Record::streaming), then the
+/// stored chunks, including the one being filled, as they are announced; whole once
+/// the record completes and what was sent matches its body, cut otherwise. `waiter`
+/// is the request's own, registered for the record's announcements.
+asio::awaitable<void> follow(Flow& f, const store::StoredResponse& head,
+                             const std::shared_ptr<SignalWaiter>& waiter);
+
 /// Forwards f.req without a claim (fail_open, shadow mode, or a route whose key is
 /// optional and absent), answering with outcome `f.decision.outcome`.
 asio::awaitable<Step> forward_unprotected(Flow& f);

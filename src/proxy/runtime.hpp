@@ -3,6 +3,8 @@
 // front of the store, the database pool, the upstream pool, leases, metrics and the
 // tracer. What only the server touches (the store in all its roles, readiness,
 // reload, the exit sequence's waits) is ServerRuntime's (server/server_runtime.hpp).
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -113,23 +115,44 @@ class Runtime {
   /// as claim() does: through the store's own queue when it has one (PostgreSQL's
   /// chunk group commit), otherwise on the database pool. `bytes` must outlive it.
   /// The store's error, or none once the chunk is durable.
+  /// `announce`: the record's watchers elsewhere are told (a retry follows the stream).
   asio::awaitable<std::optional<store::StoreError>> append(const store::RecordId& id,
                                                            std::int64_t token, std::int32_t seq,
-                                                           std::string_view bytes) {
+                                                           std::string_view bytes, bool announce) {
     using Failed = std::optional<store::StoreError>;
     const auto failed = [](const store::Result<store::Done>& r) {
       return r.ok() ? Failed{} : Failed{r.error()};
     };
-    if (!record_store.queues_calls()) {
-      co_return co_await blocking([this, &id, token, seq, bytes, failed] {
-        return failed(record_store.append(id, token, seq, bytes));
-      });
+    co_return co_await queued<Failed>(
+        [this, &id, token, seq, bytes, announce, failed](std::function<void(Failed)> done) {
+          append_then(id, token, seq, bytes, announce,
+                      [done = std::move(done), failed](const store::Result<store::Done>& r) {
+                        done(failed(r));
+                      });
+        });
+  }
+  /// append() for a caller that is no coroutine: `done` is called on a thread of the
+  /// store's, or of the database pool, never on the calling I/O thread.
+  void append_then(const store::RecordId& id, std::int64_t token, std::int32_t seq,
+                   std::string_view bytes, bool announce, store::Claims::AppendDone done) {
+    if (record_store.queues_calls()) {
+      record_store.append_async(id, token, seq, bytes, announce, std::move(done));
+      return;
     }
-    co_return co_await queued<Failed>([this, &id, token, seq, bytes,
-                                       failed](std::function<void(Failed)> done) {
-      record_store.append_async(id, token, seq, bytes,
-                                [done = std::move(done),
-                                 failed](const store::Result<store::Done>& r) { done(failed(r)); });
+    asio::post(db_pool, [this, &id, token, seq, bytes, announce, done = std::move(done)]() mutable {
+      record_store.append_async(id, token, seq, bytes, announce, std::move(done));
+    });
+  }
+  /// Records the head of the answer the holder of `token` streams (store::Claims::
+  /// start_stream), on the database pool; nobody waits for it. A retry on another
+  /// instance attaches to the stream with it.
+  void start_stream(const store::RecordId& id, std::int64_t token, store::StoredResponse head) {
+    asio::post(db_pool, [this, id, token, head = std::move(head)] {
+      const auto r = record_store.start_stream(id, token, head);
+      if (!r.ok() && r.error().code != store::StoreErrc::fenced) {
+        spdlog::debug("store: the head of a streamed answer was not recorded: {}",
+                      r.error().detail);
+      }
     });
   }
 

@@ -42,7 +42,8 @@ asio::awaitable<bool> ChunkWriter::append_first() {
   const std::int32_t seq = seq_ + 1;
   // The window changes only in add() and here, never while an append is awaited.
   const std::string_view chunk = std::string_view(live_->window()).substr(0, kChunkBytes);
-  const std::optional<store::StoreError> error = co_await rt_.append(id_, token_, seq, chunk);
+  const std::optional<store::StoreError> error =
+      co_await rt_.append(id_, token_, seq, chunk, live_->followed());
   if (error) {
     if (!failing_) {
       spdlog::warn(

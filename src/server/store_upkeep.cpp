@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "idemproxy/ops/gc.hpp"
+#include "proxy/remote_feed.hpp"
 #include "server/listener.hpp"
 
 namespace idemproxy::server {
@@ -127,6 +128,9 @@ asio::awaitable<void> StoreUpkeep::run() {
   watchers.finished = [this](const store::RecordId& id) {
     runtime_.coordinator.finished_elsewhere(id);
   };
+  // A request elsewhere waits for a key: if its answer streams from here, that
+  // request follows it from the store.
+  watchers.watched = [this](const store::RecordId& id) { proxy::RemoteFeed::start(runtime_, id); };
   watchers.resumed = [this] { runtime_.coordinator.announcements_resumed(); };
   runtime_.record_store.watch(std::move(watchers));
   asio::co_spawn(io_, sample_records(), log_exception);

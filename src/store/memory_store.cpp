@@ -136,6 +136,7 @@ Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
       return StoreError{StoreErrc::fenced, "a chunk of the streamed answer is missing"};
     }
     Record& r = e->record;
+    r.streaming.reset();
     accounted(*e, [&] {
       r.state = RecordState::completed;
       // An answer too large to keep is recorded by its status alone.
@@ -151,55 +152,13 @@ Result<TimePoint> MemoryStore::complete(const RecordId& id, std::int64_t token,
   return expires_at;
 }
 
-bool MemoryStore::chunks_complete(const Key& key, std::int64_t token, std::int32_t n) const {
-  const auto it = chunks_.find(key);
-  if (it == chunks_.end()) return false;
-  std::int32_t expect = 1;
-  for (auto c = it->second.lower_bound({token, 0});
-       c != it->second.end() && c->first.first == token; ++c) {
-    if (c->first.second != expect++) return false;
-  }
-  return expect - 1 == n;
-}
-
-Result<Done> MemoryStore::append(const RecordId& id, std::int64_t token, std::int32_t seq,
-                                 std::string_view bytes) {
-  std::lock_guard lock(mu_);
-  chunks_[{id.scope, id.key}].try_emplace({token, seq}, bytes);
-  return Done{};
-}
-
-Result<std::vector<Chunk>> MemoryStore::read_chunks(const RecordId& id, std::int64_t token,
-                                                    std::int32_t from, int limit) {
-  std::lock_guard lock(mu_);
-  std::vector<Chunk> out;
-  const auto it = chunks_.find({id.scope, id.key});
-  if (it == chunks_.end()) return out;
-  for (auto c = it->second.lower_bound({token, from});
-       c != it->second.end() && c->first.first == token && std::cmp_less(out.size(), limit); ++c) {
-    out.push_back({c->first.second, c->second});
-  }
-  return out;
-}
-
-void MemoryStore::sweep_chunks() {
-  for (auto it = chunks_.begin(); it != chunks_.end();) {
-    const auto record = records_.find(it->first);
-    const Record* r = record == records_.end() ? nullptr : &record->second.record;
-    const bool reads = r != nullptr && (r->state == RecordState::in_flight ||
-                                        (r->state == RecordState::completed && r->response &&
-                                         r->response->body_stored && r->response->chunked()));
-    std::erase_if(it->second, [&](const auto& c) { return !reads || c.first.first != r->token; });
-    it = it->second.empty() ? chunks_.erase(it) : std::next(it);
-  }
-}
-
 Result<Done> MemoryStore::leave_flight(const RecordId& id, std::int64_t token, RecordState next) {
   bool watched = false;
   {
     std::lock_guard lock(mu_);
     Entry* e = holder(id, token);
     if (e == nullptr) return kFenced;
+    e->record.streaming.reset();
     accounted(*e, [&] { e->record.state = next; });
     watched = e->watched;
   }
@@ -355,11 +314,17 @@ bool MemoryStore::announces_finishes() const {
 }
 
 Result<bool> MemoryStore::watch_record(const RecordId& id) {
-  std::lock_guard lock(mu_);
-  auto it = records_.find({id.scope, id.key});
-  if (it == records_.end() || it->second.record.state != RecordState::in_flight) return false;
-  it->second.watched = true;
-  return true;
+  bool streaming = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = records_.find({id.scope, id.key});
+    if (it == records_.end() || it->second.record.state != RecordState::in_flight) return false;
+    it->second.watched = true;
+    streaming = it->second.record.streaming.has_value();
+  }
+  std::lock_guard lock(watch_mu_);
+  if (watchers_.watched) watchers_.watched(id);
+  return !streaming;
 }
 
 void MemoryStore::announce_finish(const RecordId& id) {

@@ -543,11 +543,12 @@ TEST_F(PgStoreTest, ChunksOfManyStreamsQueuedTogetherCommitTogether) {
   const std::string bytes(1000, 'b');
   for (int i = 1; i <= kChunks; ++i) {
     for (int s = 0; s < kStreams; ++s) {
-      one.append_async({scope, "s" + std::to_string(s)}, tokens[s], i, bytes, [&](Result<Done> r) {
-        std::lock_guard lock(mu);
-        if (!r.ok()) ++failed;
-        if (--pending == 0) all_done.notify_one();
-      });
+      one.append_async({scope, "s" + std::to_string(s)}, tokens[s], i, bytes, false,
+                       [&](Result<Done> r) {
+                         std::lock_guard lock(mu);
+                         if (!r.ok()) ++failed;
+                         if (--pending == 0) all_done.notify_one();
+                       });
     }
   }
   {

@@ -120,6 +120,8 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
 /// announce on the same database with scopes of their own: those are left out).
 class Heard {
  public:
+  /// `watches`: also what watch_record tells every instance, as "watched:KEY".
+  explicit Heard(bool watches = false) : watches_(watches) {}
   store::Watches::Watchers watchers(const std::string& scope) {
     store::Watches::Watchers w;
     w.purged = [this, scope](const store::RecordId& id) {
@@ -128,6 +130,11 @@ class Heard {
     w.finished = [this, scope](const store::RecordId& id) {
       if (id.scope == scope) add(id.key);
     };
+    if (watches_) {
+      w.watched = [this, scope](const store::RecordId& id) {
+        if (id.scope == scope) add("watched:" + id.key);
+      };
+    }
     w.resumed = [this] { add(":resumed"); };
     return w;
   }
@@ -145,6 +152,7 @@ class Heard {
     log_.push_back(std::move(entry));
     cv_.notify_all();
   }
+  const bool watches_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> log_;

@@ -3,6 +3,9 @@
 // their record moved on.
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "store_contract.hpp"
@@ -67,7 +70,7 @@ TEST_P(StreamContract, ChunksAreReadInOrderInPagesOnceTheRecordCompletes) {
   append("s", token, 3, "data: three\n\n");
   append("s", token, 1, "data: one\n\n");
   append("s", token, 2, std::string("data: \0two\n\n", 12));
-  append("s", token, 1, "not the first bytes");  // again: the first stays
+  append("s", token, 1, "data: o");  // again, shorter: the longer stays
   const auto expires = store->complete(id("s"), token, in_chunks(3, 36), 1h);
   ASSERT_TRUE(expires.ok()) << expires.error().detail;
 
@@ -102,6 +105,80 @@ TEST_P(StreamContract, ChunksAreReadInOrderInPagesOnceTheRecordCompletes) {
   EXPECT_TRUE(it->response->body_stored);
   EXPECT_EQ(it->response->chunks, 3);
   EXPECT_EQ(it->response->body_length, 36);
+}
+
+// A chunk stored while it fills, for a retry that follows the stream from another
+// instance, grows: the longer bytes stay, whatever order they land in.
+TEST_P(StreamContract, AChunkStoredAgainKeepsTheLongerBytes) {
+  const auto token = claim_token(request("grow"));
+  append("grow", token, 1, "ab");
+  append("grow", token, 1, "abcd");
+  append("grow", token, 1, "abc");  // a late, shorter copy
+  append("grow", token, 2, "ef");
+  EXPECT_EQ(joined(read("grow", token, 1)), "abcdef");
+  // Both in one batch (group commit): one row each, the longer.
+  std::mutex mu;
+  std::condition_variable cv;
+  int pending = 2;
+  int failed = 0;
+  const std::string shorter = "efg", longer = "efgh";
+  for (const std::string* bytes : {&longer, &shorter}) {
+    store->append_async(id("grow"), token, 2, *bytes, false, [&](store::Result<store::Done> r) {
+      std::lock_guard lock(mu);
+      if (!r.ok()) ++failed;
+      if (--pending == 0) cv.notify_one();
+    });
+  }
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return pending == 0; }));
+  EXPECT_EQ(failed, 0);
+  ASSERT_TRUE(store->complete(id("grow"), token, in_chunks(2, 8), 1h).ok());
+  EXPECT_EQ(joined(read("grow", token, 1)), "abcdefgh");
+}
+
+// The head of a streaming answer (Claims::start_stream) reaches a concurrent claim,
+// which attaches with it; the record's watchers hear of it, and of each announced
+// chunk; its completion replaces it.
+TEST_P(StreamContract, AStreamsHeadReachesAConcurrentClaimAndItsWatchersHearItGrow) {
+  Heard heard(/*watches=*/true);
+  store->watch(heard.watchers(scope));
+  heard.until(":resumed");
+  const auto req = request("live");
+  const auto token = claim_token(req);
+  EXPECT_FALSE(existing(req).streaming.has_value());
+  ASSERT_TRUE(store->watch_record(id("live")).value());
+  EXPECT_EQ(heard.until("watched:live").back(), "watched:live");
+  const StoredResponse head{200, {{"Content-Type", "text/event-stream"}}, "", true};
+  ASSERT_TRUE(store->start_stream(id("live"), token, head).ok());
+  EXPECT_EQ(heard.until("live").back(), "live");
+  const store::Record seen = existing(req);
+  ASSERT_TRUE(seen.streaming.has_value());
+  EXPECT_EQ(seen.state, RecordState::in_flight);
+  EXPECT_EQ(seen.token, token);
+  EXPECT_EQ(seen.streaming->status, 200);
+  ASSERT_EQ(seen.streaming->headers.size(), 1u);
+  EXPECT_EQ(seen.streaming->headers[0].value, "text/event-stream");
+  // Watched again, it says to look again at once: the waiter attaches.
+  EXPECT_FALSE(store->watch_record(id("live")).value());
+  // Only the holder may; a chunk announced wakes the watchers again.
+  EXPECT_EQ(store->start_stream(id("live"), token + 1000, head).error().code, StoreErrc::fenced);
+  std::promise<bool> stored;
+  store->append_async(id("live"), token, 1, "data: 1\n\n", true,
+                      [&](store::Result<store::Done> r) { stored.set_value(r.ok()); });
+  ASSERT_TRUE(stored.get_future().get());
+  ASSERT_TRUE(store->complete(id("live"), token, in_chunks(1, 9), 1h).ok());
+  const store::Record done = existing(req);
+  EXPECT_EQ(done.state, RecordState::completed);
+  EXPECT_FALSE(done.streaming.has_value());
+  const auto marker = claim_token(request("marker"));
+  ASSERT_TRUE(store->watch_record(id("marker")).value());
+  ASSERT_TRUE(store->release(id("marker"), marker).ok());
+  // Heard: the watch, the head, the chunk, the completion, in order.
+  std::vector<std::string> of_live;
+  for (const auto& e : heard.until("marker"))
+    if (e == "live" || e == "watched:live") of_live.push_back(e);
+  EXPECT_EQ(of_live,
+            (std::vector<std::string>{"watched:live", "live", "watched:live", "live", "live"}));
 }
 
 TEST_P(StreamContract, ACompletionWithAChunkMissingIsRefusedAndTheRecordStaysInFlight) {
@@ -209,7 +286,7 @@ TEST_P(StreamContract, ChunksAppendedAtOnceFromManyThreadsAreAllStored) {
       for (int i = 1; i <= kChunks; ++i)
         bytes.push_back(std::to_string(s) + ":" + std::to_string(i) + ";");
       for (int i = 1; i <= kChunks; ++i) {
-        store->append_async(id("m" + std::to_string(s)), tokens[s], i, bytes[i - 1],
+        store->append_async(id("m" + std::to_string(s)), tokens[s], i, bytes[i - 1], false,
                             [&](store::Result<store::Done> r) {
                               if (!r.ok()) ++failed;
                               std::lock_guard lock(mu);

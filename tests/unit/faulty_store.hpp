@@ -93,6 +93,10 @@ class FaultyStore final : public store::Store {
     if (appends_fail) return store::StoreError{store::StoreErrc::unavailable, "timeout"};
     return inner.append(id, token, seq, bytes);
   }
+  store::Result<store::Done> start_stream(const store::RecordId& id, std::int64_t token,
+                                          const store::StoredResponse& head) override {
+    return inner.start_stream(id, token, head);
+  }
   store::Result<std::vector<store::Chunk>> read_chunks(const store::RecordId& id,
                                                        std::int64_t token, std::int32_t from,
                                                        int limit) override {

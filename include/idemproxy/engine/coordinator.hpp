@@ -48,6 +48,9 @@ struct Decision {
   Kind kind = Kind::refuse;
   ops::Outcome outcome = ops::Outcome::passthrough;  // replay, forward_unprotected, refuse
   std::int64_t token = 0;                            // execute; wait: the holder's
+  /// wait: the head of the answer the holder streams, once it does: a retry here
+  /// attaches to it from the store when the holder is another instance.
+  std::optional<store::StoredResponse> streaming;
   std::shared_ptr<const ReplayCache::Entry> replay;  // replay
   Refusal refusal = Refusal::store_unavailable;      // refuse
   std::string detail;                                // refuse: the problem's detail

@@ -31,12 +31,15 @@ struct Admission {
   Kind kind = Kind::store_failed;
   std::int64_t token = 0;                       // execute; replay, in_flight: the record's
   std::optional<store::StoredResponse> replay;  // replay; not_stored: the status only
-  TimePoint expires_at;                         // replay
-  TimePoint store_now;                          // replay: the store's clock at the time
-  TimePoint completed_at;                       // expired: when the original completed
-  TimePoint locked_until;                       // execute, in_flight
-  bool took_over = false;                       // execute: from a vanished holder
-  std::string detail;                           // store_failed, unreadable
+  /// in_flight: the head of the answer its holder streams, once it does
+  /// (store::Record::streaming).
+  std::optional<store::StoredResponse> streaming;
+  TimePoint expires_at;    // replay
+  TimePoint store_now;     // replay: the store's clock at the time
+  TimePoint completed_at;  // expired: when the original completed
+  TimePoint locked_until;  // execute, in_flight
+  bool took_over = false;  // execute: from a vanished holder
+  std::string detail;      // store_failed, unreadable
   /// mismatch, when the record was fingerprinted under another rule (a reload, or
   /// another instance's config): the record, to judge again once the request is
   /// fingerprinted under its rule (fingerprint_rule.hpp).

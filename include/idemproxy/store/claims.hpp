@@ -29,10 +29,19 @@ class Claims {
   /// stays in flight.
   virtual Result<TimePoint> complete(const RecordId& id, std::int64_t token,
                                      const StoredResponse& response, Retention keep) = 0;
+  /// Records the head of the answer the holder of `token` has begun to stream: its
+  /// status and fields (`head`'s body is not read), which a request waiting for the
+  /// key on another instance attaches to the stream with (Record::streaming). The
+  /// record's watchers are told (Watchers::finished), as for a finish. Fenced when
+  /// `token` no longer holds the record in flight.
+  virtual Result<Done> start_stream(const RecordId& id, std::int64_t token,
+                                    const StoredResponse& head) = 0;
   /// Stores chunk `seq` (1, 2, …) of the answer the holder of `token` streams, before
   /// the record completes; durable when it returns. Storing a seq again keeps the
-  /// first. Not fenced: chunks of a token that no longer holds the record are never
-  /// read (read_chunks takes the token), and garbage collection deletes them.
+  /// longer bytes (the first of equal ones): a chunk may be stored while it fills,
+  /// for a retry on another instance that follows the stream. Not fenced: chunks of a token that no
+  /// longer holds the record are never read (read_chunks takes the token), and garbage collection
+  /// deletes them.
   virtual Result<Done> append(const RecordId& id, std::int64_t token, std::int32_t seq,
                               std::string_view bytes) = 0;
 
@@ -52,10 +61,12 @@ class Claims {
   }
   /// append() answered through a callback, as complete_async: a store that queues
   /// calls stores the chunks of many streams in one transaction (group commit). `bytes`
-  /// must stay alive until `done` is called.
+  /// must stay alive until `done` is called. `announce`: the record's watchers on
+  /// other instances are told once the chunk is durable (Watchers::finished), as
+  /// when the record finishes; a store that cannot announce ignores it.
   using AppendDone = std::function<void(Result<Done>)>;
   virtual void append_async(const RecordId& id, std::int64_t token, std::int32_t seq,
-                            std::string_view bytes, AppendDone done) {
+                            std::string_view bytes, bool /*announce*/, AppendDone done) {
     done(append(id, token, seq, bytes));
   }
   // NOLINTEND(performance-unnecessary-value-param)

@@ -19,6 +19,11 @@ class MemoryStore final : public Store {
                              Retention keep) override;
   Result<Done> append(const RecordId& id, std::int64_t token, std::int32_t seq,
                       std::string_view bytes) override;
+  /// append(), then the announcement to the record's watchers.
+  void append_async(const RecordId& id, std::int64_t token, std::int32_t seq,
+                    std::string_view bytes, bool announce, AppendDone done) override;
+  Result<Done> start_stream(const RecordId& id, std::int64_t token,
+                            const StoredResponse& head) override;
   Result<std::vector<Chunk>> read_chunks(const RecordId& id, std::int64_t token, std::int32_t from,
                                          int limit) override;
   Result<TimePoint> renew(const RecordId& id, std::int64_t token, Duration lease) override;

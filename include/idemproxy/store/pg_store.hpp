@@ -59,7 +59,9 @@ class PgStore final : public Store {
   Result<Done> append(const RecordId& id, std::int64_t token, std::int32_t seq,
                       std::string_view bytes) override;
   void append_async(const RecordId& id, std::int64_t token, std::int32_t seq,
-                    std::string_view bytes, AppendDone done) override;
+                    std::string_view bytes, bool announce, AppendDone done) override;
+  Result<Done> start_stream(const RecordId& id, std::int64_t token,
+                            const StoredResponse& head) override;
   Result<std::vector<Chunk>> read_chunks(const RecordId& id, std::int64_t token, std::int32_t from,
                                          int limit) override;
   bool queues_calls() const override;

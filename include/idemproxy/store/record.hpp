@@ -98,6 +98,10 @@ struct Record {
   TimePoint store_now;                     // the store's clock when the record was read
   bool stale = false;                      // in flight with its lease run out: the holder vanished
   std::optional<StoredResponse> response;  // set when completed
+  /// In flight, once its holder's answer has begun to stream (Claims::start_stream):
+  /// that answer's status and head fields, which a retry on another instance
+  /// attaches to it with. Unset before, and for every other state.
+  std::optional<StoredResponse> streaming;
   /// The id of the key that sealed the stored fields (store.encryption); unset when
   /// they are in the clear.
   std::optional<std::string> sealed_with;

@@ -18,9 +18,15 @@ class Watches {
   struct Watchers {
     /// A record was purged: caches drop it.
     std::function<void(const RecordId&)> purged;
-    /// A watched record (watch_record) finished: completed, released or marked
-    /// indeterminate. Requests waiting for it on this instance wake.
+    /// A watched record (watch_record) changed: it finished (completed, released or
+    /// marked indeterminate), or the answer its holder streams began or grew
+    /// (Claims::start_stream, an announced append). Requests waiting for it on this
+    /// instance wake.
     std::function<void(const RecordId&)> finished;
+    /// A request on some instance began to wait for a record in flight
+    /// (watch_record): the instance whose answer streams for it announces its
+    /// chunks from now on, and stores them while they fill.
+    std::function<void(const RecordId&)> watched;
     /// Announcements (re)started after a gap in which some may have been lost (the
     /// listener's connection broke): every waiter should look again.
     std::function<void()> resumed;
@@ -33,8 +39,10 @@ class Watches {
   /// requests waiting for another instance's key re-check it on a backoff.
   virtual bool announces_finishes() const { return false; }
   /// Asks for `id`'s finish to be announced: a request here waits for it while
-  /// another instance executes it. False when it is no longer in flight (the
-  /// waiter claims again at once).
+  /// another instance executes it. Every instance hears of it (Watchers::watched).
+  /// False when the waiter should look again at once: the record is no longer in
+  /// flight, or its answer began to stream since the waiter looked (it is watched
+  /// then all the same, and the waiter attaches to the stream).
   virtual Result<bool> watch_record(const RecordId& /*id*/) { return false; }
 };
 

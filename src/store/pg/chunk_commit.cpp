@@ -1,5 +1,6 @@
 #include "store/pg/chunk_commit.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "idemproxy/common/handoff.hpp"
@@ -72,10 +73,31 @@ void ChunkCommit::drain(Lane& lane) {
 }
 
 Result<Done> ChunkCommit::run(const std::vector<PendingChunk*>& batch) {
+  // One row per chunk: a chunk stored while it filled and again once full may meet
+  // in one batch, and a statement changes a row once. The longest goes.
+  std::vector<const PendingChunk*> rows;
+  rows.reserve(batch.size());
+  std::vector<const RecordId*> announced;
+  for (const PendingChunk* p : batch) {
+    const auto same = std::find_if(rows.begin(), rows.end(), [p](const PendingChunk* r) {
+      return r->seq == p->seq && r->token == p->token && r->id.key == p->id.key &&
+             r->id.scope == p->id.scope;
+    });
+    if (same == rows.end()) {
+      rows.push_back(p);
+    } else if (p->stored.size() > (*same)->stored.size()) {
+      *same = p;
+    }
+    if (p->announce && std::none_of(announced.begin(), announced.end(), [p](const RecordId* id) {
+          return id->key == p->id.key && id->scope == p->id.scope;
+        })) {
+      announced.push_back(&p->id);
+    }
+  }
   return pool_.with_connection<Done>([&](Connection& c) -> Result<Done> {
     std::vector<pqxx::binarystring> params;
-    params.reserve(batch.size() * 5);
-    for (const PendingChunk* p : batch) {
+    params.reserve(rows.size() * 5);
+    for (const PendingChunk* p : rows) {
       params.emplace_back(p->id.scope.data(), p->id.scope.size());
       params.emplace_back(p->id.key.data(), p->id.key.size());
       params.push_back(big_endian<std::int64_t>(p->token));
@@ -84,7 +106,8 @@ Result<Done> ChunkCommit::run(const std::vector<PendingChunk*>& batch) {
     }
     Write w(c);
     c.exec_rows_binary(w.tx(), "idemproxy_append_chunks", append_rows_sql,
-                       static_cast<int>(batch.size()), key_id_, params);
+                       static_cast<int>(rows.size()), key_id_, params);
+    c.announce(w.tx(), kDoneChannel, announced);
     w.commit();
     return Done{};
   });

@@ -20,6 +20,8 @@ struct PendingChunk {
   long long token = 0;
   int seq = 0;
   std::string stored;
+  /// The record's watchers are told once it commits (Claims::append_async).
+  bool announce = false;
   Result<Done> answer{StoreError{StoreErrc::unavailable, "not run"}};
   /// Called once `answer` is final, on the runner thread, without the lock. It may
   /// end the PendingChunk's life.

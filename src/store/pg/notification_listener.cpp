@@ -35,6 +35,7 @@ void NotificationListener::start(Watches::Watchers watchers) {
         conn.set_variable("application_name", "'idemproxy listener'");
         Receiver purged(conn, kPurgeChannel, watchers.purged);
         Receiver finished(conn, kDoneChannel, watchers.finished);
+        Receiver watched(conn, kWatchChannel, watchers.watched);
         if (lost) spdlog::info("notification listener: reconnected");
         lost = false;
         // Listening now; whatever finished before (or while the connection was

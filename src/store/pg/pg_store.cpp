@@ -43,7 +43,11 @@ bool PgStore::announces_finishes() const { return !impl_->options.transaction_po
 
 Result<bool> PgStore::watch_record(const RecordId& id) {
   return impl_->with<bool>([&](Connection& c) -> Result<bool> {
-    return c.write(pg::kWatch, id.scope, id.key).affected_rows() > 0;
+    pg::Write w(c);
+    const pqxx::result r = c.exec(w.tx(), pg::kWatch, id.scope, id.key);
+    if (!r.empty()) c.announce(w.tx(), pg::kWatchChannel, {&id});
+    w.commit();
+    return !r.empty() && !r[0][0].as<bool>();
   });
 }
 

@@ -7,22 +7,37 @@ namespace idemproxy::store {
 Result<Done> PgStore::append(const RecordId& id, std::int64_t token, std::int32_t seq,
                              std::string_view bytes) {
   return pg::wait_for<Done>(
-      [&](AppendDone done) { append_async(id, token, seq, bytes, std::move(done)); });
+      [&](AppendDone done) { append_async(id, token, seq, bytes, false, std::move(done)); });
 }
 
 void PgStore::append_async(const RecordId& id, std::int64_t token, std::int32_t seq,
-                           std::string_view bytes, AppendDone done) {
-  auto* chunk = new pg::PendingChunk{id,
-                                     static_cast<long long>(token),
-                                     seq,
-                                     impl_->codec.stored_chunk(bytes, id, seq),
-                                     StoreError{StoreErrc::unavailable, "not run"},
+                           std::string_view bytes, bool announce, AppendDone done) {
+  auto* chunk = new pg::PendingChunk{id,       static_cast<long long>(token),
+                                     seq,      impl_->codec.stored_chunk(bytes, id, seq),
+                                     announce, StoreError{StoreErrc::unavailable, "not run"},
                                      nullptr};
   chunk->finished = [chunk, done = std::move(done)] {
     const std::unique_ptr<pg::PendingChunk> own(chunk);
     done(std::move(own->answer));
   };
   impl_->chunks.submit(*chunk);
+}
+
+// The head goes sealed as a completion's does; the record's watchers wake, and a
+// request among them attaches to the stream.
+Result<Done> PgStore::start_stream(const RecordId& id, std::int64_t token,
+                                   const StoredResponse& head) {
+  const pqxx::binarystring headers(
+      impl_->codec.stored(encode_headers(head.headers, {}), id, "headers"));
+  return impl_->with<Done>([&](pg::Connection& c) -> Result<Done> {
+    pg::Write w(c);
+    const pqxx::result r = c.exec(w.tx(), pg::kStartStream, id.scope, id.key,
+                                  static_cast<long long>(token), head.status, headers);
+    if (r.empty()) return StoreError{StoreErrc::fenced, "the claim is no longer held"};
+    if (r[0]["watched"].as<bool>()) c.announce(w.tx(), pg::kDoneChannel, {&id});
+    w.commit();
+    return Done{};
+  });
 }
 
 Result<std::vector<Chunk>> PgStore::read_chunks(const RecordId& id, std::int64_t token,

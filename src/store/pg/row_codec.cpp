@@ -187,6 +187,16 @@ Record RowCodec::read(const pqxx::row& row, const Columns& at, const RecordId& i
     }
     r.response = std::move(resp);
   }
+  // In flight with a status: its holder's answer streams (kStartStream).
+  if (r.state == RecordState::in_flight && !listing && !row[at.status].is_null()) {
+    StoredResponse head;
+    head.status = row[at.status].as<int>();
+    if (!row[at.headers].is_null()) {
+      head.headers = decode_headers(opened(pqxx::binarystring(row[at.headers]).str(), "headers"),
+                                    &head.trailers);
+    }
+    r.streaming = std::move(head);
+  }
   return r;
 }
 

@@ -11,7 +11,10 @@ namespace idemproxy::store::pg {
 
 // `n` chunks in one statement, their parameters in binary (no hex doubling of the
 // bytes): $1 the id of the key that sealed them (NULL in the clear), then per chunk
-// scope, key, token, seq and bytes. A chunk stored already keeps its first bytes.
+// scope, key, token, seq and bytes, no two with the same seq of one token. A chunk
+// stored already keeps the longer bytes: one stored while it filled, for a retry
+// that follows the stream from another instance, grows; one stored again keeps its
+// first. Sealed bytes are as long as the plain ones and a constant.
 inline std::string append_rows_sql(int n) {
   std::string sql =
       "INSERT INTO idempotency_chunks (scope, key, token, seq, bytes, key_id) VALUES ";
@@ -22,7 +25,10 @@ inline std::string append_rows_sql(int n) {
            std::to_string(p + 2) + "::bigint, $" + std::to_string(p + 3) + "::int, $" +
            std::to_string(p + 4) + "::bytea, $1::text)";
   }
-  return sql + " ON CONFLICT DO NOTHING";
+  return sql +
+         " ON CONFLICT (scope, key, token, seq) DO UPDATE SET bytes = EXCLUDED.bytes,"
+         " key_id = EXCLUDED.key_id"
+         " WHERE octet_length(EXCLUDED.bytes) > octet_length(idempotency_chunks.bytes)";
 }
 
 // A page of chunks: $3 the token, $4 the first seq, $5 at most how many.

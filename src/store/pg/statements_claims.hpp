@@ -61,6 +61,14 @@ inline constexpr Statement kComplete{
     " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
     " RETURNING " IDEMPROXY_MS("expires_at") " AS exp_ms, watched"};
 
+// The head of the answer its holder has begun to stream ($4 status, $5 headers as
+// stored), for retries on other instances that attach to it (Record::streaming). A
+// completion overwrites both; a takeover clears them.
+inline constexpr Statement kStartStream{
+    "idemproxy_start_stream",
+    "UPDATE idempotency_records SET status = $4, headers = $5"
+    " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight' RETURNING watched"};
+
 // Withdraws a claim whose answer was lost with its connection, when sending it again
 // could not learn its fate either: the request was answered without reaching the
 // upstream, so the claim, if it committed, only blocks the client's retry until its

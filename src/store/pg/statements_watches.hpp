@@ -6,11 +6,14 @@
 namespace idemproxy::store::pg {
 
 // A request waiting (on_concurrent: wait) for a record in flight on another instance
-// marks it watched, so its finish is announced (kAnnounce). No row: it finished
-// already, and the waiter claims again at once.
+// marks it watched, so its finish is announced (kAnnounce), and says so on
+// kWatchChannel. No row: it finished already, and the waiter claims again at once;
+// streaming: its answer began to stream (kStartStream) since the waiter looked, and
+// the waiter looks again at once to attach to it.
 inline constexpr Statement kWatch{"idemproxy_watch",
                                   "UPDATE idempotency_records SET watched = true"
-                                  " WHERE scope = $1 AND key = $2 AND state = 'in_flight'"};
+                                  " WHERE scope = $1 AND key = $2 AND state = 'in_flight'"
+                                  " RETURNING status IS NOT NULL AS streaming"};
 
 // Tells every listening instance about records, once this commits: channel
 // idemproxy_done (a watched record finished) or idemproxy_purge (deleted); payload
@@ -20,6 +23,9 @@ inline constexpr Statement kWatch{"idemproxy_watch",
 // between leaves its waiters to their fallback re-check.
 inline constexpr const char* kDoneChannel = "idemproxy_done";
 inline constexpr const char* kPurgeChannel = "idemproxy_purge";
+// A waiter marked a record watched (kWatch): the instance whose answer streams for
+// it announces its chunks on kDoneChannel from then on (Watchers::watched).
+inline constexpr const char* kWatchChannel = "idemproxy_watch";
 inline constexpr Statement kAnnounce{
     "idemproxy_announce",
     "SELECT pg_notify($1, s || E'\\n' || k) FROM unnest($2::text[], $3::text[]) AS a(s, k)"};
