@@ -125,6 +125,10 @@ asio::awaitable<void> follow(Flow& f, const store::StoredResponse& head,
       cut = "the original answer broke off";
       break;
     }
+    if (record->stale) {  // its holder vanished: no more will come
+      cut = "the original's holder stopped (its lease ran out)";
+      break;
+    }
     if (record->state == store::RecordState::completed) {
       if (!record->response || !record->response->body_stored) {
         cut = "the original answer is not kept";
@@ -133,7 +137,15 @@ asio::awaitable<void> follow(Flow& f, const store::StoredResponse& head,
       done = record->response;
       break;
     }
-    if (!co_await waiter->signal.wait_until(heard + patience)) cut = "the original answer stalled";
+    // Woken by the next announcement; or, with none, once the holder's lease would
+    // have run out, to see whether it was renewed (a holder that vanished announces
+    // nothing); or past the patience.
+    const auto lease_left =
+        std::max(std::chrono::duration_cast<Duration>(record->locked_until - record->store_now),
+                 Duration{0});
+    const auto until = std::min(heard + patience, Clock::now() + lease_left + Duration{100});
+    if (!co_await waiter->signal.wait_until(until) && Clock::now() >= heard + patience)
+      cut = "the original answer stalled";
   }
   // Completed: the rest of the body, checked against the record's, then its end.
   if (client && done) {

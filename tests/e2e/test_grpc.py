@@ -390,6 +390,34 @@ def test_a_concurrent_server_streaming_call_attaches_to_the_first(covered, backe
     assert backend.executions(key) == 1
 
 
+def test_a_server_streaming_call_on_another_instance_follows_the_first(covered, backend):
+    """As above, the second call on a second instance (one database): it follows the
+    first's stream from the store, each message as the first instance stores it, then
+    the status from the completed record."""
+    routes = [dict(COVERED[0], on_concurrent="wait")]
+    _, ch = covered(routes=routes)
+    _, other = covered(routes=routes)
+    key = "grpc-" + uuid.uuid4().hex
+    first = {}
+
+    def run_first():
+        first["messages"] = list(method(ch, "Watch", stream=True)(b"w", metadata=keyed(key),
+                                                                  timeout=10))
+        first["ended"] = time.monotonic()
+
+    t = threading.Thread(target=run_first)
+    t.start()
+    time.sleep(0.1)
+    call = method(other, "Watch", stream=True)(b"w", metadata=keyed(key), timeout=10)
+    arrived = [(time.monotonic(), m) for m in call]
+    t.join(timeout=10)
+    assert [m for _, m in arrived] == first["messages"] == [b"event-0", b"event-1", b"event-2"]
+    assert arrived[0][0] < first["ended"] - 0.2, (arrived, first["ended"])
+    assert dict(call.initial_metadata()).get("idempotent-replayed") == "true"
+    assert call.code() == grpc.StatusCode.OK
+    assert backend.executions(key) == 1
+
+
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx comes from install-deps.sh")
 def test_nginx_as_the_http2_upstream_with_grpc_pass_behind_it(make_proxy, backend):
     # nginx speaks HTTP/2 in cleartext: gRPC calls go on to the grpcio backend by

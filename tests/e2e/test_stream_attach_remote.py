@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 
-from harness import big_body, problem
+from harness import SHORT_STATEMENTS, big_body, problem
 from test_streaming import curl_events, events_of, events_of_partial
 
 EVENTS = "/v1/events?n=8&gap_ms=300"  # eight events over 2.1 s
@@ -204,3 +204,33 @@ def test_with_reject_a_retry_on_another_instance_is_told_the_stream_is_in_flight
     assert again.body == original
     assert upstream.executions.count(key=key) == 1
     assert b.metric("idemproxy_attached_total") == 0
+
+
+def test_a_follower_whose_holder_is_killed_ends_short_once_the_lease_runs_out(
+        make_proxy, upstream, key):
+    """A streams with a 2 s lease and is killed with kill -9 mid-stream: B's follower,
+    which hears nothing more, looks at the record when the lease would have run out,
+    sees it was not renewed, and ends short, long before its patience (read_timeout
+    plus the lease, 32 s) would."""
+    routes = [dict(WAITING[0], lease="2s")]
+    a, b = (make_proxy(routes=routes, store=SHORT_STATEMENTS) for _ in range(2))
+    path = "/v1/events?n=20&gap_ms=300"  # six seconds of events
+    result = {}
+    t = threading.Thread(target=lambda: result.update(a=read_timed(a.port, path, key)))
+    t.start()
+    time.sleep(0.4)
+    follower = {}
+    f = threading.Thread(target=lambda: follower.update(b=read_timed(b.port, path, key),
+                                                        done=time.monotonic()))
+    f.start()
+    time.sleep(0.6)
+    a.kill()
+    killed = time.monotonic()
+    f.join(timeout=20)
+    t.join(timeout=20)
+    b_head, b_reads, b_ended = follower["b"]
+    assert "Idempotent-Replayed: true" in b_head and not b_ended
+    assert payload(b_head, b_reads, cut=True).count(b"data: token") >= 2
+    # It ended within the lease and a re-check of the kill.
+    assert follower["done"] - killed < 4.5, follower["done"] - killed
+    assert upstream.executions.count(key=key) == 1
