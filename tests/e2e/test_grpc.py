@@ -363,24 +363,32 @@ def test_streaming_calls_on_a_covered_route(covered, backend):
     assert other.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_a_concurrent_server_streaming_call_attaches_to_the_first(covered, backend):
-    """on_concurrent: wait: a second call with the key, 0.1 s into the first's stream,
-    gets the messages so far at once, then each as it is sent, then the status."""
-    _, ch = covered(routes=[dict(COVERED[0], on_concurrent="wait")])
-    key = "grpc-" + uuid.uuid4().hex
-    watch = method(ch, "Watch", stream=True)
+def watched_twice(first_channel, second_channel, key):
+    """A Watch call with `key` on first_channel and, 0.1 s into its stream, the same
+    call on second_channel: the first's messages and when it ended, the second's
+    messages with when each arrived, and the second call."""
     first = {}
 
     def run_first():
-        first["messages"] = list(watch(b"w", metadata=keyed(key), timeout=10))
+        first["messages"] = list(method(first_channel, "Watch", stream=True)(
+            b"w", metadata=keyed(key), timeout=10))
         first["ended"] = time.monotonic()
 
     t = threading.Thread(target=run_first)
     t.start()
     time.sleep(0.1)
-    call = watch(b"w", metadata=keyed(key), timeout=10)
+    call = method(second_channel, "Watch", stream=True)(b"w", metadata=keyed(key), timeout=10)
     arrived = [(time.monotonic(), m) for m in call]
     t.join(timeout=10)
+    return first, arrived, call
+
+
+def test_a_concurrent_server_streaming_call_attaches_to_the_first(covered, backend):
+    """on_concurrent: wait: a second call with the key, 0.1 s into the first's stream,
+    gets the messages so far at once, then each as it is sent, then the status."""
+    _, ch = covered(routes=[dict(COVERED[0], on_concurrent="wait")])
+    key = "grpc-" + uuid.uuid4().hex
+    first, arrived, call = watched_twice(ch, ch, key)
     assert [m for _, m in arrived] == first["messages"] == [b"event-0", b"event-1", b"event-2"]
     # The first's stream lasts 0.6 s; the attached call's first messages are not held
     # until it ends (a wait for the end would have them all after it).
@@ -398,19 +406,7 @@ def test_a_server_streaming_call_on_another_instance_follows_the_first(covered, 
     _, ch = covered(routes=routes)
     _, other = covered(routes=routes)
     key = "grpc-" + uuid.uuid4().hex
-    first = {}
-
-    def run_first():
-        first["messages"] = list(method(ch, "Watch", stream=True)(b"w", metadata=keyed(key),
-                                                                  timeout=10))
-        first["ended"] = time.monotonic()
-
-    t = threading.Thread(target=run_first)
-    t.start()
-    time.sleep(0.1)
-    call = method(other, "Watch", stream=True)(b"w", metadata=keyed(key), timeout=10)
-    arrived = [(time.monotonic(), m) for m in call]
-    t.join(timeout=10)
+    first, arrived, call = watched_twice(ch, other, key)
     assert [m for _, m in arrived] == first["messages"] == [b"event-0", b"event-1", b"event-2"]
     assert arrived[0][0] < first["ended"] - 0.2, (arrived, first["ended"])
     assert dict(call.initial_metadata()).get("idempotent-replayed") == "true"

@@ -12,7 +12,7 @@ import threading
 import time
 
 from harness import SHORT_STATEMENTS, big_body, problem
-from test_streaming import curl_events, events_of, events_of_partial
+from test_streaming import curl_first_then_http2, events_of, events_of_partial
 
 EVENTS = "/v1/events?n=8&gap_ms=300"  # eight events over 2.1 s
 WAITING = [{"name": "orders", "path_prefix": "/v1", "key_required": True,
@@ -121,18 +121,13 @@ def test_a_retry_on_another_instance_attaches_to_the_stream_and_sees_each_event_
 def test_curl_over_http2_on_another_instance_sees_the_events_as_they_come(
         make_proxy, upstream, key):
     a, b = two_instances(make_proxy, WAITING)
-    first = {}
-    t = threading.Thread(target=lambda: first.update(lines=curl_events(a.port, EVENTS, key, False)))
-    t.start()
-    time.sleep(0.4)
-    attached = curl_events(b.port, EVENTS, key, True)
-    t.join(timeout=30)
+    first_lines, attached = curl_first_then_http2(a.port, b.port, EVENTS, key)
     data = [(at, line) for at, line in attached if line.startswith(b"data: ")]
     assert len(data) == 8
     # The stream ends about 1.7 s after this curl started: its first events come at
     # once, the rest spread out as they are sent.
     assert data[0][0] < 1.0 and data[-1][0] - data[0][0] > 0.7, data
-    assert [line for _, line in attached] == [line for _, line in first["lines"]]
+    assert [line for _, line in attached] == [line for _, line in first_lines]
     assert upstream.executions.count(key=key) == 1
     assert b.wait_metric("idemproxy_attached_total", 1) == 1
 

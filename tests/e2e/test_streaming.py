@@ -252,19 +252,27 @@ def test_a_concurrent_retry_attaches_to_the_stream_and_sees_each_event_live(
     assert p.metric("idemproxy_attached_total") == 1
 
 
+def curl_first_then_http2(first_port, second_port, path, key):
+    """curl over HTTP/1.1 to first_port and, 0.4 s later, with the same key over HTTP/2
+    to second_port: the first's lines, and the second's with when each came."""
+    first = {}
+    t = threading.Thread(target=lambda: first.update(
+        lines=curl_events(first_port, path, key, False)))
+    t.start()
+    time.sleep(0.4)
+    attached = curl_events(second_port, path, key, True)
+    t.join(timeout=30)
+    return first["lines"], attached
+
+
 def test_curl_attached_over_http2_sees_the_events_as_they_come(make_proxy, upstream, key):
     p = make_proxy(routes=WAITING)
     path = "/v1/events?n=6&gap_ms=300"
-    first = {}
-    t = threading.Thread(target=lambda: first.update(lines=curl_events(p.port, path, key, False)))
-    t.start()
-    time.sleep(0.4)
-    attached = curl_events(p.port, path, key, True)
-    t.join(timeout=30)
+    first_lines, attached = curl_first_then_http2(p.port, p.port, path, key)
     data = [(at, line) for at, line in attached if line.startswith(b"data: ")]
     assert len(data) == 6
     assert data[-1][0] - data[0][0] > 0.6, data
-    assert [line for _, line in attached] == [line for _, line in first["lines"]]
+    assert [line for _, line in attached] == [line for _, line in first_lines]
     assert upstream.executions.count(key=key) == 1
 
 
