@@ -60,6 +60,15 @@ asio::awaitable<bool> send_followed(RequestContext& ctx, const std::vector<store
   co_return true;
 }
 
+// The byte at body offset `at`, if `page` holds it.
+std::string byte_at(const std::vector<store::Chunk>& page, std::uint64_t at) {
+  for (const store::Chunk& chunk : page) {
+    const std::uint64_t start = static_cast<std::uint64_t>(chunk.seq - 1) * kChunkBytes;
+    if (at >= start && at - start < chunk.bytes.size()) return chunk.bytes.substr(at - start, 1);
+  }
+  return {};
+}
+
 }  // namespace
 
 asio::awaitable<void> follow(Flow& f, const store::StoredResponse& head,
@@ -156,30 +165,21 @@ asio::awaitable<void> follow(Flow& f, const store::StoredResponse& head,
       // A body framed by its length keeps its last byte back until everything checks;
       // one of unknown length, its end.
       const std::uint64_t held = short_of < length ? 1 : 0;
-      while (client && sent.at + held < length) {
+      std::string last;  // that byte, once read
+      while (client && sent.at + last.size() < length) {
         const auto from = static_cast<std::int32_t>(sent.at / kChunkBytes) + 1;
         auto page = co_await rt.blocking([&rt, &id, token, from] {
           return rt.views().read_chunks(id, token, from, kReplayPage);
         });
+        if (!page.ok()) break;
         const std::uint64_t before = sent.at;
-        if (page.ok()) client = co_await send_followed(ctx, page.value(), sent, length - held);
-        if (sent.at == before) break;  // a chunk is missing
+        client = co_await send_followed(ctx, page.value(), sent, length - held);
+        if (held > 0 && sent.at + 1 == length) last = byte_at(page.value(), sent.at);
+        if (sent.at == before && last.empty()) break;  // a chunk is missing
       }
-      std::string last;
-      if (client && held > 0 && sent.at + 1 == length) {
-        auto page = co_await rt.blocking([&rt, &id, token, at = sent.at] {
-          return rt.views().read_chunks(id, token, static_cast<std::int32_t>(at / kChunkBytes) + 1,
-                                        1);
-        });
-        if (page.ok() && !page.value().empty()) {
-          const store::Chunk& c = page.value().front();
-          const std::uint64_t start = static_cast<std::uint64_t>(c.seq - 1) * kChunkBytes;
-          if (sent.at >= start && sent.at - start < c.bytes.size()) {
-            last = c.bytes.substr(sent.at - start, 1);
-            sent.digest.update(last);
-            ++sent.at;
-          }
-        }
+      if (!last.empty()) {
+        sent.digest.update(last);
+        ++sent.at;
       }
       if (client && sent.at == length && sent.digest.final() == answer.body_digest) {
         co_await ctx.ex.send_body(last, true, Trailers(answer.trailers));
