@@ -4,7 +4,8 @@ executed, and its behaviour is chosen per request through the path and query.
   /v1/...?status=N&delay_ms=M   JSON answer with status N after M ms (default 201)
   /big?bytes=N                  N pseudo-random bytes, different on every execution
                                 (&chunked=1: sent chunked, in 8 KiB chunks;
-                                &gap_ms=G: a pause of G ms after every 64 KiB)
+                                &gap_ms=G: a pause of G ms after every 64 KiB,
+                                chunked or framed by its length)
   .../events?n=5&gap_ms=100&cut=0&pad=0 server-sent events, one chunk each, gap_ms
                                 apart (pad=B: each event's data padded with B bytes)
   /reset-after-read             reads the request, then drops the connection
@@ -127,6 +128,17 @@ class Handler(BaseHTTPRequestHandler):
                         self.wfile.flush()
                         time.sleep(gap)
                 self.wfile.write(b"0\r\n\r\n")
+                return
+            gap = int(query.get("gap_ms", "0")) / 1000.0
+            if gap:  # framed by its length, paced as above
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                for i in range(0, len(payload), 65536):
+                    self.wfile.write(payload[i:i + 65536])
+                    self.wfile.flush()
+                    time.sleep(gap)
                 return
             self.answer(200, payload, "application/octet-stream")
             return

@@ -229,3 +229,20 @@ def test_a_follower_whose_holder_is_killed_ends_short_once_the_lease_runs_out(
     # It ended within the lease and a re-check of the kill.
     assert follower["done"] - killed < 4.5, follower["done"] - killed
     assert upstream.executions.count(key=key) == 1
+
+
+def test_an_answer_framed_by_its_length_is_followed_whole_from_another_instance(
+        make_proxy, upstream, key):
+    """The same 2 MiB with a Content-Length: B gets it whole, byte for byte, its last
+    byte only once A's record completed and matched what B was sent."""
+    a, b = two_instances(make_proxy, WAITING)
+    size = 2 << 20
+    path = "/v1/big?bytes=%d&gap_ms=80" % size
+    (head, reads, ended), (b_head, b_reads, b_ended) = on_a_then_b(a, b, path, key, 0.9)
+    assert ended and b_ended, (head, b_head)
+    assert "content-length: %d" % size in b_head.lower()
+    assert "Idempotent-Replayed: true" in b_head
+    assert payload(b_head, b_reads) == payload(head, reads) == big_body(key, 1, size)
+    end = reads[-1][0]
+    assert received_by(b_reads, end - 0.6) >= 512 << 10, received_by(b_reads, end - 0.6)
+    assert upstream.executions.count(key=key) == 1
