@@ -43,15 +43,19 @@ Result<Done> PgStore::start_stream(const RecordId& id, std::int64_t token,
 Result<std::vector<Chunk>> PgStore::read_chunks(const RecordId& id, std::int64_t token,
                                                 std::int32_t from, int limit) {
   return impl_->with<std::vector<Chunk>>([&](pg::Connection& c) -> Result<std::vector<Chunk>> {
-    const pqxx::result rows =
-        c.run(pg::kReadChunks, id.scope, id.key, static_cast<long long>(token), from, limit);
+    // In binary: a page of 256 KiB chunks read as hex text costs more than the rest of
+    // the replay (docs/PERFORMANCE.md).
+    const pg::BinaryRows rows = c.read(
+        pg::kReadChunks,
+        {id.scope, id.key, std::to_string(token), std::to_string(from), std::to_string(limit)});
     std::vector<Chunk> out;
-    out.reserve(rows.size());
-    for (const auto& row : rows) {
-      const auto seq = row[0].as<std::int32_t>();
-      const char* key_id = row[2].is_null() ? nullptr : row[2].c_str();  // NULL: in the clear
+    out.reserve(static_cast<std::size_t>(rows.size()));
+    for (int row = 0; row < rows.size(); ++row) {
+      const std::int32_t seq = rows.int4(row, 0);
+      const std::string key_id(rows.is_null(row, 2) ? std::string_view{} : rows.bytes(row, 2));
       out.push_back(
-          {seq, impl_->codec.open_chunk(pqxx::binarystring(row[1]).str(), key_id, id, seq)});
+          {seq, impl_->codec.open_chunk(std::string(rows.bytes(row, 1)),
+                                        rows.is_null(row, 2) ? nullptr : key_id.c_str(), id, seq)});
     }
     return out;
   });

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "idemproxy/store/pg_store.hpp"
+#include "store/pg/binary_rows.hpp"
 #include "store/pg/shard_map.hpp"
 #include "store/pg/statements.hpp"
 
@@ -72,7 +73,13 @@ class Connection {
   void announce(pqxx::transaction_base& tx, const char* channel,
                 const std::vector<const RecordId*>& ids);
 
-  pqxx::connection& raw() { return conn_; }
+  /// Runs `statement`, which only reads, on its own, and returns its rows in binary
+  /// (read_binary).
+  BinaryRows read(const Statement& statement, const std::vector<std::string>& params) {
+    return read_binary(conn_, statement.sql, params);
+  }
+
+  pqxx::connection_base& raw() { return conn_; }
   /// What a Write sets synchronous_commit to for its transaction (SET LOCAL), or empty
   /// when this session's own setting already makes every commit durable.
   const std::string& local_sync() const { return local_sync_; }
@@ -82,7 +89,7 @@ class Connection {
   ShardMap read_shards();
 
  private:
-  pqxx::connection conn_;
+  HandleConnection conn_;
   bool prepared_;
   bool distributed_;
   std::string local_sync_;
