@@ -141,7 +141,11 @@ rss_growth() {
   note "$1.peak" "$(mib "$(rss_kib "$PROXY_PID" VmHWM)")"
   note "$1.growth" "$(mib $(($(rss_kib "$PROXY_PID" VmHWM) - RSS0)))"
 }
-checkpoint() { "${PSQL[@]}" -c CHECKPOINT; }
+# A checkpoint, then the kernel's dirty pages written out (the reference's 1 GiB COPY
+# file, the last round's rows): their writeback otherwise stalls the commits measured
+# next. Round 1's second pair followed from another instance once lagged 0.58 s and
+# once 1.49 s, both while the COPY file written before it was being flushed.
+checkpoint() { "${PSQL[@]}" -c CHECKPOINT; sync; }
 fail() { echo "streamed: $*" >&2; exit 1; }
 
 UP_SHA=$(curl -sS -X POST --data '{}' "http://127.0.0.1:$UP_PORT/v1/big?bytes=$BYTES" | sha256sum | cut -d' ' -f1)
