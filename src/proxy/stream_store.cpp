@@ -27,23 +27,58 @@ asio::awaitable<void> ChunkWriter::add(std::string_view data) {
 }
 
 asio::awaitable<void> ChunkWriter::store_full_chunks() {
-  // A full chunk goes once more follows: a body of exactly kChunkBytes stays whole.
+  // A full chunk goes once more follows, past the one pending: a body of exactly
+  // kChunkBytes stays whole.
   const auto full_chunk = [this] {
-    const std::size_t held = live_->window().size();
-    return held > kChunkBytes || (held == kChunkBytes && seq_ > 0);
+    const std::size_t held = live_->window().size() - pending_.size() * kChunkBytes;
+    return held > kChunkBytes || (held == kChunkBytes && (seq_ > 0 || !pending_.empty()));
   };
   while (keeping() && full_chunk()) {
+    if (pending_.size() >= kInFlight) {
+      if (!co_await settle()) co_return;
+      continue;
+    }
     if (failing_ && Clock::now() < retry_at_) co_return;
-    if (!co_await append_first()) co_return;
+    co_await start_first();
   }
+}
+
+asio::awaitable<void> ChunkWriter::start_first() {
+  const std::size_t at = pending_.size() * kChunkBytes;
+  auto p = std::make_shared<Pending>(co_await asio::this_coro::executor, id_,
+                                     seq_ + 1 + static_cast<std::int32_t>(pending_.size()),
+                                     live_->window().substr(at, kChunkBytes));
+  rt_.append_then(p->id, token_, p->seq, p->bytes, live_->followed(),
+                  [p](const store::Result<store::Done>& r) {
+                    std::optional<store::StoreError> error;
+                    if (!r.ok()) error = r.error();
+                    asio::post(p->done.executor(), [p, error = std::move(error)]() mutable {
+                      p->error = std::move(error);
+                      p->done.notify();
+                    });
+                  });
+  pending_.push_back(std::move(p));
+}
+
+asio::awaitable<bool> ChunkWriter::settle() {
+  const std::shared_ptr<Pending> p = std::move(pending_.front());
+  pending_.pop_front();
+  co_await p->done.wait();
+  if (appended(p->seq, p->bytes, p->error)) co_return true;
+  // The ones after it are appended again, after it: storing a chunk twice keeps one.
+  pending_.clear();
+  co_return false;
 }
 
 asio::awaitable<bool> ChunkWriter::append_first() {
   const std::int32_t seq = seq_ + 1;
   // The window changes only in add() and here, never while an append is awaited.
   const std::string_view chunk = std::string_view(live_->window()).substr(0, kChunkBytes);
-  const std::optional<store::StoreError> error =
-      co_await rt_.append(id_, token_, seq, chunk, live_->followed());
+  co_return appended(seq, chunk, co_await rt_.append(id_, token_, seq, chunk, live_->followed()));
+}
+
+bool ChunkWriter::appended(std::int32_t seq, std::string_view chunk,
+                           const std::optional<store::StoreError>& error) {
   if (error) {
     if (!failing_) {
       spdlog::warn(
@@ -55,19 +90,20 @@ asio::awaitable<bool> ChunkWriter::append_first() {
     failure_ = error->detail;
     retry_at_ = Clock::now() + backoff_;
     backoff_ = std::min(backoff_ * 2, kMaxBackoff);
-    co_return false;
+    return false;
   }
   failing_ = false;
   backoff_ = kFirstBackoff;
   seq_ = seq;
   digest_.update(chunk);
   live_->stored_chunk();
-  co_return true;
+  return true;
 }
 
 bool ChunkWriter::hold() {
   const std::size_t held = live_->window().size();
-  const std::size_t over = held > kChunkBytes ? held - kChunkBytes : 0;
+  const std::size_t free = (pending_.size() + 1) * kChunkBytes;
+  const std::size_t over = held > free ? held - free : 0;
   if (over == 0) {
     // The shared counter is touched only when something was held: not once per piece.
     if (reserved_ > 0) rt_.release_unstored(std::exchange(reserved_, std::size_t{0}));
@@ -90,6 +126,11 @@ void ChunkWriter::give_up(std::string why) {
 
 asio::awaitable<ChunkWriter::Kept> ChunkWriter::finish(store::StoredResponse& answer) {
   if (!keeping()) co_return Kept::no;
+  // The appends in flight first; the rest goes after them, or after a retry.
+  while (!pending_.empty()) {
+    const bool stored = co_await settle();
+    if (!stored) break;
+  }
   const std::string& window = live_->window();
   if (seq_ == 0 && window.size() <= kChunkBytes) {  // small: the record's own row, as
     answer.body = window;                           // before (attachers still read it)

@@ -8,17 +8,21 @@
 //
 // A store that fails an append does not stop the stream: the chunk stays in the
 // window, later pieces go on to the client, and the append is tried again as they
-// come (backoff 100 ms to 1 s). What the window holds past one chunk is counted
-// against the instance's server.max_unstored; past that the body is given up. At
-// the end, chunks the store still has not taken go to the background retry with
-// the completion (CompletionRetrier), as a completion the store failed does.
+// come (backoff 100 ms to 1 s). What the window holds past the chunks being appended
+// and the one filling is counted against the instance's server.max_unstored; past
+// that the body is given up. At the end, chunks the store still has not taken go to
+// the background retry with the completion (CompletionRetrier), as a completion the
+// store failed does.
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "http/signal.hpp"
 #include "idemproxy/common/sha256.hpp"
 #include "idemproxy/store/record.hpp"
 #include "proxy/live_answer.hpp"
@@ -37,9 +41,11 @@ class ChunkWriter {
   ChunkWriter(const ChunkWriter&) = delete;
   ChunkWriter& operator=(const ChunkWriter&) = delete;
 
-  /// The next piece of the body. May wait for an append to commit: the stream is
-  /// read no faster than a working store takes it (backpressure), with one chunk in
-  /// memory.
+  /// The next piece of the body. A full chunk's append starts and the stream goes on
+  /// while it commits, up to kInFlight appends; the next full chunk waits for the
+  /// first of them. So the stream is read no faster than a working store takes it
+  /// (backpressure), with kInFlight + 1 chunks in its window: those committing, one
+  /// filling (and a copy of each committing: the window moves as it grows).
   asio::awaitable<void> add(std::string_view data);
 
   enum class Kept {
@@ -66,11 +72,36 @@ class ChunkWriter {
 
  private:
   using Clock = std::chrono::steady_clock;
-  /// Appends the window's full chunks while the store takes them.
+  /// Starts the appends of the window's full chunks, in order, kInFlight at most.
   asio::awaitable<void> store_full_chunks();
-  /// Appends the window's first chunk (full, or the last one); false when it failed.
+  /// An append started and not yet awaited, one of the window's first chunks. Its id and
+  /// bytes are copies, for the append may outlive the writer (the stream cut), and
+  /// the window moves as it grows.
+  struct Pending {
+    Pending(const asio::any_io_executor& ex, store::RecordId of, std::int32_t number,
+            std::string chunk)
+        : id(std::move(of)),
+          seq(number),
+          bytes(std::move(chunk)),
+          done(ex, http::Signal::Reset::never) {}
+    store::RecordId id;
+    std::int32_t seq;
+    std::string bytes;
+    std::optional<store::StoreError> error;  // set on the writer's executor, then done
+    http::Signal done;
+  };
+  asio::awaitable<void> start_first();
+  /// Waits for the first append in flight; false when it failed (those after it are
+  /// dropped, to be appended again after it).
+  asio::awaitable<bool> settle();
+  /// Appends the window's first chunk (full, or the last one) and waits; false when it
+  /// failed.
   asio::awaitable<bool> append_first();
-  /// Counts what the window holds past one chunk against server.max_unstored.
+  /// After chunk `seq`'s append: the window moves past it, or the store is failing.
+  bool appended(std::int32_t seq, std::string_view chunk,
+                const std::optional<store::StoreError>& error);
+  /// Counts what the window holds past the chunks in flight and one more against
+  /// server.max_unstored.
   bool hold();
   void give_up(std::string why);
 
@@ -80,7 +111,11 @@ class ChunkWriter {
   std::uint64_t max_stored_;
   std::shared_ptr<LiveAnswer> live_;  // its window: the body while it is small, then
                                       // the bytes not yet in a stored chunk
-  std::int32_t seq_ = 0;              // chunks stored (or, after finish, in the body)
+  // Two: the stream is read while a chunk commits (bench/streamed.sh, one round each:
+  // 52.1 MiB/s with one in flight, 59.5 with two, 61.2 with four).
+  static constexpr std::size_t kInFlight = 2;
+  std::deque<std::shared_ptr<Pending>> pending_;  // the appends in flight, in order
+  std::int32_t seq_ = 0;                          // chunks stored (or, after finish, in the body)
   std::uint64_t streamed_ = 0;
   Sha256Stream digest_;  // of the chunks stored: a body kept whole needs none
   std::string why_not_;  // empty while the body is kept

@@ -45,6 +45,14 @@ UpstreamAnswer events(std::vector<std::pair<std::chrono::milliseconds, std::stri
   return a;
 }
 
+// `n` pieces of `size` bytes, the first all 'a', the next 'b' and so on, `gap` apart.
+std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces(
+    int n, std::size_t size, std::chrono::milliseconds gap = std::chrono::milliseconds{1}) {
+  std::vector<std::pair<std::chrono::milliseconds, std::string>> out;
+  for (int i = 0; i < n; ++i) out.emplace_back(gap, std::string(size, static_cast<char>('a' + i)));
+  return out;
+}
+
 std::string problem_type(const Reply& r) {
   return nlohmann::json::parse(r.body, nullptr, false).value("type", std::string());
 }
@@ -140,9 +148,8 @@ TEST_P(Streaming, ALargeStreamIsStoredInChunksAsItFlowsAndReplayedWhole) {
   SystemClock clock;
   FaultyStore store(clock);
   World world(kConfig, &store, "timeout: 5s, max_response_size: 16");
-  std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces;
-  for (char c = 'a'; c < 'f'; ++c) pieces.emplace_back(1ms, std::string(200'000, c));
-  world.answer = [&](const StringRequest&) { return events(pieces); };
+  auto body = pieces(5, 200'000);
+  world.answer = [&](const StringRequest&) { return events(body); };
   const Reply first = send(world, keyed("s-6"));
   ASSERT_EQ(first.body.size(), 1'000'000U);
   EXPECT_EQ(store.appends.load(), 4);
@@ -156,6 +163,39 @@ TEST_P(Streaming, ALargeStreamIsStoredInChunksAsItFlowsAndReplayedWhole) {
   EXPECT_EQ(again.body, first.body);
   EXPECT_FALSE(broken_off(again));
   EXPECT_EQ(world.executions("s-6"), 1);
+}
+
+// The stream is read on while its chunks commit: up to two appends in flight, and no
+// more before it waits for the store. Here no append comes back until the test
+// releases them; the stream has eight full chunks ready at once.
+TEST_P(Streaming, ChunksAreAppendedWhileTheStreamFlowsTwoInFlightAtMost) {
+  SystemClock clock;
+  FaultyStore store(clock);
+  store.hold_appends = true;
+  World world(kConfig, &store);
+  auto body = pieces(8, 256 << 10, 0ms);
+  body.emplace_back(0ms, "end");
+  world.answer = [&](const StringRequest&) { return events(body); };
+  std::size_t in_flight = 0;
+  std::thread store_side([&] {
+    const auto give_up = std::chrono::steady_clock::now() + 5s;
+    while (store.held_appends() < 2 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(5ms);
+    std::this_thread::sleep_for(200ms);  // a third would have come by now
+    in_flight = store.held_appends();
+    store.release_appends();
+  });
+  const Reply first = send(world, keyed("s-12"));
+  store_side.join();
+  EXPECT_EQ(in_flight, 2U);
+  ASSERT_EQ(first.body.size(), (8U << 18) + 3);
+  const auto record = store.find({"", "s-12"}).value();
+  ASSERT_TRUE(record && record->response);
+  EXPECT_EQ(record->response->chunks, 9);
+  const Reply again = send(world, keyed("s-12"));
+  EXPECT_EQ(again.field("Idempotent-Replayed"), "true");
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(world.executions("s-12"), 1);
 }
 
 // A stream that ends within 256 KiB keeps the record's own row: no chunk is appended.
@@ -182,9 +222,8 @@ TEST_P(Streaming, AStoreThatFailsMidStreamStillStreamsAndKeepsTheAnswerOnceItRet
   FaultyStore store(clock);
   store.appends_fail = true;
   World world(kConfig, &store);
-  std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces;
-  for (char c = 'a'; c < 'e'; ++c) pieces.emplace_back(1ms, std::string(100'000, c));
-  world.answer = [&](const StringRequest&) { return events(pieces); };
+  auto body = pieces(4, 100'000);
+  world.answer = [&](const StringRequest&) { return events(body); };
   const Reply first = send(world, keyed("s-8"));
   EXPECT_EQ(first.status, 200);
   EXPECT_EQ(first.body.size(), 400'000U);
@@ -212,9 +251,8 @@ TEST_P(Streaming, ChunksTheStoreCannotTakeAreHeldOnlyWithinMaxUnstored) {
   FaultyStore store(clock);
   store.appends_fail = true;
   World world(std::string(kConfig) + "server: {max_unstored: 1MiB}\n", &store);
-  std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces;
-  for (char c = 'a'; c < 'k'; ++c) pieces.emplace_back(1ms, std::string(200'000, c));
-  world.answer = [&](const StringRequest&) { return events(pieces); };
+  auto body = pieces(10, 200'000);
+  world.answer = [&](const StringRequest&) { return events(body); };
   const Reply first = send(world, keyed("s-9"));
   EXPECT_EQ(first.status, 200);
   EXPECT_EQ(first.body.size(), 2'000'000U);
@@ -259,10 +297,9 @@ TEST_P(Streaming, ALateRetryReadsTheStoredChunksThenFollowsTheStream) {
   SystemClock clock;
   FaultyStore store(clock);
   World world(kWaiting, &store);
-  std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces;
-  for (char c = 'a'; c < 'd'; ++c) pieces.emplace_back(1ms, std::string(200'000, c));
-  pieces.emplace_back(400ms, "the end");
-  world.answer = [&](const StringRequest&) { return events(pieces); };
+  auto body = pieces(3, 200'000);
+  body.emplace_back(400ms, "the end");
+  world.answer = [&](const StringRequest&) { return events(body); };
   Request retry = keyed("s-10");
   retry.start_after = 200ms;
   const auto replies = world.send_all(GetParam(), {keyed("s-10"), retry});

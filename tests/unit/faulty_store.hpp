@@ -2,6 +2,7 @@
 // A store for unit tests that fails on purpose, over the in-memory store.
 #include <atomic>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,36 @@ class FaultyStore final : public store::Store {
     if (appends_fail) return store::StoreError{store::StoreErrc::unavailable, "timeout"};
     return inner.append(id, token, seq, bytes);
   }
+  // With hold_appends, append_async holds each call (a commit that has not come back)
+  // until release_appends(), which any thread may call; the store takes them then.
+  void append_async(const store::RecordId& id, std::int64_t token, std::int32_t seq,
+                    std::string_view bytes, bool announce, AppendDone done) override {
+    {
+      std::lock_guard lock(held_mu_);
+      if (hold_appends) {
+        held_.emplace_back([this, id, token, seq, bytes, done = std::move(done)] {
+          done(append(id, token, seq, bytes));
+        });
+        return;
+      }
+    }
+    Store::append_async(id, token, seq, bytes, announce, std::move(done));
+  }
+  bool hold_appends = false;  // set before the world runs; cleared by release_appends()
+  std::size_t held_appends() {
+    std::lock_guard lock(held_mu_);
+    return held_.size();
+  }
+  void release_appends() {
+    std::vector<std::function<void()>> calls;
+    {
+      std::lock_guard lock(held_mu_);
+      hold_appends = false;
+      calls.swap(held_);
+    }
+    for (auto& call : calls) call();
+  }
+
   store::Result<store::Done> start_stream(const store::RecordId& id, std::int64_t token,
                                           const store::StoredResponse& head) override {
     return inner.start_stream(id, token, head);
@@ -125,6 +156,10 @@ class FaultyStore final : public store::Store {
   store::Result<bool> counts_quotas() override { return inner.counts_quotas(); }
 
   store::MemoryStore inner;
+
+ private:
+  std::mutex held_mu_;
+  std::vector<std::function<void()>> held_;
 };
 
 }  // namespace idemproxy::testing
