@@ -233,6 +233,25 @@ def test_many_instances_through_pgbouncer_transaction_pooling(make_proxy, pgboun
         ledger.check(upstream, k, [first], again)
 
 
+def test_a_streamed_answer_in_chunks_is_replayed_through_pgbouncer_transaction_pooling(
+        make_proxy, pgbouncer, upstream, pg, key):
+    # The chunks are read back in binary through libpq itself (store/pg/binary_rows.hpp),
+    # as unnamed statements: through a transaction-pooling PgBouncer too, on another
+    # instance than the one that stored them.
+    store = {"postgres": {"dsn": pgbouncer.dsn, "pool_size": 4, "transaction_pooling": True}}
+    stored_by, replayed_by = make_proxy(store=store), make_proxy(store=store)
+    size = 3 << 20
+    first = stored_by.post("/v1/big?bytes=%d&chunked=1" % size, "{}", key=key, timeout=60)
+    assert first.status == 200 and len(first.body) == size
+    assert pg.sql("SELECT chunks FROM idempotency_records WHERE key = '%s'" % key) == "12"
+    for proxy in (replayed_by, stored_by):
+        again = proxy.post("/v1/big?bytes=%d&chunked=1" % size, "{}", key=key, timeout=60)
+        assert again.status == 200
+        assert again.header("Idempotent-Replayed") == "true"
+        assert again.body == first.body
+    assert upstream.executions.count(key=key) == 1
+
+
 def test_expired_records_are_deleted_by_in_process_gc(make_proxy, pg, key):
     p = make_proxy(defaults={"ttl": "1s"}, gc={"interval": "300ms", "batch_size": 2})
     for i in range(5):
