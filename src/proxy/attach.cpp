@@ -18,14 +18,14 @@ namespace {
 
 using Read = LiveAnswer::Read;
 
-// Sends the bytes of `page` from body offset `at` on; false when the client is gone
-// or the page does not hold `at` (a chunk missing).
+// Sends the bytes of `page` from body offset `at` on, up to a gap (a chunk missing:
+// the caller sees `at` did not move); false when the client is gone.
 asio::awaitable<bool> send_page(RequestContext& ctx, const std::vector<store::Chunk>& page,
                                 std::uint64_t& at) {
   const Trailers none;
   for (const store::Chunk& chunk : page) {
     const std::uint64_t start = static_cast<std::uint64_t>(chunk.seq - 1) * kChunkBytes;
-    if (at < start) co_return false;
+    if (at < start) co_return true;
     if (at >= start + chunk.bytes.size()) continue;
     const std::string_view rest = std::string_view(chunk.bytes).substr(at - start);
     at += rest.size();

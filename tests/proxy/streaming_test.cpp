@@ -53,6 +53,20 @@ std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces(
   return out;
 }
 
+// The holder streams four pieces of 200,000 bytes, then "the end" 400 ms later; a
+// retry with the same key comes 200 ms in, when chunk 1 has left the window (two more
+// are in flight after it).
+std::vector<Reply> late_retry(World& world, Codec codec, const std::string& key) {
+  world.answer = [](const StringRequest&) {
+    auto body = pieces(4, 200'000);
+    body.emplace_back(400ms, "the end");
+    return events(body);
+  };
+  Request retry = keyed(key);
+  retry.start_after = 200ms;
+  return world.send_all(codec, {keyed(key), retry});
+}
+
 std::string problem_type(const Reply& r) {
   return nlohmann::json::parse(r.body, nullptr, false).value("type", std::string());
 }
@@ -297,19 +311,33 @@ TEST_P(Streaming, ALateRetryReadsTheStoredChunksThenFollowsTheStream) {
   SystemClock clock;
   FaultyStore store(clock);
   World world(kWaiting, &store);
-  auto body = pieces(3, 200'000);
-  body.emplace_back(400ms, "the end");
-  world.answer = [&](const StringRequest&) { return events(body); };
-  Request retry = keyed("s-10");
-  retry.start_after = 200ms;
-  const auto replies = world.send_all(GetParam(), {keyed("s-10"), retry});
-  ASSERT_EQ(replies[0].body.size(), 600'007U);
-  EXPECT_EQ(store.appends.load(), 3);  // two of 256 KiB before the retry came, the rest at the end
+  const auto replies = late_retry(world, GetParam(), "s-10");
+  ASSERT_EQ(replies[0].body.size(), 800'007U);
+  EXPECT_EQ(store.appends.load(),
+            4);  // three of 256 KiB before the retry came, the rest at the end
+  EXPECT_GE(store.chunk_reads.load(), 1);
   EXPECT_EQ(replies[1].body.size(), replies[0].body.size());
   EXPECT_TRUE(replies[1].body == replies[0].body);
   EXPECT_FALSE(broken_off(replies[1]));
   EXPECT_EQ(world.metrics().attached(), 1U);
   EXPECT_EQ(world.executions("s-10"), 1);
+}
+
+// A chunk the late retry needs is missing from the store: its stream is cut (and
+// counted as an upstream error), never left as if the client had gone.
+TEST_P(Streaming, ALateRetryMissingAStoredChunkIsCut) {
+  SystemClock clock;
+  FaultyStore store(clock);
+  store.chunk_lost = 1;
+  World world(kWaiting, &store);
+  const auto replies = late_retry(world, GetParam(), "s-13");
+  ASSERT_EQ(replies[0].body.size(), 800'007U);
+  EXPECT_TRUE(broken_off(replies[1]));
+  EXPECT_TRUE(replies[1].body.empty());
+  const std::string metrics = world.metrics().render();
+  EXPECT_NE(metrics.find("{route=\"events\",outcome=\"upstream_error\"} 1\n"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(world.executions("s-13"), 1);
 }
 
 // The stream breaks off: the attached retry is cut too, never handed part of it as

@@ -131,8 +131,15 @@ class FaultyStore final : public store::Store {
   store::Result<std::vector<store::Chunk>> read_chunks(const store::RecordId& id,
                                                        std::int64_t token, std::int32_t from,
                                                        int limit) override {
-    return inner.read_chunks(id, token, from, limit);
+    ++chunk_reads;
+    auto page = inner.read_chunks(id, token, from, limit);
+    if (page.ok()) {
+      std::erase_if(page.value(), [this](const store::Chunk& c) { return c.seq == chunk_lost; });
+    }
+    return page;
   }
+  int chunk_lost = 0;  // read_chunks never returns this chunk (0: none)
+  std::atomic<int> chunk_reads = 0;
   store::Result<std::optional<store::Record>> find(const store::RecordId& id) override {
     return inner.find(id);
   }

@@ -53,7 +53,7 @@ namespace idemproxy::store::pg {
 // at 135 / 65 / 49 µs of database CPU per key and a p99 of 4.9 / 7.1 / 9.0 ms; with
 // 1 ms 4,318 / 10,373 / 12,013 keys/s at 112 / 46 / 40 µs and 3.4 / 4.8 / 8.2 ms. At
 // one connection nothing waits (each batch is one): 0.99 ms p50 either way.
-// (docs/PERFORMANCE.md, "Batches that stay full", has the whole curve.)
+// (bench/results/HISTORY.md, "Batches that stay full", has the whole curve.)
 //
 // On Citus, an array cannot be routed to one shard, so the batches are per worker:
 // each worker is a lane of its own, with one batch at a time. Its claims go as one
