@@ -18,13 +18,18 @@ namespace {
 
 using Read = LiveAnswer::Read;
 
+// The body offset at which `chunk` starts.
+std::uint64_t start_of(const store::Chunk& chunk) {
+  return static_cast<std::uint64_t>(chunk.seq - 1) * kChunkBytes;
+}
+
 // Sends the bytes of `page` from body offset `at` on, up to a gap (a chunk missing:
 // the caller sees `at` did not move); false when the client is gone.
 asio::awaitable<bool> send_page(RequestContext& ctx, const std::vector<store::Chunk>& page,
                                 std::uint64_t& at) {
   const Trailers none;
   for (const store::Chunk& chunk : page) {
-    const std::uint64_t start = static_cast<std::uint64_t>(chunk.seq - 1) * kChunkBytes;
+    const std::uint64_t start = start_of(chunk);
     if (at < start) co_return true;
     if (at >= start + chunk.bytes.size()) continue;
     const std::string_view rest = std::string_view(chunk.bytes).substr(at - start);
@@ -46,7 +51,7 @@ asio::awaitable<bool> send_followed(RequestContext& ctx, const std::vector<store
                                     Followed& f, std::uint64_t limit) {
   const Trailers none;
   for (const store::Chunk& chunk : page) {
-    const std::uint64_t start = static_cast<std::uint64_t>(chunk.seq - 1) * kChunkBytes;
+    const std::uint64_t start = start_of(chunk);
     if (f.at < start) co_return true;  // a gap: the rest is not stored yet
     const std::uint64_t end = std::min<std::uint64_t>(start + chunk.bytes.size(), limit);
     if (f.at >= end) continue;
@@ -63,7 +68,7 @@ asio::awaitable<bool> send_followed(RequestContext& ctx, const std::vector<store
 // The byte at body offset `at`, if `page` holds it.
 std::string byte_at(const std::vector<store::Chunk>& page, std::uint64_t at) {
   for (const store::Chunk& chunk : page) {
-    const std::uint64_t start = static_cast<std::uint64_t>(chunk.seq - 1) * kChunkBytes;
+    const std::uint64_t start = start_of(chunk);
     if (at >= start && at - start < chunk.bytes.size()) return chunk.bytes.substr(at - start, 1);
   }
   return {};

@@ -383,19 +383,24 @@ def watched_twice(first_channel, second_channel, key):
     return first, arrived, call
 
 
-def test_a_concurrent_server_streaming_call_attaches_to_the_first(covered, backend):
-    """on_concurrent: wait: a second call with the key, 0.1 s into the first's stream,
-    gets the messages so far at once, then each as it is sent, then the status."""
-    _, ch = covered(routes=[dict(COVERED[0], on_concurrent="wait")])
-    key = "grpc-" + uuid.uuid4().hex
-    first, arrived, call = watched_twice(ch, ch, key)
+def assert_followed_live(backend, key, first, arrived, call):
+    """The second call got the first's messages, the first of them before the first's
+    stream ended, marked replayed, then status OK; the backend ran the call once."""
     assert [m for _, m in arrived] == first["messages"] == [b"event-0", b"event-1", b"event-2"]
-    # The first's stream lasts 0.6 s; the attached call's first messages are not held
+    # The first's stream lasts 0.6 s; the second call's first messages are not held
     # until it ends (a wait for the end would have them all after it).
     assert arrived[0][0] < first["ended"] - 0.2, (arrived, first["ended"])
     assert dict(call.initial_metadata()).get("idempotent-replayed") == "true"
     assert call.code() == grpc.StatusCode.OK
     assert backend.executions(key) == 1
+
+
+def test_a_concurrent_server_streaming_call_attaches_to_the_first(covered, backend):
+    """on_concurrent: wait: a second call with the key, 0.1 s into the first's stream,
+    gets the messages so far at once, then each as it is sent, then the status."""
+    _, ch = covered(routes=[dict(COVERED[0], on_concurrent="wait")])
+    key = "grpc-" + uuid.uuid4().hex
+    assert_followed_live(backend, key, *watched_twice(ch, ch, key))
 
 
 def test_a_server_streaming_call_on_another_instance_follows_the_first(covered, backend):
@@ -406,12 +411,7 @@ def test_a_server_streaming_call_on_another_instance_follows_the_first(covered, 
     _, ch = covered(routes=routes)
     _, other = covered(routes=routes)
     key = "grpc-" + uuid.uuid4().hex
-    first, arrived, call = watched_twice(ch, other, key)
-    assert [m for _, m in arrived] == first["messages"] == [b"event-0", b"event-1", b"event-2"]
-    assert arrived[0][0] < first["ended"] - 0.2, (arrived, first["ended"])
-    assert dict(call.initial_metadata()).get("idempotent-replayed") == "true"
-    assert call.code() == grpc.StatusCode.OK
-    assert backend.executions(key) == 1
+    assert_followed_live(backend, key, *watched_twice(ch, other, key))
 
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx comes from install-deps.sh")
