@@ -21,26 +21,44 @@ if [ "${FUZZ_BUILD_ONLY:-0}" = 1 ]; then
   exit 0
 fi
 
-passed=0
-failed=0
-for target in key fingerprint config session forward h2; do
-  work="$FUZZ_OUT/$target"
+# One target: its regression inputs first, each on its own, then the timed run.
+# Prints its report line (and on failure the cause) to $FUZZ_OUT/<target>/report.
+fuzz_one() {  # TARGET
+  local target=$1 work="$FUZZ_OUT/$1" regressions=()
   mkdir -p "$work/corpus"
+  rm -f "$work/report"
   cp fuzz/corpus/"$target"/* "$work/corpus/"
-  regressions=()
   if [ -d "fuzz/regressions/$target" ]; then regressions=(fuzz/regressions/"$target"/*); fi
-  # Regression inputs first, each on its own, then the timed run.
   if { [ ${#regressions[@]} -eq 0 ] ||
        "$BIN/fuzz_$target" -timeout=10 "${regressions[@]}" >"$work/regressions.log" 2>&1; } &&
      (cd "$work" && "$OLDPWD/$BIN/fuzz_$target" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
         -rss_limit_mb=2048 corpus >"$work/fuzz.log" 2>&1); then
-    echo "fuzz: $target ok ($(grep -oE 'Done [0-9]+ runs' "$work/fuzz.log" | head -1))"
+    echo "fuzz: $target ok ($(grep -oE 'Done [0-9]+ runs' "$work/fuzz.log" | head -1))" >"$work/report"
+  else
+    {
+      echo "fuzz: $target FAILED; see $work"
+      # The cause first (sanitizer report or uncaught exception), then the tail.
+      grep -h -m5 -E 'ERROR|what\(\)|terminate|deadly signal' "$work"/*.log || true
+      tail -n 20 "$work"/*.log
+    } >"$work/report"
+  fi
+}
+
+# FUZZ_JOBS targets at a time (default: one per CPU), each for its full FUZZ_SECONDS.
+FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)}
+targets=(key fingerprint config session forward h2)
+for target in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$FUZZ_JOBS" ]; do wait -n || true; done
+  fuzz_one "$target" &
+done
+wait
+passed=0
+failed=0
+for target in "${targets[@]}"; do
+  cat "$FUZZ_OUT/$target/report" 2>/dev/null || echo "fuzz: $target FAILED; it left no report"
+  if grep -q "^fuzz: $target ok" "$FUZZ_OUT/$target/report" 2>/dev/null; then
     passed=$((passed + 1))
   else
-    echo "fuzz: $target FAILED; see $work"
-    # The cause first (sanitizer report or uncaught exception), then the tail.
-    grep -h -m5 -E 'ERROR|what\(\)|terminate|deadly signal' "$work"/*.log || true
-    tail -n 20 "$work"/*.log
     failed=$((failed + 1))
   fi
 done

@@ -25,7 +25,7 @@ PACKAGES=(
   "${RUN_PACKAGES[@]}"
   clang libclang-rt-14-dev clang-format clang-tidy
   pgbouncer postgresql-15-auto-failover pg-auto-failover-cli
-  python3-pytest python3-prometheus-client python3-yaml
+  python3-pytest python3-pytest-xdist python3-prometheus-client python3-yaml
   procps openssl
   # Real peers for the outside-in tests: nginx and Node's http as upstreams, Node's
   # fetch and curl as clients; faketime for a proxy whose clock is off; prlimit.

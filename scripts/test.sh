@@ -203,14 +203,18 @@ summary_counts() {  # LOG PREFIX: adds LOG's last "PREFIX: N passed, M failed" l
   [ "$f" = 0 ]
 }
 
+# End-to-end tests mostly wait (a serial run keeps a third of one CPU busy), so they
+# run in PYTEST_WORKERS processes (pytest-xdist), each with a PostgreSQL of its own
+# (tests/e2e/conftest.py). PYTEST_WORKERS=0 runs a stage in one process.
+PYTEST_WORKERS=${PYTEST_WORKERS:-4}
 run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
   local build=$1 log="$WORK/pytest-$1.log" line p n
   shift
-  stage "end-to-end tests (pytest, $build/idemproxy${*:+, $*})"
+  stage "end-to-end tests (pytest, $PYTEST_WORKERS workers, $build/idemproxy${*:+, $*})"
   # --durations: the slowest tests of each stage are named, so a run shows where
   # its minutes went test by test.
   if IDEMPROXY_BIN="$ROOT/$build/idemproxy" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-      --durations=12 "${@:-tests/e2e}" 2>&1 | tee "$log"; then :; else status=1; fi
+      -n "$PYTEST_WORKERS" --durations=12 "${@:-tests/e2e}" 2>&1 | tee "$log"; then :; else status=1; fi
   line=$(grep -E '(passed|failed|error)' "$log" | tail -1 || true)
   p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
   passed=$((passed + p))
@@ -257,7 +261,7 @@ else
 fi
 rm -rf "$first_run"
 
-stage "benchmark harness smoke (bench/run.sh --smoke: nginx, pgbench and idemproxy, 2 s each)"
+stage "benchmark harness smoke (bench/run.sh --smoke: nginx, pgbench and idemproxy, 1 s each)"
 if BENCH_BUILD=build bash bench/run.sh --smoke >"$WORK/bench.log" 2>&1; then :; else status=1; fi
 grep -E '^bench smoke: ' "$WORK/bench.log" | tail -1 || true
 if ! summary_counts "$WORK/bench.log" "bench smoke"; then
@@ -270,8 +274,9 @@ if [ "$CITUS" = 1 ]; then
   if [ "$citus_status" = 0 ] && citus_dsn=$(bash scripts/citus.sh start "$WORK/citus"); then
     IDEMPROXY_TEST_DSN=$citus_dsn IDEMPROXY_TEST_PGDIR="$WORK/citus/coordinator" \
       IDEMPROXY_TEST_CITUS=1 run_gtest build/tests/store_tests 'Stores/StoreContract.*:Stores/QuotaContract.*:Stores/StreamContract.*:PgStore*:PgWatch*:PgCitus*'
+    # In one process: its tests share the cluster, and some stop its coordinator.
     IDEMPROXY_TEST_DSN=$citus_dsn IDEMPROXY_TEST_PGDIR="$WORK/citus/coordinator" \
-      IDEMPROXY_TEST_CITUS=1 run_pytest build tests/e2e/test_behaviour_table.py \
+      IDEMPROXY_TEST_CITUS=1 PYTEST_WORKERS=0 run_pytest build tests/e2e/test_behaviour_table.py \
       tests/e2e/test_concurrency.py tests/e2e/test_faults.py tests/e2e/test_ledger_real_peers.py \
       tests/e2e/test_citus.py tests/e2e/test_citus_moves.py tests/e2e/test_contract.py \
       tests/e2e/test_quota.py tests/e2e/test_oversized.py tests/e2e/test_stream_attach_remote.py
@@ -285,7 +290,7 @@ fi
 
 if [ "$IMAGE" = 1 ]; then
   if [ "$image_status" = 0 ]; then
-    run_pytest build tests/e2e/test_image.py
+    PYTEST_WORKERS=0 run_pytest build tests/e2e/test_image.py
   else
     stage "container image: the build failed (above)"
     failed=$((failed + 1))
@@ -352,7 +357,7 @@ fi
 if [ "$IMAGE" = 1 ] && step_result image_source; then
   tail -1 "$BACKGROUND/image_source.log"
   IDEMPROXY_IMAGE=idemproxy:source IDEMPROXY_DEB_DIR="$WORK/source-deb" \
-    run_pytest build tests/e2e/test_image.py
+    PYTEST_WORKERS=0 run_pytest build tests/e2e/test_image.py
 fi
 
 stage "the times"

@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import shutil
 import ssl
 import socket
 import subprocess
@@ -19,17 +20,21 @@ class Postgres:
     """The throwaway PostgreSQL the suite runs against (scripts/pg.sh)."""
 
     def __init__(self):
+        # IDEMPROXY_TEST_CITUS=1: the DSN is a Citus coordinator (scripts/citus.sh).
+        self.citus = os.environ.get("IDEMPROXY_TEST_CITUS") == "1"
         self.dir = os.environ.get("IDEMPROXY_TEST_PGDIR")
+        # Under pytest-xdist (-n), each worker starts a server of its own: tests stop,
+        # freeze and restart their server, which must not reach another worker's tests.
+        if os.environ.get("PYTEST_XDIST_WORKER") and not self.citus:
+            self.dir = None
         self.owned = self.dir is None
         if self.owned:
             self.dir = tempfile.mkdtemp(prefix="idemproxy-pg-")
-            self.dsn = self._pg("start", self.dir).strip()
+            self.dsn = self._pg("start", self.dir, "", "-c", "fsync=off").strip()
         else:
             self.dsn = os.environ["IDEMPROXY_TEST_DSN"]
         with open(os.path.join(self.dir, "port")) as f:
             self.port = f.read().strip()
-        # IDEMPROXY_TEST_CITUS=1: the DSN is a Citus coordinator (scripts/citus.sh).
-        self.citus = os.environ.get("IDEMPROXY_TEST_CITUS") == "1"
 
     def _pg(self, *args):
         return subprocess.run(["bash", os.path.join(ROOT, "scripts", "pg.sh"), *args],
@@ -66,6 +71,7 @@ def pg():
     yield p
     if p.owned:
         p.stop()
+        shutil.rmtree(p.dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
