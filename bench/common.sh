@@ -134,6 +134,7 @@ scenario_wrk() {
 start_proxy() {
   local admin
   read -r PROXY_PORT admin <<<"$(free_port 2)"
+  PROXY_ADMIN=$admin  # its /metrics
   cat >"$WORK/$1.yaml" <<EOC
 listen: 127.0.0.1:$PROXY_PORT
 admin_listen: 127.0.0.1:$admin
