@@ -132,14 +132,16 @@ class Runtime {
         });
   }
   /// append() for a caller that is no coroutine: `done` is called on a thread of the
-  /// store's, or of the database pool, never on the calling I/O thread.
+  /// store's, or of the database pool, never on the calling I/O thread. `id` and
+  /// `bytes` are read before it returns (copied for the pool when the store blocks).
   void append_then(const store::RecordId& id, std::int64_t token, std::int32_t seq,
                    std::string_view bytes, bool announce, store::Claims::AppendDone done) {
     if (record_store.queues_calls()) {
       record_store.append_async(id, token, seq, bytes, announce, std::move(done));
       return;
     }
-    asio::post(db_pool, [this, &id, token, seq, bytes, announce, done = std::move(done)]() mutable {
+    asio::post(db_pool, [this, id, token, seq, bytes = std::string(bytes), announce,
+                         done = std::move(done)]() mutable {
       record_store.append_async(id, token, seq, bytes, announce, std::move(done));
     });
   }

@@ -34,7 +34,7 @@ asio::awaitable<void> ChunkWriter::store_full_chunks() {
     return held > kChunkBytes || (held == kChunkBytes && (seq_ > 0 || !pending_.empty()));
   };
   while (keeping() && full_chunk()) {
-    if (pending_.size() >= kInFlight) {
+    if (pending_.size() >= kAppendsInFlight) {
       if (!co_await settle()) co_return;
       continue;
     }
@@ -45,11 +45,11 @@ asio::awaitable<void> ChunkWriter::store_full_chunks() {
 
 asio::awaitable<void> ChunkWriter::start_first() {
   const std::size_t at = pending_.size() * kChunkBytes;
-  auto p = std::make_shared<Pending>(co_await asio::this_coro::executor, id_,
-                                     seq_ + 1 + static_cast<std::int32_t>(pending_.size()),
-                                     live_->window().substr(at, kChunkBytes));
-  rt_.append_then(p->id, token_, p->seq, p->bytes, live_->followed(),
-                  [p](const store::Result<store::Done>& r) {
+  auto p = std::make_shared<Pending>(co_await asio::this_coro::executor,
+                                     seq_ + 1 + static_cast<std::int32_t>(pending_.size()));
+  // Read before append_then returns: the window may move while it commits.
+  rt_.append_then(id_, token_, p->seq, std::string_view(live_->window()).substr(at, kChunkBytes),
+                  live_->followed(), [p](const store::Result<store::Done>& r) {
                     std::optional<store::StoreError> error;
                     if (!r.ok()) error = r.error();
                     asio::post(p->done.executor(), [p, error = std::move(error)]() mutable {
@@ -64,7 +64,9 @@ asio::awaitable<bool> ChunkWriter::settle() {
   const std::shared_ptr<Pending> p = std::move(pending_.front());
   pending_.pop_front();
   co_await p->done.wait();
-  if (appended(p->seq, p->bytes, p->error)) co_return true;
+  // Its chunk is still the window's first: the window moves past it only in appended().
+  const std::string_view chunk = std::string_view(live_->window()).substr(0, kChunkBytes);
+  if (appended(p->seq, chunk, p->error)) co_return true;
   // The ones after it are appended again, after it: storing a chunk twice keeps one.
   pending_.clear();
   co_return false;

@@ -53,17 +53,23 @@ std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces(
   return out;
 }
 
-// The holder streams four pieces of 200,000 bytes, then "the end" 400 ms later; a
-// retry with the same key comes 200 ms in, when chunk 1 has left the window (two more
-// are in flight after it).
+// The holder streams kLatePieces pieces of 200,000 bytes, then "the end" 800 ms later;
+// a retry with the same key comes 500 ms in, when chunk 1 has left the window: the
+// pieces fill more chunks than the window holds (kAppendsInFlight committing, one
+// filling), so the next full chunk waited for chunk 1's append. (The test's HTTP/2
+// client takes about 300 ms to read those 1.4 MB, where nghttp with the same 64 KiB
+// windows reads 4 MB through the proxy in 50 ms.)
+constexpr int kLatePieces =
+    static_cast<int>((proxy::kAppendsInFlight + 1) * proxy::kChunkBytes / 200'000) + 1;
+constexpr std::size_t kLateBody = kLatePieces * std::size_t{200'000} + 7;  // + "the end"
 std::vector<Reply> late_retry(World& world, Codec codec, const std::string& key) {
   world.answer = [](const StringRequest&) {
-    auto body = pieces(4, 200'000);
-    body.emplace_back(400ms, "the end");
+    auto body = pieces(kLatePieces, 200'000);
+    body.emplace_back(800ms, "the end");
     return events(body);
   };
   Request retry = keyed(key);
-  retry.start_after = 200ms;
+  retry.start_after = 500ms;
   return world.send_all(codec, {keyed(key), retry});
 }
 
@@ -179,10 +185,10 @@ TEST_P(Streaming, ALargeStreamIsStoredInChunksAsItFlowsAndReplayedWhole) {
   EXPECT_EQ(world.executions("s-6"), 1);
 }
 
-// The stream is read on while its chunks commit: up to two appends in flight, and no
-// more before it waits for the store. Here no append comes back until the test
-// releases them; the stream has eight full chunks ready at once.
-TEST_P(Streaming, ChunksAreAppendedWhileTheStreamFlowsTwoInFlightAtMost) {
+// The stream is read on while its chunks commit: up to kAppendsInFlight (four)
+// appends in flight, and no more before it waits for the store. Here no append comes
+// back until the test releases them; the stream has eight full chunks ready at once.
+TEST_P(Streaming, ChunksAreAppendedWhileTheStreamFlowsFourInFlightAtMost) {
   SystemClock clock;
   FaultyStore store(clock);
   store.hold_appends = true;
@@ -193,15 +199,17 @@ TEST_P(Streaming, ChunksAreAppendedWhileTheStreamFlowsTwoInFlightAtMost) {
   std::size_t in_flight = 0;
   std::thread store_side([&] {
     const auto give_up = std::chrono::steady_clock::now() + 5s;
-    while (store.held_appends() < 2 && std::chrono::steady_clock::now() < give_up)
+    while (store.held_appends() < proxy::kAppendsInFlight &&
+           std::chrono::steady_clock::now() < give_up)
       std::this_thread::sleep_for(5ms);
-    std::this_thread::sleep_for(200ms);  // a third would have come by now
+    std::this_thread::sleep_for(200ms);  // a fifth would have come by now
     in_flight = store.held_appends();
     store.release_appends();
   });
   const Reply first = send(world, keyed("s-12"));
   store_side.join();
-  EXPECT_EQ(in_flight, 2U);
+  static_assert(proxy::kAppendsInFlight == 4);
+  EXPECT_EQ(in_flight, 4U);
   ASSERT_EQ(first.body.size(), (8U << 18) + 3);
   const auto record = store.find({"", "s-12"}).value();
   ASSERT_TRUE(record && record->response);
@@ -312,9 +320,9 @@ TEST_P(Streaming, ALateRetryReadsTheStoredChunksThenFollowsTheStream) {
   FaultyStore store(clock);
   World world(kWaiting, &store);
   const auto replies = late_retry(world, GetParam(), "s-10");
-  ASSERT_EQ(replies[0].body.size(), 800'007U);
-  EXPECT_EQ(store.appends.load(),
-            4);  // three of 256 KiB before the retry came, the rest at the end
+  ASSERT_EQ(replies[0].body.size(), kLateBody);
+  // The full chunks before the retry came, the rest at the end.
+  EXPECT_EQ(store.appends.load(), (kLateBody + proxy::kChunkBytes - 1) / proxy::kChunkBytes);
   EXPECT_GE(store.chunk_reads.load(), 1);
   EXPECT_EQ(replies[1].body.size(), replies[0].body.size());
   EXPECT_TRUE(replies[1].body == replies[0].body);
@@ -331,7 +339,7 @@ TEST_P(Streaming, ALateRetryMissingAStoredChunkIsCut) {
   store.chunk_lost = 1;
   World world(kWaiting, &store);
   const auto replies = late_retry(world, GetParam(), "s-13");
-  ASSERT_EQ(replies[0].body.size(), 800'007U);
+  ASSERT_EQ(replies[0].body.size(), kLateBody);
   EXPECT_TRUE(broken_off(replies[1]));
   EXPECT_TRUE(replies[1].body.empty());
   const std::string metrics = world.metrics().render();

@@ -101,9 +101,9 @@ class FaultyStore final : public store::Store {
     {
       std::lock_guard lock(held_mu_);
       if (hold_appends) {
-        held_.emplace_back([this, id, token, seq, bytes, done = std::move(done)] {
-          done(append(id, token, seq, bytes));
-        });
+        // A copy, as a store that keeps the call must (Claims::append_async).
+        held_.emplace_back([this, id, token, seq, bytes = std::string(bytes),
+                            done = std::move(done)] { done(append(id, token, seq, bytes)); });
         return;
       }
     }

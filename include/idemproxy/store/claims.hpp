@@ -60,8 +60,10 @@ class Claims {
     done(complete(id, token, response, keep));
   }
   /// append() answered through a callback, as complete_async: a store that queues
-  /// calls stores the chunks of many streams in one transaction (group commit). `bytes`
-  /// must stay alive until `done` is called. `announce`: the record's watchers on
+  /// calls stores the chunks of many streams in one transaction (group commit). `id`
+  /// and `bytes` are read before it returns: a store that keeps the call copies them
+  /// (PgStore copies the chunk into its batch), so the caller's buffer may move on
+  /// while the chunk commits. `announce`: the record's watchers on
   /// other instances are told once the chunk is durable (Watchers::finished), as
   /// when the record finishes; a store that cannot announce ignores it.
   using AppendDone = std::function<void(Result<Done>)>;
