@@ -127,16 +127,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Signal writable_;
   Signal tasks_done_;
   std::size_t tasks_ = 0;
-  bool closing_ = false;     // the socket failed or timed out: stop at once
-  bool goaway_ = false;      // a GOAWAY was submitted
-  bool finished_ = false;    // run() is done with the socket
-  bool discarding_ = false;  // the session ended: bytes read are dropped
-  bool reading_ = false;     // read_loop() runs
-  bool flood_ = false;       // a limit of FloodGuard's was passed during mem_recv
+  bool closing_ = false;         // the socket failed or timed out: stop at once
+  bool goaway_ = false;          // a GOAWAY was submitted
+  bool finished_ = false;        // run() is done with the socket
+  bool discarding_ = false;      // the session ended: bytes read are dropped
+  bool reading_ = false;         // read_loop() runs
+  bool flood_ = false;           // a limit of FloodGuard's was passed during mem_recv
+  bool read_lingering_ = false;  // bytes came during run()'s current lingering wait
   std::chrono::steady_clock::time_point write_since_{};  // a write is under way since
   std::chrono::steady_clock::time_point quiet_since_;    // no streams since
   asio::steady_timer tick_;
-  asio::steady_timer linger_;  // run() waits on it for the client to close, up to 2 s
+  asio::steady_timer linger_;  // run() waits on it for the client to close (run())
 };
 
 }  // namespace idemproxy::codec::http2

@@ -65,6 +65,7 @@ asio::awaitable<void> Connection::read_loop() {
       break;
     }
     buffer.commit(n);
+    if (finished_) read_lingering_ = true;
   }
   reading_ = false;
   linger_.cancel();
@@ -185,8 +186,16 @@ asio::awaitable<void> Connection::run() {
   beast::error_code ec;
   conn_->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   if (reading_ && !closing_) {
-    linger_.expires_after(std::chrono::seconds{2});
-    co_await linger_.async_wait(use_nothrow);
+    // A lingering close, as nginx's: until 2 s pass with nothing read, 10 s at most.
+    // Closing while the client still sends resets the connection, and a reset can
+    // destroy the GOAWAY before the client reads it (a flooding client under load,
+    // still sending 2 s after it, lost it).
+    const auto most = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+    do {
+      read_lingering_ = false;
+      linger_.expires_after(std::chrono::seconds{2});
+      co_await linger_.async_wait(use_nothrow);
+    } while (reading_ && read_lingering_ && std::chrono::steady_clock::now() < most);
   }
   conn_->stream.socket().close(ec);
   tick_.cancel();
