@@ -137,7 +137,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::chrono::steady_clock::time_point write_since_{};  // a write is under way since
   std::chrono::steady_clock::time_point quiet_since_;    // no streams since
   asio::steady_timer tick_;
-  asio::steady_timer linger_;  // run() waits on it for the client to close (run())
+  asio::steady_timer linger_;  // run() waits on it for the client to close
 };
 
 }  // namespace idemproxy::codec::http2
