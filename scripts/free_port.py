@@ -16,10 +16,18 @@ ephemeral range (below it, or above it), which the kernel never uses for connect
 Each candidate is still probed with a bind, without SO_REUSEADDR, so a port that
 anything listens on or still holds is skipped.
 
+Under pytest-xdist, each worker draws from its own share of those ports (the ports
+whose remainder modulo PYTEST_XDIST_WORKER_COUNT is the worker's number). Two workers
+could otherwise probe the same port before either server binds it: one proxy then
+exits on "Address already in use", while its test's health check reads the other
+worker's proxy on the shared admin port and passes (a fresh-clone run failed so, with
+ConnectionRefusedError on the proxy's own port).
+
 Usage from a shell: python3 scripts/free_port.py [COUNT] prints COUNT distinct ports on
 one line, separated by spaces (`read -r a b <<<"$(python3 scripts/free_port.py 2)"`).
 """
 import functools
+import os
 import random
 import socket
 import sys
@@ -36,14 +44,26 @@ def ephemeral_range():
         return 32768, 60999
 
 
+def worker_share(environ=os.environ):
+    """(index, count) of this pytest-xdist worker, or (0, 1) outside xdist."""
+    try:
+        count = int(environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    except ValueError:
+        return 0, 1
+    return (index % count, count) if count > 1 else (0, 1)
+
+
 @functools.lru_cache(maxsize=None)
 def _candidates():
     """The ports outside the ephemeral range, above the registered services most
-    machines run (PostgreSQL's 5432, 8080 and friends)."""
+    machines run (PostgreSQL's 5432, 8080 and friends), in this worker's share."""
     low, high = ephemeral_range()
     below = range(20000, low) if low > 21000 else range(0)
     above = range(high + 1, 65536) if high < 64536 else range(0)
-    return list(below) + list(above)  # built once per process, not per call
+    index, count = worker_share()
+    # Built once per process, not per call.
+    return [p for p in list(below) + list(above) if p % count == index]
 
 
 def _bindable(port):

@@ -57,3 +57,20 @@ def test_the_shell_form_prints_distinct_ports_outside_the_range():
     ports = [int(p) for p in out]
     assert len(ports) == 3 and len(set(ports)) == 3
     assert all(not low <= p <= high for p in ports)
+
+
+def test_each_xdist_worker_draws_from_a_share_of_its_own():
+    # Two workers probing the same port before either binds it made one proxy exit
+    # while its health check read the other worker's proxy on the shared admin port.
+    from free_port import worker_share  # noqa: E402
+    assert worker_share({}) == (0, 1)
+    assert worker_share({"PYTEST_XDIST_WORKER": "gw2", "PYTEST_XDIST_WORKER_COUNT": "4"}) == (2, 4)
+    assert worker_share({"PYTEST_XDIST_WORKER": "bad", "PYTEST_XDIST_WORKER_COUNT": "4"}) == (0, 1)
+    shares = []
+    for worker in ("gw0", "gw1", "gw2"):
+        env = {"PYTEST_XDIST_WORKER": worker, "PYTEST_XDIST_WORKER_COUNT": "3", "PATH": "/usr/bin"}
+        out = subprocess.run([sys.executable, "%s/scripts/free_port.py" % ROOT, "20"], env=env,
+                             check=True, capture_output=True, text=True).stdout.split()
+        shares.append({int(p) for p in out})
+    for index, ports in enumerate(shares):
+        assert len(ports) == 20 and all(p % 3 == index for p in ports), (index, ports)
