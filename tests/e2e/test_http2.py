@@ -6,14 +6,13 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 import uuid
 
 import pytest
 
 from h2_peer import Client, RawClient
-from harness import ROOT, wait_for
-from test_tls import client_tls, tls_proxy
+from harness import wait_for
+from test_tls import tls_proxy
 
 
 def curl(*args, timeout=30):
@@ -268,7 +267,6 @@ def test_drain_finishes_streams_in_flight_and_says_goaway(proxy, upstream, key, 
     # nghttp (nghttp2-client) as the client: python3-h2 4.1 drops a connection's
     # streams on GOAWAY, which RFC 9113 §6.8 lets complete.
     import signal
-    import time
     body = tmp_path / "body.json"
     body.write_text("{}")
     running = subprocess.Popen(
