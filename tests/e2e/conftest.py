@@ -25,10 +25,19 @@ class Postgres:
         self.dir = os.environ.get("IDEMPROXY_TEST_PGDIR")
         # Under pytest-xdist (-n), each worker starts a server of its own: tests stop,
         # freeze and restart their server, which must not reach another worker's tests.
-        if os.environ.get("PYTEST_XDIST_WORKER") and not self.citus:
+        # On Citus, a cluster of its own: tests also add and drain workers.
+        if os.environ.get("PYTEST_XDIST_WORKER"):
             self.dir = None
         self.owned = self.dir is None
-        if self.owned:
+        self.cluster = None
+        if self.owned and self.citus:
+            self.cluster = tempfile.mkdtemp(prefix="idemproxy-citus-")
+            os.chmod(self.cluster, 0o755)  # its servers run as postgres
+            self.dsn = subprocess.run(["bash", os.path.join(ROOT, "scripts", "citus.sh"), "start",
+                                       self.cluster], check=True, capture_output=True,
+                                      text=True).stdout.strip()
+            self.dir = os.path.join(self.cluster, "coordinator")
+        elif self.owned:
             self.dir = tempfile.mkdtemp(prefix="idemproxy-pg-")
             self.dsn = self._pg("start", self.dir, "", "-c", "fsync=off").strip()
         else:
@@ -69,7 +78,11 @@ class Postgres:
 def pg():
     p = Postgres()
     yield p
-    if p.owned:
+    if p.cluster:
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "citus.sh"), "stop", p.cluster],
+                       check=False, capture_output=True)
+        shutil.rmtree(p.cluster, ignore_errors=True)
+    elif p.owned:
         p.stop()
         shutil.rmtree(p.dir, ignore_errors=True)
 
