@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 
 #include "idemproxy/common/handoff.hpp"
 #include "pg_store_fixture.hpp"
@@ -565,4 +566,65 @@ TEST_F(PgStoreTest, ChunksOfManyStreamsQueuedTogetherCommitTogether) {
     ASSERT_TRUE(stored.ok());
     EXPECT_EQ(stored.value().size(), static_cast<std::size_t>(kChunks));
   }
+}
+
+// Two batches of chunks commit at once (ChunkCommit::kLaneBatches): one batch's
+// commit mostly waits on the WAL's flush, which the next batch's insert overlaps. Here
+// the first batch waits on a row lock another session holds (an uncommitted chunk of
+// the same seq), and a second chunk of the stream is stored meanwhile; one batch at a
+// time, it would wait behind the first.
+TEST_F(PgStoreTest, ASecondBatchOfChunksCommitsWhileTheFirstWaits) {
+  const auto r = store->claim(request("two-batches"));
+  const std::int64_t token = std::get<Claimed>(r.value()).token;
+  pqxx::connection outside(dsn());
+  pqxx::work holding(outside);
+  holding.exec_params(
+      "INSERT INTO idempotency_chunks (scope, key, token, seq, bytes) VALUES ($1, $2, $3, 1, "
+      "'\\x00'::bytea)",
+      scope, std::string("two-batches"), static_cast<long long>(token));
+  std::mutex mu;
+  std::condition_variable changed;
+  std::optional<bool> first, second;
+  const auto note = [&](std::optional<bool>& slot) {
+    return [&](Result<Done> done) {
+      std::lock_guard lock(mu);
+      slot = done.ok();
+      changed.notify_all();
+    };
+  };
+  store->append_async({scope, "two-batches"}, token, 1, "first chunk", false, note(first));
+  // Waits until the first batch waits on the held row.
+  pqxx::connection watch(dsn());
+  const std::string blocked = "SELECT count(*) FROM pg_stat_activity WHERE " +
+                              std::to_string(outside.backendpid()) +
+                              " = ANY(pg_blocking_pids(pid))";
+  const std::string citus_waiting =
+      "SELECT count(*) FROM citus_stat_activity"
+      " WHERE wait_event_type = 'Lock' AND datname = current_database()";
+  bool waiting = false;
+  for (int i = 0; i < 500 && !waiting; ++i) {
+    pqxx::nontransaction q(watch);
+    waiting = q.exec(citus() ? citus_waiting : blocked)[0][0].as<int>() > 0;
+    if (!waiting) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(waiting) << "the first batch never waited on the held row";
+  store->append_async({scope, "two-batches"}, token, 2, "second chunk", false, note(second));
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(changed.wait_for(lock, 5s, [&] { return second.has_value(); }))
+        << "the second batch waited behind the first";
+    EXPECT_TRUE(*second);
+    EXPECT_FALSE(first.has_value());
+  }
+  holding.abort();
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(changed.wait_for(lock, 10s, [&] { return first.has_value(); }));
+    EXPECT_TRUE(*first);
+  }
+  const auto stored = store->read_chunks({scope, "two-batches"}, token, 1, 10);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored.value().size(), 2U);
+  EXPECT_EQ(stored.value()[0].bytes, "first chunk");
+  EXPECT_EQ(stored.value()[1].bytes, "second chunk");
 }

@@ -32,7 +32,7 @@ class ChunkCommit {
  public:
   /// `key_id`: the key the chunks are sealed under (nullptr: in the clear).
   ChunkCommit(Pool& pool, const PgOptions& options, const char* key_id)
-      : pool_(pool), key_id_(key_id), runners_(std::max(1, options.pool_size / 4)) {}
+      : pool_(pool), key_id_(key_id), runners_(std::max(kLaneBatches, options.pool_size / 4)) {}
 
   /// Queues `chunk` and returns; a runner stores it with the others queued, and calls
   /// chunk.finished once the batch committed (or failed: then every member's answer
@@ -49,11 +49,14 @@ class ChunkCommit {
   /// At most this many chunks, and about this many bytes, go in one batch.
   static constexpr std::size_t kBatchChunks = 64;
   static constexpr std::size_t kBatchBytes = std::size_t{8} << 20;
+  /// At most this many batches of one lane commit at once, each on its own
+  /// connection: one's commit waits on the WAL's flush while the next inserts.
+  static constexpr int kLaneBatches = 2;
 
  private:
   struct Lane {
     std::deque<PendingChunk*> queue;
-    bool running = false;
+    int running = 0;  // batches committing, kLaneBatches at most
   };
   void drain(Lane& lane);
   Result<Done> run(const std::vector<PendingChunk*>& batch);
