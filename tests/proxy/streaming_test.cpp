@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "../unit/faulty_store.hpp"
+#include "proxy/phases.hpp"
 #include "proxy/stream_store.hpp"
 #include "world.hpp"
 
@@ -183,6 +184,34 @@ TEST_P(Streaming, ALargeStreamIsStoredInChunksAsItFlowsAndReplayedWhole) {
   EXPECT_EQ(again.body, first.body);
   EXPECT_FALSE(broken_off(again));
   EXPECT_EQ(world.executions("s-6"), 1);
+}
+
+// A replay reads its chunks kReplayPage at a time: an answer of two pages and a chunk
+// comes back whole from three reads, and a chunk missing from the second page cuts the
+// replay there, never handing it on as whole.
+TEST_P(Streaming, AReplayOfManyPagesIsWholeAndAChunkMissingFromALaterPageCutsIt) {
+  SystemClock clock;
+  FaultyStore store(clock);
+  World world(kConfig, &store);
+  const int chunks = 2 * proxy::idempotent::kReplayPage + 1;
+  auto body = pieces(chunks, proxy::kChunkBytes, 0ms);
+  world.answer = [&](const StringRequest&) { return events(body); };
+  const Reply first = send(world, keyed("s-14"));
+  ASSERT_EQ(first.body.size(), static_cast<std::size_t>(chunks) * proxy::kChunkBytes);
+  const auto record = store.find({"", "s-14"}).value();
+  ASSERT_TRUE(record && record->response);
+  EXPECT_EQ(record->response->chunks, chunks);
+  const int reads = store.chunk_reads.load();
+  const Reply again = send(world, keyed("s-14"));
+  EXPECT_EQ(again.field("Idempotent-Replayed"), "true");
+  EXPECT_TRUE(again.body == first.body);
+  EXPECT_FALSE(broken_off(again));
+  EXPECT_EQ(store.chunk_reads.load() - reads, 3);
+  store.chunk_lost = proxy::idempotent::kReplayPage + 2;
+  const Reply broken = send(world, keyed("s-14"));
+  EXPECT_TRUE(broken_off(broken));
+  EXPECT_LT(broken.body.size(), first.body.size());
+  EXPECT_EQ(world.executions("s-14"), 1);
 }
 
 // The stream is read on while its chunks commit: up to kAppendsInFlight (four)

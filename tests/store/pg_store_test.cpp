@@ -1,6 +1,7 @@
 // What only PgStore has, against a real PostgreSQL: migrations, the pool, a server
 // that does not answer. What every store does is in store_contract_*_test.cpp.
 #include "pg_store_fixture.hpp"
+#include "store/pg/binary_rows.hpp"
 
 TEST_F(PgStoreTest, MigrationsAreSafeWhenManyInstancesStartAtOnce) {
   std::atomic<int> failures{0};
@@ -91,3 +92,41 @@ TEST_F(PgStoreTest, ARecordCompletedBeforeItsWindowWasKeptFallsBackToTheRoutesTt
 }
 
 // --- encryption at rest (store.encryption) ---
+
+// A replay reads its chunks a page at a time through read_binary_prepared: the
+// statement is prepared once per connection (pg_prepared_statements shows it), and
+// again on the handle a reconnect opens, which has none.
+TEST_F(PgStoreTest, BinaryReadsArePreparedOncePerConnectionAndAgainAfterAReconnect) {
+  idemproxy::store::pg::HandleConnection conn(dsn());
+  idemproxy::store::pg::BinaryPrepared prepared;
+  const char* sql = "SELECT $1::int + 1";
+  for (int i = 1; i <= 3; ++i) {
+    const auto rows = idemproxy::store::pg::read_binary_prepared(conn, prepared, "test_read_binary",
+                                                                 sql, {std::to_string(i)});
+    ASSERT_EQ(rows.size(), 1);
+    EXPECT_EQ(rows.int4(0, 0), i + 1);
+  }
+  EXPECT_EQ(prepared.names.size(), 1U);
+  {
+    pqxx::nontransaction q(conn);
+    EXPECT_EQ(
+        q.exec("SELECT count(*) FROM pg_prepared_statements WHERE name = 'test_read_binary'")[0][0]
+            .as<int>(),
+        1);
+  }
+  const int first = PQbackendPID(conn.handle());
+  conn.disconnect();
+  {
+    pqxx::nontransaction q(conn);  // libpqxx reconnects on use
+    q.exec("SELECT 1");
+  }
+  ASSERT_NE(conn.handle(), nullptr);
+  ASSERT_NE(PQbackendPID(conn.handle()), first);  // (the handle may be at the same address)
+  const auto rows =
+      idemproxy::store::pg::read_binary_prepared(conn, prepared, "test_read_binary", sql, {"41"});
+  EXPECT_EQ(rows.int4(0, 0), 42);
+  EXPECT_EQ(prepared.backend, PQbackendPID(conn.handle()));
+  EXPECT_THROW(idemproxy::store::pg::read_binary_prepared(conn, prepared, "test_read_binary_bad",
+                                                          "SELECT nonsense(", {}),
+               pqxx::sql_error);
+}

@@ -76,4 +76,20 @@ class BinaryRows {
 BinaryRows read_binary(HandleConnection& conn, const char* sql,
                        const std::vector<std::string>& params);
 
+/// The statements a connection has prepared for read_binary_prepared, in the server
+/// session they were prepared in: a reconnect's session has none, and its libpq handle
+/// may sit at the old one's address, so the server process's id tells them apart too.
+struct BinaryPrepared {
+  PGconn* handle = nullptr;
+  int backend = 0;  // PQbackendPID
+  std::vector<std::string> names;
+};
+
+/// As read_binary, with `sql` prepared once per connection as `name` (PQprepare), then
+/// run by name: a replay reads a page of chunks at a time, and parsing and planning
+/// each page's statement again was a measurable part of PostgreSQL's work. Not behind
+/// a transaction-pooling PgBouncer, where a session's statements do not last.
+BinaryRows read_binary_prepared(HandleConnection& conn, BinaryPrepared& prepared, const char* name,
+                                const char* sql, const std::vector<std::string>& params);
+
 }  // namespace idemproxy::store::pg

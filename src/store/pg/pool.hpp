@@ -73,10 +73,14 @@ class Connection {
   void announce(pqxx::transaction_base& tx, const char* channel,
                 const std::vector<const RecordId*>& ids);
 
-  /// Runs `statement`, which only reads, on its own, and returns its rows in binary
-  /// (read_binary).
+  /// Runs `statement`, which only reads, on its own, and returns its rows in binary:
+  /// prepared once per connection where sessions last (read_binary_prepared, named
+  /// apart from libpqxx's statements), else sent unnamed (read_binary).
   BinaryRows read(const Statement& statement, const std::vector<std::string>& params) {
-    return read_binary(conn_, statement.sql, params);
+    if (!prepared_) return read_binary(conn_, statement.sql, params);
+    return read_binary_prepared(conn_, binary_prepared_,
+                                (std::string(statement.name) + "_binary").c_str(), statement.sql,
+                                params);
   }
 
   pqxx::connection_base& raw() { return conn_; }
@@ -94,6 +98,7 @@ class Connection {
   bool distributed_;
   std::string local_sync_;
   std::set<std::string> prepared_rows_;  // exec_rows statements prepared here
+  BinaryPrepared binary_prepared_;       // read's, on this connection's libpq handle
 };
 
 /// The transaction of statements that change records: committed durably, whatever the
