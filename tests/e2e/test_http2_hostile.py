@@ -259,6 +259,27 @@ def test_garbage_after_the_preface_gets_goaway(proxy, upstream):
     assert others_are_served(proxy)
 
 
+def test_a_client_still_sending_after_the_goaway_can_read_it(proxy, upstream):
+    # A lingering close, as nginx's: after its GOAWAY the proxy reads and drops what the
+    # client sends until 2 s pass with nothing read. Closing with unread bytes sends a
+    # reset, which can destroy the GOAWAY before the client reads it; the proxy once
+    # closed 2 s after the GOAWAY whatever the client did.
+    c = RawClient(proxy.port, timeout=5)
+    c.sock.sendall(b"\x00\x00\x04\x06\x00\x00\x00\x00\x00abcd")  # a PING of 4 bytes
+    ping = hf.PingFrame(0, opaque_data=b"12345678").serialize()
+    started = time.monotonic()
+    while time.monotonic() - started < 3.5:  # past the old 2 s, never 2 s quiet
+        c.sock.sendall(ping)  # raises once the proxy has closed (a reset comes back)
+        time.sleep(0.2)
+    c.read_frames(timeout=5, until=lambda _: c.goaway() is not None)
+    assert c.goaway() is not None and c.goaway().error_code != NO_ERROR, (c.eof, c.frames[-3:])
+    # Its send side was shut after the GOAWAY: an end of stream, never a reset.
+    c.read_frames(timeout=5)
+    assert c.eof
+    c.close()
+    alive(proxy)
+
+
 # Envoy's protocol constraints (source/common/http/http2/protocol_constraints.cc), each
 # passed by a peer writing frames as it likes: the connection ends with
 # ENHANCE_YOUR_CALM, nothing runs, and other clients are served.
