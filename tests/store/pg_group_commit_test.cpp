@@ -9,6 +9,7 @@
 #include "pg_store_fixture.hpp"
 #include "store/pg/pool.hpp"
 
+using idemproxy::testing::wait_until_blocked_by;
 using idemproxy::testing::wait_until_queued;
 
 TEST_F(PgStoreTest, ClaimsQueuedBehindABusyConnectionCommitTogether) {
@@ -593,21 +594,7 @@ TEST_F(PgStoreTest, ASecondBatchOfChunksCommitsWhileTheFirstWaits) {
     };
   };
   store->append_async({scope, "two-batches"}, token, 1, "first chunk", false, note(first));
-  // Waits until the first batch waits on the held row.
-  pqxx::connection watch(dsn());
-  const std::string blocked = "SELECT count(*) FROM pg_stat_activity WHERE " +
-                              std::to_string(outside.backendpid()) +
-                              " = ANY(pg_blocking_pids(pid))";
-  const std::string citus_waiting =
-      "SELECT count(*) FROM citus_stat_activity"
-      " WHERE wait_event_type = 'Lock' AND datname = current_database()";
-  bool waiting = false;
-  for (int i = 0; i < 500 && !waiting; ++i) {
-    pqxx::nontransaction q(watch);
-    waiting = q.exec(citus() ? citus_waiting : blocked)[0][0].as<int>() > 0;
-    if (!waiting) std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_TRUE(waiting) << "the first batch never waited on the held row";
+  ASSERT_TRUE(wait_until_blocked_by(outside)) << "the first batch never waited on the held row";
   store->append_async({scope, "two-batches"}, token, 2, "second chunk", false, note(second));
   {
     std::unique_lock lock(mu);

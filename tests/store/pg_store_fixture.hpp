@@ -83,6 +83,25 @@ inline void wait_until_queued(PgStore& store, int n) {
   ASSERT_EQ(store.batch_stats().queued, n);
 }
 
+/// Waits (5 s at most) until a session is blocked by a lock `holder` holds; false if
+/// none was. (Any session waiting on any lock, as HeldConnection once asked, could be
+/// another test's when ctest runs two store tests at once.) On Citus the blocked
+/// statement waits on a worker, which citus_stat_activity shows: any lock wait there.
+inline bool wait_until_blocked_by(const pqxx::connection_base& holder) {
+  pqxx::connection watch(dsn());
+  const std::string blocked = "SELECT count(*) FROM pg_stat_activity WHERE " +
+                              std::to_string(holder.backendpid()) + " = ANY(pg_blocking_pids(pid))";
+  const std::string citus_waiting =
+      "SELECT count(*) FROM citus_stat_activity"
+      " WHERE wait_event_type = 'Lock' AND datname = current_database()";
+  for (int i = 0; i < 500; ++i) {
+    pqxx::nontransaction q(watch);
+    if (q.exec(citus() ? citus_waiting : blocked)[0][0].as<int>() > 0) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
 /// Holds a store's only connection busy, so the calls that follow queue up and run
 /// as one group-commit batch. (A store of one connection has one runner thread,
 /// which waits on the held call, so every call queues, whatever its lane.)
@@ -98,24 +117,9 @@ class HeldConnection {
     completion_ = std::thread([this, token] {
       completed_ = store_.complete(gate_.id, token, {201, {}, "gate"}, 1h).ok();
     });
-    pqxx::connection watch(dsn());
-    // Waits for a session blocked by this lock's holder: that can only be the gate's
-    // completion. (Any session waiting on any lock, as this once asked, could be
-    // another test's gate when ctest runs two store tests at once; the calls that
-    // followed then ran beside this gate instead of queueing behind it.)
-    const std::string blocked = "SELECT count(*) FROM pg_stat_activity WHERE " +
-                                std::to_string(outside_.backendpid()) +
-                                " = ANY(pg_blocking_pids(pid))";
-    // On Citus the completion waits on a worker, which citus_stat_activity shows.
-    const std::string citus_waiting =
-        "SELECT count(*) FROM citus_stat_activity"
-        " WHERE wait_event_type = 'Lock' AND datname = current_database()";
-    for (int i = 0; i < 500; ++i) {
-      pqxx::nontransaction q(watch);
-      if (q.exec(citus() ? citus_waiting : blocked)[0][0].as<int>() > 0) return;
-      std::this_thread::sleep_for(10ms);
-    }
-    ADD_FAILURE() << "the gate completion never waited on the lock";
+    // Only the gate's completion can wait on this lock's holder.
+    if (!wait_until_blocked_by(outside_))
+      ADD_FAILURE() << "the gate completion never waited on the lock";
   }
 
   // Lets the held completion finish; true when it succeeded.
