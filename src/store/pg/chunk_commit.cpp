@@ -28,7 +28,7 @@ pqxx::binarystring big_endian(T value) {
 // carries many streams' chunks, and a stream never waits for more than the batches
 // before its. Two at once because a batch of 256 KiB chunks spends most of its time in
 // its commit, waiting for the WAL's flush (sampled from pg_stat_activity while 1 GiB
-// streamed: WALSync in 55% of the samples, the insert's own work in the rest); the
+// streamed: WALSync in 58% of the samples, the insert's own work in the rest); the
 // second batch inserts meanwhile. A chunk's order among batches does not matter: the
 // completion counts the token's chunks 1..n.
 void ChunkCommit::submit(PendingChunk& chunk) {
