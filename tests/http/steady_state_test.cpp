@@ -1,10 +1,13 @@
 // Issue 26: a connection that passes requests through asks the heap for nothing per
-// request once it is warm. Its fields, parsers, serialized heads and the request's
-// strings live in the connection's arena or in memory the connection keeps. A real
-// session (serve_connection) runs on this thread against a blocking upstream and a
-// blocking client on threads of their own, and this binary counts every operator new
-// made on the session's thread. (Asio's coroutine frames come from its per-thread
-// recycler, which uses aligned_alloc, not operator new; docs/PERFORMANCE.md measures them.)
+// request once it is warm, apart from its coroutines' frames. Its fields, parsers,
+// serialized heads and the request's strings live in the connection's arena or in memory
+// the connection keeps. A real session (serve_connection) runs on this thread against a
+// blocking upstream and a blocking client on threads of their own, and this binary counts
+// every operator new made on the session's thread.
+// The frames are counted too: they come from operator new (tcmalloc's per-thread size
+// classes), not Asio's recycler (BOOST_ASIO_DISABLE_AWAITABLE_FRAME_RECYCLING,
+// CMakeLists.txt). Each bound below is the frames one request makes as measured, so one
+// allocation more per request, a frame or anything else, fails it.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <nghttp2/nghttp2.h>
@@ -12,6 +15,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -277,13 +282,51 @@ int http2_client(int port) {
   return std::min(answered, state.ok_answers);
 }
 
-TEST(SteadyState, PassThroughRequestsTakeNothingFromTheHeapOnceTheConnectionIsWarm) {
+// Each frame is one operator new, as the bounds below assume. With Asio's recycler
+// (no BOOST_ASIO_DISABLE_AWAITABLE_FRAME_RECYCLING) a frame is aligned_alloc'd or
+// reused from its cache, and this counts 0.
+asio::awaitable<int> one_frame(int n) { co_return n + 1; }
+
+TEST(SteadyState, ACoroutineFrameComesFromOperatorNew) {
+  asio::io_context io;
+  std::size_t counted = 0;
+  int result = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        g_counted_thread = std::this_thread::get_id();
+        g_allocations = 0;
+        g_counting = true;
+        for (int i = 0; i < 10; ++i) result = co_await one_frame(result);
+        g_counting = false;
+        counted = g_allocations.exchange(0);
+      },
+      asio::detached);
+  io.run();
+  g_counted_thread = std::thread::id{};
+  EXPECT_EQ(result, 10);
+  EXPECT_EQ(counted, 10U) << "operator new calls for 10 coroutine calls";
+}
+
+// The coroutine frames one warm request makes, measured: 5,000 to 5,002 operator new
+// calls over 200 HTTP/1.1 requests, 7,205 to 7,225 over 200 HTTP/2 streams. A bound
+// allows one more call every 4 requests (a read that lands in two pieces takes another
+// frame), far below the one more per request that it is there to catch.
+constexpr std::size_t kHttp1FramesPerRequest = 25;
+constexpr std::size_t kHttp2FramesPerStream = 36;
+constexpr std::size_t bound(std::size_t per_request) {
+  const auto requests = static_cast<std::size_t>(kCounted);
+  return per_request * requests + requests / 4;
+}
+
+TEST(SteadyState, PassThroughRequestsTakeOnlyTheirCoroutineFramesFromTheHeapOnceWarm) {
   int answered = 0;
   std::size_t blocks = 0;
   const auto allocations = warm_allocations(http1_client, answered, blocks);
   EXPECT_EQ(answered, kWarm + kCounted);
-  EXPECT_EQ(allocations, 0U) << "operator new calls on the session's thread over " << kCounted
-                             << " warm pass-through requests";
+  EXPECT_LE(allocations, bound(kHttp1FramesPerRequest))
+      << "operator new calls on the session's thread over " << kCounted
+      << " warm pass-through requests";
   EXPECT_GT(blocks, 0U);  // the fields did come from the arena
   // The 2-byte body came with its head: it is handed on from the connection's buffer,
   // and only the answer's relay holds a 64 KiB chunk. Holding one for the request too
@@ -291,14 +334,15 @@ TEST(SteadyState, PassThroughRequestsTakeNothingFromTheHeapOnceTheConnectionIsWa
   EXPECT_EQ(Chunk::most_held(), 1U) << "chunks held at once by one pass-through request";
 }
 
-// A warm HTTP/2 connection's streams take at most 2 heap calls each: its streams, their
-// fields and nghttp2's own allocations come from the connection's pool and arena.
-TEST(SteadyState, AWarmHttp2StreamPassedThroughTakesAtMostTwoHeapCalls) {
+// A warm HTTP/2 connection's streams take their frames and nothing else from the heap:
+// its streams, their fields and nghttp2's own allocations come from the connection's
+// pool and arena.
+TEST(SteadyState, AWarmHttp2StreamPassedThroughTakesOnlyItsCoroutineFramesFromTheHeap) {
   int answered = 0;
   std::size_t blocks = 0;
   const auto allocations = warm_allocations(http2_client, answered, blocks);
   EXPECT_EQ(answered, kWarm + kCounted);
-  EXPECT_LE(allocations, 2U * kCounted)
+  EXPECT_LE(allocations, bound(kHttp2FramesPerStream))
       << "operator new calls on the session's thread over " << kCounted << " warm HTTP/2 streams";
   EXPECT_GT(blocks, 0U);
 }
