@@ -35,7 +35,8 @@ store::PgOptions pg_options(const config::Config& c, int pool_size) {
                      nullptr,
                      c.store.batch_max,
                      c.store.citus,
-                     c.store.batch_wait};
+                     c.store.batch_wait,
+                     c.store.defer_chunk_flush};
   if (!c.store.encryption_key_file.empty()) {
     o.sealer =
         std::make_shared<const store::Sealer>(store::read_key_file(c.store.encryption_key_file));

@@ -108,6 +108,7 @@ const std::vector<Key>& table() {
       IDEMPROXY_RESTART("store.postgres", "batch_wait", store.batch_wait),
       IDEMPROXY_RESTART("store.postgres", "statement_timeout", store.statement_timeout),
       IDEMPROXY_RESTART("store.postgres", "transaction_pooling", store.transaction_pooling),
+      IDEMPROXY_RESTART("store.postgres", "defer_chunk_flush", store.defer_chunk_flush),
       IDEMPROXY_RESTART("store.postgres", "citus", store.citus),
       IDEMPROXY_RESTART("server", "threads", server.threads),
       {"server", "drain_timeout"},

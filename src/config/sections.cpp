@@ -157,6 +157,9 @@ void read_store(const YAML::Node& root, const Reader& r, Config& c) {
     if (pg["transaction_pooling"])
       c.store.transaction_pooling =
           r.boolean(pg["transaction_pooling"], "store.postgres.transaction_pooling");
+    if (pg["defer_chunk_flush"])
+      c.store.defer_chunk_flush =
+          r.boolean(pg["defer_chunk_flush"], "store.postgres.defer_chunk_flush");
     if (pg["citus"]) c.store.citus = r.boolean(pg["citus"], "store.postgres.citus");
     if (pg["statement_timeout"])
       c.store.statement_timeout =

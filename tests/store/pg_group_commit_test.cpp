@@ -1,9 +1,15 @@
 // PgStore group commit: batches behind a busy connection, one key many times in a
 // batch, a failing member, awkward bytes in the multi-row statements.
+#include <unistd.h>
+
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "idemproxy/common/handoff.hpp"
 #include "pg_store_fixture.hpp"
@@ -614,4 +620,79 @@ TEST_F(PgStoreTest, ASecondBatchOfChunksCommitsWhileTheFirstWaits) {
   ASSERT_EQ(stored.value().size(), 2U);
   EXPECT_EQ(stored.value()[0].bytes, "first chunk");
   EXPECT_EQ(stored.value()[1].bytes, "second chunk");
+}
+
+// With store.postgres.defer_chunk_flush, a batch of chunks commits without waiting for
+// the WAL's flush (Write::FlushLater), and the completion that counts them commits
+// durably, flushing the WAL past them; without it, every commit waits. Triggers on this
+// test's scope note the synchronous_commit each row was written under. Not on Citus,
+// where chunks always commit durably (a shard move's catch-up) and a trigger on a
+// distributed table is refused.
+TEST_F(PgStoreTest, DeferredChunksCommitWithoutWaitingForTheFlushAndTheirCompletionDurably) {
+  if (citus()) GTEST_SKIP() << "chunks commit durably on Citus";
+  pqxx::connection outside(dsn());
+  const std::string suffix = std::to_string(::getpid());
+  const std::string table = "idemproxy_test_commit_settings";
+  {
+    pqxx::work ddl(outside);
+    ddl.exec("CREATE TABLE IF NOT EXISTS " + table +
+             " (n bigserial, scope text, key text, rel text, sync text)");
+    ddl.exec(
+        "CREATE OR REPLACE FUNCTION idemproxy_test_note_sync() RETURNS trigger"
+        " LANGUAGE plpgsql AS $$ BEGIN INSERT INTO " +
+        table +
+        " (scope, key, rel, sync) VALUES (NEW.scope, NEW.key, TG_TABLE_NAME,"
+        " current_setting('synchronous_commit')); RETURN NEW; END $$");
+    for (const char* rel : {"idempotency_chunks", "idempotency_records"}) {
+      ddl.exec("CREATE TRIGGER note_sync_" + suffix + " AFTER INSERT OR UPDATE ON " + rel +
+               " FOR EACH ROW WHEN (NEW.scope = " + ddl.quote(scope) +
+               ") EXECUTE FUNCTION idemproxy_test_note_sync()");
+    }
+    ddl.commit();
+  }
+  struct Drop {
+    pqxx::connection& c;
+    std::string suffix;
+    ~Drop() {
+      pqxx::work ddl(c);
+      for (const char* rel : {"idempotency_chunks", "idempotency_records"})
+        ddl.exec("DROP TRIGGER IF EXISTS note_sync_" + suffix + " ON " + std::string(rel));
+      ddl.commit();
+    }
+  } drop{outside, suffix};
+  using Noted = std::vector<std::pair<std::string, std::string>>;
+  const auto stream_through = [&](PgStore& s, const std::string& key) {
+    const std::int64_t token = std::get<Claimed>(s.claim(request(key)).value()).token;
+    for (std::int32_t seq = 1; seq <= 2; ++seq) {
+      std::promise<bool> stored;
+      s.append_async({scope, key}, token, seq, "chunk " + std::to_string(seq), false,
+                     [&](Result<Done> r) { stored.set_value(r.ok()); });
+      EXPECT_TRUE(stored.get_future().get());
+    }
+    StoredResponse answer{200, {{"Content-Type", "text/event-stream"}}, "", true};
+    answer.chunks = 2;
+    answer.body_length = 14;
+    answer.body_digest = std::string(32, '\x5a');
+    EXPECT_TRUE(s.complete({scope, key}, token, answer, 1h).ok());
+    pqxx::nontransaction read(outside);
+    Noted noted;
+    for (const auto& row : read.exec_params(
+             "SELECT rel, sync FROM " + table + " WHERE scope = $1 AND key = $2 ORDER BY n", scope,
+             key))
+      noted.emplace_back(row[0].as<std::string>(), row[1].as<std::string>());
+    read.exec_params("DELETE FROM " + table + " WHERE scope = $1 AND key = $2", scope, key);
+    return noted;
+  };
+  PgOptions deferring{dsn(), 4, 5s};
+  deferring.defer_chunk_flush = true;
+  PgStore deferred(deferring);
+  EXPECT_EQ(stream_through(deferred, "deferred"),
+            (Noted{{"idempotency_records", "on"},  // the claim
+                   {"idempotency_chunks", "off"},  // each chunk
+                   {"idempotency_chunks", "off"},
+                   {"idempotency_records", "on"}}));  // the completion
+  EXPECT_EQ(stream_through(*store, "by-default"), (Noted{{"idempotency_records", "on"},
+                                                         {"idempotency_chunks", "on"},
+                                                         {"idempotency_chunks", "on"},
+                                                         {"idempotency_records", "on"}}));
 }

@@ -472,6 +472,23 @@ TEST(ConfigStore, BatchWaitTakesMicrosecondsAndIsBounded) {
             std::string::npos);
 }
 
+// store.postgres.defer_chunk_flush: off unless set; a boolean, reported at its place
+// otherwise; a restart-only setting.
+TEST(ConfigStore, DeferChunkFlushIsOffUnlessSetAndABoolean) {
+  const std::string base =
+      "upstream: {url: http://127.0.0.1:3000}\n"
+      "routes: [{name: o, path_prefix: /o}]\n"
+      "store:\n  postgres:\n    dsn: postgresql://x/y\n";
+  EXPECT_FALSE(parse(base).store.defer_chunk_flush);
+  EXPECT_TRUE(parse(base + "    defer_chunk_flush: true\n").store.defer_chunk_flush);
+  EXPECT_NE(error_of(base + "    defer_chunk_flush: soon\n")
+                .find("6:24: store.postgres.defer_chunk_flush"),
+            std::string::npos);
+  const auto changed =
+      restart_only_changes(parse(base), parse(base + "    defer_chunk_flush: true\n"));
+  EXPECT_EQ(changed, std::vector<std::string>{"store.postgres.defer_chunk_flush"});
+}
+
 TEST(Config, AQuotaCapsEachTenantAndARoutesQuotaReplacesTheDefaults) {
   const Config c = parse(std::string(kMinimal) +
                          "defaults: {quota: {records: 1000, bytes: 1MiB}}\n"

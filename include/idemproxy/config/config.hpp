@@ -71,7 +71,9 @@ struct StoreConfig {
   int pool_size = 8;
   Duration statement_timeout = std::chrono::seconds{5};
   bool transaction_pooling = false;  // a transaction-pooling PgBouncer is in the path
-  int batch_max = 64;                // claims and completions per group commit; 1: off
+  // Chunk batches commit without waiting for the WAL's flush; the completion flushes.
+  bool defer_chunk_flush = false;
+  int batch_max = 64;  // claims and completions per group commit; 1: off
   // Most a batch waits for company (docs/PERFORMANCE.md, "Batches that stay full").
   std::chrono::microseconds batch_wait{1000};
   std::optional<bool> citus;        // records distributed by Citus; unset: detect

@@ -33,6 +33,12 @@ struct PgOptions {
   /// store.postgres.batch_wait: how long a batch may wait for company before it runs,
   /// while the lane's last batch had company (so one request alone never waits).
   std::chrono::microseconds batch_wait{0};
+  /// store.postgres.defer_chunk_flush: a streamed answer's chunk batches commit without
+  /// waiting for the WAL's flush (plain PostgreSQL; Write::FlushLater), and the
+  /// completion's durable commit flushes them. A crash of PostgreSQL while a stream
+  /// flows can then lose chunks it had taken: the completion, which counts them, is
+  /// refused and the record ends indeterminate instead of replayable.
+  bool defer_chunk_flush = false;
 };
 
 /// Why a route's quota keeps the proxy unready: the database counts no usage (migration

@@ -109,7 +109,8 @@ Result<Done> ChunkCommit::run(const std::vector<PendingChunk*>& batch) {
       params.push_back(big_endian<std::int32_t>(p->seq));
       params.emplace_back(p->stored.data(), p->stored.size());
     }
-    Write w(c);
+    // Deferred: the completion's commit flushes them (PgOptions::defer_chunk_flush).
+    auto w = flush_later_ ? Write(c, Write::FlushLater{}) : Write(c);
     c.exec_rows_binary(w.tx(), "idemproxy_append_chunks", append_rows_sql,
                        static_cast<int>(rows.size()), key_id_, params);
     c.announce(w.tx(), kDoneChannel, announced);

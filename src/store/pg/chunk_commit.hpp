@@ -32,7 +32,10 @@ class ChunkCommit {
  public:
   /// `key_id`: the key the chunks are sealed under (nullptr: in the clear).
   ChunkCommit(Pool& pool, const PgOptions& options, const char* key_id)
-      : pool_(pool), key_id_(key_id), runners_(std::max(kLaneBatches, options.pool_size / 4)) {}
+      : pool_(pool),
+        key_id_(key_id),
+        flush_later_(options.defer_chunk_flush),
+        runners_(std::max(kLaneBatches, options.pool_size / 4)) {}
 
   /// Queues `chunk` and returns; a runner stores it with the others queued, and calls
   /// chunk.finished once the batch committed (or failed: then every member's answer
@@ -63,6 +66,7 @@ class ChunkCommit {
 
   Pool& pool_;
   const char* key_id_;
+  bool flush_later_;  // PgOptions::defer_chunk_flush
   std::mutex mu_;
   std::map<int, Lane> lanes_;  // -1 on plain PostgreSQL; a Citus worker's group id
   Stats stats_;

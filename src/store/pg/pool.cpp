@@ -71,17 +71,33 @@ Connection::Connection(const PgOptions& options)
   for (const auto& s : kAll) conn_.prepare(s.name, s.sql);
 }
 
-Write::Write(Connection& c, bool atomic) {
-  if (c.local_sync().empty() && !atomic) {
-    tx_ = std::make_unique<pqxx::nontransaction>(c.raw());
-    return;
-  }
-  tx_ = std::make_unique<pqxx::work>(c.raw());
-  if (c.local_sync().empty()) return;
+namespace {
+
+std::unique_ptr<pqxx::transaction_base> begin_durable(Connection& c, bool atomic) {
+  if (c.local_sync().empty() && !atomic) return std::make_unique<pqxx::nontransaction>(c.raw());
+  auto tx = std::make_unique<pqxx::work>(c.raw());
+  if (c.local_sync().empty()) return tx;
   // Behind a transaction pooler the session's propagation setting did not last.
-  tx_->exec((c.distributed() ? "SET LOCAL citus.propagate_set_commands = 'local'; " : "") +
-            std::string("SET LOCAL synchronous_commit = ") + c.local_sync());
+  tx->exec((c.distributed() ? "SET LOCAL citus.propagate_set_commands = 'local'; " : "") +
+           std::string("SET LOCAL synchronous_commit = ") + c.local_sync());
+  return tx;
 }
+
+std::unique_ptr<pqxx::transaction_base> begin_flush_later(Connection& c) {
+  auto tx = std::make_unique<pqxx::work>(c.raw());
+  tx->exec("SET LOCAL synchronous_commit = off");
+  return tx;
+}
+
+}  // namespace
+
+Write::Write(Connection& c, bool atomic) : tx_(begin_durable(c, atomic)) {}
+
+// Not on Citus: a shard move's catch-up waits for the WAL's write position (above),
+// which an asynchronous commit may not have reached, and a chunk left behind on the old
+// placement would make its record indeterminate.
+Write::Write(Connection& c, FlushLater)
+    : tx_(c.distributed() ? begin_durable(c, false) : begin_flush_later(c)) {}
 
 ShardMap Connection::read_shards() {
   pqxx::nontransaction tx(conn_);

@@ -119,6 +119,14 @@ class Write {
  public:
   /// `atomic`: its statements commit together on plain PostgreSQL too.
   explicit Write(Connection& c, bool atomic = false);
+  /// A transaction whose commit does not wait for the WAL's flush, on plain PostgreSQL
+  /// (SET LOCAL synchronous_commit = off; on Citus it is a Write as above). For rows
+  /// that a later durable commit checks before it relies on them: a streamed answer's
+  /// chunks, which its completion counts. That commit flushes the WAL past them (the
+  /// WAL is written in order), so a completed record's chunks are durable; a chunk a
+  /// crash forgot before it leaves the count short, and the completion refused.
+  struct FlushLater {};
+  Write(Connection& c, FlushLater);
   pqxx::transaction_base& tx() { return *tx_; }
   void commit() { tx_->commit(); }
 
