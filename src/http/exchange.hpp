@@ -151,9 +151,16 @@ class Exchange {
   /// read_body() times it.
   virtual asio::awaitable<BodyPiece::Error> read_whole_body(std::string& body,
                                                             std::optional<TimePoint> deadline);
-  /// Answers `Expect: 100-continue` (RFC 9110 10.1.1) before the body is read; false
-  /// when the client cannot be written to.
-  virtual asio::awaitable<bool> continue_if_expected() = 0;
+  /// The whole body into `body`, when it is here already and within the limit: no
+  /// wait, so no coroutine frame (most API requests send their body with the head).
+  /// False, having taken nothing, when read_whole_body has to wait or report an error.
+  virtual bool take_buffered_body(std::string& body) { return false; }
+  /// Whether the client waits for `100 Continue` (RFC 9110 10.1.1) before it sends the
+  /// body: it sent `Expect: 100-continue`, no body yet, and none was answered. Asked
+  /// first, so that the usual request makes no coroutine frame for it.
+  virtual bool expects_continue() const = 0;
+  /// Sends `100 Continue`; false when the client cannot be written to.
+  virtual asio::awaitable<bool> send_continue() = 0;
   /// Whether the body was read to its end (or there was none).
   virtual bool body_done() const = 0;
 

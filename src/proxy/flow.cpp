@@ -21,6 +21,7 @@ namespace {
 using engine::Decision;
 using idempotent::Flow;
 using idempotent::forward_unprotected;
+using idempotent::PhaseStep;
 using idempotent::SignalWaiter;
 using idempotent::Step;
 using idempotent::upstream_timeout;
@@ -171,18 +172,24 @@ asio::awaitable<Step> act_phase(Flow& f) {
 
 struct Phase {
   const char* name;
-  asio::awaitable<Step> (*run)(Flow&);
+  PhaseStep (*run)(Flow&);
 };
+
+// A phase that is a coroutine throughout: the driver awaits all of it.
+template <asio::awaitable<Step> (*Coroutine)(Flow&)>
+PhaseStep awaited(Flow& f) {
+  return Coroutine(f);
+}
 
 constexpr std::array<Phase, 8> kPhases{{
     {"key", idempotent::key_phase},
-    {"body", idempotent::body_phase},
+    {"body", awaited<idempotent::body_phase>},
     {"body key", idempotent::body_key_phase},
     {"key age", idempotent::key_age_phase},
     {"cached", idempotent::cached_phase},
     {"fingerprint", idempotent::fingerprint_phase},
-    {"claim", claim_phase},
-    {"act", act_phase},
+    {"claim", awaited<claim_phase>},
+    {"act", awaited<act_phase>},
 }};
 
 }  // namespace
@@ -237,7 +244,14 @@ asio::awaitable<void> run_idempotent(RequestContext& ctx,
                                      std::optional<std::string_view> key_header) {
   Flow flow{ctx, key_header};
   for (const Phase& phase : kPhases) {
-    const Step step = co_await phase.run(flow);
+    PhaseStep now = phase.run(flow);
+    Step step = Step::next;
+    if (const Step* decided = std::get_if<Step>(&now)) {
+      step = *decided;
+    } else {
+      asio::awaitable<Step> rest = std::move(std::get<asio::awaitable<Step>>(now));
+      step = co_await std::move(rest);
+    }
     if (step == Step::next) continue;
     if (step == Step::responded) co_return;
     if (!ctx.error) {

@@ -23,10 +23,16 @@ void take_key(Flow& f, std::string key) {
   f.id.key = std::move(key);
   f.ctx.key_hash = sha256_hex16(f.id.key);
 }
+
+// The step after `work`, which answers the client.
+asio::awaitable<Step> responded_after(asio::awaitable<void> work) {
+  co_await std::move(work);
+  co_return Step::responded;
+}
 }  // namespace
 
 // Phase: key, and the scope it lives in.
-asio::awaitable<Step> key_phase(Flow& f) {
+PhaseStep key_phase(Flow& f) {
   RequestContext& ctx = f.ctx;
   if (!f.key_in_body()) {
     auto parsed = engine::parse_key(*f.key_header);
@@ -34,16 +40,15 @@ asio::awaitable<Step> key_phase(Flow& f) {
       const auto verdict = engine::Coordinator::judge_key(f.route(), engine::KeyState::invalid);
       if (verdict.kind == engine::KeyVerdict::Kind::forward) {
         ctx.outcome = verdict.outcome;
-        co_await pass_through(ctx);
-        co_return Step::responded;
+        return responded_after(pass_through(ctx));
       }
       ctx.fail(ProblemKind::bad_key, bad->reason, verdict.outcome);
-      co_return Step::failed;
+      return Step::failed;
     }
     take_key(f, std::move(std::get<std::string>(parsed)));
   }
   f.id.scope = record_scope(f.route(), ctx);
-  co_return Step::next;
+  return Step::next;
 }
 
 std::string record_scope(const engine::RoutePolicy& route, RequestContext& ctx) {
@@ -80,11 +85,18 @@ asio::awaitable<Step> body_phase(Flow& f) {
   }
   BodyPiece::Error error = BodyPiece::Error::too_large;
   if (!too_large) {
-    if (!co_await ctx.ex.continue_if_expected()) co_return Step::responded;
+    if (ctx.ex.expects_continue()) {
+      const bool written = co_await ctx.ex.send_continue();
+      if (!written) co_return Step::responded;
+    }
     ctx.ex.body_limit(route.max_body);
-    const auto deadline =
-        std::chrono::steady_clock::now() + ctx.settings.config.server.read_timeout;
-    error = co_await ctx.ex.read_whole_body(f.req.body(), deadline);
+    if (ctx.ex.take_buffered_body(f.req.body())) {
+      error = BodyPiece::Error::none;
+    } else {
+      const auto deadline =
+          std::chrono::steady_clock::now() + ctx.settings.config.server.read_timeout;
+      error = co_await ctx.ex.read_whole_body(f.req.body(), deadline);
+    }
   }
   if (error == BodyPiece::Error::too_large) {
     ctx.fail(ProblemKind::body_too_large,
@@ -111,7 +123,7 @@ asio::awaitable<Step> forward_as_read(Flow& f, Outcome outcome) {
   ctx.te_trailers = prepare_forward(f.req, ctx.ex.peer(), ctx.settings.config.upstream);
   f.req.prepare_payload();
   f.decision.outcome = outcome;
-  co_return co_await forward_unprotected(f);
+  return forward_unprotected(f);
 }
 }  // namespace
 
@@ -120,37 +132,35 @@ asio::awaitable<Step> forward_as_read(Flow& f, Outcome outcome) {
 // key apply; a body that is not JSON, or a value that is not a usable string or
 // integer, is refused with the pointer named. With none there, an optional key
 // forwards unprotected, as a request without the header does.
-asio::awaitable<Step> body_key_phase(Flow& f) {
-  if (!f.key_in_body()) co_return Step::next;
+PhaseStep body_key_phase(Flow& f) {
+  if (!f.key_in_body()) return Step::next;
   RequestContext& ctx = f.ctx;
   const auto& route = f.route();
   auto found = engine::key_from_json(f.req.body(), route.key_json_pointer);
   if (found.found == engine::BodyKey::Found::key) {
     take_key(f, std::move(found.key));
-    co_return Step::next;
+    return Step::next;
   }
   const bool absent = found.found == engine::BodyKey::Found::absent;
   const auto verdict = engine::Coordinator::judge_key(
       route, absent ? engine::KeyState::absent : engine::KeyState::invalid);
-  if (verdict.kind == engine::KeyVerdict::Kind::forward) {
-    co_return co_await forward_as_read(f, verdict.outcome);
-  }
+  if (verdict.kind == engine::KeyVerdict::Kind::forward) return forward_as_read(f, verdict.outcome);
   refuse_key(ctx, verdict, ProblemKind::invalid_key, std::move(found.reason));
-  co_return Step::failed;  // the body was read: the connection stays usable
+  return Step::failed;  // the body was read: the connection stays usable
 }
 
 // Phase: max_key_age. A UUIDv7 key says when it was minted (RFC 9562 5.7): one older
 // than the route allows is a retry that outlived any record of its first try, so it
 // is refused rather than executed again. Other keys are not judged.
-asio::awaitable<Step> key_age_phase(Flow& f) {
+PhaseStep key_age_phase(Flow& f) {
   const auto& route = f.route();
-  if (route.max_key_age.count() == 0) co_return Step::next;
+  if (route.max_key_age.count() == 0) return Step::next;
   const auto minted = engine::uuid7_time(f.id.key);
   if (!minted || std::chrono::system_clock::now() - *minted <= route.max_key_age) {
-    co_return Step::next;
+    return Step::next;
   }
   RequestContext& ctx = f.ctx;
-  if (f.shadow()) co_return co_await forward_as_read(f, Outcome::shadow_would_reject);
+  if (f.shadow()) return forward_as_read(f, Outcome::shadow_would_reject);
   const auto days = std::chrono::duration_cast<std::chrono::hours>(route.max_key_age).count() / 24;
   ctx.fail(ProblemKind::expired,
            "the Idempotency-Key is a UUIDv7 minted at " + rfc3339(*minted) +
@@ -159,21 +169,21 @@ asio::awaitable<Step> key_age_phase(Flow& f) {
                          : std::to_string(route.max_key_age.count() / 1000) + " s") +
                "); a retry that old is not executed. Use a new key for a new request",
            Outcome::expired);
-  co_return Step::failed;
+  return Step::failed;
 }
 
 // Phase: a completed record this process has seen replays from memory, with no
 // database round trip and no commit. The very same request bytes replay without a
 // fingerprint.
-asio::awaitable<Step> cached_phase(Flow& f) {
+PhaseStep cached_phase(Flow& f) {
   f.hit = f.rt().coordinator.cached(f.route(), f.id);
   // Under a rule that counts header fields the same bytes may be another request.
   if (f.hit && f.route().fingerprint.headers.empty() &&
       f.hit->request.same(f.ctx.method, f.ctx.target, f.req[bhttp::field::content_type],
                           f.req.body())) {
-    co_return co_await replay_cached(f);
+    return replay_cached(f);
   }
-  co_return Step::next;
+  return Step::next;
 }
 
 std::string request_fingerprint(const Flow& f, const engine::FingerprintRule& rule) {
@@ -189,7 +199,7 @@ std::string request_fingerprint(const Flow& f, const engine::FingerprintRule& ru
 // Phase: fingerprint. The same request in other bytes (JSON members reordered, say)
 // still replays from memory; anything else (a miss, another fingerprint) goes on to
 // the claim.
-asio::awaitable<Step> fingerprint_phase(Flow& f) {
+PhaseStep fingerprint_phase(Flow& f) {
   RequestContext& ctx = f.ctx;
   const auto& route = f.route();
   const auto& cfg = ctx.settings.config;
@@ -198,11 +208,11 @@ asio::awaitable<Step> fingerprint_phase(Flow& f) {
                                       route.lease, route.ttl, route.name, ctx.method, ctx.target,
                                       route.on_stale == engine::OnStale::retake,
                                       route.after_expiry_reject, route.quota});
-  if (f.hit && f.hit->fingerprint == f.claim->fingerprint) co_return co_await replay_cached(f);
+  if (f.hit && f.hit->fingerprint == f.claim->fingerprint) return replay_cached(f);
   f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
   ctx.te_trailers = prepare_forward(f.req, ctx.ex.peer(), cfg.upstream);
   f.req.prepare_payload();
-  co_return Step::next;
+  return Step::next;
 }
 
 }  // namespace idemproxy::proxy::idempotent

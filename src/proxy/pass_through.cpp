@@ -39,7 +39,10 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
     co_await send_problem(ctx);
     co_return;
   }
-  if (!co_await ctx.ex.continue_if_expected()) co_return;
+  if (ctx.ex.expects_continue()) {
+    const bool written = co_await ctx.ex.send_continue();
+    if (!written) co_return;
+  }
   ctx.ex.body_limit(cfg.server.max_stream_body);
   auto& req = ctx.ex.head();
   const bool is_head = req.method() == bhttp::verb::head;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <variant>
 
 #include "http/signal.hpp"
 #include "idemproxy/engine/coordinator.hpp"
@@ -20,6 +21,12 @@ enum class Step {
   responded,  // the client has its answer, or cannot be given one
   failed,     // ctx.error says why; the driver sends it
 };
+
+/// What a phase returns: its step, when it could decide at once, or the work still
+/// to await. A phase that decides at once (most intake phases, most of the time) is a
+/// plain function: it makes no coroutine frame, and only a slower path (a forward, a
+/// replay) starts a coroutine for the driver to await.
+using PhaseStep = std::variant<Step, asio::awaitable<Step>>;
 
 /// What the phases share, beside the request context.
 struct Flow {
@@ -111,15 +118,15 @@ Duration upstream_timeout(const RequestContext& ctx, const RequestHeader& head);
 /// Intake: the key from its header and the scope; the body; the key from the body
 /// (key_json_pointer); the key's age; a replay of the very same bytes from memory;
 /// the fingerprint (and a replay of the same request in other bytes).
-asio::awaitable<Step> key_phase(Flow& f);
+PhaseStep key_phase(Flow& f);
 /// The scope a request's records live in on `route`: derived from the request as the
 /// route says (scope.from, scope_header, namespace). key_phase and the lookup share it.
 std::string record_scope(const engine::RoutePolicy& route, RequestContext& ctx);
 asio::awaitable<Step> body_phase(Flow& f);
-asio::awaitable<Step> body_key_phase(Flow& f);
-asio::awaitable<Step> key_age_phase(Flow& f);
-asio::awaitable<Step> cached_phase(Flow& f);
-asio::awaitable<Step> fingerprint_phase(Flow& f);
+PhaseStep body_key_phase(Flow& f);
+PhaseStep key_age_phase(Flow& f);
+PhaseStep cached_phase(Flow& f);
+PhaseStep fingerprint_phase(Flow& f);
 /// The request's fingerprint under `rule`: the route's, or a record's own (a record
 /// made under another rule is judged under that one).
 std::string request_fingerprint(const Flow& f, const engine::FingerprintRule& rule);

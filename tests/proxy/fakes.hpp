@@ -37,7 +37,8 @@ class FakeExchange final : public Exchange {
   FieldsAllocator fields_allocator() override { return {}; }
   void body_limit(std::uint64_t) override {}
   asio::awaitable<BodyPiece> read_body(std::size_t max, std::optional<TimePoint>) override;
-  asio::awaitable<bool> continue_if_expected() override { co_return true; }
+  bool expects_continue() const override { return false; }
+  asio::awaitable<bool> send_continue() override { co_return true; }
   bool body_done() const override {
     return next_ == pieces_.size() && fails_with == BodyPiece::Error::none;
   }

@@ -50,6 +50,26 @@ void Exchange::body_limit(std::uint64_t limit) {
 
 bool Exchange::body_done() const { return direct_ ? *direct_ == 0 : parser_.is_done(); }
 
+// As read_body's first case, a body framed by Content-Length that came with the head,
+// taken whole.
+bool Exchange::take_buffered_body(std::string& body) {
+  if (body_done()) {
+    body.clear();
+    return true;
+  }
+  if (direct_ || parser_.chunked() || (facts_.content_length && *facts_.content_length > limit_)) {
+    return false;
+  }
+  const auto left = parser_.content_length_remaining();
+  if (!left || *left > conn_.buffer.size()) return false;
+  const auto n = static_cast<std::size_t>(*left);
+  body.assign(static_cast<const char*>(conn_.buffer.data().data()), n);
+  conn_.buffer.consume(n);
+  direct_ = 0;
+  read_ += n;
+  return true;
+}
+
 void Exchange::deadline_for_read(std::optional<TimePoint> deadline) {
   const auto by = Clock::now() + facts_.settings->config.server.read_timeout;
   conn_.stream.expires_at(deadline ? std::min(by, *deadline) : by);
@@ -125,8 +145,7 @@ asio::awaitable<BodyPiece> Exchange::read_body(std::size_t max, std::optional<Ti
   }
 }
 
-asio::awaitable<bool> Exchange::continue_if_expected() {
-  if (!expects_continue_ || body_done()) co_return true;
+asio::awaitable<bool> Exchange::send_continue() {
   expects_continue_ = false;
   static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
   const auto bytes = asio::buffer(kContinue);

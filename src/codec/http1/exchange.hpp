@@ -39,8 +39,10 @@ class Exchange final : public http::Exchange {
   FieldsAllocator fields_allocator() override { return conn_.fields_allocator(); }
   void body_limit(std::uint64_t limit) override;
   asio::awaitable<BodyPiece> read_body(std::size_t max, std::optional<TimePoint> deadline) override;
-  asio::awaitable<bool> continue_if_expected() override;
+  bool expects_continue() const override { return expects_continue_ && !body_done(); }
+  asio::awaitable<bool> send_continue() override;
   bool body_done() const override;
+  bool take_buffered_body(std::string& body) override;
   asio::awaitable<bool> send_interim(ResponseHeader& head) override;
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
   asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;

@@ -228,8 +228,7 @@ asio::awaitable<BodyPiece> Stream::read_body(std::size_t, std::optional<TimePoin
   co_return BodyPiece{piece, end_stream_ && in_[fill_].empty(), BodyPiece::Error::none};
 }
 
-asio::awaitable<bool> Stream::continue_if_expected() {
-  if (!expects_continue_ || received_ > 0 || end_stream_) co_return true;
+asio::awaitable<bool> Stream::send_continue() {
   expects_continue_ = false;
   ResponseHeader head(fields_allocator());
   head.result(bhttp::status::continue_);

@@ -64,7 +64,10 @@ class Stream final : public http::Exchange {
   FieldsAllocator fields_allocator() override;
   void body_limit(std::uint64_t limit) override { limit_ = limit; }
   asio::awaitable<BodyPiece> read_body(std::size_t max, std::optional<TimePoint> deadline) override;
-  asio::awaitable<bool> continue_if_expected() override;
+  bool expects_continue() const override {
+    return expects_continue_ && received_ == 0 && !end_stream_;
+  }
+  asio::awaitable<bool> send_continue() override;
   bool body_done() const override { return end_stream_ && in_[fill_].empty(); }
   asio::awaitable<bool> send_interim(ResponseHeader& head) override;
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
