@@ -93,7 +93,7 @@ std::unique_ptr<pqxx::transaction_base> begin_flush_later(Connection& c) {
 
 Write::Write(Connection& c, bool atomic) : tx_(begin_durable(c, atomic)) {}
 
-// Not on Citus: a shard move's catch-up waits for the WAL's write position (above),
+// Not on Citus: a shard move's catch-up waits for the WAL's write position (Write, pool.hpp),
 // which an asynchronous commit may not have reached, and a chunk left behind on the old
 // placement would make its record indeterminate.
 Write::Write(Connection& c, FlushLater)
