@@ -62,12 +62,18 @@ bool Exchange::take_buffered_body(std::string& body) {
   }
   const auto left = parser_.content_length_remaining();
   if (!left || *left > conn_.buffer.size()) return false;
-  const auto n = static_cast<std::size_t>(*left);
-  body.assign(static_cast<const char*>(conn_.buffer.data().data()), n);
-  conn_.buffer.consume(n);
-  direct_ = 0;
-  read_ += n;
+  body.assign(take_from_buffer(*left, static_cast<std::size_t>(*left)));
   return true;
+}
+
+std::string_view Exchange::take_from_buffer(std::uint64_t left, std::size_t max) {
+  const auto n = static_cast<std::size_t>(
+      std::min<std::uint64_t>(std::min<std::uint64_t>(left, max), conn_.buffer.size()));
+  const std::string_view data(static_cast<const char*>(conn_.buffer.data().data()), n);
+  conn_.buffer.consume(n);
+  direct_ = left - n;  // the rest, if any, is read straight into a chunk
+  read_ += n;
+  return data;
 }
 
 void Exchange::deadline_for_read(std::optional<TimePoint> deadline) {
@@ -88,12 +94,7 @@ asio::awaitable<BodyPiece> Exchange::read_body(std::size_t max, std::optional<Ti
   // (bench/results/HISTORY.md, "HTTP/1.1 pass-through regression").
   if (!direct_ && !parser_.chunked() && conn_.buffer.size() > 0) {
     if (const auto left = parser_.content_length_remaining()) {
-      const auto n = static_cast<std::size_t>(
-          std::min<std::uint64_t>(std::min<std::uint64_t>(*left, max), conn_.buffer.size()));
-      const std::string_view data(static_cast<const char*>(conn_.buffer.data().data()), n);
-      conn_.buffer.consume(n);
-      direct_ = *left - n;  // the rest, if any, is read straight into a chunk
-      read_ += n;
+      const std::string_view data = take_from_buffer(*left, max);
       co_return BodyPiece{data, *direct_ == 0, BodyPiece::Error::none};
     }
   }

@@ -57,6 +57,9 @@ class Exchange final : public http::Exchange {
   template <class Buffers>
   asio::awaitable<bool> write(const Buffers& buffers);
   void deadline_for_read(std::optional<TimePoint> deadline);
+  // Up to `max` of the `left` body bytes framed by Content-Length from the connection's
+  // buffer, where they stay valid until the exchange ends; the rest is read direct.
+  std::string_view take_from_buffer(std::uint64_t left, std::size_t max);
 
   ClientConnection& conn_;
   const Service& service_;
