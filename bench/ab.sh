@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of two idemproxy binaries on one scenario, measured alternately so that the
 # machine's drift hits both alike (bench/run.sh's setup: SUT pinned to CPU 1):
-#   bench/ab.sh OLD_BINARY NEW_BINARY pass|pass64k|pass1m|fresh|replay [ROUNDS] [SECONDS]
+#   bench/ab.sh OLD_BINARY NEW_BINARY pass|pass64k|pass1m|fresh|replay|h2pass|h2replay [ROUNDS] [SECONDS]
+# (h2pass, h2replay: h2load -c 8 -m 32 over h2c, as bench/run.sh's HTTP/2 rows)
 # Prints req/s and CPU µs per request of each round, then the medians and ratios.
 # AB_STORE=citus runs both on a Citus cluster (scripts/citus.sh, durable settings, its
 # servers on the load CPU) instead of one PostgreSQL node.
@@ -35,21 +36,32 @@ case $SCENARIO in
   pass) path=/pass lua=post.lua ;;
   pass64k | pass1m) path=/pass/${SCENARIO#pass} lua=post.lua ;;
   fresh | replay) path=/v1/orders lua=keys.lua ;;
+  h2pass) path=/pass ;;
+  h2replay) path=/v1/orders ;;
   *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
 esac
 HZ=$(getconf CLK_TCK)
+printf '%s' '{"amount":1000,"currency":"eur"}' >"$WORK/post.json"
 # measure PORT PID TAG: prints "req/s cpu_us"
 measure() {
   local env=() c0 c1 out n
   case $SCENARIO in
     fresh) env=(KEY_PREFIX="$3-$RANDOM$RANDOM") ;;
     replay) env=(KEY_PREFIX="$3-replay" KEY_SPACE=64) ;;
+    h2replay) env=(-H "idempotency-key: $3-h2replay") ;;  # h2load's options here
   esac
   c0=$(ticks "$2")
-  out=$(env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"${SECS}s" --timeout 10s \
-        -s "bench/lua/$lua" "http://127.0.0.1:$1$path")
-  c1=$(ticks "$2")
-  n=$(echo "$out" | awk '/requests in/ {print $1}')
+  if [[ $SCENARIO == h2* ]]; then
+    out=$(taskset -c "$LOAD_CPU" h2load -c 8 -m 32 -D "$SECS" -d "$WORK/post.json" \
+          -H 'content-type: application/json' "${env[@]}" "http://127.0.0.1:$1$path")
+    c1=$(ticks "$2")
+    n=$(echo "$out" | awk '/^requests:/ {print $8}')
+  else
+    out=$(env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"${SECS}s" --timeout 10s \
+          -s "bench/lua/$lua" "http://127.0.0.1:$1$path")
+    c1=$(ticks "$2")
+    n=$(echo "$out" | awk '/requests in/ {print $1}')
+  fi
   awk -v n="$n" -v s="$SECS" -v t=$((c1 - c0)) -v hz="$HZ" 'BEGIN {printf "%.0f %.1f\n", n / s, t / hz * 1e6 / n}'
 }
 measure "$OLD_PORT" "$OLD_PID" old >/dev/null  # warm both
