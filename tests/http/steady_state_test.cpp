@@ -23,6 +23,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "http/chunk.hpp"
 #include "idemproxy/config/config.hpp"
@@ -248,7 +249,8 @@ bool flush(nghttp2_session* session, int fd) {
   return out.empty() || send_all(fd, out);
 }
 
-int http2_client(int port) {
+// `key`: sent as Idempotency-Key when not null.
+int http2_client_sending(int port, const char* path, const char* key) {
   const int fd = connect_loopback(port);
   H2Client state;
   nghttp2_session_callbacks* cbs = nullptr;
@@ -264,21 +266,22 @@ int http2_client(int port) {
                       reinterpret_cast<std::uint8_t*>(const_cast<char*>(v)), std::strlen(n),
                       std::strlen(v), NGHTTP2_NV_FLAG_NONE};
   };
-  const nghttp2_nv head[] = {nv(":method", "POST"),
-                             nv(":scheme", "http"),
-                             nv(":authority", "shop.example"),
-                             nv(":path", "/v2/customers/cus_0123456789/notes?page=2"),
-                             nv("user-agent", "steady-state-test"),
-                             nv("accept", "application/json"),
-                             nv("content-type", "application/json"),
-                             nv("content-length", "2")};
+  std::vector<nghttp2_nv> head = {nv(":method", "POST"),
+                                  nv(":scheme", "http"),
+                                  nv(":authority", "shop.example"),
+                                  nv(":path", path),
+                                  nv("user-agent", "steady-state-test"),
+                                  nv("accept", "application/json"),
+                                  nv("content-type", "application/json"),
+                                  nv("content-length", "2")};
+  if (key != nullptr) head.push_back(nv("idempotency-key", key));
   nghttp2_data_provider provider{};
   provider.read_callback = H2Client::body;
   int answered = 0;
   char in[16384];
   for (int i = 0; i < kWarm + kCounted; ++i) {
     if (i == kWarm) g_counting = true;
-    nghttp2_submit_request(session, nullptr, head, std::size(head), &provider, nullptr);
+    nghttp2_submit_request(session, nullptr, head.data(), head.size(), &provider, nullptr);
     bool ok = flush(session, fd);
     while (ok && state.streams_closed == answered) {
       const auto n = ::recv(fd, in, sizeof in, 0);
@@ -294,6 +297,15 @@ int http2_client(int port) {
   nghttp2_session_del(session);
   ::close(fd);
   return std::min(answered, state.ok_answers);
+}
+
+int http2_client(int port) {
+  return http2_client_sending(port, "/v2/customers/cus_0123456789/notes?page=2", nullptr);
+}
+
+// As http1_replay_client, on one HTTP/2 connection.
+int http2_replay_client(int port) {
+  return http2_client_sending(port, "/v1/orders", "steady-state-replay-0123456789");
 }
 
 // Each frame is one operator new, as the bounds below assume. With Asio's recycler
@@ -366,6 +378,15 @@ constexpr std::size_t kReplayCallsPerRequest = 14;
 
 TEST(SteadyState, AWarmReplayTakesOnlyItsFramesAndTheRequestsStringsFromTheHeap) {
   expect_warm(http1_replay_client, kReplayCallsPerRequest, "replays");
+}
+
+// The same over HTTP/2: a warm replay's stream takes its frames and the request's own
+// strings. Measured: 5,005 to 5,025 calls over 200 replays, 25 a replay; 5,405 (27)
+// before a body that came with its HEADERS was taken whole (Stream::take_buffered_body).
+constexpr std::size_t kHttp2ReplayCallsPerStream = 25;
+
+TEST(SteadyState, AWarmHttp2ReplayTakesOnlyItsFramesAndTheRequestsStringsFromTheHeap) {
+  expect_warm(http2_replay_client, kHttp2ReplayCallsPerStream, "HTTP/2 replays");
 }
 
 // A warm HTTP/2 connection's streams take their frames and nothing else from the heap:

@@ -228,6 +228,21 @@ asio::awaitable<BodyPiece> Stream::read_body(std::size_t, std::optional<TimePoin
   co_return BodyPiece{piece, end_stream_ && in_[fill_].empty(), BodyPiece::Error::none};
 }
 
+// A body all here (END_STREAM came, as it mostly does with the HEADERS or right after)
+// and none handed out yet, taken whole: its buffer becomes the body. Its window goes
+// back as a piece read_body handed out does, at the next read or once served: given
+// back here, the WINDOW_UPDATE went out in a write of its own ahead of the answer
+// (bench/ab.sh h2replay: 12 % more CPU a replay).
+bool Stream::take_buffered_body(std::string& body) {
+  if (!end_stream_ || delivered_ != 0 || in_[fill_].size() > limit_) return false;
+  const std::size_t size = in_[fill_].size();
+  body.clear();
+  body.swap(in_[fill_]);
+  delivered_ = size;
+  view_ = size;
+  return true;
+}
+
 asio::awaitable<bool> Stream::send_continue() {
   expects_continue_ = false;
   ResponseHeader head(fields_allocator());

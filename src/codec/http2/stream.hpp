@@ -64,6 +64,7 @@ class Stream final : public http::Exchange {
   FieldsAllocator fields_allocator() override;
   void body_limit(std::uint64_t limit) override { limit_ = limit; }
   asio::awaitable<BodyPiece> read_body(std::size_t max, std::optional<TimePoint> deadline) override;
+  bool take_buffered_body(std::string& body) override;
   bool expects_continue() const override {
     return expects_continue_ && received_ == 0 && !end_stream_;
   }
