@@ -6,6 +6,15 @@
 
 namespace idemproxy::proxy {
 
+store::Store::Watchers announcement_watchers(Runtime& rt) {
+  store::Store::Watchers watchers;
+  watchers.purged = [&rt](const store::RecordId& id) { rt.coordinator.forget(id); };
+  watchers.finished = [&rt](const store::RecordId& id) { rt.coordinator.finished_elsewhere(id); };
+  watchers.watched = [&rt](const store::RecordId& id) { RemoteFeed::start(rt, id); };
+  watchers.resumed = [&rt] { rt.coordinator.announcements_resumed(); };
+  return watchers;
+}
+
 // A follower catches up from the window a few chunks at a time: past that, the
 // holder's own appends (announced too) store the rest.
 constexpr std::size_t kFeedChunks = 4;

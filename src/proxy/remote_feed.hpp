@@ -16,6 +16,13 @@
 
 namespace idemproxy::proxy {
 
+/// What this instance does with the store's announcements (store::Watches::watch),
+/// once its store is ready: a purge drops the key's cached state, another instance's
+/// finish or stream wakes the requests waiting for it here, a request waiting
+/// elsewhere for a stream relayed here starts its RemoteFeed, and a listener that
+/// resumed after a gap makes every waiter look again.
+store::Store::Watchers announcement_watchers(Runtime& rt);
+
 class RemoteFeed : public std::enable_shared_from_this<RemoteFeed> {
  public:
   /// The stream of `id` on this instance, if any, is followed from now on.

@@ -123,16 +123,7 @@ asio::awaitable<void> StoreUpkeep::run() {
   }
   runtime_.set_store_problem("");
   runtime_.store_prepared = true;
-  store::Store::Watchers watchers;
-  watchers.purged = [this](const store::RecordId& id) { runtime_.coordinator.forget(id); };
-  watchers.finished = [this](const store::RecordId& id) {
-    runtime_.coordinator.finished_elsewhere(id);
-  };
-  // A request elsewhere waits for a key: if its answer streams from here, that
-  // request follows it from the store.
-  watchers.watched = [this](const store::RecordId& id) { proxy::RemoteFeed::start(runtime_, id); };
-  watchers.resumed = [this] { runtime_.coordinator.announcements_resumed(); };
-  runtime_.record_store.watch(std::move(watchers));
+  runtime_.record_store.watch(proxy::announcement_watchers(runtime_));
   asio::co_spawn(io_, sample_records(), log_exception);
   co_await collect_garbage();
 }

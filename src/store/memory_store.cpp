@@ -300,17 +300,24 @@ Result<std::vector<Views::ScopeUsage>> MemoryStore::nearest_quota(int limit) {
   return out;
 }
 
+// Empty watchers stop every instance's announcements (a proxy's shutdown); others
+// join those listening.
 void MemoryStore::watch(Watchers watchers) {
   std::lock_guard lock(watch_mu_);
-  watchers_ = std::move(watchers);
+  if (!watchers.purged && !watchers.finished && !watchers.watched && !watchers.resumed) {
+    watchers_.clear();
+    return;
+  }
+  watchers_.push_back(std::make_shared<const Watchers>(std::move(watchers)));
   // Listening from now on, and nothing was missed before: as PgStore says once its
   // LISTEN is in place.
-  if (watchers_.resumed) watchers_.resumed();
+  if (watchers_.back()->resumed) watchers_.back()->resumed();
 }
 
 bool MemoryStore::announces_finishes() const {
-  std::lock_guard lock(watch_mu_);
-  return static_cast<bool>(watchers_.finished);
+  bool any = false;
+  each_watcher([&any](const Watchers& w) { any = any || static_cast<bool>(w.finished); });
+  return any;
 }
 
 Result<bool> MemoryStore::watch_record(const RecordId& id) {
@@ -322,19 +329,22 @@ Result<bool> MemoryStore::watch_record(const RecordId& id) {
     it->second.watched = true;
     streaming = it->second.record.streaming.has_value();
   }
-  std::lock_guard lock(watch_mu_);
-  if (watchers_.watched) watchers_.watched(id);
+  each_watcher([&id](const Watchers& w) {
+    if (w.watched) w.watched(id);
+  });
   return !streaming;
 }
 
 void MemoryStore::announce_finish(const RecordId& id) {
-  std::lock_guard lock(watch_mu_);
-  if (watchers_.finished) watchers_.finished(id);
+  each_watcher([&id](const Watchers& w) {
+    if (w.finished) w.finished(id);
+  });
 }
 
 void MemoryStore::announce_purge(const RecordId& id) {
-  std::lock_guard lock(watch_mu_);
-  if (watchers_.purged) watchers_.purged(id);
+  each_watcher([&id](const Watchers& w) {
+    if (w.purged) w.purged(id);
+  });
 }
 
 }  // namespace idemproxy::store

@@ -5,6 +5,7 @@
 
 #include "idemproxy/ops/logging.hpp"
 #include "proxy/policy_document.hpp"
+#include "proxy/remote_feed.hpp"
 #include "server/listener.hpp"
 
 namespace idemproxy::testing {
@@ -29,8 +30,9 @@ World::World(const std::string& config, store::Store* store, const std::string& 
       "', " + upstream + "}\n" + config;
   auto cfg =
       config::parse_config(text, "world.yaml", [](const std::string&) { return std::nullopt; });
-  runtime_ = std::make_unique<proxy::Runtime>(io, proxy::make_settings(std::move(cfg)),
-                                              store != nullptr ? *store : memory_, metrics_, 2);
+  store_ = store != nullptr ? store : &memory_;
+  runtime_ = std::make_unique<proxy::Runtime>(io, proxy::make_settings(std::move(cfg)), *store_,
+                                              metrics_, 2);
   service_ = std::make_unique<proxy::ProxyService>(*runtime_);
   asio::co_spawn(io, accept_upstream(), asio::detached);
   asio::co_spawn(io, accept_clients(), asio::detached);
@@ -41,6 +43,9 @@ World::~World() {
   listener_.close(ec);
   upstream_.close(ec);
   runtime_->draining = true;
+  // Its watchers use this runtime (with a store shared with another World, that
+  // World's go too).
+  if (listening_) store_->watch({});
   tracker_.close_idle();
   for (int i = 0; i < 50 && io.poll() > 0; ++i) {
   }
@@ -49,6 +54,14 @@ World::~World() {
   runtime_->db_pool.stop();
   runtime_->db_pool.join();
   runtime_.reset();
+}
+
+void World::listen() {
+  store_->watch(proxy::announcement_watchers(*runtime_));
+  listening_ = true;
+  // Another instance reads the holder's lease: renewed as the server renews it.
+  asio::co_spawn(io, proxy::renew_leases(*runtime_, std::chrono::milliseconds{100}),
+                 asio::detached);
 }
 
 void World::stop_upstream() {

@@ -92,6 +92,11 @@ class World {
   std::function<UpstreamAnswer(const StringRequest&)> answer;
   /// Stops the upstream: connections are refused.
   void stop_upstream();
+  /// Listens to the store's announcements, as a proxy does once its store is ready
+  /// (proxy::announcement_watchers): with two Worlds over one store, each hears what
+  /// the other's requests do to a record, as two instances over one database do; and
+  /// renews the leases of the requests it holds, as the server does (renew_leases).
+  void listen();
 
   proxy::Runtime& runtime() { return *runtime_; }
   ops::Metrics& metrics() { return metrics_; }
@@ -105,6 +110,7 @@ class World {
 
   SystemClock clock_;
   store::MemoryStore memory_;
+  store::Store* store_;  // memory_, or the one given
   ops::Metrics metrics_;
   tcp::acceptor upstream_;
   tcp::acceptor listener_;
@@ -114,6 +120,7 @@ class World {
   std::map<std::string, int> executions_;
   int total_ = 0;
   StringRequest last_;
+  bool listening_ = false;
 };
 
 /// The clients (clients.cpp).

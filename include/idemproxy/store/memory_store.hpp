@@ -3,8 +3,10 @@
 // the same contract as PgStore (tests/store/store_contract.hpp), announcements
 // included, so what passes against it holds against the database.
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "idemproxy/store/store.hpp"
 
@@ -86,7 +88,17 @@ class MemoryStore final : public Store {
   // Announcements run under their own lock, never under mu_, so a watcher may call
   // the store; recursive, so it may also call watch().
   mutable std::recursive_mutex watch_mu_;
-  Watchers watchers_;
+  // Every instance listening, as every PgStore's LISTEN hears each NOTIFY: one in a
+  // proxy; two where a test runs two proxies over one store.
+  std::vector<std::shared_ptr<const Watchers>> watchers_;
+  /// Calls `call` with each instance's watchers, on a copy of the list: a watcher may
+  /// call watch().
+  template <class Call>
+  void each_watcher(const Call& call) const {
+    std::lock_guard lock(watch_mu_);
+    const auto all = watchers_;
+    for (const auto& w : all) call(*w);
+  }
 };
 
 }  // namespace idemproxy::store
