@@ -23,17 +23,21 @@ std::uint64_t start_of(const store::Chunk& chunk) {
   return static_cast<std::uint64_t>(chunk.seq - 1) * kChunkBytes;
 }
 
-// Sends the bytes of `page` from body offset `at` on, up to a gap (a chunk missing:
-// the caller sees `at` did not move); false when the client is gone.
+// Sends the bytes of `page` from body offset `at` on, up to `limit` and up to a gap (a
+// chunk missing, or not stored yet: `at` stops before it), each piece also handed to
+// `seen`; false when the client is gone.
+template <class Seen>
 asio::awaitable<bool> send_page(RequestContext& ctx, const std::vector<store::Chunk>& page,
-                                std::uint64_t& at) {
+                                std::uint64_t& at, std::uint64_t limit, Seen seen) {
   const Trailers none;
   for (const store::Chunk& chunk : page) {
     const std::uint64_t start = start_of(chunk);
     if (at < start) co_return true;
-    if (at >= start + chunk.bytes.size()) continue;
-    const std::string_view rest = std::string_view(chunk.bytes).substr(at - start);
-    at += rest.size();
+    const std::uint64_t end = std::min<std::uint64_t>(start + chunk.bytes.size(), limit);
+    if (at >= end) continue;
+    const std::string_view rest = std::string_view(chunk.bytes).substr(at - start, end - at);
+    at = end;
+    seen(rest);
     if (!co_await ctx.ex.send_body(rest, false, none)) co_return false;
   }
   co_return true;
@@ -46,23 +50,14 @@ struct Followed {
   std::string prefix;    // the first kChunkBytes of them: a body kept whole is no longer
 };
 
-// Sends the bytes of `page` from f.at on, up to `limit`; false when the client is gone.
+// send_page for follow, keeping what f says was sent.
 asio::awaitable<bool> send_followed(RequestContext& ctx, const std::vector<store::Chunk>& page,
                                     Followed& f, std::uint64_t limit) {
-  const Trailers none;
-  for (const store::Chunk& chunk : page) {
-    const std::uint64_t start = start_of(chunk);
-    if (f.at < start) co_return true;  // a gap: the rest is not stored yet
-    const std::uint64_t end = std::min<std::uint64_t>(start + chunk.bytes.size(), limit);
-    if (f.at >= end) continue;
-    const std::string_view rest = std::string_view(chunk.bytes).substr(f.at - start, end - f.at);
-    f.at = end;
+  return send_page(ctx, page, f.at, limit, [&f](std::string_view rest) {
     f.digest.update(rest);
     if (f.prefix.size() < kChunkBytes)
       f.prefix.append(rest.substr(0, std::min(rest.size(), kChunkBytes - f.prefix.size())));
-    if (!co_await ctx.ex.send_body(rest, false, none)) co_return false;
-  }
-  co_return true;
+  });
 }
 
 // The byte at body offset `at`, if `page` holds it.
@@ -249,7 +244,9 @@ asio::awaitable<void> attach(Flow& f, const std::shared_ptr<LiveAnswer>& live,
           break;
         }
         const std::uint64_t before = at;
-        client = co_await send_page(ctx, page.value(), at);
+        client =
+            co_await send_page(ctx, page.value(), at, std::numeric_limits<std::uint64_t>::max(),
+                               [](std::string_view) {});
         if (client && at == before) cut = "chunk " + std::to_string(from) + " is missing";
         break;
       }
