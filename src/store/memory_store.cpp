@@ -315,9 +315,9 @@ void MemoryStore::watch(Watchers watchers) {
 }
 
 bool MemoryStore::announces_finishes() const {
-  bool any = false;
-  each_watcher([&any](const Watchers& w) { any = any || static_cast<bool>(w.finished); });
-  return any;
+  std::lock_guard lock(watch_mu_);
+  return std::any_of(watchers_.begin(), watchers_.end(),
+                     [](const auto& w) { return static_cast<bool>(w->finished); });
 }
 
 Result<bool> MemoryStore::watch_record(const RecordId& id) {
