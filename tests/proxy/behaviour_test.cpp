@@ -8,7 +8,7 @@
 
 #include "world.hpp"
 
-namespace idemproxy::testing {
+namespace idemproxy::testing::behaviour_test {
 namespace {
 
 const char* kConfig = R"(store: {memory: {}}
@@ -247,4 +247,4 @@ INSTANTIATE_TEST_SUITE_P(BothCodecs, Behaviour, ::testing::Values(Codec::http1, 
                          [](const auto& info) { return to_string(info.param); });
 
 }  // namespace
-}  // namespace idemproxy::testing
+}  // namespace idemproxy::testing::behaviour_test

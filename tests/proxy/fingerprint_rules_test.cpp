@@ -8,7 +8,7 @@
 
 #include "world.hpp"
 
-namespace idemproxy::testing {
+namespace idemproxy::testing::fingerprint_rules_test {
 namespace {
 
 const char* kWholeBody = R"(store: {memory: {}}
@@ -107,4 +107,4 @@ INSTANTIATE_TEST_SUITE_P(BothCodecs, FingerprintRules,
                          [](const auto& info) { return to_string(info.param); });
 
 }  // namespace
-}  // namespace idemproxy::testing
+}  // namespace idemproxy::testing::fingerprint_rules_test

@@ -8,7 +8,7 @@
 #include "stream_requests.hpp"
 #include "world.hpp"
 
-namespace idemproxy::testing {
+namespace idemproxy::testing::follow_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -95,4 +95,4 @@ INSTANTIATE_TEST_SUITE_P(BothCodecs, Following, ::testing::Values(Codec::http1, 
                          [](const auto& info) { return to_string(info.param); });
 
 }  // namespace
-}  // namespace idemproxy::testing
+}  // namespace idemproxy::testing::follow_test

@@ -5,7 +5,7 @@
 
 #include "world.hpp"
 
-namespace idemproxy::testing {
+namespace idemproxy::testing::http2_rules_test {
 namespace {
 
 const char* kConfig = R"(store: {memory: {}}
@@ -108,4 +108,4 @@ TEST(Http2Rules, NoFieldChoosesWhatBecomesATrailer) {
 }
 
 }  // namespace
-}  // namespace idemproxy::testing
+}  // namespace idemproxy::testing::http2_rules_test

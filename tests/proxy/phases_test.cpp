@@ -15,7 +15,7 @@
 #include "proxy/runtime.hpp"
 #include "proxy/serve.hpp"
 
-namespace idemproxy::testing {
+namespace idemproxy::testing::phases_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -226,4 +226,4 @@ TEST(Phases, TheBytesThatCompleteALengthWaitForTheRecordLikeTheEnd) {
 }
 
 }  // namespace
-}  // namespace idemproxy::testing
+}  // namespace idemproxy::testing::phases_test

@@ -12,7 +12,7 @@
 #include "fakes.hpp"
 #include "proxy/buffered.hpp"
 
-namespace idemproxy::testing {
+namespace idemproxy::testing::pump_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -316,4 +316,4 @@ TEST(Buffered, NoConnectionIsUnreachableAndNothingWasSent) {
 }
 
 }  // namespace
-}  // namespace idemproxy::testing
+}  // namespace idemproxy::testing::pump_test

@@ -7,7 +7,7 @@
 
 #include "world.hpp"
 
-namespace idemproxy::testing {
+namespace idemproxy::testing::quota_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -154,4 +154,4 @@ INSTANTIATE_TEST_SUITE_P(BothCodecs, Quota, ::testing::Values(Codec::http1, Code
                          [](const auto& info) { return to_string(info.param); });
 
 }  // namespace
-}  // namespace idemproxy::testing
+}  // namespace idemproxy::testing::quota_test

@@ -9,7 +9,7 @@
 #include "proxy/forward.hpp"
 #include "world.hpp"
 
-namespace idemproxy::testing {
+namespace idemproxy::testing::retention_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -140,4 +140,4 @@ INSTANTIATE_TEST_SUITE_P(BothCodecs, Retention, ::testing::Values(Codec::http1, 
                          [](const auto& info) { return to_string(info.param); });
 
 }  // namespace
-}  // namespace idemproxy::testing
+}  // namespace idemproxy::testing::retention_test

@@ -14,7 +14,7 @@
 #include "stream_requests.hpp"
 #include "world.hpp"
 
-namespace idemproxy::testing {
+namespace idemproxy::testing::streaming_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -391,4 +391,4 @@ INSTANTIATE_TEST_SUITE_P(BothCodecs, Streaming, ::testing::Values(Codec::http1, 
                          [](const auto& info) { return to_string(info.param); });
 
 }  // namespace
-}  // namespace idemproxy::testing
+}  // namespace idemproxy::testing::streaming_test
