@@ -12,7 +12,12 @@
 # The Dockerfile starts FROM debian:bookworm-slim. No registry is reachable here, so
 # that base is made once with mmdebstrap (minbase) and imported under that name; it
 # stays in podman's store for later builds, and plain `podman build` finds it there.
-# Layers are cached the same way, and the build stage's ccache in a cache mount.
+# Layers are cached the same way, and the build stage's ccache in a cache mount, or,
+# with IDEMPROXY_IMAGE_CCACHE=DIR, in the host's ccache directory DIR, mounted in with
+# the host's locale: an object compiled the same way on the host (the same sources,
+# flags and system headers) is then not compiled again. The system headers must be of
+# the same package versions: here the host's libssl-dev 3.0.19 against the image's
+# 3.0.22 left 4 of 17 objects shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=docker.io/library/debian:bookworm-slim
@@ -64,6 +69,14 @@ if [ "$from" = build ]; then
   "${PODMAN[@]}" build --quiet "${args[@]}" --target prebuilt -t "idemproxy:$TAG" . >/dev/null
   rm -rf .image
 else
+  # IDEMPROXY_IMAGE_CCACHE: a ccache directory of the host's that the build stage uses
+  # instead of its cache mount (docker/Dockerfile).
+  if [ -n "${IDEMPROXY_IMAGE_CCACHE:-}" ]; then
+    locale=""
+    for v in LANG LC_ALL LC_CTYPE LC_MESSAGES; do locale+=" $v=${!v:-}"; done
+    args+=(--volume "$IDEMPROXY_IMAGE_CCACHE:/host-ccache" --build-arg IDEMPROXY_CCACHE_DIR=/host-ccache
+      --build-arg IDEMPROXY_LOCALE="$locale")
+  fi
   # The build stage first, tagged, so the .deb can be copied out of it; the full build
   # then finds that stage in the layer cache.
   "${PODMAN[@]}" build --quiet "${args[@]}" --target build -t "idemproxy-build:$TAG" . >/dev/null

@@ -121,10 +121,13 @@ build_tsan() {
       env FUZZ_BUILD_ONLY=1 bash scripts/fuzz.sh
   fi
   # The documented from-source image build: podman build -f docker/Dockerfile, its
-  # compile cached by ccache in a podman cache mount between runs.
+  # compile cached by ccache in the host's own cache (IDEMPROXY_IMAGE_CCACHE), where
+  # the Release build left its objects: those the image compiles the same way, with
+  # the same system headers, are not compiled again.
   if [ "$IMAGE" = 1 ]; then
     background_step image_source "build: the container image from source (scripts/image.sh source)" \
-      env IDEMPROXY_DEB_DIR="$WORK/source-deb" bash scripts/image.sh source
+      env IDEMPROXY_DEB_DIR="$WORK/source-deb" \
+      IDEMPROXY_IMAGE_CCACHE="$(ccache -k cache_dir 2>/dev/null || true)" bash scripts/image.sh source
   fi
 ) &
 background_pid=$!
