@@ -185,7 +185,9 @@ void Stream::on_close(std::uint32_t code) {
   close_code_ = code;
   give_back(received_ - consumed_);
   body_ready_.notify();
-  progress_.notify();
+  // wait_written ends once nothing is in flight; bytes in flight end with a flushed()
+  // (the write loop calls it for every piece it took, written or not), which wakes it.
+  if (in_flight_ == 0) progress_.notify();
 }
 
 void Stream::release_view() {

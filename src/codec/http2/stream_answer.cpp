@@ -170,7 +170,10 @@ ssize_t Stream::next_data(std::size_t room, std::uint32_t* flags) {
       }
       nghttp2_submit_trailer(conn_.session(), id_, trailers.data(), trailers.size());
     }
-    progress_.notify();
+    // A last piece with bytes goes out through take_data, and its flushed() wakes
+    // wait_written once they are written; woken here too, it would only wait again
+    // (a frame and a timer wait more per answer). An empty one has no flushed().
+    if (n == 0) progress_.notify();
   }
   return static_cast<ssize_t>(n);
 }
