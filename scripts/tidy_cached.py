@@ -6,11 +6,13 @@ most of its time goes to the Asio, Beast and standard headers every source reach
 whose declarations each check walks, and a batch walks them once for up to 10 sources
 (src/proxy/flow.cpp alone took 38 s of CPU, its batch of 7 sources 41 s). Its
 sources are "headers" of the batch, inside the HeaderFilterRegex, so their findings
-are reported with their own paths. Most runs change a few files. A file's verdict depends only on what the
-compiler sees, clang-tidy's version and .clang-tidy. What the compiler sees is the
-file, every project header it reaches by a quoted #include (each followed whatever
-#if surrounds it: more files than needed, never fewer; comments count, a NOLINT is
-one), its flags, and the system headers, which change only with their packages (the
+are reported with their own paths.
+
+Most runs change a few files. A batch's (or a file's) verdict depends only on what
+the compiler sees, clang-tidy's version and .clang-tidy. What the compiler sees is the
+file, every project file it reaches by a quoted #include (each followed whatever #if
+surrounds it: more files than needed, never fewer; comments count, a NOLINT is one),
+its flags, and the system headers, which change only with their packages (the
 versions of every installed -dev package, the compilers and clang-tidy). A file whose
 fingerprint over all that is one an earlier run found clean is not checked again.
 Only clean verdicts are kept: a file with a finding is checked every time.
