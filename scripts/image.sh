@@ -15,9 +15,7 @@
 # Layers are cached the same way, and the build stage's ccache in a cache mount, or,
 # with IDEMPROXY_IMAGE_CCACHE=DIR, in the host's ccache directory DIR, mounted in with
 # the host's locale: an object compiled the same way on the host (the same sources,
-# flags and system headers) is then not compiled again. The system headers must be of
-# the same package versions: here the host's libssl-dev 3.0.19 against the image's
-# 3.0.22 left 4 of 17 objects shared.
+# flags and system headers: the same package versions) is then not compiled again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=docker.io/library/debian:bookworm-slim

@@ -120,11 +120,14 @@ def main():
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "idemproxy-tidy")
     os.makedirs(cache, exist_ok=True)
     under = os.path.realpath(src).rstrip("/") + "/"
+    # Each entry with its sources under SRC_DIR (a batch's read once); entries without.
     with open(os.path.join(build, "compile_commands.json")) as f:
-        entries = [e for e in json.load(f)
-                   if any(s.startswith(under) for s in sources(e, build))]
+        entries = [(e, [s for s in sources(e, build) if s.startswith(under)])
+                   for e in json.load(f)]
+    entries = [(e, mine) for e, mine in entries if mine]
     if len(sys.argv) > 4:
-        entries = [e for e in entries if any(re.search(sys.argv[4], s) for s in sources(e, build))]
+        entries = [(e, mine) for e, mine in entries
+                   if any(re.search(sys.argv[4], s) for s in mine)]
     identity = checker_identity(root)
 
     def check(entry):
@@ -146,12 +149,11 @@ def main():
     checked = cached = 0
     with open(log_path, "w") as log, concurrent.futures.ThreadPoolExecutor(
             max_workers=int(os.environ.get("TIDY_JOBS", "2"))) as pool:
-        for entry, output in zip(entries, pool.map(check, entries)):
-            n = sum(1 for s in sources(entry, build) if s.startswith(under))
+        for (_, mine), output in zip(entries, pool.map(check, [e for e, _ in entries])):
             if output is None:
-                cached += n
+                cached += len(mine)
             else:
-                checked += n
+                checked += len(mine)
                 log.write(output + "\n")
     print("checked %d, clean from the cache %d" % (checked, cached))
 
