@@ -1,6 +1,7 @@
 #pragma once
 // Namespace aliases and completion tokens shared by the HTTP layer.
 #include <boost/asio.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -15,7 +16,9 @@ namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 
 /// Expected errors (end of stream, timeouts) come back as values, not exceptions.
-inline constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+/// `co_await op(use_nothrow)` awaits the operation in the caller's own frame: a deferred
+/// operation, where use_awaitable would start a coroutine frame for each operation.
+inline constexpr auto use_nothrow = asio::as_tuple(asio::deferred);
 
 /// Every message's fields take their memory through ArenaAllocator: a client
 /// connection's arena for its requests and their answers, the heap for the rest.

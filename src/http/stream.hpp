@@ -41,15 +41,37 @@ class Stream {
   void expires_never_on_one_thread() { transport().expires_never_on_one_thread(); }
   void cancel() { transport().cancel(); }
 
+  // Each operation takes the path at run time, under one completion signature, so
+  // any token can await it: `use_nothrow` (a deferred operation) as well as a handler.
   template <class MutableBuffers, class Token>
   auto async_read_some(const MutableBuffers& buffers, Token&& token) {
-    if (tls_) return tls_->async_read_some(buffers, std::forward<Token>(token));
-    return plain_->async_read_some(buffers, std::forward<Token>(token));
+    return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
+        [this](auto handler, const MutableBuffers& b) {
+          if (tls_) {
+            tls_->async_read_some(b, std::move(handler));
+          } else {
+            plain_->async_read_some(b, std::move(handler));
+          }
+        },
+        token, buffers);
   }
   template <class ConstBuffers, class Token>
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
-    if (tls_) return tls_->async_write_some(buffers, std::forward<Token>(token));
-    return plain_->async_write_some(buffers, std::forward<Token>(token));
+    return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
+        [this](auto handler, const ConstBuffers& b) {
+          if (tls_) {
+            tls_->async_write_some(b, std::move(handler));
+          } else {
+            plain_->async_write_some(b, std::move(handler));
+          }
+        },
+        token, buffers);
+  }
+  /// The TLS handshake; the stream is a TLS one (tls() is not null).
+  template <class Token>
+  auto async_handshake(ssl::stream_base::handshake_type type, Token&& token) {
+    return asio::async_initiate<Token, void(beast::error_code)>(
+        [this, type](auto handler) { tls_->async_handshake(type, std::move(handler)); }, token);
   }
 
  private:

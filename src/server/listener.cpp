@@ -50,10 +50,10 @@ asio::awaitable<void> serve_client(std::shared_ptr<ClientConnection> conn, Servi
   beast::error_code ec;
   const auto remote = conn->stream.socket().remote_endpoint(ec);
   conn->peer.ip = ec ? "unknown" : remote.address().to_string();
-  if (auto* tls = conn->stream.tls()) {
+  if (conn->stream.tls() != nullptr) {
     // The handshake counts against header_timeout, like the request head it precedes.
     conn->stream.expires_after(server.header_timeout);
-    auto [hec] = co_await tls->async_handshake(ssl::stream_base::server, use_nothrow);
+    auto [hec] = co_await conn->stream.async_handshake(ssl::stream_base::server, use_nothrow);
     if (hec) {
       service.metrics().count_tls_handshake_failure();
       spdlog::info("TLS handshake with {} failed: {}", conn->peer.ip, hec.message());

@@ -130,8 +130,8 @@ asio::awaitable<beast::error_code> UpstreamLink::connect() {
   if (cec) co_return cec;
   beast::error_code ignored;
   stream_->socket().set_option(tcp::no_delay(true), ignored);
-  if (auto* tls = stream_->tls()) {
-    auto [hec] = co_await tls->async_handshake(ssl::stream_base::client, use_nothrow);
+  if (stream_->tls() != nullptr) {
+    auto [hec] = co_await stream_->async_handshake(ssl::stream_base::client, use_nothrow);
     if (hec) co_return hec;
     if (!alpn_chose_h2(*stream_)) {
       spdlog::warn("upstream {}: ALPN did not choose h2 (upstream.protocol h2)", config_.url);
@@ -261,7 +261,7 @@ asio::awaitable<beast::error_code> UpstreamLink::ready(std::unique_ptr<http::Str
       timer.expires_after(config_.connect_timeout);
       while (!settings_received_ && state_ == State::ready) {
         settings_wait_ = &timer;
-        auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        auto [ec] = co_await timer.async_wait(use_nothrow);
         settings_wait_ = nullptr;
         if (!ec) {
           fail("no SETTINGS from the upstream within upstream.connect_timeout");

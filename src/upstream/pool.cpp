@@ -94,8 +94,8 @@ UpstreamPool::connect(std::unique_ptr<Stream>& h2) {
   if (cec) co_return Result{cec, nullptr};
   beast::error_code ignored;
   conn->stream.socket().set_option(tcp::no_delay(true), ignored);
-  if (auto* tls = conn->stream.tls()) {
-    auto [hec] = co_await tls->async_handshake(ssl::stream_base::client, use_nothrow);
+  if (conn->stream.tls() != nullptr) {
+    auto [hec] = co_await conn->stream.async_handshake(ssl::stream_base::client, use_nothrow);
     if (hec) co_return Result{hec, nullptr};
   }
   if (h2_ && alpn_chose_h2(conn->stream)) {

@@ -105,5 +105,49 @@ TEST(Signal, ANotifyPostedFromAnotherThreadWakesTheWait) {
   });
 }
 
+// An upstream link's readiness is a latch that every stream opening on the link waits
+// for at once; one waiter's wait must not wake another with nothing pending.
+TEST(Signal, ALatchHoldsEveryWaiterUntilItsNotifyAndThenWakesThemAll) {
+  asio::io_context io;
+  Signal latch(io.get_executor(), Signal::Reset::never);
+  int woken = 0;
+  for (int i = 0; i < 3; ++i) {
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          co_await latch.wait();
+          ++woken;
+        },
+        asio::detached);
+  }
+  io.poll();
+  EXPECT_EQ(woken, 0) << "a waiter woke before the notify";
+  latch.notify();
+  io.poll();
+  EXPECT_EQ(woken, 3);
+}
+
+TEST(Signal, AWaitWokenWithNothingPendingSleepsAgain) {
+  asio::io_context io;
+  Signal signal(io.get_executor());
+  bool done = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await signal.wait();
+        done = true;
+      },
+      asio::detached);
+  io.poll();
+  signal.notify();
+  signal.clear();  // the wake-up stays, with nothing pending behind it
+  io.poll();
+  EXPECT_FALSE(done);
+  signal.notify();
+  io.poll();
+  EXPECT_TRUE(done);
+  EXPECT_FALSE(signal.pending()) << "the wait took the notify";
+}
+
 }  // namespace
 }  // namespace idemproxy::http
