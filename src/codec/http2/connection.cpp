@@ -213,7 +213,8 @@ void Connection::start(Stream& s) {
   }
   ++serving_;
   ++tasks_;
-  asio::co_spawn(conn_->stream.get_executor(), serve_stream(s),
+  // The service's own coroutine is spawned: no frame of the connection's around it.
+  asio::co_spawn(conn_->stream.get_executor(), service_.serve(s),
                  [self = shared_from_this(), &s](const std::exception_ptr& e) {
                    if (e) {
                      try {
@@ -228,8 +229,6 @@ void Connection::start(Stream& s) {
                    if (--self->tasks_ == 0) self->tasks_done_.notify();
                  });
 }
-
-asio::awaitable<void> Connection::serve_stream(Stream& s) { co_await service_.serve(s); }
 
 void Connection::go_away(std::uint32_t code) {
   if (code == NGHTTP2_NO_ERROR) {

@@ -1,13 +1,16 @@
 #include "codec/http2/nv.hpp"
 
-#include <cctype>
+#include <cstddef>
 
 namespace idemproxy::codec::http2 {
 
 void NvList::add(std::string_view name, std::string_view value) {
   const std::size_t name_at = bytes_.size();
-  for (const char c : name) {
-    bytes_ += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  bytes_.append(name);
+  // RFC 9113 §8.2.1. A field name is an ASCII token: no locale's tolower() applies,
+  // and the name is copied whole before it is lowered, not a character at a time.
+  for (auto it = bytes_.begin() + static_cast<std::ptrdiff_t>(name_at); it != bytes_.end(); ++it) {
+    if (*it >= 'A' && *it <= 'Z') *it = static_cast<char>(*it - 'A' + 'a');
   }
   const std::size_t value_at = bytes_.size();
   bytes_.append(value);
