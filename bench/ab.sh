@@ -3,7 +3,9 @@
 # machine's drift hits both alike (bench/run.sh's setup: SUT pinned to CPU 1):
 #   bench/ab.sh OLD_BINARY NEW_BINARY pass|pass64k|pass1m|fresh|replay|h2pass|h2replay [ROUNDS] [SECONDS]
 # (h2pass, h2replay: h2load -c 8 -m 32 over h2c, as bench/run.sh's HTTP/2 rows)
-# Prints req/s and CPU µs per request of each round, then the medians and ratios.
+# Prints req/s and CPU µs per request of each round, then the medians and ratios; on
+# one PostgreSQL node, also the database's CPU µs per request (all its processes, the
+# two proxies' rounds taking turns on it).
 # AB_STORE=citus runs both on a Citus cluster (scripts/citus.sh, durable settings, its
 # servers on the load CPU) instead of one PostgreSQL node.
 set -euo pipefail
@@ -42,27 +44,30 @@ case $SCENARIO in
 esac
 HZ=$(getconf CLK_TCK)
 printf '%s' '{"amount":1000,"currency":"eur"}' >"$WORK/post.json"
-# measure PORT PID TAG: prints "req/s cpu_us"
+# The database's CPU ticks so far (0 on Citus: its servers are not measured).
+db_ticks() { if [ -d "$WORK/pg" ]; then server_ticks "$WORK/pg"; else echo 0; fi; }
+# measure PORT PID TAG: prints "req/s cpu_us db_us"
 measure() {
-  local env=() c0 c1 out n
+  local env=() c0 c1 g0 g1 out n
   case $SCENARIO in
     fresh) env=(KEY_PREFIX="$3-$RANDOM$RANDOM") ;;
     replay) env=(KEY_PREFIX="$3-replay" KEY_SPACE=64) ;;
     h2replay) env=(-H "idempotency-key: $3-h2replay") ;;  # h2load's options here
   esac
-  c0=$(ticks "$2")
+  c0=$(ticks "$2") g0=$(db_ticks)
   if [[ $SCENARIO == h2* ]]; then
     out=$(taskset -c "$LOAD_CPU" h2load -c 8 -m 32 -D "$SECS" -d "$WORK/post.json" \
           -H 'content-type: application/json' "${env[@]}" "http://127.0.0.1:$1$path")
-    c1=$(ticks "$2")
+    c1=$(ticks "$2") g1=$(db_ticks)
     n=$(echo "$out" | awk '/^requests:/ {print $8}')
   else
     out=$(env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"${SECS}s" --timeout 10s \
           -s "bench/lua/$lua" "http://127.0.0.1:$1$path")
-    c1=$(ticks "$2")
+    c1=$(ticks "$2") g1=$(db_ticks)
     n=$(echo "$out" | awk '/requests in/ {print $1}')
   fi
-  awk -v n="$n" -v s="$SECS" -v t=$((c1 - c0)) -v hz="$HZ" 'BEGIN {printf "%.0f %.1f\n", n / s, t / hz * 1e6 / n}'
+  awk -v n="$n" -v s="$SECS" -v t=$((c1 - c0)) -v g=$((g1 - g0)) -v hz="$HZ" \
+    'BEGIN {printf "%.0f %.1f %.1f\n", n / s, t / hz * 1e6 / n, g / hz * 1e6 / n}'
 }
 measure "$OLD_PORT" "$OLD_PID" old >/dev/null  # warm both
 measure "$NEW_PORT" "$NEW_PID" new >/dev/null
@@ -74,9 +79,11 @@ for r in $(seq "$ROUNDS"); do
   else
     b=$(measure "$NEW_PORT" "$NEW_PID" new); a=$(measure "$OLD_PORT" "$OLD_PID" old)
   fi
-  echo "$a $b" | tee -a "$WORK/ab.txt" | awk '{printf "round: old %s req/s %s us, new %s req/s %s us\n", $1, $2, $3, $4}'
+  echo "$a $b" | tee -a "$WORK/ab.txt" |
+    awk '{printf "round: old %s req/s %s us (database %s us), new %s req/s %s us (database %s us)\n", $1, $2, $3, $4, $5, $6}'
 done
 med() { awk "{print \$$1}" "$WORK/ab.txt" | sort -g | awk '{v[NR] = $1} END {m = (NR + 1) / 2; printf "%.1f", (v[int(m)] + v[int(m + 0.5)]) / 2}'; }
-echo "median: old $(med 1) req/s $(med 2) us/req; new $(med 3) req/s $(med 4) us/req"
-awk -v a="$(med 1)" -v b="$(med 3)" -v c="$(med 2)" -v d="$(med 4)" \
-  'BEGIN {printf "new/old: req/s %.3f, CPU per request %.3f\n", b / a, d / c}'
+echo "median: old $(med 1) req/s $(med 2) us/req (database $(med 3)); new $(med 4) req/s $(med 5) us/req (database $(med 6))"
+awk -v a="$(med 1)" -v b="$(med 4)" -v c="$(med 2)" -v d="$(med 5)" -v e="$(med 3)" -v f="$(med 6)" \
+  'BEGIN {printf "new/old: req/s %.3f, CPU per request %.3f", b / a, d / c
+          if (e > 0) printf ", database CPU per request %.3f", f / e; print ""}'

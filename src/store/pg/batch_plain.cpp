@@ -14,7 +14,8 @@ namespace idemproxy::store::pg {
 bool GroupCommit::run_many(const std::vector<Pending*>& members, int worker) {
   const bool claims = members.front()->claim != nullptr;
   if (worker >= 0) return claims ? run_worker_claims(members) : run_worker_completions(members);
-  const std::vector<std::string> a = claims ? claim_arrays(members) : completion_arrays(members);
+  const std::vector<pqxx::binarystring> a =
+      claims ? claim_arrays(members) : completion_arrays(members);
   bool routed = false;
   const Result<pqxx::result> rows =
       run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
@@ -38,8 +39,8 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members, int worker) {
 // False when it failed (nothing changed) or the connection is a Citus coordinator.
 bool GroupCommit::run_together(const std::vector<Pending*>& claims,
                                const std::vector<Pending*>& completions) {
-  const std::vector<std::string> a = claim_arrays(claims);
-  const std::vector<std::string> d = completion_arrays(completions);
+  const std::vector<pqxx::binarystring> a = claim_arrays(claims);
+  const std::vector<pqxx::binarystring> d = completion_arrays(completions);
   bool routed = false;
   const Result<pqxx::result> rows =
       run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
@@ -72,9 +73,13 @@ Result<pqxx::result> GroupCommit::run_plain(bool& routed, const PlainStatement& 
   });
 }
 
-// kClaimMany's arrays for `members`: $1-$9, then $11 (the nonces), then the quotas.
-std::vector<std::string> GroupCommit::claim_arrays(const std::vector<Pending*>& members) {
-  std::vector<ArrayText> columns(11);
+// kClaimMany's arrays for `members`: $1-$9, then $11 (the nonces), then the quotas,
+// in binary (array_binary.hpp).
+std::vector<pqxx::binarystring> GroupCommit::claim_arrays(const std::vector<Pending*>& members) {
+  using Of = ArrayBinary::Of;
+  std::vector<ArrayBinary> columns =
+      arrays_of({Of::text, Of::text, Of::text, Of::text, Of::text, Of::text, Of::int8, Of::int8,
+                 Of::text, Of::int8, Of::text});
   for (const Pending* p : members) {
     const ClaimParams& cl = *p->claim;
     const ClaimRequest& r = cl.req;
@@ -88,22 +93,25 @@ std::vector<std::string> GroupCommit::claim_arrays(const std::vector<Pending*>& 
     columns[7].add(static_cast<long long>(r.ttl.count()));
     columns[8].add(cl.key_id);
     columns[9].add(cl.nonce);
-    columns[10].add(cl.quota, false);
+    columns[10].add_or_null(cl.quota);
   }
   return done(columns);
 }
 
-// kCompleteMany's arrays for `members`.
-std::vector<std::string> GroupCommit::completion_arrays(const std::vector<Pending*>& members) {
-  std::vector<ArrayText> columns(9);
+// kCompleteMany's arrays for `members`, in binary.
+std::vector<pqxx::binarystring> GroupCommit::completion_arrays(
+    const std::vector<Pending*>& members) {
+  using Of = ArrayBinary::Of;
+  std::vector<ArrayBinary> columns = arrays_of(
+      {Of::text, Of::text, Of::int8, Of::int4, Of::bytea, Of::bytea, Of::int8, Of::text, Of::int8});
   for (const Pending* p : members) {
     const CompleteParams& co = *p->complete;
     columns[0].add(co.id.scope);
     columns[1].add(co.id.key);
     columns[2].add(co.token);
-    columns[3].add(static_cast<long long>(co.status));
-    columns[4].add(co.body ? co.headers : std::nullopt, true);
-    columns[5].add(co.body, true);
+    columns[3].add(co.status);
+    columns[4].add_or_null(co.body ? co.headers : std::nullopt);
+    columns[5].add_or_null(co.body);
     columns[6].add(co.ttl_ms);
     columns[7].add(co.key_id);
     columns[8].add(co.answer_ms);
@@ -111,8 +119,8 @@ std::vector<std::string> GroupCommit::completion_arrays(const std::vector<Pendin
   return done(columns);
 }
 
-std::vector<std::string> GroupCommit::done(std::vector<ArrayText>& columns) {
-  std::vector<std::string> out;
+std::vector<pqxx::binarystring> GroupCommit::done(std::vector<ArrayBinary>& columns) {
+  std::vector<pqxx::binarystring> out;
   out.reserve(columns.size());
   for (auto& col : columns) out.push_back(std::move(col).done());
   return out;

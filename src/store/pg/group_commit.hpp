@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "store/pg/array_text.hpp"
+#include "store/pg/array_binary.hpp"
 #include "store/pg/pool.hpp"
 #include "store/pg/row_codec.hpp"
 
@@ -152,9 +152,9 @@ class GroupCommit {
   bool run_together(const std::vector<Pending*>& claims, const std::vector<Pending*>& completions);
   using PlainStatement = std::function<pqxx::result(Connection&, pqxx::transaction_base&)>;
   Result<pqxx::result> run_plain(bool& routed, const PlainStatement& statement);
-  static std::vector<std::string> claim_arrays(const std::vector<Pending*>& members);
-  static std::vector<std::string> completion_arrays(const std::vector<Pending*>& members);
-  static std::vector<std::string> done(std::vector<ArrayText>& columns);
+  static std::vector<pqxx::binarystring> claim_arrays(const std::vector<Pending*>& members);
+  static std::vector<pqxx::binarystring> completion_arrays(const std::vector<Pending*>& members);
+  static std::vector<pqxx::binarystring> done(std::vector<ArrayBinary>& columns);
   static void announce_watched(Connection& c, pqxx::transaction_base& tx, const pqxx::result& rows,
                                const std::vector<Pending*>& members, bool mixed);
   bool run_worker_claims(const std::vector<Pending*>& members);

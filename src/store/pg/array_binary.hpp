@@ -1,0 +1,91 @@
+#pragma once
+// PostgreSQL's binary form of a one-dimensional array (array_recv), for the batch
+// statements' parameters: no element is quoted or escaped here, and the server parses
+// no text (array_in) and decodes no hex (a bytea element travels as its bytes).
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <pqxx/binarystring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace idemproxy::store::pg {
+
+class ArrayBinary {
+ public:
+  /// The element types the batch statements take, by their pg_type OIDs: array_recv
+  /// refuses elements of any type but the parameter's own ("wrong element type").
+  enum class Of : std::uint32_t { bytea = 17, int8 = 20, int4 = 23, text = 25 };
+
+  explicit ArrayBinary(Of element) : element_(element) { out_.resize(kHeader); }
+
+  /// A text or bytea element: its bytes as they are.
+  void add(std::string_view bytes) {
+    put32(static_cast<std::uint32_t>(bytes.size()));
+    out_.append(bytes);
+    ++n_;
+  }
+  void add(const char* text) { text ? add(std::string_view(text)) : add_null(); }
+  void add_or_null(const std::optional<std::string>& bytes) { bytes ? add(*bytes) : add_null(); }
+  /// An int8 element (bigint).
+  void add(long long n) {
+    put32(8);
+    put32(static_cast<std::uint32_t>(static_cast<std::uint64_t>(n) >> 32));
+    put32(static_cast<std::uint32_t>(static_cast<std::uint64_t>(n)));
+    ++n_;
+  }
+  /// An int4 element (int).
+  void add(int n) {
+    put32(4);
+    put32(static_cast<std::uint32_t>(n));
+    ++n_;
+  }
+  void add_null() {
+    put32(0xFFFFFFFFU);  // length -1
+    nulls_ = true;
+    ++n_;
+  }
+
+  /// The array, sent as a binary parameter: dimensions, a null flag, the element
+  /// type, then (for a non-empty array) its length and lower bound 1.
+  pqxx::binarystring done() && {
+    std::string head;
+    auto put = [&head](std::uint32_t v) { put_be(head, v); };
+    put(n_ > 0 ? 1 : 0);
+    put(nulls_ ? 1 : 0);
+    put(static_cast<std::uint32_t>(element_));
+    if (n_ > 0) {
+      put(n_);
+      put(1);
+      out_.replace(0, kHeader, head);
+    } else {
+      out_ = head;
+    }
+    return pqxx::binarystring(out_.data(), out_.size());
+  }
+
+ private:
+  static constexpr std::size_t kHeader = 20;  // ndim, flags, type, length, lower bound
+  static void put_be(std::string& s, std::uint32_t v) {
+    const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                       static_cast<char>(v >> 8), static_cast<char>(v)};
+    s.append(b, 4);
+  }
+  void put32(std::uint32_t v) { put_be(out_, v); }
+
+  Of element_;
+  std::string out_;
+  std::uint32_t n_ = 0;
+  bool nulls_ = false;
+};
+
+/// One array per column, of these element types: a batch's parameters.
+inline std::vector<ArrayBinary> arrays_of(std::initializer_list<ArrayBinary::Of> elements) {
+  std::vector<ArrayBinary> out;
+  out.reserve(elements.size());
+  for (auto of : elements) out.emplace_back(of);
+  return out;
+}
+
+}  // namespace idemproxy::store::pg
