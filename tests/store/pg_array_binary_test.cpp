@@ -61,9 +61,9 @@ TEST_F(PgStoreTest, ByteaArraysInBinaryCarryRawBytesNotHex) {
       sent);
   ASSERT_EQ(rows.size(), 3U);
   EXPECT_EQ(rows[0][0].as<int>(), 256);
-  EXPECT_EQ(
-      rows[0][1].as<std::string>(),
-      tx.exec_params("SELECT md5($1::bytea)", pqxx::binarystring(every_byte))[0][0].as<std::string>());
+  EXPECT_EQ(rows[0][1].as<std::string>(),
+            tx.exec_params("SELECT md5($1::bytea)", pqxx::binarystring(every_byte))[0][0]
+                .as<std::string>());
   EXPECT_EQ(rows[1][0].as<int>(), 4);
   EXPECT_TRUE(rows[2][2].as<bool>());
 }
