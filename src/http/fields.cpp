@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 
 #include "idemproxy/engine/engine.hpp"
 
@@ -63,12 +62,6 @@ std::string joined_values(const Fields& fields, std::string_view name) {
     joined += trim_ows(f.value());
   }
   return joined;
-}
-
-void lower_case(std::string_view name, std::string& out) {
-  out.resize(name.size());
-  std::transform(name.begin(), name.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
 }
 
 bool allowed_in_trailers(std::string_view name) {

@@ -24,9 +24,6 @@ std::string joined_values(const Fields& fields, std::string_view name);
 /// anything the Connection field (`connection`, its value) names.
 bool connection_specific(std::string_view name, std::string_view connection);
 
-/// A field name as HTTP/2 sends it: lower case (RFC 9113 §8.2.1), written into `out`.
-void lower_case(std::string_view name, std::string& out);
-
 /// The fields a message had when it was marked, told apart from those a parser adds
 /// later: the trailer section of a chunked body (RFC 9112 7.1.2). Beast inserts a
 /// field next to those of the same name, so trailers are known by identity, not by
