@@ -118,7 +118,9 @@ scenario_wrk() {
   case $1 in
     pass) path=/pass lua=post.lua env=() ;;
     pass1m) path=/pass/1m lua=post.lua env=() conns=256 ;;
-    fresh) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="fresh-$$") ;;
+    # A prefix of its own per call: a warm-up before the measured window would
+    # otherwise have used the window's keys, which it then replays.
+    fresh) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="fresh-$$-$(date +%s%N)") ;;
     replay) path=/v1/orders lua=keys.lua env=(KEY_PREFIX="replay-$$" KEY_SPACE=64) ;;
     *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac
