@@ -81,12 +81,8 @@ Decision Coordinator::refuse(Refusal why, std::string detail, Outcome outcome,
 
 Decision Coordinator::replay_from_store(const store::ClaimRequest& claim, const Admission& verdict,
                                         const ReplayCache::Request& form) {
-  ReplayCache::Entry entry{claim.fingerprint,
-                           *verdict.replay,
-                           verdict.expires_at,
-                           hooks_.steady_now() + (verdict.expires_at - verdict.store_now),
-                           {},
-                           form};
+  ReplayCache::Entry entry{claim.fingerprint, *verdict.replay, verdict.expires_at,
+                           hooks_.steady_now() + (verdict.expires_at - verdict.store_now), form};
   entry.token = verdict.token;
   hooks_.prepare_replay(entry);
   auto shared = std::make_shared<const ReplayCache::Entry>(std::move(entry));
@@ -273,7 +269,7 @@ Completion Coordinator::completed(const store::ClaimRequest& claim, std::int64_t
                                   ReplayCache::Request form, Deadline valid_until, Completion c,
                                   store::StoredResponse stored) {
   if (c.finish == Finish::stored && answer.body_stored) {
-    ReplayCache::Entry entry{claim.fingerprint, std::move(stored), c.expires_at, valid_until, {},
+    ReplayCache::Entry entry{claim.fingerprint, std::move(stored), c.expires_at, valid_until,
                              std::move(form)};
     hooks_.prepare_replay(entry);
     cache_.put(claim.id, std::move(entry));

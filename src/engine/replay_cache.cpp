@@ -4,10 +4,12 @@ namespace idemproxy::engine {
 namespace {
 
 std::size_t footprint(const std::string& key, const ReplayCache::Entry& e) {
-  std::size_t n = key.size() * 2 + e.fingerprint.size() + e.response.body.size() + e.head.size() +
-                  128 + e.request.method.size() + e.request.target.size() +
+  // The replay's layout, made at its first replay, is counted from the start: each
+  // stored field twice (the fields and the head) and the lines it adds.
+  std::size_t n = key.size() * 2 + e.fingerprint.size() + e.response.body.size() + 128 + 192 +
+                  e.request.method.size() + e.request.target.size() +
                   e.request.content_type.size() + e.request.body.size();
-  for (const auto& h : e.response.headers) n += h.name.size() + h.value.size() + 64;
+  for (const auto& h : e.response.headers) n += (h.name.size() + h.value.size()) * 2 + 64;
   return n;
 }
 

@@ -25,7 +25,7 @@ std::string_view original_trace_id(const store::StoredResponse& stored) {
   return {};
 }
 
-void prepare_replay_head(engine::ReplayCache::Entry& e) {
+void prepare_replay(engine::ReplayCache::Entry& e) {
   // gRPC's trailers-only answer (a status, no message) is one HEADERS frame with
   // END_STREAM, and is replayed as one: a record an earlier version kept as a head
   // and trailers has them joined again, so the replay's metadata is the original's.
@@ -34,17 +34,24 @@ void prepare_replay_head(engine::ReplayCache::Entry& e) {
     for (auto& t : e.response.trailers) e.response.headers.push_back(std::move(t));
     e.response.trailers.clear();
   }
-  const auto& stored = e.response;
-  e.fields.clear();
-  e.fields.reserve(stored.headers.size() + 2);
-  for (const auto& h : stored.headers) {
-    if (!h.name.starts_with(':')) e.fields.push_back(h);  // kTraceIdEntry stays in the record
-  }
-  e.fields.push_back({"Idempotent-Replayed", "true"});
-  e.fields.push_back({kExpiresHeader, http_date(e.expires_at)});
-  // The HTTP/1.1 codec's own form; the HTTP/2 codec sends `fields` as they are.
-  e.head = codec::http1::prepared_head(static_cast<unsigned>(stored.status), e.fields,
-                                       stored.body.size(), !stored.trailers.empty());
+}
+
+const engine::ReplayCache::Entry::Layout& replay_layout(const engine::ReplayCache::Entry& e) {
+  engine::ReplayCache::Entry::Later& later = *e.layout;
+  std::call_once(later.once, [&] {
+    const auto& stored = e.response;
+    auto& fields = later.made.fields;
+    fields.reserve(stored.headers.size() + 2);
+    for (const auto& h : stored.headers) {
+      if (!h.name.starts_with(':')) fields.push_back(h);  // kTraceIdEntry stays in the record
+    }
+    fields.push_back({"Idempotent-Replayed", "true"});
+    fields.push_back({kExpiresHeader, http_date(e.expires_at)});
+    // The HTTP/1.1 codec's own form; the HTTP/2 codec sends `fields` as they are.
+    later.made.head = codec::http1::prepared_head(static_cast<unsigned>(stored.status), fields,
+                                                  stored.body.size(), !stored.trailers.empty());
+  });
+  return later.made;
 }
 
 asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
@@ -52,8 +59,9 @@ asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache
   ctx.original_trace_id.assign(original_trace_id(entry.response));
   link_to_executing(ctx, entry.response);
   ctx.status = static_cast<unsigned>(entry.response.status);
-  const PreparedAnswer answer{static_cast<unsigned>(entry.response.status), entry.head,
-                              entry.fields, entry.response.body, entry.response.trailers};
+  const auto& layout = replay_layout(entry);
+  const PreparedAnswer answer{static_cast<unsigned>(entry.response.status), layout.head,
+                              layout.fields, entry.response.body, entry.response.trailers};
   // In the order a replay built per request had them.
   std::array<ExtraField, 2> extra;
   std::size_t count = 0;

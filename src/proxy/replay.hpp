@@ -1,6 +1,6 @@
 #pragma once
-// Replays: a stored answer laid out once when it is cached, then sent to each retry
-// with Idempotent-Replayed: true.
+// Replays: a stored answer laid out once, at its first replay, then sent to each
+// retry with Idempotent-Replayed: true.
 #include <string>
 
 #include "http/beast.hpp"
@@ -16,11 +16,15 @@ struct RequestContext;
 /// 0.2, or answers too large to store).
 std::string_view original_trace_id(const store::StoredResponse& stored);
 
-/// Lays out an entry's replay once, before it is cached (the coordinator's
-/// prepare_replay hook): its fields (the stored ones but the record's own entries,
-/// Idempotent-Replayed, Idempotency-Key-Expires) and the HTTP/1.1 head a keep-alive
-/// client gets, without Connection, the per-request lines and the blank line.
-void prepare_replay_head(engine::ReplayCache::Entry& entry);
+/// Readies an entry before it is cached (the coordinator's prepare_replay hook): a
+/// gRPC trailers-only answer's trailers joined to its head again.
+void prepare_replay(engine::ReplayCache::Entry& entry);
+
+/// The entry's replay, laid out at its first replay and kept with it for the next:
+/// its fields (the stored ones but the record's own entries, Idempotent-Replayed,
+/// Idempotency-Key-Expires) and the HTTP/1.1 head a keep-alive client gets, without
+/// Connection, the per-request lines and the blank line. Safe from any thread.
+const engine::ReplayCache::Entry::Layout& replay_layout(const engine::ReplayCache::Entry& entry);
 
 /// Sends a cached or stored replay; false when the client could not take it.
 asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry);

@@ -280,7 +280,7 @@ class Runtime {
  private:
   engine::Coordinator::Hooks coordinator_hooks() {
     engine::Coordinator::Hooks hooks;
-    hooks.prepare_replay = prepare_replay_head;
+    hooks.prepare_replay = prepare_replay;
     hooks.run_blocking = [this](std::function<void()> call) {
       asio::post(db_pool, [call = std::move(call)] { call(); });
     };

@@ -79,7 +79,7 @@ asio::awaitable<void> replay_chunks(Flow& f, const engine::ReplayCache::Entry& e
   ctx.status = static_cast<unsigned>(stored.status);
   ResponseHeader head;
   head.result(static_cast<unsigned>(stored.status));
-  for (const auto& field : e.fields) head.insert(field.name, field.value);
+  for (const auto& field : replay_layout(e).fields) head.insert(field.name, field.value);
   if (const auto link = policy_link(ctx); !link.empty()) head.insert(bhttp::field::link, link);
   if (!ctx.request_id.empty()) head.set("X-Request-Id", ctx.request_id);
   const auto length = static_cast<std::uint64_t>(stored.body_length);

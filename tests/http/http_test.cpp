@@ -114,23 +114,47 @@ TEST(ReplayHead, IsSerializedOnceWithoutThePerRequestLines) {
   engine::ReplayCache::Entry e;
   e.response = {201, {{"Content-Type", "application/json"}}, R"({"id":1})"};
   e.expires_at = TimePoint{std::chrono::seconds{1'700'000'000}};
-  proxy::prepare_replay_head(e);
-  EXPECT_EQ(e.head.rfind("HTTP/1.1 201 Created\r\n", 0), 0u) << e.head;
-  EXPECT_NE(e.head.find("Idempotent-Replayed: true\r\n"), std::string::npos);
-  EXPECT_NE(e.head.find("Content-Length: 8\r\n"), std::string::npos);
-  EXPECT_EQ(e.head.find("Connection"), std::string::npos);
-  EXPECT_NE(e.head.substr(e.head.size() - 2), "\r\n\r\n");  // the blank line comes later
+  proxy::prepare_replay(e);
+  const auto& head = proxy::replay_layout(e).head;
+  EXPECT_EQ(head.rfind("HTTP/1.1 201 Created\r\n", 0), 0u) << head;
+  EXPECT_NE(head.find("Idempotent-Replayed: true\r\n"), std::string::npos);
+  EXPECT_NE(head.find("Content-Length: 8\r\n"), std::string::npos);
+  EXPECT_EQ(head.find("Connection"), std::string::npos);
+  EXPECT_NE(head.substr(head.size() - 2), "\r\n\r\n");  // the blank line comes later
+  // Made once: a second replay gets the same layout, not another.
+  EXPECT_EQ(&proxy::replay_layout(e), &proxy::replay_layout(e));
   engine::ReplayCache::Entry empty;
   empty.response = {204, {}, ""};
-  proxy::prepare_replay_head(empty);
-  EXPECT_TRUE(empty.head.empty());  // built per request: no Content-Length to keep
+  proxy::prepare_replay(empty);
+  EXPECT_TRUE(proxy::replay_layout(empty).head.empty());  // built per request: no Content-Length
   engine::ReplayCache::Entry grpc;
   grpc.response = {
       200, {{"content-type", "application/grpc"}}, "msg", true, {{"grpc-status", "0"}}};
-  proxy::prepare_replay_head(grpc);
-  EXPECT_TRUE(grpc.head.empty());  // trailers: an HTTP/1.1 client gets it chunked, or not at all
-  ASSERT_EQ(grpc.fields.size(), 3U);
-  EXPECT_EQ(grpc.fields[1].name, "Idempotent-Replayed");
+  proxy::prepare_replay(grpc);
+  const auto& layout = proxy::replay_layout(grpc);
+  EXPECT_TRUE(layout.head.empty());  // trailers: an HTTP/1.1 client gets it chunked, or not at all
+  ASSERT_EQ(layout.fields.size(), 3U);
+  EXPECT_EQ(layout.fields[1].name, "Idempotent-Replayed");
+}
+
+// The layout waits for the first replay: caching an answer lays nothing out, and
+// replays on several threads at once share the one layout made.
+TEST(ReplayHead, IsLaidOutAtTheFirstReplayOnceWhateverTheThreads) {
+  engine::ReplayCache::Entry e;
+  e.response = {201, {{"Content-Type", "application/json"}}, R"({"id":1})"};
+  proxy::prepare_replay(e);
+  EXPECT_TRUE(e.layout->made.fields.empty());
+  EXPECT_TRUE(e.layout->made.head.empty());
+  const auto shared = std::make_shared<const engine::ReplayCache::Entry>(std::move(e));
+  std::vector<const engine::ReplayCache::Entry::Layout*> seen(8);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    threads.emplace_back([&, i] { seen[i] = &proxy::replay_layout(*shared); });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto* s : seen) EXPECT_EQ(s, seen.front());
+  EXPECT_EQ(seen.front()->fields.size(), 3U);
+  EXPECT_NE(seen.front()->head.find("Idempotent-Replayed: true"), std::string::npos);
 }
 
 // W3C Trace Context, section 3.2 (the examples are the specification's own).
@@ -181,10 +205,11 @@ TEST(TraceContext, ReplaysNeverSendTheStoredTraceId) {
   EXPECT_EQ(proxy::original_trace_id(stored), "abc");
   engine::ReplayCache::Entry e;
   e.response = stored;
-  proxy::prepare_replay_head(e);
-  for (const auto& f : e.fields) EXPECT_NE(f.name, store::kTraceIdEntry);
-  EXPECT_EQ(e.head.find(store::kTraceIdEntry), std::string::npos);
-  EXPECT_NE(e.head.find("Content-Type: application/json"), std::string::npos);
+  proxy::prepare_replay(e);
+  const auto& layout = proxy::replay_layout(e);
+  for (const auto& f : layout.fields) EXPECT_NE(f.name, store::kTraceIdEntry);
+  EXPECT_EQ(layout.head.find(store::kTraceIdEntry), std::string::npos);
+  EXPECT_NE(layout.head.find("Content-Type: application/json"), std::string::npos);
 }
 
 namespace {

@@ -41,7 +41,9 @@ class CoordinatorTest : public ::testing::Test {
   Coordinator::Hooks hooks() {
     Coordinator::Hooks h;
     h.steady_now = [this] { return steady; };
-    h.prepare_replay = [](ReplayCache::Entry& e) { e.head = "HTTP/1.1 prepared"; };
+    h.prepare_replay = [](ReplayCache::Entry& e) {
+      e.response.headers.push_back({"X-Readied", "yes"});
+    };
     h.retry_completion = [this](const store::RecordId& id, std::int64_t token, const RoutePolicy&,
                                 const store::StoredResponse& answer) {
       retried.push_back({id.key, token, answer.status});
@@ -129,7 +131,7 @@ TEST_F(CoordinatorTest, WaitersWakeOnlyAfterTheAnswerIsInTheCache) {
   const auto hit = coordinator.cached(route, c.id);
   ASSERT_TRUE(hit);
   EXPECT_EQ(hit->response.body, R"({"id":"ord_1"})");
-  EXPECT_EQ(hit->head, "HTTP/1.1 prepared");  // readied by the transport's hook
+  EXPECT_EQ(hit->response.headers.back().name, "X-Readied");  // by the transport's hook
   EXPECT_TRUE(hit->request.same("POST", "/v1/orders", "application/json", R"({"n":1})"));
 }
 
@@ -219,7 +221,7 @@ TEST_F(CoordinatorTest, AQueuedCompletionCachesThenWakesThenAnswers) {
   const auto hit = coordinator.cached(route, c.id);
   ASSERT_TRUE(hit);
   EXPECT_EQ(hit->response.body, R"({"id":"ord_1"})");
-  EXPECT_EQ(hit->head, "HTTP/1.1 prepared");
+  EXPECT_EQ(hit->response.headers.back().name, "X-Readied");
 }
 
 // A queued completion whose reply was lost is retried in the background and not
@@ -304,7 +306,7 @@ TEST_F(CoordinatorTest, AReplayFromTheStoreIsCachedForWhatTheStoreSaysIsLeft) {
   ASSERT_EQ(retry.kind, DKind::replay);
   EXPECT_EQ(retry.outcome, Outcome::replayed);
   EXPECT_EQ(retry.replay->response.status, 201);
-  EXPECT_EQ(retry.replay->head, "HTTP/1.1 prepared");
+  EXPECT_EQ(retry.replay->response.headers.back().name, "X-Readied");
   ASSERT_TRUE(coordinator.cached(route, c.id));
   steady += 10s;
   EXPECT_FALSE(coordinator.cached(route, c.id));

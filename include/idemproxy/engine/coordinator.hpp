@@ -111,7 +111,8 @@ class Coordinator {
   struct Hooks {
     /// The monotonic clock (a fake one in tests).
     std::function<Deadline()> steady_now = [] { return std::chrono::steady_clock::now(); };
-    /// Readies an entry before it is cached (http/ serializes its replay head once).
+    /// Readies an entry before it is cached (proxy::prepare_replay; its replay is laid
+    /// out later, at the first replay).
     std::function<void(ReplayCache::Entry&)> prepare_replay = [](ReplayCache::Entry&) {};
     /// Retries a completion the store did not take, in the background, and calls
     /// completed_later() when it lands; false when the retry budget is spent.

@@ -40,14 +40,25 @@ class ReplayCache {
     /// remaining lifetime of the record, measured from when the store reported it.
     /// Only the store's clock decides expiry; the host's wall clock never does.
     Deadline valid_until{};
-    /// The replay's HTTP/1.1 head, serialized once when it is cached by the HTTP/1.1
-    /// codec (codec/http1/prepared_head.hpp): every line but Connection, X-Request-Id,
-    /// Link and the blank line. Empty: built per request.
-    std::string head{};
     Request request{};
-    /// The replay's fields, laid out once too: the stored ones,
-    /// Idempotent-Replayed and Idempotency-Key-Expires.
-    std::vector<store::Header> fields{};
+    /// The replay's layout, made once, at the entry's first replay
+    /// (proxy::replay_layout), not when it is cached: most fresh keys are never
+    /// retried, and laying out each answer as it completed was 15 % of a fresh key's
+    /// heap calls (bench/results/HISTORY.md).
+    struct Layout {
+      /// The replay's fields: the stored ones, Idempotent-Replayed and
+      /// Idempotency-Key-Expires.
+      std::vector<store::Header> fields;
+      /// Its HTTP/1.1 head, serialized by the HTTP/1.1 codec
+      /// (codec/http1/prepared_head.hpp): every line but Connection, X-Request-Id,
+      /// Link and the blank line. Empty: built per request.
+      std::string head;
+    };
+    struct Later {
+      std::once_flag once;
+      Layout made;
+    };
+    std::shared_ptr<Later> layout = std::make_shared<Later>();
     /// The record's token: a body in chunks (response.chunked()) is read under it,
     /// from the store. Such an entry is never cached.
     std::int64_t token = 0;
