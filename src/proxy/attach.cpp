@@ -201,7 +201,7 @@ asio::awaitable<void> follow(Flow& f, const store::StoredResponse& head,
   }
   if (!cut.empty()) {
     ctx.log(spdlog::level::warn, "key {}: the stream this retry followed ended short: {}",
-            ctx.key_hash.view(), cut);
+            ctx.key_digest(), cut);
     if (client) co_await end_short(ctx, cut_status, "the original answer ended short");
     ctx.outcome = ops::Outcome::upstream_error;
   }
@@ -268,7 +268,7 @@ asio::awaitable<void> attach(Flow& f, const std::shared_ptr<LiveAnswer>& live,
   }
   if (!cut.empty()) {
     ctx.log(spdlog::level::warn, "key {}: the stream this retry attached to ended short: {}",
-            ctx.key_hash.view(), cut);
+            ctx.key_digest(), cut);
     if (client) co_await end_short(ctx, kGrpcUnavailable, "the original answer ended short");
     ctx.outcome = ops::Outcome::upstream_error;
   }

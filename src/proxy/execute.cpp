@@ -68,19 +68,19 @@ void note_completion(RequestContext& ctx, const engine::Completion& done, bool w
       ctx.outcome = Outcome::executed;
       ctx.log(spdlog::level::warn,
               "key {}: the claim was taken over before completion; response not stored",
-              ctx.key_hash.view());
+              ctx.key_digest());
       break;
     case engine::Finish::store_failed:
       ctx.outcome = Outcome::executed;
       if (done.retrying) {
         ctx.log(spdlog::level::warn,
                 "key {}: the response could not be stored yet; retrying in the background",
-                ctx.key_hash.view());
+                ctx.key_digest());
       } else {
         ctx.log(spdlog::level::err,
                 "key {}: the response could not be stored and the retry budget is spent; the "
                 "record stays in flight",
-                ctx.key_hash.view());
+                ctx.key_digest());
       }
       break;
   }
@@ -96,8 +96,7 @@ asio::awaitable<void> abandon(Flow& f, std::int64_t token, bool sent) {
       [&rt, &claim, token, sent] { return rt.coordinator.abandon(claim.id, token, sent); });
   if (sent) {
     ctx.log(spdlog::level::warn,
-            "key {}: the upstream failed after the request was sent; record {}",
-            ctx.key_hash.view(),
+            "key {}: the upstream failed after the request was sent; record {}", ctx.key_digest(),
             left == engine::Finish::indeterminate ? "marked indeterminate"
                                                   : "left to its lease (store unreachable)");
   }
@@ -304,7 +303,7 @@ asio::awaitable<Step> execute(Flow& f) {
     // Cut short: never passed off as whole, to this client or to a retry. The record
     // is marked first, so a retry made as soon as the stream broke is told so.
     ctx.log(spdlog::level::warn, "key {}: the upstream's answer broke off mid-stream: {}",
-            ctx.key_hash.view(), piece.error.message());
+            ctx.key_digest(), piece.error.message());
     co_await abandon(f, token, true);
     permit.settle();
     if (client) co_await end_short(ctx, kGrpcUnavailable, "the upstream's answer broke off");
@@ -321,7 +320,7 @@ asio::awaitable<Step> execute(Flow& f) {
   } else {
     ctx.log(spdlog::level::warn,
             "key {}: the response was streamed whole, but is not kept for retries: {}",
-            ctx.key_hash.view(), body.why_not());
+            ctx.key_digest(), body.why_not());
   }
   const store::StoredResponse answer = whole ? std::move(kept) : status_only(call.head(), policy);
   if (kept_as == ChunkWriter::Kept::unstored) {

@@ -153,14 +153,14 @@ asio::awaitable<Step> act_phase(Flow& f) {
       if (d.outcome == Outcome::fail_open && !f.shadow()) {
         ctx.log(spdlog::level::warn,
                 "route {}: forwarding key {} WITHOUT idempotency protection (fail_open)",
-                f.route().name, ctx.key_hash.view());
+                f.route().name, ctx.key_digest());
       }
       co_return co_await forward_unprotected(f);
     case Decision::Kind::refuse:
       if (d.refusal == engine::Refusal::store_unavailable) {
         ctx.log(spdlog::level::warn, "idempotency store unavailable: {}", d.cause);
       } else if (d.refusal == engine::Refusal::record_unreadable) {
-        ctx.log(spdlog::level::err, "key {}: {}", ctx.key_hash.view(), d.cause);
+        ctx.log(spdlog::level::err, "key {}: {}", ctx.key_digest(), d.cause);
       }
       ctx.fail(refusal_error(d.refusal, std::move(d.detail), d.retry_after), d.outcome);
       co_return Step::failed;

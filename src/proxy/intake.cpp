@@ -18,10 +18,11 @@ asio::awaitable<Step> replay_cached(Flow& f) {
 }
 
 namespace {
-// The request's key, and its hash, which names it in logs.
+// The request's key; its hash, which names it in logs, is made when one reads it
+// (RequestContext::key_digest).
 void take_key(Flow& f, std::string key) {
   f.id.key = std::move(key);
-  f.ctx.key_hash = sha256_hex16(f.id.key);
+  f.ctx.key = &f.id.key;
 }
 
 // The step after `work`, which answers the client.
@@ -208,6 +209,7 @@ PhaseStep fingerprint_phase(Flow& f) {
                                       route.lease, route.ttl, route.name, ctx.method, ctx.target,
                                       route.on_stale == engine::OnStale::retake,
                                       route.after_expiry_reject, route.quota});
+  ctx.key = &f.claim->id.key;  // moved there with the rest of the id
   if (f.hit && f.hit->fingerprint == f.claim->fingerprint) return replay_cached(f);
   f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
   ctx.te_trailers = prepare_forward(f.req, ctx.ex.peer(), cfg.upstream);

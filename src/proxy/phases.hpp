@@ -35,6 +35,14 @@ struct Flow {
         key_header(k),
         req(std::piecewise_construct, std::make_tuple(), std::make_tuple(c.ex.fields_allocator())) {
   }
+  /// The request's end (its access line, its span) outlives the key it names: hashed
+  /// now when either will read it.
+  ~Flow() {
+    if (ops::access_log_enabled() || ctx.span.recording()) ctx.key_digest();
+    ctx.key = nullptr;
+  }
+  Flow(const Flow&) = delete;
+  Flow& operator=(const Flow&) = delete;
 
   RequestContext& ctx;
   std::optional<std::string_view> key_header;  // none: the key is in the body

@@ -115,7 +115,7 @@ asio::awaitable<void> replay_chunks(Flow& f, const engine::ReplayCache::Entry& e
   if (!out.broken.empty()) {
     ctx.log(spdlog::level::err,
             "key {}: the stored answer cannot be replayed whole ({}); the stream is reset",
-            ctx.key_hash.view(), out.broken);
+            ctx.key_digest(), out.broken);
     if (client)
       co_await end_short(ctx, kGrpcDataLoss, "the stored answer cannot be replayed whole");
     ctx.outcome = ops::Outcome::record_unreadable;
