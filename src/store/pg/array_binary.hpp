@@ -48,31 +48,31 @@ class ArrayBinary {
   }
 
   /// The array, sent as a binary parameter: dimensions, a null flag, the element
-  /// type, then (for a non-empty array) its length and lower bound 1.
+  /// type, then (for a non-empty array) its length and lower bound 1, written into
+  /// the room the constructor kept in front of the elements.
   pqxx::binarystring done() && {
-    std::string head;
-    auto put = [&head](std::uint32_t v) { put_be(head, v); };
-    put(n_ > 0 ? 1 : 0);
-    put(nulls_ ? 1 : 0);
-    put(static_cast<std::uint32_t>(element_));
+    put_at(0, n_ > 0 ? 1 : 0);
+    put_at(4, nulls_ ? 1 : 0);
+    put_at(8, static_cast<std::uint32_t>(element_));
     if (n_ > 0) {
-      put(n_);
-      put(1);
-      out_.replace(0, kHeader, head);
+      put_at(12, n_);
+      put_at(16, 1);
     } else {
-      out_ = head;
+      out_.resize(12);  // no dimension: no length, no lower bound
     }
     return pqxx::binarystring(out_.data(), out_.size());
   }
 
  private:
   static constexpr std::size_t kHeader = 20;  // ndim, flags, type, length, lower bound
-  static void put_be(std::string& s, std::uint32_t v) {
-    const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
-                       static_cast<char>(v >> 8), static_cast<char>(v)};
-    s.append(b, 4);
+  // Big-endian, as the wire form has every integer.
+  void put_at(std::size_t at, std::uint32_t v) {
+    for (std::size_t i = 0; i < 4; ++i) out_[at + i] = static_cast<char>(v >> (24 - 8 * i));
   }
-  void put32(std::uint32_t v) { put_be(out_, v); }
+  void put32(std::uint32_t v) {
+    out_.resize(out_.size() + 4);
+    put_at(out_.size() - 4, v);
+  }
 
   Of element_;
   std::string out_;
