@@ -1,6 +1,7 @@
 #include "idemproxy/engine/coordinator.hpp"
 
 #include <algorithm>
+#include <optional>
 
 namespace idemproxy::engine {
 namespace {
@@ -46,7 +47,15 @@ std::shared_ptr<const ReplayCache::Entry> Coordinator::cached(const RoutePolicy&
 }
 
 Admission Coordinator::claim(const store::ClaimRequest& claim) {
-  return admitted(claim, engine_.admit(claim));
+  holders_.claiming(claim.id);
+  std::optional<Admission> verdict;
+  try {
+    verdict.emplace(engine_.admit(claim));
+  } catch (...) {
+    holders_.claimed(claim.id, false);  // no verdict: not on its way any more
+    throw;
+  }
+  return admitted(claim, std::move(*verdict));
 }
 
 void Coordinator::claim_async(const store::ClaimRequest& claim,
@@ -55,14 +64,20 @@ void Coordinator::claim_async(const store::ClaimRequest& claim,
     hooks_.run_blocking([this, &claim, done = std::move(done)] { done(this->claim(claim)); });
     return;
   }
-  claims_.claim_async(
-      claim, [this, &claim, done = std::move(done)](store::Result<store::ClaimResult>&& result) {
-        done(admitted(claim, Engine::admission(claim, std::move(result))));
-      });
+  holders_.claiming(claim.id);
+  try {
+    claims_.claim_async(
+        claim, [this, &claim, done = std::move(done)](store::Result<store::ClaimResult>&& result) {
+          done(admitted(claim, Engine::admission(claim, std::move(result))));
+        });
+  } catch (...) {
+    holders_.claimed(claim.id, false);  // a store throws before it takes a call, not after
+    throw;
+  }
 }
 
 Admission Coordinator::admitted(const store::ClaimRequest& claim, Admission verdict) {
-  if (verdict.kind == Kind::execute) holders_.hold(claim.id);
+  holders_.claimed(claim.id, verdict.kind == Kind::execute);
   if (verdict.took_over) metrics_.count_takeover();
   if (verdict.kind == Kind::store_failed) metrics_.count_store_error();
   return verdict;

@@ -12,27 +12,49 @@ void wake_all(const std::vector<std::weak_ptr<Waiter>>& waiters) {
 
 }  // namespace
 
-void LocalHolders::hold(const store::RecordId& id) {
+void LocalHolders::claiming(const store::RecordId& id) {
   std::lock_guard lock(mu_);
-  ++held_[store::slot_key(id)];
+  ++claiming_[store::slot_key(id)];
 }
 
-bool LocalHolders::held(const store::RecordId& id) const {
-  std::lock_guard lock(mu_);
-  return held_.contains(store::slot_key(id));
+void LocalHolders::claimed(const store::RecordId& id, bool executes) {
+  std::vector<std::weak_ptr<Waiter>> woken;
+  {
+    const std::string slot = store::slot_key(id);
+    std::lock_guard lock(mu_);
+    if (executes) ++held_[slot];
+    auto c = claiming_.find(slot);
+    if (c == claiming_.end() || --c->second > 0) return;
+    claiming_.erase(c);
+    // None of this process's claims executes: the key is held elsewhere, and the
+    // waiters kept for these claims go and wait for that.
+    if (!held_.contains(slot)) woken = take_waiters(slot);
+  }
+  wake_all(woken);
 }
 
-bool LocalHolders::add(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
+std::vector<std::weak_ptr<Waiter>> LocalHolders::take_waiters(const std::string& slot) {
+  auto it = waiting_.find(slot);
+  if (it == waiting_.end()) return {};
+  auto woken = std::move(it->second);
+  waiting_.erase(it);
+  return woken;
+}
+
+Holder LocalHolders::add(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
   const std::string slot = store::slot_key(id);
   std::lock_guard lock(mu_);
-  // A key held elsewhere is re-checked on a backoff: nothing here would wake its
-  // waiter, and an entry for it would never be erased.
-  if (!held_.contains(slot)) return false;
+  // A key held elsewhere is waited for by the store's announcement or a backoff:
+  // nothing here would wake its waiter, and an entry for it would never be erased.
+  const Holder holder = held_.contains(slot)       ? Holder::here
+                        : claiming_.contains(slot) ? Holder::claiming
+                                                   : Holder::elsewhere;
+  if (holder == Holder::elsewhere) return holder;
   auto& list = waiting_[slot];
   // Drop waiters whose requests already moved on, so the list stays short.
   std::erase_if(list, [](const auto& w) { return w.expired(); });
   list.push_back(waiter);
-  return true;
+  return holder;
 }
 
 std::size_t LocalHolders::waiting_keys() const {
@@ -41,23 +63,21 @@ std::size_t LocalHolders::waiting_keys() const {
 }
 
 void LocalHolders::release(const store::RecordId& id) {
+  std::vector<std::weak_ptr<Waiter>> woken;
   {
+    const std::string slot = store::slot_key(id);
     std::lock_guard lock(mu_);
-    if (auto h = held_.find(store::slot_key(id)); h != held_.end() && --h->second <= 0) {
-      held_.erase(h);
-    }
+    if (auto h = held_.find(slot); h != held_.end() && --h->second <= 0) held_.erase(h);
+    woken = take_waiters(slot);
   }
-  notify(id);
+  wake_all(woken);
 }
 
 void LocalHolders::notify(const store::RecordId& id) {
   std::vector<std::weak_ptr<Waiter>> woken;
   {
     std::lock_guard lock(mu_);
-    auto it = waiting_.find(store::slot_key(id));
-    if (it == waiting_.end()) return;
-    woken = std::move(it->second);
-    waiting_.erase(it);
+    woken = take_waiters(store::slot_key(id));
   }
   wake_all(woken);
 }

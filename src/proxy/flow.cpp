@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <utility>
 
 #include "http/fields.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
@@ -74,16 +75,41 @@ asio::awaitable<bool> followed(Flow& f, const std::shared_ptr<SignalWaiter>& wai
   co_return true;
 }
 
+// Claims the key and has the coordinator judge the verdict (f.decision). A record
+// fingerprinted under another rule (before a reload, or by an instance with another
+// config) is judged under its own: a rule change never turns an honest retry into a
+// mismatch. A rule it cannot read stays a mismatch.
+asio::awaitable<void> claim_and_decide(Flow& f, const engine::WaitBudget& budget) {
+  Runtime& rt = f.rt();
+  const store::ClaimRequest& claim = *f.claim;
+  trace::Span claiming = f.ctx.span.child(trace::kSpanStoreClaim);
+  engine::Admission verdict = co_await rt.claim(claim);
+  claiming.end();
+  std::optional<store::ClaimRequest> under_its_rule;
+  if (verdict.other_rule) {
+    if (const auto rule = engine::rule_of(verdict.other_rule->fingerprint)) {
+      under_its_rule.emplace(claim);
+      under_its_rule->fingerprint = idempotent::request_fingerprint(f, *rule);
+      verdict = engine::Engine::admission(*under_its_rule,
+                                          store::ClaimResult{std::move(*verdict.other_rule)});
+    }
+  }
+  f.decision = rt.coordinator.decide(f.route(), under_its_rule ? *under_its_rule : claim,
+                                     std::move(verdict), budget, f.form);
+}
+
 // Phase: claim, until the coordinator decides. With on_concurrent: wait, a request
 // that finds the key in flight sleeps until its holder, here or on another instance,
 // finishes it, up to the lease; one held here whose answer streams is attached to it
 // as soon as its head is sent (LiveAnswer), and follows it to its end; one held
 // elsewhere whose answer streams follows it from the store (follow).
 asio::awaitable<Step> claim_phase(Flow& f) {
+  using engine::Holder;
   Runtime& rt = f.rt();
   const store::ClaimRequest& claim = *f.claim;
   engine::WaitBudget budget{std::chrono::steady_clock::now() + f.route().lease};
   std::shared_ptr<SignalWaiter> waiter;
+  bool claim_again = true;
   for (bool waited = false;; waited = true) {
     if (waited) {
       // The holder in this process has probably just finished and cached its answer.
@@ -92,42 +118,36 @@ asio::awaitable<Step> claim_phase(Flow& f) {
         co_return co_await idempotent::replay_cached(f);
       if (co_await attached(f, waiter)) co_return Step::responded;
     }
-    trace::Span claiming = f.ctx.span.child(trace::kSpanStoreClaim);
-    engine::Admission verdict = co_await rt.claim(claim);
-    claiming.end();
-    // A record fingerprinted under another rule (before a reload, or by an instance
-    // with another config) is judged under its own: a rule change never turns an
-    // honest retry into a mismatch. A rule it cannot read stays a mismatch.
-    std::optional<store::ClaimRequest> under_its_rule;
-    if (verdict.other_rule) {
-      if (const auto rule = engine::rule_of(verdict.other_rule->fingerprint)) {
-        under_its_rule.emplace(claim);
-        under_its_rule->fingerprint = idempotent::request_fingerprint(f, *rule);
-        verdict = engine::Engine::admission(*under_its_rule,
-                                            store::ClaimResult{std::move(*verdict.other_rule)});
-      }
+    // Past the deadline, always the claim: the coordinator's decision ends the wait.
+    if (std::exchange(claim_again, true) || std::chrono::steady_clock::now() >= budget.deadline) {
+      co_await claim_and_decide(f, budget);
+      if (f.decision.kind != Decision::Kind::wait) co_return Step::next;
     }
-    f.decision = rt.coordinator.decide(f.route(), under_its_rule ? *under_its_rule : claim,
-                                       std::move(verdict), budget, f.form);
-    if (f.decision.kind != Decision::Kind::wait) co_return Step::next;
     if (!waiter) {
       const auto ex = co_await asio::this_coro::executor;
       waiter = std::make_shared<SignalWaiter>(ex);
     }
     waiter->signal.clear();
-    if (!rt.coordinator.wait_here(claim.id, waiter)) {
+    Holder holder = rt.coordinator.wait_here(claim.id, waiter);
+    if (holder == Holder::elsewhere) {
       if (f.decision.streaming && co_await followed(f, waiter)) co_return Step::responded;
       if (co_await wait_elsewhere(f, waiter, budget)) continue;
-      // The store cannot announce finishes: ask again after a backoff. Answered in
-      // the same group-commit batch as a holder here, this request may have looked
-      // before that holder marked the key: look once more before asking again.
+      // The store cannot announce finishes: ask again after a backoff, unless a
+      // request of this process claimed the key meanwhile: look once more first.
       const auto backoff = budget.next_backoff(std::chrono::steady_clock::now());
       co_await waiter->signal.wait_until(backoff);
       waiter->signal.clear();
-      if (!rt.coordinator.wait_here(claim.id, waiter)) continue;
+      holder = rt.coordinator.wait_here(claim.id, waiter);
+      if (holder == Holder::elsewhere) continue;
     }
     // Held by this process: sleep until it releases the key, or its answer starts
-    // streaming; no database polling.
+    // streaming; no database polling. Claimed by this process, its verdict not yet
+    // in (answered on another connection after this one): sleep until it wins, as
+    // held, or all of this process's claims lose. Woken then with nothing cached, the
+    // verdict in hand still stands (the key was in flight): this request looks where
+    // it is held now instead of claiming again, so the woken do not claim together
+    // and make each other sleep on their claims once more.
+    claim_again = holder == Holder::here;
     if (co_await attached(f, waiter)) co_return Step::responded;
     co_await waiter->signal.wait_until(budget.deadline);
   }

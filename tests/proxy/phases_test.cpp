@@ -6,12 +6,16 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../unit/faulty_store.hpp"
 #include "fakes.hpp"
 #include "idemproxy/ops/logging.hpp"
 #include "idemproxy/store/memory_store.hpp"
 #include "proxy/policy_document.hpp"
+#include "proxy/remote_feed.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/serve.hpp"
 
@@ -23,15 +27,27 @@ using namespace std::chrono_literals;
 // One proxy over the fakes, and the exchanges it serves.
 class Stage {
  public:
-  explicit Stage(const std::string& config) : upstream(log), store_(clock_) {
+  /// Over the memory store, or over `store` when given.
+  explicit Stage(const std::string& config, store::Store* store = nullptr)
+      : upstream(log), store_(clock_) {
     ops::configure_logging("warn", "text");
     auto cfg = config::parse_config("upstream: {url: 'http://127.0.0.1:9'}\n" + config, "fake.yaml",
                                     [](const std::string&) { return std::nullopt; });
     settings_ = proxy::make_settings(std::move(cfg));
-    runtime_ = std::make_unique<proxy::Runtime>(io, settings_, store_, metrics_, 2, &upstream);
+    if (store != nullptr) used_ = store;
+    runtime_ = std::make_unique<proxy::Runtime>(io, settings_, *used_, metrics_, 2, &upstream);
     proxy_ = std::make_unique<proxy::Proxy>(*runtime_);
   }
-  ~Stage() { runtime_.reset(); }
+  ~Stage() {
+    if (listening_) used_->watch({});  // before the runtime goes
+    runtime_.reset();
+  }
+
+  /// Hears the store's announcements, as the server's upkeep wires them.
+  void listen() {
+    used_->watch(proxy::announcement_watchers(*runtime_));
+    listening_ = true;
+  }
 
   /// A client POSTing `body` with `key` to `target`.
   std::unique_ptr<FakeExchange> client(const std::string& key,
@@ -77,10 +93,12 @@ class Stage {
  private:
   SystemClock clock_;
   store::MemoryStore store_;
+  store::Store* used_ = &store_;
   ops::Metrics metrics_;
   std::shared_ptr<const Settings> settings_;
   std::unique_ptr<proxy::Runtime> runtime_;
   std::unique_ptr<proxy::Proxy> proxy_;
+  bool listening_ = false;
 };
 
 const char* kConfig = "store: {memory: {}}\nroutes: [{name: orders, path_prefix: /v1}]\n";
@@ -185,6 +203,99 @@ TEST(Phases, TwoClaimsRacingForOneKeyExecuteOnce) {
   const FakeExchange& refused = a->status == 409 ? *a : *b;
   EXPECT_TRUE(problem_type(refused).ends_with("/request-in-flight")) << refused.body;
   EXPECT_NE(field(refused, "Retry-After"), "");
+}
+
+const char* kWaitConfig =
+    "store: {memory: {}}\ndefaults: {on_concurrent: wait}\n"
+    "routes: [{name: orders, path_prefix: /v1}]\n";
+
+// The store hears the stage's watches and takes its claims in pairs, answering each
+// pair last first, the second answer after the first one's caller ran; the upstream
+// answers 201 with `body` (three times at most).
+void claims_in_pairs(FaultyStore& store, Stage& stage, const std::string& body) {
+  store.inner_watches = true;
+  store.claims_together = 2;
+  stage.listen();
+  store.answer_later = [&stage](std::function<void()> answer) {
+    asio::post(stage.io, std::move(answer));
+  };
+  Script s;
+  s.heads = {{201, {}}};
+  s.framing = Framing::of(8);
+  s.pieces = {body};
+  stage.upstream.scripts = {s, s, s};
+}
+
+// Two claims of one key from this process, answered by the store last first (two
+// connections' batches: PostgreSQL's group commit, or claims run alone on Citus). The
+// loser is told the key is in flight before its winner knows it won. It sleeps on
+// the winner's claim, then replays the winner's answer from the cache: two claims,
+// one completion, and no store call to watch the key. Without the claim on its way
+// counted, the loser takes the key for another instance's and watches it in the
+// store (the Citus storm's extra store calls).
+TEST(Phases, ALoserToldBeforeItsWinnerWaitsForItHereAndNotInTheStore) {
+  SystemClock clock;
+  FaultyStore store(clock);
+  Stage stage(kWaitConfig, &store);
+  claims_in_pairs(store, stage, R"({"id":7})");
+  auto winner = stage.client("k-race");
+  auto loser = stage.client("k-race");
+  stage.serve({winner.get(), loser.get()});
+  EXPECT_EQ(stage.upstream.opened, 1);
+  EXPECT_EQ(winner->status, 201U);
+  EXPECT_FALSE(winner->replayed);
+  EXPECT_EQ(loser->status, 201U);
+  EXPECT_TRUE(loser->replayed);
+  EXPECT_EQ(loser->body, R"({"id":7})");
+  EXPECT_EQ(store.claims, 2);
+  EXPECT_EQ(store.completes, 1);
+  EXPECT_EQ(store.watches, 0);
+}
+
+// Claims of this process that all lose, the key held by another instance: the one
+// told first sleeps on the other claim, wakes at its verdict, and then waits for the
+// other instance like the rest, by one watch, without claiming again meanwhile.
+// (Woken requests that claimed again at once would make each other sleep on their
+// claims, round after round.) When the other instance gives the key up, one of them
+// executes and the other replays its answer.
+TEST(Phases, ClaimsThatAllLoseWaitForTheOtherInstanceWithoutClaimingAgain) {
+  SystemClock clock;
+  FaultyStore store(clock);
+  Stage stage(kWaitConfig, &store);
+  claims_in_pairs(store, stage, R"({"id":8})");
+  // The request's fingerprint, as this proxy makes it: from a first key, claimed alone.
+  store.claims_together = 0;
+  auto probe = stage.client("k-probe");
+  stage.serve({probe.get()});
+  const auto probed = store.inner.find({"", "k-probe"});
+  ASSERT_TRUE(probed.ok() && probed.value());
+  store.claims_together = 2;
+  // Another instance holds the key, for the same request.
+  const store::ClaimRequest elsewhere{
+      {"", "k-held"}, probed.value()->fingerprint, 30s, 24h, "orders", "POST", "/v1/orders", false};
+  const auto held = store.inner.claim(elsewhere);
+  ASSERT_TRUE(held.ok() && std::holds_alternative<store::Claimed>(held.value()));
+  const std::int64_t token = std::get<store::Claimed>(held.value()).token;
+  const int claims_before = store.claims_asked;
+  int claims_while_held = -1;
+  int watches_while_held = -1;
+  asio::steady_timer gives_up(stage.io, 300ms);
+  gives_up.async_wait([&](beast::error_code) {
+    claims_while_held = store.claims_asked - claims_before;
+    watches_while_held = store.watches;
+    ASSERT_TRUE(store.inner.release(elsewhere.id, token).ok());
+  });
+  auto a = stage.client("k-held");
+  auto b = stage.client("k-held");
+  stage.serve({a.get(), b.get()});
+  EXPECT_EQ(claims_while_held, 2);
+  EXPECT_EQ(watches_while_held, 2);
+  EXPECT_EQ(stage.upstream.opened, 2);  // the probe's, then one of the two
+  EXPECT_EQ(a->status, 201U);
+  EXPECT_EQ(b->status, 201U);
+  EXPECT_NE(a->replayed, b->replayed);
+  EXPECT_EQ(a->body, R"({"id":8})");
+  EXPECT_EQ(b->body, R"({"id":8})");
 }
 
 TEST(Phases, AStreamedAnswersHeadSaysWhenItExpiresAndKeepsTheProxysFieldsOutOfTheRecord) {

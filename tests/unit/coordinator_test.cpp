@@ -98,8 +98,8 @@ TEST_F(CoordinatorTest, AClaimMarksTheKeyHeldHereBeforeItReturns) {
   // A loser of the same group-commit batch, answered at this moment, must find the
   // key held here and sleep, not poll the store.
   auto waiter = std::make_shared<ProbeWaiter>([] {});
-  EXPECT_TRUE(coordinator.wait_here(c.id, waiter));
-  EXPECT_FALSE(coordinator.wait_here({"", "other"}, waiter));
+  EXPECT_EQ(coordinator.wait_here(c.id, waiter), Holder::here);
+  EXPECT_EQ(coordinator.wait_here({"", "other"}, waiter), Holder::elsewhere);
 }
 
 // The storm rule: waiters wake only once the answer is in the cache, so none of them
@@ -118,7 +118,7 @@ TEST_F(CoordinatorTest, WaitersWakeOnlyAfterTheAnswerIsInTheCache) {
       const auto hit = coordinator.cached(route, c.id);
       if (hit && hit->fingerprint == c.fingerprint) ++found_cached;
     }));
-    ASSERT_TRUE(coordinator.wait_here(c.id, waiters.back()));
+    ASSERT_EQ(coordinator.wait_here(c.id, waiters.back()), Holder::here);
   }
   EXPECT_EQ(coordinator.waiting_keys(), 1u);
   const int completes_before = store.completes;
@@ -145,11 +145,12 @@ TEST_F(CoordinatorTest, AQueuedClaimMarksTheKeyHeldBeforeItsVerdictIsHandedOver)
   std::optional<Admission> verdict;
   bool held_when_answered = false;
   coordinator.claim_async(c, [&](Admission a) {
-    held_when_answered = coordinator.wait_here(c.id, std::make_shared<ProbeWaiter>([] {}));
+    held_when_answered =
+        coordinator.wait_here(c.id, std::make_shared<ProbeWaiter>([] {})) == Holder::here;
     verdict = std::move(a);
   });
-  EXPECT_FALSE(verdict);  // queued, not answered
-  EXPECT_FALSE(coordinator.wait_here(c.id, std::make_shared<ProbeWaiter>([] {})));
+  EXPECT_FALSE(verdict);  // queued, not answered: on its way
+  EXPECT_EQ(coordinator.wait_here(c.id, std::make_shared<ProbeWaiter>([] {})), Holder::claiming);
   store.run_queued();
   ASSERT_TRUE(verdict);
   EXPECT_EQ(verdict->kind, Admission::Kind::execute);
@@ -160,6 +161,78 @@ TEST_F(CoordinatorTest, AQueuedClaimMarksTheKeyHeldBeforeItsVerdictIsHandedOver)
   store.run_queued();
   ASSERT_TRUE(second);
   EXPECT_EQ(second->kind, Admission::Kind::in_flight);
+}
+
+// Two claims of one key here, run on two connections: the loser's batch may come
+// back before the winner's. The loser finds the winner's claim on its way and sleeps
+// until the winner finishes, as for a key held here: no store call to watch it, and
+// the cached answer when it wakes. Without the claims on their way counted, the
+// loser finds the key held elsewhere and asks the store (the Citus storm's flake).
+TEST_F(CoordinatorTest, ALoserAnsweredBeforeItsWinnerSleepsUntilTheWinnerFinishes) {
+  store.queues = true;
+  route.on_concurrent = OnConcurrent::wait;
+  const auto c = claim("k");
+  std::optional<Admission> won;
+  std::optional<Admission> lost;
+  std::optional<Holder> loser_found;
+  int found_cached = 0;
+  auto waiter = std::make_shared<ProbeWaiter>([&] {
+    const auto hit = coordinator.cached(route, c.id);
+    if (hit && hit->fingerprint == c.fingerprint) ++found_cached;
+  });
+  coordinator.claim_async(c, [&](Admission a) { won = std::move(a); });
+  coordinator.claim_async(c, [&](Admission a) {
+    EXPECT_FALSE(won);  // answered first
+    loser_found = coordinator.wait_here(c.id, waiter);
+    lost = std::move(a);
+  });
+  store.run_queued_answering_last_first();
+  ASSERT_TRUE(won && lost);
+  ASSERT_EQ(won->kind, Admission::Kind::execute);
+  ASSERT_EQ(lost->kind, Admission::Kind::in_flight);
+  EXPECT_EQ(loser_found, Holder::claiming);
+  EXPECT_EQ(waiter->woken, 0);  // the winner's verdict keeps it asleep
+  EXPECT_EQ(coordinator.wait_here(c.id, std::make_shared<ProbeWaiter>([] {})), Holder::here);
+  store.queues = false;
+  const Completion done = coordinator.complete(c, won->token, route, created(), form);
+  EXPECT_EQ(done.finish, Finish::stored);
+  EXPECT_EQ(waiter->woken, 1);
+  EXPECT_EQ(found_cached, 1);
+  EXPECT_EQ(coordinator.waiting_keys(), 0u);
+}
+
+// Claims here that all lose (another instance holds the key): a request that slept
+// on them wakes at the last verdict, to wait for that instance instead.
+TEST_F(CoordinatorTest, WaitersOnClaimsThatAllLoseWakeAtTheLastVerdict) {
+  const auto c = claim("k");
+  const auto elsewhere = store.claim(c);  // as another instance
+  ASSERT_TRUE(elsewhere.ok() && std::holds_alternative<store::Claimed>(elsewhere.value()));
+  store.queues = true;
+  auto waiter = std::make_shared<ProbeWaiter>([] {});
+  std::optional<Holder> first_found;
+  std::vector<Admission::Kind> kinds;
+  coordinator.claim_async(c, [&](Admission a) { kinds.push_back(a.kind); });
+  coordinator.claim_async(c, [&](Admission a) {
+    kinds.push_back(a.kind);
+    first_found = coordinator.wait_here(c.id, waiter);
+  });
+  store.run_queued_answering_last_first();
+  EXPECT_EQ(kinds, (std::vector{Admission::Kind::in_flight, Admission::Kind::in_flight}));
+  EXPECT_EQ(first_found, Holder::claiming);
+  EXPECT_EQ(waiter->woken, 1);
+  EXPECT_EQ(coordinator.waiting_keys(), 0u);
+  EXPECT_EQ(coordinator.wait_here(c.id, waiter), Holder::elsewhere);
+}
+
+// A claim whose store throws has no verdict to come: it is not left on its way, where
+// it would keep the key's waiters asleep on it until their deadline.
+TEST_F(CoordinatorTest, AClaimWhoseStoreThrowsIsNotLeftOnItsWay) {
+  const auto c = claim("k");
+  store.claims_throw = true;
+  EXPECT_THROW(coordinator.claim(c), std::runtime_error);
+  store.queues = true;
+  EXPECT_THROW(coordinator.claim_async(c, [](Admission) {}), std::runtime_error);
+  EXPECT_EQ(coordinator.wait_here(c.id, std::make_shared<ProbeWaiter>([] {})), Holder::elsewhere);
 }
 
 // The coordinator alone chooses between a queued store call and a blocking one: with
@@ -199,7 +272,7 @@ TEST_F(CoordinatorTest, AQueuedCompletionCachesThenWakesThenAnswers) {
   auto waiter = std::make_shared<ProbeWaiter>([&] {
     if (coordinator.cached(route, c.id)) ++found_cached;
   });
-  ASSERT_TRUE(coordinator.wait_here(c.id, waiter));
+  ASSERT_EQ(coordinator.wait_here(c.id, waiter), Holder::here);
   store.queues = true;
   const auto answer = created();
   ASSERT_TRUE(coordinator.completes_async(route, answer));
@@ -404,7 +477,7 @@ TEST_F(CoordinatorTest, AFencedCompletionCachesNothingAndStillWakesTheWaiters) {
   const auto c = claim("k");
   const auto first = claim_and_decide(c);
   auto waiter = std::make_shared<ProbeWaiter>([] {});
-  ASSERT_TRUE(coordinator.wait_here(c.id, waiter));
+  ASSERT_EQ(coordinator.wait_here(c.id, waiter), Holder::here);
   store.completes_fenced = true;
   const Completion done = coordinator.complete(c, first.token, route, created(), form);
   EXPECT_EQ(done.finish, Finish::fenced);
@@ -419,7 +492,7 @@ TEST_F(CoordinatorTest, ALostCompletionReplyIsRetriedInTheBackgroundNotCached) {
   const auto c = claim("k");
   const auto first = claim_and_decide(c);
   auto waiter = std::make_shared<ProbeWaiter>([] {});
-  ASSERT_TRUE(coordinator.wait_here(c.id, waiter));
+  ASSERT_EQ(coordinator.wait_here(c.id, waiter), Holder::here);
   store.complete_reply_lost = true;
   const Completion done = coordinator.complete(c, first.token, route, created(), form);
   EXPECT_EQ(done.finish, Finish::store_failed);
@@ -449,7 +522,7 @@ TEST_F(CoordinatorTest, AbandoningBeforeSendingReleasesAfterSendingMarksIndeterm
   const auto unsent = claim("a");
   const auto a = claim_and_decide(unsent);
   auto waiter = std::make_shared<ProbeWaiter>([] {});
-  ASSERT_TRUE(coordinator.wait_here(unsent.id, waiter));
+  ASSERT_EQ(coordinator.wait_here(unsent.id, waiter), Holder::here);
   EXPECT_EQ(coordinator.abandon(unsent.id, a.token, false), Finish::released);
   EXPECT_EQ(waiter->woken, 1);
   EXPECT_EQ(claim_and_decide(unsent).kind, DKind::execute);
@@ -460,7 +533,7 @@ TEST_F(CoordinatorTest, AbandoningBeforeSendingReleasesAfterSendingMarksIndeterm
   const auto retry = claim_and_decide(sent);
   EXPECT_EQ(retry.kind, DKind::refuse);
   EXPECT_EQ(retry.refusal, Refusal::outcome_indeterminate);
-  EXPECT_FALSE(coordinator.wait_here(sent.id, waiter));  // no longer held here
+  EXPECT_EQ(coordinator.wait_here(sent.id, waiter), Holder::elsewhere);  // no longer held here
 }
 
 TEST_F(CoordinatorTest, AnAnswerTooLargeToStoreIsNotCachedAndRetriesAreToldSo) {

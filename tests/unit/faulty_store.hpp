@@ -3,7 +3,9 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "idemproxy/store/memory_store.hpp"
@@ -18,6 +20,7 @@ class FaultyStore final : public store::Store {
   explicit FaultyStore(const Clock& clock) : inner(clock) {}
 
   bool claims_fail = false;
+  bool claims_throw = false;  // as a store whose driver throws
   bool claims_unreadable = false;
   bool completes_fail = false;
   bool completes_fenced = false;
@@ -27,13 +30,24 @@ class FaultyStore final : public store::Store {
   store::Result<bool> watch_answer = true;
   int watches = 0;
 
-  bool announces_finishes() const override { return announces; }
-  store::Result<bool> watch_record(const store::RecordId& /*id*/) override {
+  // The memory store's own announcements instead (finishes of watched records).
+  bool inner_watches = false;
+
+  void watch(Watchers w) override {
+    if (inner_watches) inner.watch(std::move(w));
+  }
+  bool announces_finishes() const override {
+    return inner_watches ? inner.announces_finishes() : announces;
+  }
+  store::Result<bool> watch_record(const store::RecordId& id) override {
     ++watches;
-    return watch_answer;
+    return inner_watches ? inner.watch_record(id) : watch_answer;
   }
 
+  std::atomic<int> claims = 0;
   store::Result<store::ClaimResult> claim(const store::ClaimRequest& r) override {
+    ++claims;
+    if (claims_throw) throw std::runtime_error("driver threw");
     if (claims_unreadable) return store::StoreError{store::StoreErrc::unreadable, "no key 7"};
     if (claims_fail) return store::StoreError{store::StoreErrc::unavailable, "connection refused"};
     return inner.claim(r);
@@ -50,13 +64,38 @@ class FaultyStore final : public store::Store {
   }
 
   // With `queues`, claim_async and complete_async hold their calls until
-  // run_queued(), as PgStore's group commit holds them until a batch runs.
+  // run_queued(), as PgStore's group commit holds them until a batch runs. Each runs
+  // the store call and gives back the hand-out of its answer.
   bool queues = false;
-  std::vector<std::function<void()>> queued;
-  bool queues_calls() const override { return queues; }
+  using Queued = std::function<std::function<void()>()>;  // the call; gives its hand-out
+  std::vector<Queued> queued;
+  bool queues_calls() const override { return queues || claims_together > 0; }
+  // Claims only, queued in groups of this many; each group runs once complete and
+  // is answered last first (run_queued_answering_last_first), all on the thread
+  // whose claim completed it.
+  std::size_t claims_together = 0;
+  // When set, every answer of a group but the first handed out goes through it (an
+  // I/O context's post): the first one's caller runs before the rest are answered.
+  std::function<void(std::function<void()>)> answer_later;
+  std::atomic<int> claims_asked = 0;  // claim_async calls
   void claim_async(const store::ClaimRequest& r, ClaimDone done) override {
-    if (!queues) return Store::claim_async(r, std::move(done));
-    queued.emplace_back([this, &r, done = std::move(done)] { done(claim(r)); });
+    ++claims_asked;
+    if (claims_throw) throw std::runtime_error("driver threw");  // before it takes the call
+    if (!queues && claims_together == 0) return Store::claim_async(r, std::move(done));
+    auto call = [this, &r, done = std::move(done)]() -> std::function<void()> {
+      return [done, result = claim(r)]() mutable { done(std::move(result)); };
+    };
+    if (claims_together > 0) {
+      std::vector<Queued> group;
+      {
+        std::lock_guard lock(held_mu_);
+        together_.emplace_back(std::move(call));
+        if (together_.size() < claims_together) return;
+        group.swap(together_);
+      }
+      return answer_last_first(std::move(group));
+    }
+    queued.emplace_back(std::move(call));
   }
   void complete_async(const store::RecordId& id, std::int64_t token,
                       const store::StoredResponse& response, store::Retention keep,
@@ -64,15 +103,21 @@ class FaultyStore final : public store::Store {
     if (!queues) return Store::complete_async(id, token, response, keep, std::move(done));
     // By value: the caller's arguments need only live until the call is answered,
     // and PgStore copies them too.
-    queued.emplace_back([this, id, token, response, keep, done = std::move(done)] {
-      done(complete(id, token, response, keep));
-    });
+    queued.emplace_back(
+        [this, id, token, response, keep, done = std::move(done)]() -> std::function<void()> {
+          return [done, result = complete(id, token, response, keep)]() mutable {
+            done(std::move(result));
+          };
+        });
   }
   void run_queued() {
     auto calls = std::move(queued);
     queued.clear();
-    for (auto& call : calls) call();
+    for (auto& call : calls) call()();
   }
+  // The queued calls run in order, as on two connections, and their answers are
+  // handed out last first: the second connection's batch came back first.
+  void run_queued_answering_last_first() { answer_last_first(std::exchange(queued, {})); }
 
   store::Result<TimePoint> renew(const store::RecordId& id, std::int64_t t, Duration l) override {
     return inner.renew(id, t, l);
@@ -167,6 +212,20 @@ class FaultyStore final : public store::Store {
  private:
   std::mutex held_mu_;
   std::vector<std::function<void()>> held_;
+  std::vector<Queued> together_;  // claims_together
+
+  void answer_last_first(std::vector<Queued> calls) {
+    std::vector<std::function<void()>> answers;
+    answers.reserve(calls.size());
+    for (auto& call : calls) answers.push_back(call());
+    for (auto a = answers.rbegin(); a != answers.rend(); ++a) {
+      if (answer_later && a != answers.rbegin()) {
+        answer_later(std::move(*a));
+      } else {
+        (*a)();
+      }
+    }
+  }
 };
 
 }  // namespace idemproxy::testing

@@ -144,7 +144,9 @@ class Coordinator {
 
   /// Claims the key (database pool). A key this claims is marked held before it
   /// returns: the losers of one group-commit batch are answered at the same moment
-  /// as its winner, and must find the key held here, not poll for it.
+  /// as its winner, and must find the key held here, not poll for it. A claim on its
+  /// way counts as held for wait_here() until its verdict is in, so a loser answered
+  /// before its winner (another connection's batch) sleeps too.
   Admission claim(const store::ClaimRequest& claim);
   /// claim(), answered through `done`: by the store's own thread when it queues its
   /// calls (queues_store_calls(), no thread waits for it), otherwise by claim() run
@@ -159,9 +161,12 @@ class Coordinator {
   Decision decide(const RoutePolicy& route, const store::ClaimRequest& claim, Admission verdict,
                   const WaitBudget& budget, const ReplayCache::Request& form);
 
-  /// Registers `waiter` when this process holds `id`: it is woken on release.
-  /// False for a key held elsewhere (sleep WaitBudget::next_backoff, then ask again).
-  bool wait_here(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
+  /// Registers `waiter` when this process holds `id` (Holder::here), or has a claim of
+  /// it on its way (Holder::claiming): it is woken on release, or as soon as this
+  /// process's claims all lost, the key being held elsewhere (the waiter then waits
+  /// for that; it need not claim again). Nothing kept for a key held elsewhere
+  /// (wait_elsewhere, or sleep WaitBudget::next_backoff, then ask again).
+  Holder wait_here(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
     return holders_.add(id, waiter);
   }
 

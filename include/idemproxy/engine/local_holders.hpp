@@ -18,21 +18,38 @@ class Waiter {
   virtual void wake() = 0;
 };
 
+/// Who holds a key a request found in flight, as this process knows it.
+enum class Holder {
+  elsewhere,  // not this process: another instance, or nothing this process knows of
+  here,       // this process executes it
+  claiming,   // this process has a claim of it on its way to the store
+};
+
 /// Requests waiting for a key held by this process sleep until it finishes, without
 /// touching the database; keys held by other instances are re-checked on a backoff.
+///
+/// A claim of this process still on its way back from the store counts too: the
+/// store may answer a loser before the winner, when their statements ran on two
+/// connections (two batches of one lane, or claims run alone). The loser then sleeps
+/// until every claim of the key here has its verdict: kept asleep until release() if
+/// one of them executes, woken at once if none does (the key is held elsewhere).
 class LocalHolders {
  public:
-  /// This process now executes `id`.
-  void hold(const store::RecordId& id);
+  /// A claim of `id` is sent to the store; claimed() follows with its verdict.
+  void claiming(const store::RecordId& id);
+  /// That claim's verdict is in: `executes`, this process now holds `id`. When no
+  /// claim of `id` is left on its way and nothing here holds it, the waiters add()
+  /// kept are woken.
+  void claimed(const store::RecordId& id, bool executes);
   /// It finished (or gave up): wakes every request waiting for `id`.
   void release(const store::RecordId& id);
   /// Wakes every request waiting for `id` (a background completion landed).
   void notify(const store::RecordId& id);
-  /// Registers a waiter when this process holds `id` and returns true: the waiter
-  /// sleeps until release() instead of polling. (One lock: a release cannot slip
-  /// between.) False, and nothing kept, for a key held elsewhere.
-  bool add(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter);
-  bool held(const store::RecordId& id) const;
+  /// Registers a waiter when this process holds `id` (here), or has a claim of it on
+  /// its way (claiming): the waiter sleeps until release(), or until claimed() finds
+  /// no holder, instead of polling. (One lock: a release cannot slip between.) For a
+  /// key held elsewhere, nothing is kept.
+  Holder add(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter);
 
   /// Requests here waiting for a key another instance executes: woken by
   /// notify_remote (the store announced its finish), removed by remove_remote.
@@ -45,8 +62,12 @@ class LocalHolders {
   std::size_t waiting_keys() const;
 
  private:
+  /// Wakes the waiters of `slot` (under mu_): moved out, woken after the lock goes.
+  std::vector<std::weak_ptr<Waiter>> take_waiters(const std::string& slot);
+
   mutable std::mutex mu_;
   std::unordered_map<std::string, int> held_;
+  std::unordered_map<std::string, int> claiming_;  // claims on their way to the store
   std::unordered_map<std::string, std::vector<std::weak_ptr<Waiter>>> waiting_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<Waiter>>> remote_;
 };
