@@ -7,7 +7,8 @@ of the tree that includes a header of that folder, with the compiler and the inc
 directories the build gives that library, and checks that:
   - a header of a folder the library may reach is found;
   - a header of any other folder (a layer above, or beside) is not: the compiler stops
-    with "No such file or directory" for that very include.
+    with "No such file or directory" (GCC) or "file not found" (clang) for that very
+    include.
 
   check_layers.py COMPILER SOURCE_DIR LIBRARY=FOLDER,FOLDER...=DIR|DIR... ...
 Exit 0 when every case holds; 1, naming each case that does not, otherwise.
@@ -53,7 +54,8 @@ def case(library, reach, dirs, folder, header):
     if not allowed:
         if run.returncode == 0:
             return f'{library} reached "{header}" ({folder}), a folder above or beside it'
-        if f'{header}: No such file or directory' not in run.stderr:
+        if (f'{header}: No such file or directory' not in run.stderr and
+                f"'{header}' file not found" not in run.stderr):
             return f'{library} including "{header}" failed for another reason: {run.stderr[:300]}'
     return None
 
