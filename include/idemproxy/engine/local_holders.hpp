@@ -62,7 +62,7 @@ class LocalHolders {
   std::size_t waiting_keys() const;
 
  private:
-  /// Wakes the waiters of `slot` (under mu_): moved out, woken after the lock goes.
+  /// Takes the waiters of `slot` out (under mu_), to be woken once the lock goes.
   std::vector<std::weak_ptr<Waiter>> take_waiters(const std::string& slot);
 
   mutable std::mutex mu_;
