@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <set>
+
 using namespace idemproxy;
 using namespace idemproxy::engine;
 using namespace std::chrono_literals;
@@ -72,4 +75,76 @@ TEST(ReplayCache, AnEntryHandedOutSurvivesItsEviction) {
   auto hit = cache.get({"s", "k"}, t0);
   cache.erase({"s", "k"});
   EXPECT_EQ(hit->response.body, "kept");  // a replay in progress is not cut short
+}
+
+TEST(ReplayCache, AReplacedEntryBecomesTheMostRecentlyUsed) {
+  ReplayCache cache(11 * 1024);  // three of these entries, as above
+  cache.put({"s", "a"}, entry(std::string(3000, 'a')));
+  cache.put({"s", "b"}, entry(std::string(3000, 'b')));
+  cache.put({"s", "c"}, entry(std::string(3000, 'c')));
+  cache.put({"s", "a"}, entry(std::string(3000, 'A')));  // a again: now the newest
+  const std::size_t three = cache.bytes();
+  cache.put({"s", "d"}, entry(std::string(3000, 'd')));
+  EXPECT_FALSE(cache.get({"s", "b"}, t0));  // b was the oldest
+  ASSERT_TRUE(cache.get({"s", "a"}, t0));
+  EXPECT_EQ(cache.get({"s", "a"}, t0)->response.body, std::string(3000, 'A'));
+  EXPECT_TRUE(cache.get({"s", "c"}, t0));
+  EXPECT_TRUE(cache.get({"s", "d"}, t0));
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.bytes(), three);  // the replaced entry's bytes were given back
+}
+
+TEST(ReplayCache, ManyEntriesThroughASmallBudgetKeepTheNewestInOrder) {
+  ReplayCache cache(11 * 1024);
+  for (int i = 0; i < 2000; ++i) {
+    cache.put({"s", std::to_string(i)}, entry(std::string(3000, 'x')));
+    if (i % 7 == 0) cache.erase({"s", std::to_string(i - 1)});
+    if (i % 5 == 0) {
+      ASSERT_TRUE(cache.get({"s", std::to_string(i)}, t0));
+    }
+  }
+  EXPECT_LE(cache.bytes(), 11u * 1024);
+  EXPECT_EQ(cache.size(), 3u);
+  for (const char* k : {"1997", "1998", "1999"}) {
+    EXPECT_TRUE(cache.get({"s", k}, t0)) << k;
+  }
+  for (const char* k : {"1997", "1998", "1999"}) cache.erase({"s", k});
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.bytes(), 0u);
+  cache.put({"s", "again"}, entry("after"));  // the order of use starts afresh
+  EXPECT_EQ(cache.get({"s", "again"}, t0)->response.body, "after");
+}
+
+// The index (open addressing, entries moved back on erase) against a plain set: keys
+// come and go in random order with no eviction, and every lookup agrees.
+TEST(ReplayCache, KeysComingAndGoingAtRandomAreAllFoundAndOnlyThem) {
+  ReplayCache cache(64 << 20);
+  std::set<int> present;
+  std::mt19937 random(7);
+  for (int step = 0; step < 20000; ++step) {
+    const int k = static_cast<int>(random() % 600);
+    const store::RecordId id{"scope", "key-" + std::to_string(k)};
+    switch (random() % 3) {
+      case 0:
+        cache.put(id, entry(std::to_string(k)));
+        present.insert(k);
+        break;
+      case 1:
+        cache.erase(id);
+        present.erase(k);
+        break;
+      default: {
+        const auto hit = cache.get(id, t0);
+        ASSERT_EQ(hit != nullptr, present.count(k) == 1) << "step " << step << " key " << k;
+        if (hit) {
+          ASSERT_EQ(hit->response.body, std::to_string(k));
+        }
+      }
+    }
+    ASSERT_EQ(cache.size(), present.size());
+  }
+  for (int k = 0; k < 600; ++k) {
+    const bool found = cache.get({"scope", "key-" + std::to_string(k)}, t0) != nullptr;
+    EXPECT_EQ(found, present.count(k) == 1) << k;
+  }
 }

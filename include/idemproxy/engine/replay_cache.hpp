@@ -4,12 +4,10 @@
 // its record's expiry, and on purge. PostgreSQL stays the source of truth: a miss,
 // or a fingerprint that differs, asks the store.
 #include <cstddef>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "idemproxy/common/clock.hpp"
@@ -65,7 +63,10 @@ class ReplayCache {
   };
 
   /// max_bytes 0 turns the cache off.
-  explicit ReplayCache(std::size_t max_bytes) : max_bytes_(max_bytes) {}
+  explicit ReplayCache(std::size_t max_bytes);
+  ~ReplayCache();
+  ReplayCache(const ReplayCache&) = delete;
+  ReplayCache& operator=(const ReplayCache&) = delete;
   std::size_t max_bytes() const { return max_bytes_; }
 
   /// The entry for `id`, unless there is none or it is no longer valid at `now`.
@@ -80,13 +81,12 @@ class ReplayCache {
 
  private:
   using Key = std::string;  // scope '\n' key (store::slot_key)
-  /// Finds a slot by its record's id without building its key (a heap block per
-  /// replay): the hash and the comparison walk scope, '\n' and key in place.
+  /// A record's id hashed, and compared with a slot's key, without building its key (a
+  /// heap block per replay): both walk scope, '\n' and key in place.
   struct KeyHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view key) const { return mix(kBasis, key); }
+    std::size_t operator()(std::string_view key) const { return spread(mix(kBasis, key)); }
     std::size_t operator()(const store::RecordId& id) const {
-      return mix(mix(mix(kBasis, id.scope), "\n"), id.key);
+      return spread(mix(mix(mix(kBasis, id.scope), "\n"), id.key));
     }
 
    private:
@@ -96,30 +96,61 @@ class ReplayCache {
       for (const unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
       return h;
     }
-  };
-  struct KeyEqual {
-    using is_transparent = void;
-    bool operator()(std::string_view a, std::string_view b) const { return a == b; }
-    bool operator()(const store::RecordId& id, std::string_view key) const {
-      return key.size() == id.scope.size() + 1 + id.key.size() && key.starts_with(id.scope) &&
-             key[id.scope.size()] == '\n' && key.ends_with(id.key);
-    }
-    bool operator()(std::string_view key, const store::RecordId& id) const {
-      return (*this)(id, key);
+    // FNV-1a's low bits depend only on the bytes' low bits; the index takes the low
+    // bits, so they are mixed with the high ones first (MurmurHash3's finalizer).
+    static std::size_t spread(std::size_t h) {
+      h ^= h >> 33;
+      h *= 0xff51afd7ed558ccdULL;
+      h ^= h >> 33;
+      return h;
     }
   };
-  struct Slot {
+  static bool same(std::string_view key, std::string_view other) { return key == other; }
+  static bool same(std::string_view key, const store::RecordId& id) {
+    return key.size() == id.scope.size() + 1 + id.key.size() && key.starts_with(id.scope) &&
+           key[id.scope.size()] == '\n' && key.ends_with(id.key);
+  }
+  /// A cached record. The order of use runs through the nodes themselves.
+  struct Node {
+    Key key;
+    std::size_t hash;
     std::shared_ptr<const Entry> entry;
     std::size_t bytes;
-    std::list<Key>::iterator lru;
+    Node* newer = nullptr;
+    Node* older = nullptr;
   };
-  using Slots = std::unordered_map<Key, Slot, KeyHash, KeyEqual>;
-  void drop(Slots::iterator it);
+  /// The index: open addressing with linear probing, a power of two long and at most
+  /// half full, each cell the node's hash beside it. A lookup reads one or two cells
+  /// of one cache line; std::unordered_map followed three nodes across the heap for
+  /// each, and its lookups were 4.4 % of a fresh key's CPU (bench/results/HISTORY.md,
+  /// "The replay cache's index").
+  struct Cell {
+    std::size_t hash = 0;
+    Node* node = nullptr;  // none: empty
+  };
+  /// The cell holding `key`, or the empty one where it would go.
+  template <class K>
+  std::size_t probe(const K& key, std::size_t hash) const {
+    const std::size_t mask = cells_.size() - 1;
+    for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
+      const Cell& c = cells_[i];
+      if (c.node == nullptr || (c.hash == hash && same(c.node->key, key))) return i;
+    }
+  }
+  /// Takes `node` out of the index and the order of use, and deletes it.
+  void drop(Node* node);
+  /// Empties cell `i`, moving later cells of its run back (no tombstones).
+  void vacate(std::size_t i);
+  void grow();
+  void unlink(Node& n);
+  void link_first(Node& n);
 
   const std::size_t max_bytes_;
   mutable std::mutex mu_;
-  Slots slots_;
-  std::list<Key> lru_;  // front: most recently used
+  std::vector<Cell> cells_;
+  std::size_t count_ = 0;
+  Node* newest_ = nullptr;  // most recently used
+  Node* oldest_ = nullptr;  // the next to go
   std::size_t bytes_ = 0;
 };
 
