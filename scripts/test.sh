@@ -109,10 +109,10 @@ background_step() {  # NAME TITLE COMMAND...: runs it, keeping its output, statu
   printf '%5d s  %s (in the background)\n' $((SECONDS - t0)) "$title" >>"$BACKGROUND/times"
 }
 build_tsan() {
-  echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy, store_tests, unit_tests, http_tests and trace_tests)"
+  echo "build: build-tsan (-O1, ThreadSanitizer; idemproxy and tsan_tests, the tests run under TSan)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 \
     -DIDEMPROXY_TSAN=ON >/dev/null
-  cmake --build build-tsan -j2 --target idemproxy store_tests unit_tests http_tests trace_tests
+  cmake --build build-tsan -j2 --target idemproxy tsan_tests
 }
 (
   renice -n 19 -p $BASHPID >/dev/null || true
@@ -342,12 +342,9 @@ if [ "$SANITIZE" = 1 ]; then
   await_step tsan
 fi
 if [ "$SANITIZE" = 1 ] && step_result tsan; then
-  stage "ThreadSanitizer: the store tests; the coordinator, lease schedule, replay cache and SHA-256 unit tests; the runtime's queued calls; the deadline socket; the span exporter"
+  stage "ThreadSanitizer: tsan_tests (the store tests; the coordinator, lease schedule, replay cache and digest unit tests; the runtime's queued calls; the deadline socket; the span exporter; the rest of their files)"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp"
-  run_gtest build-tsan/tests/store_tests '*'
-  run_gtest build-tsan/tests/unit_tests 'Coordinator*:ReplayCache*:LeaseSchedule*:Sha256*'
-  run_gtest build-tsan/tests/http_tests 'RuntimeQueued*:DeadlineSocket*'
-  run_gtest build-tsan/tests/trace_tests 'SpanQueue*:OtlpExporter*:OtlpReceiver*'
+  run_gtest build-tsan/tests/tsan_tests '*'
   IDEMPROXY_TEST_THREADS=4 run_pytest build-tsan tests/e2e/test_concurrency.py \
     tests/e2e/test_scopes.py tests/e2e/test_tls.py tests/e2e/test_faults.py \
     tests/e2e/test_operations.py tests/e2e/test_oversized.py tests/e2e/test_ledger_real_peers.py \
