@@ -237,6 +237,7 @@ bool is_hop_by_hop(std::string_view name) {
 std::vector<store::Header> storable_headers(const std::vector<store::Header>& headers,
                                             const RoutePolicy& policy) {
   std::vector<store::Header> out;
+  out.reserve(headers.size());
   for (const auto& h : headers) {
     if (!is_hop_by_hop(h.name) && !is_per_exchange(h.name) && !policy.denies_header(h.name)) {
       out.push_back(h);

@@ -94,11 +94,19 @@ void move_legacy_trailers(std::vector<Header>& head, std::vector<Header>& traile
   }
 }
 
+// The bytes encode() writes for `fields`.
+std::size_t encoded_size(const std::vector<Header>& fields) {
+  std::size_t n = 0;
+  for (const auto& h : fields) n += h.name.size() + h.value.size() + 4;
+  return n;
+}
+
 }  // namespace
 
 std::string encode_headers(const std::vector<Header>& headers,
                            const std::vector<Header>& trailers) {
   std::string out;
+  out.reserve(encoded_size(headers) + (trailers.empty() ? 0 : 2 + encoded_size(trailers)));
   encode(headers, out);
   if (!trailers.empty()) {
     out += "\r\n";
