@@ -18,7 +18,12 @@ class ArrayBinary {
   /// refuses elements of any type but the parameter's own ("wrong element type").
   enum class Of : std::uint32_t { bytea = 17, int8 = 20, int4 = 23, text = 25 };
 
-  explicit ArrayBinary(Of element) : element_(element) { out_.resize(kHeader); }
+  /// `elements`: how many it will hold, for its buffer to be taken once (a text or
+  /// bytea element counted at 64 bytes; a longer one grows it).
+  explicit ArrayBinary(Of element, std::size_t elements = 0) : element_(element) {
+    out_.reserve(kHeader + elements * (4 + width(element)));
+    out_.resize(kHeader);
+  }
 
   /// A text or bytea element: its bytes as they are.
   void add(std::string_view bytes) {
@@ -65,6 +70,9 @@ class ArrayBinary {
 
  private:
   static constexpr std::size_t kHeader = 20;  // ndim, flags, type, length, lower bound
+  static constexpr std::size_t width(Of element) {
+    return element == Of::int8 ? 8 : element == Of::int4 ? 4 : 64;
+  }
   // Big-endian, as the wire form has every integer.
   void put_at(std::size_t at, std::uint32_t v) {
     for (std::size_t i = 0; i < 4; ++i) out_[at + i] = static_cast<char>(v >> (24 - 8 * i));
@@ -80,11 +88,13 @@ class ArrayBinary {
   bool nulls_ = false;
 };
 
-/// One array per column, of these element types: a batch's parameters.
-inline std::vector<ArrayBinary> arrays_of(std::initializer_list<ArrayBinary::Of> elements) {
+/// One array per column, of these element types, each for `members` elements: a
+/// batch's parameters.
+inline std::vector<ArrayBinary> arrays_of(std::initializer_list<ArrayBinary::Of> elements,
+                                          std::size_t members) {
   std::vector<ArrayBinary> out;
   out.reserve(elements.size());
-  for (auto of : elements) out.emplace_back(of);
+  for (auto of : elements) out.emplace_back(of, members);
   return out;
 }
 

@@ -79,7 +79,8 @@ std::vector<pqxx::binarystring> GroupCommit::claim_arrays(const std::vector<Pend
   using Of = ArrayBinary::Of;
   std::vector<ArrayBinary> columns =
       arrays_of({Of::text, Of::text, Of::text, Of::text, Of::text, Of::text, Of::int8, Of::int8,
-                 Of::text, Of::int8, Of::text});
+                 Of::text, Of::int8, Of::text},
+                members.size());
   for (const Pending* p : members) {
     const ClaimParams& cl = *p->claim;
     const ClaimRequest& r = cl.req;
@@ -103,7 +104,8 @@ std::vector<pqxx::binarystring> GroupCommit::completion_arrays(
     const std::vector<Pending*>& members) {
   using Of = ArrayBinary::Of;
   std::vector<ArrayBinary> columns = arrays_of(
-      {Of::text, Of::text, Of::int8, Of::int4, Of::bytea, Of::bytea, Of::int8, Of::text, Of::int8});
+      {Of::text, Of::text, Of::int8, Of::int4, Of::bytea, Of::bytea, Of::int8, Of::text, Of::int8},
+      members.size());
   for (const Pending* p : members) {
     const CompleteParams& co = *p->complete;
     columns[0].add(co.id.scope);
