@@ -114,16 +114,21 @@ build_tsan() {
     -DIDEMPROXY_TSAN=ON >/dev/null
   cmake --build build-tsan -j2 --target idemproxy tsan_tests
 }
+# The fuzz targets are built in the ASan tree (IDEMPROXY_FUZZ: its objects carry
+# libFuzzer's coverage instrumentation too), or, without the sanitizer builds, in
+# build-fuzz/ (the fuzz preset).
+fuzz_in_asan=OFF
+if [ "$SANITIZE" = 1 ] && [ "$FUZZ_SECONDS" != 0 ]; then fuzz_in_asan=ON; fi
 (
   renice -n 19 -p $BASHPID >/dev/null || true
   if [ "$SANITIZE" = 1 ]; then
-    background_step asan "build: ASan+UBSan (build-asan/, clang)" \
+    background_step asan "build: ASan+UBSan and the fuzz targets (build-asan/, clang)" \
       env BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIDEMPROXY_SANITIZE=ON \
-      -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_DEBUG=-g1
+      -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DIDEMPROXY_FUZZ=$fuzz_in_asan
     background_step tsan "build: TSan (build-tsan/)" build_tsan
   fi
   background_step tidy "clang-tidy" bash scripts/check-tidy.sh
-  if [ "$FUZZ_SECONDS" != 0 ]; then
+  if [ "$FUZZ_SECONDS" != 0 ] && [ "$fuzz_in_asan" = OFF ]; then
     background_step fuzz "build: the fuzz targets (build-fuzz/)" \
       env FUZZ_BUILD_ONLY=1 bash scripts/fuzz.sh
   fi
@@ -353,15 +358,20 @@ if [ "$SANITIZE" = 1 ] && step_result tsan; then
   unset TSAN_OPTIONS
 fi
 
-stage "waiting for the background clang-tidy, fuzz build and from-source image"
+stage "waiting for the rest of the background (clang-tidy, the fuzz build, the from-source image)"
 wait "$background_pid" || true
 if step_result tidy; then
   grep -E '^tidy: ' "$BACKGROUND/tidy.log" || true
   passed=$((passed + 1))
 fi
-if [ "$FUZZ_SECONDS" != 0 ] && step_result fuzz; then
+fuzz_dir=""
+if [ "$fuzz_in_asan" = ON ]; then fuzz_dir=build-asan; fi
+# (A failed ASan build was counted above.)
+if [ "$FUZZ_SECONDS" != 0 ] && if [ "$fuzz_in_asan" = ON ]; then
+  [ "$(cat "$BACKGROUND/asan.status" 2>/dev/null)" = 0 ]; else step_result fuzz; fi; then
   stage "fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
-  if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi
+  if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" FUZZ_BUILD_DIR="$fuzz_dir" \
+    bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi
   summary_counts "$WORK/fuzz.log" fuzz || status=1
 fi
 if [ "$IMAGE" = 1 ] && step_result image_source; then
