@@ -136,6 +136,7 @@ asio::awaitable<void> World::accept_upstream() {
   for (;;) {
     auto [ec, socket] = co_await upstream_.async_accept(use_nothrow);
     if (ec) co_return;
+    ++connections_;
     asio::co_spawn(io, serve_upstream(std::move(socket)), asio::detached);
   }
 }
@@ -185,7 +186,7 @@ asio::awaitable<void> World::serve_upstream(tcp::socket socket) {
       out += "\r\n";
     }
     auto [wec, w] = co_await asio::async_write(socket, asio::buffer(out), use_nothrow);
-    if (wec) co_return;
+    if (wec || a.close_after) co_return;
   }
 }
 

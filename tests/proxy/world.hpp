@@ -66,6 +66,9 @@ struct UpstreamAnswer {
   /// `cut`: the connection closes after the last one, without the last chunk.
   std::vector<std::pair<std::chrono::milliseconds, std::string>> stream;
   bool cut = false;
+  /// The connection closes after this answer, though the answer kept it alive (no
+  /// `Connection: close`), as an upstream that drops idle keep-alive connections does.
+  bool close_after = false;
 };
 
 class World {
@@ -86,6 +89,8 @@ class World {
   /// requests without one).
   int executions(const std::string& key) const;
   int executions() const { return total_; }
+  /// How many connections the upstream accepted.
+  int upstream_connections() const { return connections_; }
   /// The request the upstream received last.
   const StringRequest& last_request() const { return last_; }
   /// What the upstream answers next (and from then on).
@@ -119,6 +124,7 @@ class World {
   server::SessionTracker tracker_;
   std::map<std::string, int> executions_;
   int total_ = 0;
+  int connections_ = 0;
   StringRequest last_;
   bool listening_ = false;
 };

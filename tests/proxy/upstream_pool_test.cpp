@@ -1,0 +1,57 @@
+// The HTTP/1.1 upstream pool's keep-alive connections (upstream/pool.cpp): one kept
+// alive is reused, and one the upstream closed while it sat idle is not, though the
+// answer before it said nothing of closing. Both codecs on the client's side, a
+// covered route and a pass-through request on the upstream's.
+#include <gtest/gtest.h>
+
+#include "world.hpp"
+
+namespace idemproxy::testing::upstream_pool_test {
+namespace {
+
+const char* kConfig = R"(store: {memory: {}}
+routes:
+  - {name: orders, path_prefix: /v1/orders}
+)";
+
+// Three requests in turn: two keyed ones, a GET between them.
+std::vector<Request> three() {
+  return {{"POST", "/v1/orders", {{"Idempotency-Key", "pool-1"}}, R"({"a":1})", {}},
+          {"GET", "/v1/orders/1", {}, "", {}},
+          {"POST", "/v1/orders", {{"Idempotency-Key", "pool-2"}}, R"({"a":2})", {}}};
+}
+
+class UpstreamPool : public ::testing::TestWithParam<Codec> {
+ protected:
+  World world{kConfig};
+};
+
+TEST_P(UpstreamPool, AConnectionKeptAliveCarriesTheNextRequest) {
+  for (const auto& request : three()) {
+    EXPECT_EQ(world.send(GetParam(), request).status, 201);
+  }
+  EXPECT_EQ(world.executions(), 3);
+  EXPECT_EQ(world.upstream_connections(), 1);
+}
+
+// Without the check before reuse, the second request went out on the closed
+// connection and came back 502 (the upstream's end read as a failed answer).
+TEST_P(UpstreamPool, AConnectionTheUpstreamClosedWhileIdleIsNotReused) {
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.close_after = true;
+    return a;
+  };
+  for (const auto& request : three()) {
+    const auto reply = world.send(GetParam(), request);
+    EXPECT_EQ(reply.status, 201) << request.method << " " << request.path << ": " << reply.body;
+  }
+  EXPECT_EQ(world.executions(), 3);
+  EXPECT_EQ(world.upstream_connections(), 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothCodecs, UpstreamPool, ::testing::Values(Codec::http1, Codec::http2),
+                         [](const auto& info) { return to_string(info.param); });
+
+}  // namespace
+}  // namespace idemproxy::testing::upstream_pool_test
