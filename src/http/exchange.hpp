@@ -15,6 +15,7 @@
 
 #include "http/beast.hpp"
 #include "http/settings.hpp"
+#include "idemproxy/common/once_string.hpp"
 #include "idemproxy/ops/metrics.hpp"
 
 namespace idemproxy::http {
@@ -69,13 +70,13 @@ struct Framing {
 /// An answer whose head was laid out once, when it was cached: a replay.
 struct PreparedAnswer {
   unsigned status = 0;
-  /// The HTTP/1.1 codec's own form of the head, which it laid out when the answer
-  /// was cached (codec::http1::prepared_head); empty when there is none (it then
-  /// builds one from `fields`). Other codecs send `fields`.
-  std::string_view http1_head;
   std::span<const Header> fields;  // lower-case names, as HTTP/2 sends them
   std::string_view body;
   Trailers trailers;
+  /// Kept with the cached answer for the codec that sends it: a codec with a form of
+  /// its own lays it out there at its first replay of the answer, and gathers it at
+  /// the next (the HTTP/1.1 codec's head). Null: nothing is kept.
+  const OnceString* codec_form = nullptr;
 };
 
 /// A field the proxy adds to a prepared answer per request (X-Request-Id, Link).

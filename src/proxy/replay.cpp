@@ -1,6 +1,5 @@
 #include "proxy/replay.hpp"
 
-#include "codec/http1/prepared_head.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
 #include "proxy/context.hpp"
 #include "proxy/forward.hpp"
@@ -47,9 +46,6 @@ const engine::ReplayCache::Entry::Layout& replay_layout(const engine::ReplayCach
     }
     fields.push_back({"Idempotent-Replayed", "true"});
     fields.push_back({kExpiresHeader, http_date(e.expires_at)});
-    // The HTTP/1.1 codec's own form; the HTTP/2 codec sends `fields` as they are.
-    later.made.head = codec::http1::prepared_head(static_cast<unsigned>(stored.status), fields,
-                                                  stored.body.size(), !stored.trailers.empty());
   });
   return later.made;
 }
@@ -60,8 +56,8 @@ asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache
   link_to_executing(ctx, entry.response);
   ctx.status = static_cast<unsigned>(entry.response.status);
   const auto& layout = replay_layout(entry);
-  const PreparedAnswer answer{static_cast<unsigned>(entry.response.status), layout.head,
-                              layout.fields, entry.response.body, entry.response.trailers};
+  const PreparedAnswer answer{static_cast<unsigned>(entry.response.status), layout.fields,
+                              entry.response.body, entry.response.trailers, &layout.codec_form};
   // In the order a replay built per request had them.
   std::array<ExtraField, 2> extra;
   std::size_t count = 0;

@@ -22,8 +22,8 @@ void prepare_replay(engine::ReplayCache::Entry& entry);
 
 /// The entry's replay, laid out at its first replay and kept with it for the next:
 /// its fields (the stored ones but the record's own entries, Idempotent-Replayed,
-/// Idempotency-Key-Expires) and the HTTP/1.1 head a keep-alive client gets, without
-/// Connection, the per-request lines and the blank line. Safe from any thread.
+/// Idempotency-Key-Expires), and a place for the codec that sends it to keep its own
+/// form (the HTTP/1.1 codec's head). Safe from any thread.
 const engine::ReplayCache::Entry::Layout& replay_layout(const engine::ReplayCache::Entry& entry);
 
 /// Sends a cached or stored replay; false when the client could not take it.

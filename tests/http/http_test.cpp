@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "codec/http1/prepared_head.hpp"
 #include "http/problem.hpp"
 #include "http/request_target.hpp"
 #include "http/trace_context.hpp"
@@ -110,12 +111,15 @@ TEST(Problems, EveryRefusalMapsToItsDocumentedProblem) {
   }
 }
 
-TEST(ReplayHead, IsSerializedOnceWithoutThePerRequestLines) {
+// The replay's fields are the proxy's; its HTTP/1.1 head is the HTTP/1.1 codec's,
+// laid out from them without the per-request lines.
+TEST(ReplayHead, IsSerializedByTheHttp1CodecWithoutThePerRequestLines) {
   engine::ReplayCache::Entry e;
   e.response = {201, {{"Content-Type", "application/json"}}, R"({"id":1})"};
   e.expires_at = TimePoint{std::chrono::seconds{1'700'000'000}};
   proxy::prepare_replay(e);
-  const auto& head = proxy::replay_layout(e).head;
+  const auto& layout = proxy::replay_layout(e);
+  const auto head = codec::http1::prepared_head(201, layout.fields, e.response.body.size(), false);
   EXPECT_EQ(head.rfind("HTTP/1.1 201 Created\r\n", 0), 0u) << head;
   EXPECT_NE(head.find("Idempotent-Replayed: true\r\n"), std::string::npos);
   EXPECT_NE(head.find("Content-Length: 8\r\n"), std::string::npos);
@@ -123,38 +127,47 @@ TEST(ReplayHead, IsSerializedOnceWithoutThePerRequestLines) {
   EXPECT_NE(head.substr(head.size() - 2), "\r\n\r\n");  // the blank line comes later
   // Made once: a second replay gets the same layout, not another.
   EXPECT_EQ(&proxy::replay_layout(e), &proxy::replay_layout(e));
-  engine::ReplayCache::Entry empty;
-  empty.response = {204, {}, ""};
-  proxy::prepare_replay(empty);
-  EXPECT_TRUE(proxy::replay_layout(empty).head.empty());  // built per request: no Content-Length
+  // Built per request: no Content-Length for a 204, and an answer with trailers goes
+  // chunked to an HTTP/1.1 client that takes them, or without them.
+  EXPECT_TRUE(codec::http1::prepared_head(204, {}, 0, false).empty());
   engine::ReplayCache::Entry grpc;
   grpc.response = {
       200, {{"content-type", "application/grpc"}}, "msg", true, {{"grpc-status", "0"}}};
   proxy::prepare_replay(grpc);
-  const auto& layout = proxy::replay_layout(grpc);
-  EXPECT_TRUE(layout.head.empty());  // trailers: an HTTP/1.1 client gets it chunked, or not at all
-  ASSERT_EQ(layout.fields.size(), 3U);
-  EXPECT_EQ(layout.fields[1].name, "Idempotent-Replayed");
+  const auto& with_trailers = proxy::replay_layout(grpc);
+  EXPECT_TRUE(codec::http1::prepared_head(200, with_trailers.fields, 3, true).empty());
+  ASSERT_EQ(with_trailers.fields.size(), 3U);
+  EXPECT_EQ(with_trailers.fields[1].name, "Idempotent-Replayed");
 }
 
 // The layout waits for the first replay: caching an answer lays nothing out, and
-// replays on several threads at once share the one layout made.
+// replays on several threads at once share the one layout made, and the one form
+// the codec kept with it.
 TEST(ReplayHead, IsLaidOutAtTheFirstReplayOnceWhateverTheThreads) {
   engine::ReplayCache::Entry e;
   e.response = {201, {{"Content-Type", "application/json"}}, R"({"id":1})"};
   proxy::prepare_replay(e);
   EXPECT_TRUE(e.layout->made.fields.empty());
-  EXPECT_TRUE(e.layout->made.head.empty());
   const auto shared = std::make_shared<const engine::ReplayCache::Entry>(std::move(e));
   std::vector<const engine::ReplayCache::Entry::Layout*> seen(8);
+  std::vector<std::string_view> forms(seen.size());
+  std::atomic<int> made{0};
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < seen.size(); ++i) {
-    threads.emplace_back([&, i] { seen[i] = &proxy::replay_layout(*shared); });
+    threads.emplace_back([&, i] {
+      seen[i] = &proxy::replay_layout(*shared);
+      forms[i] = seen[i]->codec_form.get([&] {
+        ++made;
+        return codec::http1::prepared_head(201, seen[i]->fields, 8, false);
+      });
+    });
   }
   for (auto& t : threads) t.join();
   for (const auto* s : seen) EXPECT_EQ(s, seen.front());
+  for (const auto form : forms) EXPECT_EQ(form.data(), forms.front().data());
+  EXPECT_EQ(made.load(), 1);
   EXPECT_EQ(seen.front()->fields.size(), 3U);
-  EXPECT_NE(seen.front()->head.find("Idempotent-Replayed: true"), std::string::npos);
+  EXPECT_NE(forms.front().find("Idempotent-Replayed: true"), std::string::npos);
 }
 
 // W3C Trace Context, section 3.2 (the examples are the specification's own).
@@ -208,8 +221,9 @@ TEST(TraceContext, ReplaysNeverSendTheStoredTraceId) {
   proxy::prepare_replay(e);
   const auto& layout = proxy::replay_layout(e);
   for (const auto& f : layout.fields) EXPECT_NE(f.name, store::kTraceIdEntry);
-  EXPECT_EQ(layout.head.find(store::kTraceIdEntry), std::string::npos);
-  EXPECT_NE(layout.head.find("Content-Type: application/json"), std::string::npos);
+  const auto head = codec::http1::prepared_head(201, layout.fields, 2, false);
+  EXPECT_EQ(head.find(store::kTraceIdEntry), std::string::npos);
+  EXPECT_NE(head.find("Content-Type: application/json"), std::string::npos);
 }
 
 namespace {

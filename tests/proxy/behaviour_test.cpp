@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "world.hpp"
 
@@ -81,6 +82,22 @@ TEST_P(Behaviour, TheFirstRequestExecutesOnceAndRetriesReplayItsAnswer) {
   EXPECT_EQ(first.field("Idempotent-Replayed"), "");
   EXPECT_NE(again.field("Idempotency-Key-Expires"), "");
   EXPECT_EQ(world.executions("k-1"), 1);
+}
+
+// A replay over HTTP/1.1 gathers the head its codec laid out at the first replay and
+// kept with the cached answer; over HTTP/2 the fields go as they are, nothing kept.
+TEST_P(Behaviour, AReplayOverHttp1GathersTheHeadItsCodecKeptWithTheAnswer) {
+  send(keyed("form-1"));
+  EXPECT_EQ(send(keyed("form-1")).field("Idempotent-Replayed"), "true");
+  const auto entry = world.runtime().coordinator.cached(engine::RoutePolicy{}, {"", "form-1"});
+  ASSERT_NE(entry, nullptr);
+  const auto form = entry->layout->made.codec_form.get([] { return std::string("none kept"); });
+  if (GetParam() == Codec::http1) {
+    EXPECT_TRUE(form.starts_with("HTTP/1.1 201 Created\r\n")) << form;
+    EXPECT_NE(form.find("Idempotent-Replayed: true\r\n"), std::string::npos) << form;
+  } else {
+    EXPECT_EQ(form, "none kept");
+  }
 }
 
 TEST_P(Behaviour, TheSameRequestInOtherJsonBytesReplaysToo) {

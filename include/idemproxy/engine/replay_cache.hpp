@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "idemproxy/common/clock.hpp"
+#include "idemproxy/common/once_string.hpp"
 #include "idemproxy/store/record.hpp"
 
 namespace idemproxy::engine {
@@ -47,10 +48,10 @@ class ReplayCache {
       /// The replay's fields: the stored ones, Idempotent-Replayed and
       /// Idempotency-Key-Expires.
       std::vector<store::Header> fields;
-      /// Its HTTP/1.1 head, serialized by the HTTP/1.1 codec
-      /// (codec/http1/prepared_head.hpp): every line but Connection, X-Request-Id,
-      /// Link and the blank line. Empty: built per request.
-      std::string head;
+      /// Kept for the codec that sends the replay, which lays out its own form there
+      /// at its first replay (http::PreparedAnswer::codec_form): the HTTP/1.1
+      /// codec's head.
+      OnceString codec_form;
     };
     struct Later {
       std::once_flag once;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "codec/http1/body_frames.hpp"
+#include "codec/http1/prepared_head.hpp"
 #include "http/fields.hpp"
 #include "http/parse_buffered.hpp"
 #include "http/request_target.hpp"
@@ -252,8 +253,15 @@ asio::awaitable<bool> Exchange::send_body(std::string_view data, bool last, Trai
 asio::awaitable<bool> Exchange::send_prepared(const PreparedAnswer& answer,
                                               std::span<const ExtraField> extra) {
   const bool chunk_trailers = !answer.trailers.empty() && accepts_trailers_;
-  if (answer.http1_head.empty() || version_ < 11 || head_request_ || chunk_trailers ||
-      extra.size() > 4) {
+  std::string_view prepared;  // this codec's form, laid out at the answer's first replay
+  if (answer.codec_form != nullptr && version_ >= 11 && !head_request_ && !chunk_trailers &&
+      extra.size() <= 4) {
+    prepared = answer.codec_form->get([&] {
+      return prepared_head(answer.status, answer.fields, answer.body.size(),
+                           !answer.trailers.empty());
+    });
+  }
+  if (prepared.empty()) {
     // Laid out per request: the head is built from the fields.
     ResponseHeader head(conn_.fields_allocator());
     head.result(answer.status);
@@ -270,7 +278,7 @@ asio::awaitable<bool> Exchange::send_prepared(const PreparedAnswer& answer,
   std::array<asio::const_buffer, 20> buffers;
   std::size_t count = 0;
   const auto add = [&](std::string_view bytes) { buffers[count++] = asio::buffer(bytes); };
-  add(answer.http1_head);
+  add(prepared);
   if (!keep_) add("Connection: close\r\n");
   for (const auto& f : extra) {
     add(f.name);

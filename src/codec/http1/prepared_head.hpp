@@ -1,6 +1,8 @@
 #pragma once
-// The HTTP/1.1 codec's own form of a replay: its head laid out once, when the answer
-// is cached, so that each replay gathers bytes that are already there.
+// The HTTP/1.1 codec's own form of a replay: its head laid out once, at the cached
+// answer's first replay over HTTP/1.1, and kept with the answer
+// (http::PreparedAnswer::codec_form), so that each later replay gathers bytes that are
+// already there.
 #include <cstddef>
 #include <span>
 #include <string>
