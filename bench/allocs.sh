@@ -6,7 +6,7 @@
 # Prints the calls per request of each entry point. operator new (tc_new; new[] is
 # the same code) is what the proxy's own code and its libraries ask for; tc_memalign
 # is Asio's recycler taking coroutine frames and operations it has no cached block
-# for. STACKS=1 also prints their callers. The probes slow the proxy several times
+# for. STACKS=1 also prints their callers (KEEP_PERF=FILE keeps that recording). The probes slow the proxy several times
 # over: the counts are exact, the rate is not. Needs perf and root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +40,7 @@ if [ "${STACKS:-0}" = 1 ]; then
   REC=$!
   scenario_wrk "$SCENARIO" "$SECS" >/dev/null
   wait "$REC" || true
+  if [ -n "${KEEP_PERF:-}" ]; then cp "$WORK/stacks.data" "$KEEP_PERF"; fi
   perf report -i "$WORK/stacks.data" --no-children --stdio -G --percent-limit 2 2>/dev/null \
     | grep -v '^$' | head -${STACK_LINES:-150}
 fi

@@ -61,7 +61,9 @@ class Chunk {
   }
   static std::unique_ptr<Block> take() {
     auto& blocks = spare();
-    if (blocks.empty()) return std::make_unique<Block>();
+    // Not zeroed: a relay writes before it reads, and zeroing 64 KiB was 2 % of an
+    // HTTP/2 pass-through request whenever more relays ran than the list keeps.
+    if (blocks.empty()) return std::make_unique_for_overwrite<Block>();
     auto block = std::move(blocks.back());
     blocks.pop_back();
     return block;
