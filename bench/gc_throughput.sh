@@ -19,6 +19,7 @@ DSN=$(bash scripts/pg.sh start "$WORK/pg")
 cat >"$WORK/config.yaml" <<EOC
 upstream: {url: "http://127.0.0.1:9"}
 store: {postgres: {dsn: "$DSN"}}
+routes: [{name: orders, path_prefix: /v1/orders}]
 EOC
 build/idemproxy migrate --config "$WORK/config.yaml" >/dev/null
 PSQL=(psql "$DSN" -qAt -v ON_ERROR_STOP=1)

@@ -86,6 +86,10 @@ int gc(const Args& args) {
     std::cout << "kept " << c.tombstoned << " tombstone" << (c.tombstoned == 1 ? "" : "s")
               << " (answers past ttl dropped)\n";
   }
+  if (c.swept > 0) {
+    std::cout << "deleted " << c.swept << " chunk" << (c.swept == 1 ? "" : "s")
+              << " no record reads\n";
+  }
   return kOk;
 }
 

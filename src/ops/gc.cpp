@@ -2,6 +2,8 @@
 // `idemproxy gc` share it.
 #include "idemproxy/ops/gc.hpp"
 
+#include <algorithm>
+
 namespace idemproxy::ops {
 
 Collected collect_expired(store::Maintenance& store, int batch_size, int max_batches,
@@ -27,6 +29,14 @@ Collected collect_expired(store::Maintenance& store, int batch_size, int max_bat
       if (n.value() < batch_size) break;
     }
   }
+  // One page per collection, however many batches ran: its cost does not grow with
+  // the records deleted, nor with the chunks stored.
+  const auto swept = store.sweep_chunks(kSweepPages * std::max(batch_size, 1));
+  if (!swept.ok()) {
+    c.error = swept.error().detail;
+    return c;
+  }
+  c.swept = swept.value();
   return c;
 }
 

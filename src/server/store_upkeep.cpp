@@ -53,6 +53,7 @@ asio::awaitable<void> StoreUpkeep::collect_garbage() {
       runtime_.metrics.count_gc_tombstoned(static_cast<std::uint64_t>(c.tombstoned));
       spdlog::info("gc: kept {} tombstone(s): answers past ttl dropped", c.tombstoned);
     }
+    if (c.swept > 0) spdlog::info("gc: deleted {} chunk(s) that no record reads", c.swept);
   }
 }
 

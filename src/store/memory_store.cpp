@@ -264,6 +264,7 @@ Result<std::int64_t> MemoryStore::drop_answers(const std::string& route, Duratio
       r.response->body_length = 0;
       r.response->body_digest.clear();
     });
+    chunks_.erase(id);  // its answer's chunks go with it
     ++dropped;
   }
   return dropped;
@@ -277,14 +278,20 @@ Result<std::int64_t> MemoryStore::delete_expired(int limit) {
     const Record& r = it->second.record;
     if (r.expires_at <= now && (!held(r) || lease_over(r, now))) {
       give_back(it->second);
+      chunks_.erase(it->first);  // its chunks go with it
       it = records_.erase(it);
       ++deleted;
     } else {
       ++it;
     }
   }
-  sweep_chunks();
   return deleted;
+}
+
+// The whole map at once: an instance's memory holds few enough.
+Result<std::int64_t> MemoryStore::sweep_chunks(int) {
+  std::lock_guard lock(mu_);
+  return sweep_orphans();
 }
 
 Result<std::vector<Views::ScopeUsage>> MemoryStore::nearest_quota(int limit) {

@@ -66,16 +66,19 @@ Result<std::vector<Chunk>> MemoryStore::read_chunks(const RecordId& id, std::int
   return out;
 }
 
-void MemoryStore::sweep_chunks() {
+std::int64_t MemoryStore::sweep_orphans() {
+  std::int64_t swept = 0;
   for (auto it = chunks_.begin(); it != chunks_.end();) {
     const auto record = records_.find(it->first);
     const Record* r = record == records_.end() ? nullptr : &record->second.record;
     const bool reads = r != nullptr && (r->state == RecordState::in_flight ||
                                         (r->state == RecordState::completed && r->response &&
                                          r->response->body_stored && r->response->chunked()));
-    std::erase_if(it->second, [&](const auto& c) { return !reads || c.first.first != r->token; });
+    swept += static_cast<std::int64_t>(std::erase_if(
+        it->second, [&](const auto& c) { return !reads || c.first.first != r->token; }));
     it = it->second.empty() ? chunks_.erase(it) : std::next(it);
   }
+  return swept;
 }
 
 }  // namespace idemproxy::store

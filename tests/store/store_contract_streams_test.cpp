@@ -211,7 +211,7 @@ TEST_P(StreamContract, ATakenOverClaimNeverReadsItsPredecessorsChunks) {
   EXPECT_EQ(joined(read("k", taken.token, 1)), "fresh");
   // And the old holder's chunks go with the next collection.
   for (int i = 0; i < 200 && !read("k", old, 1).empty(); ++i) {
-    ASSERT_TRUE(store->delete_expired(100).ok());
+    ASSERT_TRUE(store->sweep_chunks(100000).ok());
     age(10ms);
   }
   EXPECT_TRUE(read("k", old, 1).empty());
@@ -224,6 +224,28 @@ TEST_P(StreamContract, APurgeTakesTheChunksWithTheRecord) {
   ASSERT_TRUE(store->complete(id("p"), token, in_chunks(1, 1), 1h).ok());
   ASSERT_TRUE(store->purge(id("p")).value());
   EXPECT_TRUE(read("p", token, 1).empty());
+}
+
+TEST_P(StreamContract, ATombstonedAnswersChunksGoWithItsAnswerNotAtALaterSweep) {
+  auto tomb = request("tomb");
+  tomb.route = "tomb-now-" + scope;
+  const auto token = claim_token(tomb);
+  append("tomb", token, 1, "t1");
+  append("tomb", token, 2, "t2");
+  ASSERT_TRUE(store->complete(id("tomb"), token, in_chunks(2, 4), {kShort, 1h}).ok());
+  age(kPastShort);
+  // Another test's collection may hold the lock for a moment.
+  std::int64_t dropped = 0;
+  for (int i = 0; i < 200 && dropped == 0; ++i) {
+    const auto d = store->drop_answers(tomb.route, kShort, 100);
+    ASSERT_TRUE(d.ok());
+    dropped = d.value();
+    if (dropped == 0) age(10ms);
+  }
+  ASSERT_EQ(dropped, 1);
+  // No delete_expired ran: the drop itself took the chunks.
+  EXPECT_TRUE(read("tomb", token, 1).empty());
+  EXPECT_EQ(found("tomb").state, RecordState::completed);
 }
 
 TEST_P(StreamContract, CollectionDeletesTheChunksOfExpiredReleasedAndTombstonedRecords) {
@@ -262,6 +284,7 @@ TEST_P(StreamContract, CollectionDeletesTheChunksOfExpiredReleasedAndTombstonedR
   // Another test may hold the collection's lock for a moment.
   for (int i = 0; i < 500 && !swept(); ++i) {
     ASSERT_TRUE(store->delete_expired(1000).ok());
+    ASSERT_TRUE(store->sweep_chunks(100000).ok());
     age(10ms);
   }
   EXPECT_TRUE(swept());

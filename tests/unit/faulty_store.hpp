@@ -200,6 +200,7 @@ class FaultyStore final : public store::Store {
   store::Result<std::int64_t> delete_expired(int limit) override {
     return inner.delete_expired(limit);
   }
+  store::Result<std::int64_t> sweep_chunks(int rows) override { return inner.sweep_chunks(rows); }
   store::Result<store::Done> ping() override { return inner.ping(); }
   store::Result<std::int64_t> count_indeterminate() override { return inner.count_indeterminate(); }
   store::Result<std::vector<ScopeUsage>> nearest_quota(int limit) override {

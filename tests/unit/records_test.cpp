@@ -34,6 +34,33 @@ TEST(Records, CollectingExpiredRecordsStopsAtAShortBatchOrTheBatchBudget) {
   EXPECT_FALSE(rest.error);
 }
 
+// The chunk sweep reads one page per collection, whatever the batches of records:
+// its cost does not grow with a backlog of expired records.
+TEST(Records, ACollectionSweepsOnePageOfChunksHoweverManyBatchesRan) {
+  struct Counting : store::Maintenance {
+    int batches = 0, sweeps = 0, swept_rows = 0;
+    store::Result<std::int64_t> delete_expired(int limit) override {
+      return ++batches < 7 ? limit : 0;
+    }
+    store::Result<std::int64_t> drop_answers(const std::string&, Duration, int) override {
+      return std::int64_t{0};
+    }
+    store::Result<std::int64_t> sweep_chunks(int rows) override {
+      ++sweeps;
+      swept_rows += rows;
+      return std::int64_t{4};
+    }
+    store::Result<bool> purge(const store::RecordId&) override { return false; }
+    store::Result<bool> resolve(const store::RecordId&) override { return false; }
+  } store;
+  const auto c = ops::collect_expired(store, 100, 1000);
+  EXPECT_EQ(c.deleted, 600);
+  EXPECT_EQ(store.batches, 7);
+  EXPECT_EQ(store.sweeps, 1);
+  EXPECT_EQ(store.swept_rows, ops::kSweepPages * 100);
+  EXPECT_EQ(c.swept, 4);
+}
+
 // An operator sees when an answer completed and until when it replays (its own window,
 // Idempotency-Policy: max-age), beside the record's expiry (its tombstone's).
 TEST(Records, ACompletedRecordShowsItsReplayWindowBesideItsExpiry) {

@@ -36,6 +36,7 @@ class MemoryStore final : public Store {
   Result<std::vector<Record>> list(std::optional<RecordState> state, int limit) override;
   Result<bool> purge(const RecordId& id) override;
   Result<std::int64_t> delete_expired(int limit) override;
+  Result<std::int64_t> sweep_chunks(int rows) override;
   Result<std::int64_t> drop_answers(const std::string& route, Duration ttl, int limit) override;
   Result<Done> ping() override { return Done{}; }
   Result<std::int64_t> count_indeterminate() override;
@@ -77,8 +78,8 @@ class MemoryStore final : public Store {
   /// Whether every chunk 1..n of `token` is stored for `key`, and no other.
   bool chunks_complete(const Key& key, std::int64_t token, std::int32_t n) const;
   /// Deletes the chunks no record reads: another token's, or a record's that is gone,
-  /// neither in flight nor completed in chunks.
-  void sweep_chunks();
+  /// neither in flight nor completed in chunks; returns how many.
+  std::int64_t sweep_orphans();
 
   std::map<Key, Entry> records_;
   /// Each record's chunks by (token, seq).

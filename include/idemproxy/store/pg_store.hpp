@@ -79,6 +79,7 @@ class PgStore final : public Store {
   Result<std::vector<Record>> list(std::optional<RecordState> state, int limit) override;
   Result<bool> purge(const RecordId& id) override;
   Result<std::int64_t> delete_expired(int limit) override;
+  Result<std::int64_t> sweep_chunks(int rows) override;
   Result<std::int64_t> drop_answers(const std::string& route, Duration ttl, int limit) override;
   Result<Done> ping() override;
   Result<std::int64_t> count_indeterminate() override;

@@ -1,5 +1,10 @@
 // PgStore's calls for streamed answers' chunks: appended through their own group
 // commit (chunk_commit.hpp), read back a page at a time.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "store/pg/array_binary.hpp"
 #include "store/pg/pg_store_impl.hpp"
 
 namespace idemproxy::store {
@@ -58,6 +63,49 @@ Result<std::vector<Chunk>> PgStore::read_chunks(const RecordId& id, std::int64_t
                                         rows.is_null(row, 2) ? nullptr : key_id.c_str(), id, seq)});
     }
     return out;
+  });
+}
+
+void PgStore::Impl::delete_chunks_of(pg::Connection& c, pqxx::transaction_base& tx,
+                                     const pqxx::result& gone) {
+  if (gone.empty()) return;
+  using Of = pg::ArrayBinary::Of;
+  std::vector<pg::ArrayBinary> ids = pg::arrays_of({Of::text, Of::text}, gone.size());
+  for (const auto& row : gone) {
+    ids[0].add(std::string_view(row[0].c_str(), row[0].size()));
+    ids[1].add(std::string_view(row[1].c_str(), row[1].size()));
+  }
+  const pqxx::binarystring scopes = std::move(ids[0]).done();
+  const pqxx::binarystring keys = std::move(ids[1]).done();
+  c.exec(tx, pg::kDeleteChunksOf, scopes, keys);
+}
+
+// A page of the chunk table from where the last one ended (kSweepBound), and its
+// orphans deleted (kSweepRange, or kSweepTail for the last page), one instance at a
+// time (kSweepLock). Both ends are in the page: the next one starts at this one's
+// last row, so a page moves on by rows - 1, and by at least one.
+Result<std::int64_t> PgStore::sweep_chunks(int rows) {
+  return impl_->with<std::int64_t>([&](pg::Connection& c) -> Result<std::int64_t> {
+    const std::lock_guard lock(impl_->sweep_mu);
+    pg::Write w(c, true);
+    if (!c.exec(w.tx(), pg::kSweepLock)[0][0].as<bool>()) return std::int64_t{0};
+    const Impl::SweepPlace& from = impl_->sweep_from;
+    const pqxx::result bound = c.exec(w.tx(), pg::kSweepBound, from.scope, from.key, from.token,
+                                      from.seq, std::max(rows, 2) - 1);
+    Impl::SweepPlace next;  // the top of the table, after the last page
+    pqxx::result swept;
+    if (bound.empty()) {
+      swept = c.exec(w.tx(), pg::kSweepTail, from.scope, from.key, from.token, from.seq);
+    } else {
+      const auto last = bound[0];
+      next = {last[0].as<std::string>(), last[1].as<std::string>(), last[2].as<long long>(),
+              last[3].as<int>()};
+      swept = c.exec(w.tx(), pg::kSweepRange, from.scope, from.key, from.token, from.seq,
+                     next.scope, next.key, next.token, next.seq);
+    }
+    w.commit();
+    impl_->sweep_from = std::move(next);
+    return static_cast<std::int64_t>(swept.affected_rows());
   });
 }
 

@@ -6,8 +6,10 @@
 
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "idemproxy/store/pg_store.hpp"
 #include "store/pg/chunk_commit.hpp"
@@ -62,6 +64,20 @@ struct PgStore::Impl {
                 },
                 std::chrono::steady_clock::now() + lease});
   }
+
+  /// Deletes, inside `tx`, every chunk of the records in `gone` (rows of scope, key):
+  /// those garbage collection just deleted or tombstoned (kDeleteChunksOf).
+  static void delete_chunks_of(pg::Connection& c, pqxx::transaction_base& tx,
+                               const pqxx::result& gone);
+  /// Where the chunk sweep's next page starts (PgStore::sweep_chunks), in primary-key
+  /// order: the top of the table at first and after the last page.
+  struct SweepPlace {
+    std::string scope, key;
+    long long token = std::numeric_limits<long long>::min();
+    int seq = std::numeric_limits<int>::min();
+  };
+  std::mutex sweep_mu;
+  SweepPlace sweep_from;
 
   PgOptions options;
   pg::Pool pool;

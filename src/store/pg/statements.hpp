@@ -54,7 +54,10 @@ inline constexpr Statement kAll[] = {kClaim,
                                      kReadChunks,
                                      kCompleteChunked,
                                      kPurgeChunks,
+                                     kDeleteChunksOf,
                                      kSweepLock,
-                                     kSweepChunks};
+                                     kSweepBound,
+                                     kSweepRange,
+                                     kSweepTail};
 
 }  // namespace idemproxy::store::pg

@@ -56,18 +56,46 @@ inline constexpr Statement kCompleteChunked{
 inline constexpr Statement kPurgeChunks{
     "idemproxy_purge_chunks", "DELETE FROM idempotency_chunks WHERE scope = $1 AND key = $2"};
 
-// Deletes the chunks no record reads: another token's (a takeover), or those of a
-// record gone, released, indeterminate, or completed without chunks (a tombstone,
-// or an answer kept whole). One instance at a time: it runs in the transaction that
-// took kSweepLock, as kDeleteExpired does (apart: Citus pushes the join down to each
-// shard, beside its own records, only without the lock's CTE).
+// The chunks of the records garbage collection just deleted or tombstoned ($1, $2:
+// their scopes and keys), in the transaction that did it (PgStore::delete_expired,
+// drop_answers): an index range of the primary key per record, on Citus on each
+// shard beside its records. Every token's: once a record is gone or its answer
+// dropped, none of its chunks is read again.
+inline constexpr Statement kDeleteChunksOf{"idemproxy_delete_chunks_of",
+                                           "DELETE FROM idempotency_chunks WHERE (scope, key) IN"
+                                           " (SELECT * FROM unnest($1::text[], $2::text[]))"};
+
+// The chunks no record reads for other reasons (another token's after a takeover, a
+// released or indeterminate record's, an answer completed without them) are swept a
+// page at a time, in primary-key order from where the last page ended (PgStore keeps
+// the place, and starts again from the top at the end of the table), so that each
+// collection reads a bounded part of the table rather than all of it. One instance
+// at a time: the page runs in the transaction that took kSweepLock.
+// kSweepBound finds the page's last row ($5 rows past its first, $1-$4);
+// kSweepRange deletes the orphans from $1-$4 up to it ($5-$8), kSweepTail those from
+// $1-$4 to the end of the table when fewer rows were left. Citus runs each on every
+// shard in parallel, the record beside its chunks.
 inline constexpr Statement kSweepLock{"idemproxy_sweep_lock",
                                       "SELECT pg_try_advisory_xact_lock(484558604)"};
-inline constexpr Statement kSweepChunks{
-    "idemproxy_sweep_chunks",
-    "DELETE FROM idempotency_chunks c WHERE NOT EXISTS ("
-    " SELECT 1 FROM idempotency_records r WHERE r.scope = c.scope AND r.key = c.key"
-    " AND r.token = c.token"
-    " AND (r.state = 'in_flight' OR (r.state = 'completed' AND r.chunks IS NOT NULL)))"};
+inline constexpr Statement kSweepBound{
+    "idemproxy_sweep_bound",
+    "SELECT scope, key, token, seq FROM idempotency_chunks"
+    " WHERE (scope, key, token, seq) >= ($1::text, $2::text, $3::bigint, $4::int)"
+    " ORDER BY scope, key, token, seq OFFSET $5 LIMIT 1"};
+#define IDEMPROXY_SWEEP_ORPHANS                                                  \
+  " AND NOT EXISTS (SELECT 1 FROM idempotency_records r WHERE r.scope = c.scope" \
+  " AND r.key = c.key AND r.token = c.token"                                     \
+  " AND (r.state = 'in_flight' OR (r.state = 'completed' AND r.chunks IS NOT NULL)))"
+inline constexpr Statement kSweepRange{
+    "idemproxy_sweep_range",
+    "DELETE FROM idempotency_chunks c"
+    " WHERE (c.scope, c.key, c.token, c.seq) >= ($1::text, $2::text, $3::bigint, $4::int)"
+    " AND (c.scope, c.key, c.token, c.seq) <= ($5::text, $6::text, $7::bigint, "
+    "$8::int)" IDEMPROXY_SWEEP_ORPHANS};
+inline constexpr Statement kSweepTail{"idemproxy_sweep_tail",
+                                      "DELETE FROM idempotency_chunks c"
+                                      " WHERE (c.scope, c.key, c.token, c.seq) >= ($1::text, "
+                                      "$2::text, $3::bigint, $4::int)" IDEMPROXY_SWEEP_ORPHANS};
+#undef IDEMPROXY_SWEEP_ORPHANS
 
 }  // namespace idemproxy::store::pg

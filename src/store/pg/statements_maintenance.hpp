@@ -30,7 +30,8 @@ inline constexpr Statement kDeleteExpired{
     "  AND (state NOT IN ('in_flight', 'indeterminate') OR locked_until <= now()) LIMIT $1)"
     " DELETE FROM idempotency_records WHERE (SELECT held FROM gc_lock)"
     " AND (scope, key) IN (SELECT scope, key FROM doomed) AND expires_at <= now()"
-    " AND (state NOT IN ('in_flight', 'indeterminate') OR locked_until <= now())"};
+    " AND (state NOT IN ('in_flight', 'indeterminate') OR locked_until <= now())"
+    " RETURNING scope, key"};
 
 // Tombstones (after_expiry: reject): a route's completed records whose replay window
 // has ended (replay_until; the route's ttl, $2 ms, for records completed before it
@@ -55,7 +56,7 @@ inline constexpr Statement kDropAnswers{
     " UPDATE idempotency_records SET headers = NULL, body = NULL, chunks = NULL,"
     " body_length = NULL, body_digest = NULL WHERE (SELECT held FROM gc_lock)"
     " AND (scope, key) IN (SELECT scope, key FROM doomed) AND state = 'completed'"
-    " AND route = $1 AND " IDEMPROXY_ANSWER_ENDED};
+    " AND route = $1 AND " IDEMPROXY_ANSWER_ENDED " RETURNING scope, key"};
 #undef IDEMPROXY_ANSWER_ENDED
 
 }  // namespace idemproxy::store::pg
