@@ -14,27 +14,43 @@ void wake_all(const std::vector<std::weak_ptr<Waiter>>& waiters) {
 
 void LocalHolders::claiming(const store::RecordId& id) {
   std::lock_guard lock(mu_);
-  ++claiming_[store::slot_key(id)];
+  if (auto c = claiming_.find(id); c != claiming_.end()) {
+    ++c->second;
+  } else {
+    claiming_.emplace(store::slot_key(id), 1);
+  }
 }
 
 void LocalHolders::claimed(const store::RecordId& id, bool executes) {
   std::vector<std::weak_ptr<Waiter>> woken;
   {
-    const std::string slot = store::slot_key(id);
     std::lock_guard lock(mu_);
-    if (executes) ++held_[slot];
-    auto c = claiming_.find(slot);
+    auto c = claiming_.find(id);
+    const bool last = c != claiming_.end() && c->second == 1;  // no other claim of it on its way
+    if (executes) {
+      if (auto h = held_.find(id); h != held_.end()) {
+        ++h->second;
+      } else if (last) {
+        // The claim's node, key and all, becomes the holder's.
+        auto node = claiming_.extract(c);
+        node.mapped() = 1;
+        held_.insert(std::move(node));
+        return;  // held here: the waiters stay asleep until release()
+      } else {
+        held_.emplace(store::slot_key(id), 1);
+      }
+    }
     if (c == claiming_.end() || --c->second > 0) return;
     claiming_.erase(c);
     // None of this process's claims executes: the key is held elsewhere, and the
     // waiters kept for these claims go and wait for that.
-    if (!held_.contains(slot)) woken = take_waiters(slot);
+    if (!held_.contains(id)) woken = take_waiters(id);
   }
   wake_all(woken);
 }
 
-std::vector<std::weak_ptr<Waiter>> LocalHolders::take_waiters(const std::string& slot) {
-  auto it = waiting_.find(slot);
+std::vector<std::weak_ptr<Waiter>> LocalHolders::take_waiters(const store::RecordId& id) {
+  auto it = waiting_.find(id);
   if (it == waiting_.end()) return {};
   auto woken = std::move(it->second);
   waiting_.erase(it);
@@ -42,15 +58,16 @@ std::vector<std::weak_ptr<Waiter>> LocalHolders::take_waiters(const std::string&
 }
 
 Holder LocalHolders::add(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
-  const std::string slot = store::slot_key(id);
   std::lock_guard lock(mu_);
   // A key held elsewhere is waited for by the store's announcement or a backoff:
   // nothing here would wake its waiter, and an entry for it would never be erased.
-  const Holder holder = held_.contains(slot)       ? Holder::here
-                        : claiming_.contains(slot) ? Holder::claiming
-                                                   : Holder::elsewhere;
+  const Holder holder = held_.contains(id)       ? Holder::here
+                        : claiming_.contains(id) ? Holder::claiming
+                                                 : Holder::elsewhere;
   if (holder == Holder::elsewhere) return holder;
-  auto& list = waiting_[slot];
+  auto at = waiting_.find(id);
+  if (at == waiting_.end()) at = waiting_.try_emplace(store::slot_key(id)).first;
+  auto& list = at->second;
   // Drop waiters whose requests already moved on, so the list stays short.
   std::erase_if(list, [](const auto& w) { return w.expired(); });
   list.push_back(waiter);
@@ -65,10 +82,9 @@ std::size_t LocalHolders::waiting_keys() const {
 void LocalHolders::release(const store::RecordId& id) {
   std::vector<std::weak_ptr<Waiter>> woken;
   {
-    const std::string slot = store::slot_key(id);
     std::lock_guard lock(mu_);
-    if (auto h = held_.find(slot); h != held_.end() && --h->second <= 0) held_.erase(h);
-    woken = take_waiters(slot);
+    if (auto h = held_.find(id); h != held_.end() && --h->second <= 0) held_.erase(h);
+    woken = take_waiters(id);
   }
   wake_all(woken);
 }
@@ -77,19 +93,21 @@ void LocalHolders::notify(const store::RecordId& id) {
   std::vector<std::weak_ptr<Waiter>> woken;
   {
     std::lock_guard lock(mu_);
-    woken = take_waiters(store::slot_key(id));
+    woken = take_waiters(id);
   }
   wake_all(woken);
 }
 
 void LocalHolders::add_remote(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
   std::lock_guard lock(mu_);
-  remote_[store::slot_key(id)].push_back(waiter);
+  auto at = remote_.find(id);
+  if (at == remote_.end()) at = remote_.try_emplace(store::slot_key(id)).first;
+  at->second.push_back(waiter);
 }
 
 void LocalHolders::remove_remote(const store::RecordId& id, const Waiter* waiter) {
   std::lock_guard lock(mu_);
-  auto it = remote_.find(store::slot_key(id));
+  auto it = remote_.find(id);
   if (it == remote_.end()) return;
   std::erase_if(it->second, [waiter](const auto& w) {
     const auto held = w.lock();
@@ -102,7 +120,7 @@ void LocalHolders::notify_remote(const store::RecordId& id) {
   std::vector<std::weak_ptr<Waiter>> woken;
   {
     std::lock_guard lock(mu_);
-    auto it = remote_.find(store::slot_key(id));
+    auto it = remote_.find(id);
     if (it == remote_.end()) return;
     woken = it->second;  // each waiter removes itself once it stops waiting
   }

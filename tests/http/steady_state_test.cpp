@@ -27,6 +27,7 @@
 
 #include "http/chunk.hpp"
 #include "idemproxy/config/config.hpp"
+#include "idemproxy/engine/local_holders.hpp"
 #include "idemproxy/ops/logging.hpp"
 #include "idemproxy/ops/metrics.hpp"
 #include "idemproxy/store/memory_store.hpp"
@@ -306,6 +307,29 @@ int http2_client(int port) {
 // As http1_replay_client, on one HTTP/2 connection.
 int http2_replay_client(int port) {
   return http2_client_sending(port, "/v1/orders", "steady-state-replay-0123456789");
+}
+
+// A fresh key's way through the holders (its claim sent, its verdict, its release)
+// makes its slot key once: the claim's node moves on to the holder, and the rest is
+// found by the record's id in place. Each call made the key again, in two blocks: 12
+// heap calls.
+TEST(SteadyState, AFreshKeyMakesItsSlotInTheHoldersOnce) {
+  engine::LocalHolders holders;
+  const auto pass = [&](const store::RecordId& id) {
+    holders.claiming(id);
+    holders.claimed(id, true);
+    holders.release(id);
+  };
+  pass({"tenant-0123456789", "warm-key-0123456789abcdef"});  // the maps' buckets
+  const store::RecordId id{"tenant-0123456789", "fresh-key-0123456789abcdef"};
+  g_counted_thread = std::this_thread::get_id();
+  g_allocations = 0;
+  g_counting = true;
+  pass(id);
+  g_counting = false;
+  g_counted_thread = std::thread::id{};
+  EXPECT_EQ(g_allocations.exchange(0), 2U) << "the slot key's string and its node";
+  EXPECT_EQ(holders.waiting_keys(), 0U);
 }
 
 // Each frame is one operator new, as the bounds below assume. With Asio's recycler

@@ -81,35 +81,11 @@ class ReplayCache {
   std::size_t size() const;
 
  private:
-  using Key = std::string;  // scope '\n' key (store::slot_key)
-  /// A record's id hashed, and compared with a slot's key, without building its key (a
-  /// heap block per replay): both walk scope, '\n' and key in place.
-  struct KeyHash {
-    std::size_t operator()(std::string_view key) const { return spread(mix(kBasis, key)); }
-    std::size_t operator()(const store::RecordId& id) const {
-      return spread(mix(mix(mix(kBasis, id.scope), "\n"), id.key));
-    }
-
-   private:
-    // FNV-1a, 64-bit: a sum that can go on across pieces.
-    static constexpr std::size_t kBasis = 14695981039346656037ULL;
-    static std::size_t mix(std::size_t h, std::string_view s) {
-      for (const unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-      return h;
-    }
-    // FNV-1a's low bits depend only on the bytes' low bits; the index takes the low
-    // bits, so they are mixed with the high ones first (MurmurHash3's finalizer).
-    static std::size_t spread(std::size_t h) {
-      h ^= h >> 33;
-      h *= 0xff51afd7ed558ccdULL;
-      h ^= h >> 33;
-      return h;
-    }
-  };
+  using Key = std::string;          // scope '\n' key (store::slot_key)
+  using KeyHash = store::SlotHash;  // hashes a RecordId as its slot key, in place
   static bool same(std::string_view key, std::string_view other) { return key == other; }
   static bool same(std::string_view key, const store::RecordId& id) {
-    return key.size() == id.scope.size() + 1 + id.key.size() && key.starts_with(id.scope) &&
-           key[id.scope.size()] == '\n' && key.ends_with(id.key);
+    return store::SlotEqual{}(key, id);
   }
   /// A cached record. The order of use runs through the nodes themselves.
   struct Node {

@@ -1,6 +1,7 @@
 #pragma once
 // What the store keeps and answers: records, claims, and its errors as values. The
 // roles a store plays are in claims.hpp, watches.hpp, views.hpp and maintenance.hpp.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,7 +24,50 @@ struct RecordId {
 /// One string per record (scope '\n' key), for in-process maps: a key is printable
 /// ASCII (engine::parse_key), so no two records share one. The purge notification's
 /// payload has the same form.
-inline std::string slot_key(const RecordId& id) { return id.scope + '\n' + id.key; }
+inline std::string slot_key(const RecordId& id) {
+  std::string slot;
+  slot.reserve(id.scope.size() + 1 + id.key.size());  // one heap block, not two
+  slot.append(id.scope).append(1, '\n').append(id.key);
+  return slot;
+}
+
+/// A slot key or a record's id hashed alike, without building the key (a heap block
+/// per call): both walk scope, '\n' and key in place. Transparent, so a map of slot
+/// keys is searched by RecordId.
+struct SlotHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view slot) const { return spread(mix(kBasis, slot)); }
+  std::size_t operator()(const RecordId& id) const {
+    return spread(mix(mix(mix(kBasis, id.scope), "\n"), id.key));
+  }
+
+ private:
+  // FNV-1a, 64-bit: a sum that can go on across pieces.
+  static constexpr std::size_t kBasis = 14695981039346656037ULL;
+  static std::size_t mix(std::size_t h, std::string_view s) {
+    for (const unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+    return h;
+  }
+  // FNV-1a's low bits depend only on the bytes' low bits; an index takes the low
+  // bits, so they are mixed with the high ones first (MurmurHash3's finalizer).
+  static std::size_t spread(std::size_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h;
+  }
+};
+
+/// Whether a slot key is another's, or a record's (SlotHash's partner).
+struct SlotEqual {
+  using is_transparent = void;
+  bool operator()(std::string_view slot, std::string_view other) const { return slot == other; }
+  bool operator()(std::string_view slot, const RecordId& id) const {
+    return slot.size() == id.scope.size() + 1 + id.key.size() && slot.starts_with(id.scope) &&
+           slot[id.scope.size()] == '\n' && slot.ends_with(id.key);
+  }
+  bool operator()(const RecordId& id, std::string_view slot) const { return (*this)(slot, id); }
+};
 
 /// in_flight: claimed, executing (or its holder vanished, once the lease ran out).
 /// completed: the response is stored and replayed. released: a retry executes again.
