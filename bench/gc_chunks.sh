@@ -12,17 +12,8 @@ OLD=$(realpath "$1") NEW=$(realpath "$2")
 EXPIRED=${3:-100000} STREAMS=${4:-20000} CHUNKS=${5:-50} ROUNDS=${6:-3}
 bash scripts/install-deps.sh >/dev/null
 
-WORK=$(mktemp -d /tmp/idemproxy-gcchunks.XXXXXX)
-chmod 755 "$WORK"
-trap 'bash scripts/pg.sh stop "$WORK/pg"; rm -rf "$WORK"' EXIT
-DSN=$(bash scripts/pg.sh start "$WORK/pg")
-cat >"$WORK/config.yaml" <<EOC
-upstream: {url: "http://127.0.0.1:9"}
-store: {postgres: {dsn: "$DSN"}}
-routes: [{name: orders, path_prefix: /v1/orders}]
-EOC
-"$NEW" migrate --config "$WORK/config.yaml" >/dev/null
-PSQL=(psql "$DSN" -qAt -v ON_ERROR_STOP=1)
+GC_WORK_NAME=gcchunks GC_BIN=$NEW
+. bench/gc_setup.sh
 
 echo "loading $STREAMS streamed answers of $CHUNKS chunks..."
 "${PSQL[@]}" -c "INSERT INTO idempotency_records

@@ -12,17 +12,8 @@ SECONDS_=${3:-15}
 bash scripts/install-deps.sh >/dev/null
 [ -x build/idemproxy ] || bash scripts/build.sh >/dev/null
 
-WORK=$(mktemp -d /tmp/idemproxy-gcbench.XXXXXX)
-chmod 755 "$WORK"
-trap 'bash scripts/pg.sh stop "$WORK/pg"; rm -rf "$WORK"' EXIT
-DSN=$(bash scripts/pg.sh start "$WORK/pg")
-cat >"$WORK/config.yaml" <<EOC
-upstream: {url: "http://127.0.0.1:9"}
-store: {postgres: {dsn: "$DSN"}}
-routes: [{name: orders, path_prefix: /v1/orders}]
-EOC
-build/idemproxy migrate --config "$WORK/config.yaml" >/dev/null
-PSQL=(psql "$DSN" -qAt -v ON_ERROR_STOP=1)
+GC_WORK_NAME=gcbench GC_BIN=build/idemproxy
+. bench/gc_setup.sh
 
 echo "loading $ROWS expired records..."
 "${PSQL[@]}" -c "INSERT INTO idempotency_records
