@@ -14,11 +14,7 @@ void wake_all(const std::vector<std::weak_ptr<Waiter>>& waiters) {
 
 void LocalHolders::claiming(const store::RecordId& id) {
   std::lock_guard lock(mu_);
-  if (auto c = claiming_.find(id); c != claiming_.end()) {
-    ++c->second;
-  } else {
-    claiming_.emplace(store::slot_key(id), 1);
-  }
+  ++slot(claiming_, id);
 }
 
 void LocalHolders::claimed(const store::RecordId& id, bool executes) {
@@ -26,19 +22,15 @@ void LocalHolders::claimed(const store::RecordId& id, bool executes) {
   {
     std::lock_guard lock(mu_);
     auto c = claiming_.find(id);
-    const bool last = c != claiming_.end() && c->second == 1;  // no other claim of it on its way
     if (executes) {
-      if (auto h = held_.find(id); h != held_.end()) {
-        ++h->second;
-      } else if (last) {
-        // The claim's node, key and all, becomes the holder's.
+      if (c != claiming_.end() && c->second == 1 && !held_.contains(id)) {
+        // The last claim of it on its way: its node, key and all, becomes the holder's.
         auto node = claiming_.extract(c);
         node.mapped() = 1;
         held_.insert(std::move(node));
         return;  // held here: the waiters stay asleep until release()
-      } else {
-        held_.emplace(store::slot_key(id), 1);
       }
+      ++slot(held_, id);
     }
     if (c == claiming_.end() || --c->second > 0) return;
     claiming_.erase(c);
@@ -65,9 +57,7 @@ Holder LocalHolders::add(const store::RecordId& id, const std::shared_ptr<Waiter
                         : claiming_.contains(id) ? Holder::claiming
                                                  : Holder::elsewhere;
   if (holder == Holder::elsewhere) return holder;
-  auto at = waiting_.find(id);
-  if (at == waiting_.end()) at = waiting_.try_emplace(store::slot_key(id)).first;
-  auto& list = at->second;
+  auto& list = slot(waiting_, id);
   // Drop waiters whose requests already moved on, so the list stays short.
   std::erase_if(list, [](const auto& w) { return w.expired(); });
   list.push_back(waiter);
@@ -100,9 +90,7 @@ void LocalHolders::notify(const store::RecordId& id) {
 
 void LocalHolders::add_remote(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
   std::lock_guard lock(mu_);
-  auto at = remote_.find(id);
-  if (at == remote_.end()) at = remote_.try_emplace(store::slot_key(id)).first;
-  at->second.push_back(waiter);
+  slot(remote_, id).push_back(waiter);
 }
 
 void LocalHolders::remove_remote(const store::RecordId& id, const Waiter* waiter) {

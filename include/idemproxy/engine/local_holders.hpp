@@ -71,6 +71,13 @@ class LocalHolders {
   /// in each call took 12 (steady_state_test.cpp).
   template <class T>
   using Slots = std::unordered_map<std::string, T, store::SlotHash, store::SlotEqual>;
+  /// The entry of `id` in `slots`, made (value-initialised) when there is none.
+  template <class T>
+  static T& slot(Slots<T>& slots, const store::RecordId& id) {
+    auto at = slots.find(id);
+    if (at == slots.end()) at = slots.try_emplace(store::slot_key(id)).first;
+    return at->second;
+  }
 
   mutable std::mutex mu_;
   Slots<int> held_;

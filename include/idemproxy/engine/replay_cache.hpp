@@ -83,10 +83,6 @@ class ReplayCache {
  private:
   using Key = std::string;          // scope '\n' key (store::slot_key)
   using KeyHash = store::SlotHash;  // hashes a RecordId as its slot key, in place
-  static bool same(std::string_view key, std::string_view other) { return key == other; }
-  static bool same(std::string_view key, const store::RecordId& id) {
-    return store::SlotEqual{}(key, id);
-  }
   /// A cached record. The order of use runs through the nodes themselves.
   struct Node {
     Key key;
@@ -111,7 +107,7 @@ class ReplayCache {
     const std::size_t mask = cells_.size() - 1;
     for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
       const Cell& c = cells_[i];
-      if (c.node == nullptr || (c.hash == hash && same(c.node->key, key))) return i;
+      if (c.node == nullptr || (c.hash == hash && store::SlotEqual{}(c.node->key, key))) return i;
     }
   }
   /// Takes `node` out of the index and the order of use, and deletes it.
