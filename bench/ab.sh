@@ -8,6 +8,11 @@
 # two proxies' rounds taking turns on it).
 # AB_STORE=citus runs both on a Citus cluster (scripts/citus.sh, durable settings, its
 # servers on the load CPU) instead of one PostgreSQL node.
+# AB_RATE=N (pass, fresh): an open loop of N requests a second over 64
+# connections (bench_openloop) instead of wrk's closed loop, so that both proxies
+# carry the same load: CPU per request compared at equal rates, and for fresh keys
+# at equal batch sizes, where a closed loop lets the faster one form larger batches.
+# req/s then reads the rate served.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD=$(realpath "$1") NEW=$(realpath "$2") SCENARIO=$3 ROUNDS=${4:-5} SECS=${5:-5}
@@ -42,6 +47,10 @@ case $SCENARIO in
   h2replay) path=/v1/orders ;;
   *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
 esac
+case ${AB_RATE:+$SCENARIO} in
+  '' | pass* | fresh | h2*) ;;
+  *) echo "AB_RATE: pass, pass64k, pass1m or fresh (an open loop sends fresh keys only)" >&2; exit 2 ;;
+esac
 HZ=$(getconf CLK_TCK)
 printf '%s' '{"amount":1000,"currency":"eur"}' >"$WORK/post.json"
 # The database's CPU ticks so far (0 on Citus: its servers are not measured).
@@ -55,7 +64,14 @@ measure() {
     h2replay) env=(-H "idempotency-key: $3-h2replay") ;;  # h2load's options here
   esac
   c0=$(ticks "$2") g0=$(db_ticks)
-  if [[ $SCENARIO == h2* ]]; then
+  if [ -n "${AB_RATE:-}" ] && [[ $SCENARIO != h2* ]]; then
+    local prefix=""
+    [ "$SCENARIO" = fresh ] && prefix="$3-$RANDOM$RANDOM"
+    out=$(taskset -c "$LOAD_CPU" "$BENCH_BUILD/bench_openloop" "$1" "$path" "$AB_RATE" "$SECS" 64 \
+          ${prefix:+"$prefix"} || true)
+    c1=$(ticks "$2") g1=$(db_ticks)
+    n=$(echo "$out" | sed -n 's/.*"ok": \([0-9]*\).*/\1/p')
+  elif [[ $SCENARIO == h2* ]]; then
     out=$(taskset -c "$LOAD_CPU" h2load -c 8 -m 32 -D "$SECS" -d "$WORK/post.json" \
           -H 'content-type: application/json' "${env[@]}" "http://127.0.0.1:$1$path")
     c1=$(ticks "$2") g1=$(db_ticks)

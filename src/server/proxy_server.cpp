@@ -9,6 +9,7 @@
 #include <csignal>
 #include <thread>
 
+#include "http/io_reactor.hpp"
 #include "proxy/policy_document.hpp"
 #include "server/admin.hpp"
 #include "server/client_acceptor.hpp"
@@ -52,6 +53,9 @@ struct ProxyServer::Impl {
   trace::Tracing* tracing;  // null: no spans
   int threads;
   asio::io_context io;
+  /// The I/O threads' loop as the store sees it (common/reactor.hpp): PostgreSQL's
+  /// group commit sends and reads its batches there.
+  http::IoReactor reactor{io};
   ServerRuntime runtime;
   ClientAcceptor clients;
   tcp::acceptor admin;
@@ -112,12 +116,17 @@ int ProxyServer::run() {
   asio::co_spawn(s.control, proxy::renew_leases(s.runtime, std::chrono::milliseconds{100}),
                  log_exception);
   std::vector<std::thread> extra;
-  for (int i = 1; i < s.threads; ++i) extra.emplace_back([&s] { s.io.run(); });
-  s.io.run();
+  const auto serve_io = [&s] {
+    const common::Reactor::Current loop(&s.reactor);
+    s.io.run();
+  };
+  for (int i = 1; i < s.threads; ++i) extra.emplace_back(serve_io);
+  serve_io();
   // Frames still here were cut off by the drain timeout (or a stop): their claims are
   // left to their leases, never abandoned as they are destroyed (ClaimPermit).
   s.runtime.leave_claims_to_leases();
   for (auto& t : extra) t.join();
+  s.reactor.stop();  // a batch the loop still owed an answer goes to the store's threads
   s.runtime.wait_for_queued_calls();  // their answers go to `io`, which must outlive them
   if (const auto pending = s.runtime.completions.pending(); pending > 0) {
     spdlog::error("{} completion(s) could not be written before exit; their records stay in flight",

@@ -43,7 +43,7 @@ class StoreDelegate {
   virtual void age(Duration d) = 0;
 };
 
-/// The delegate of "memory", "postgres" or "citus".
+/// The delegate of "memory", "postgres", "postgres_loop" or "citus".
 std::unique_ptr<StoreDelegate> make_delegate(const std::string& name);
 
 /// A duration that runs out within a test, and what age() must add to be past it.

@@ -217,7 +217,8 @@ TEST_P(QuotaContract, TheFullestScopesAreListedFirst) {
   EXPECT_EQ(order, (std::vector<std::string>{base + "-full", base + "-half"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, QuotaContract, ::testing::Values("memory", "postgres", "citus"),
+INSTANTIATE_TEST_SUITE_P(Stores, QuotaContract,
+                         ::testing::Values("memory", "postgres", "postgres_loop", "citus"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

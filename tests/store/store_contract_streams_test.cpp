@@ -333,7 +333,8 @@ TEST_P(StreamContract, ChunksAppendedAtOnceFromManyThreadsAreAllStored) {
 
 }  // namespace
 
-INSTANTIATE_TEST_SUITE_P(Stores, StreamContract, ::testing::Values("memory", "postgres", "citus"),
+INSTANTIATE_TEST_SUITE_P(Stores, StreamContract,
+                         ::testing::Values("memory", "postgres", "postgres_loop", "citus"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace idemproxy::testing

@@ -3,7 +3,11 @@
 //   postgres  PgStore on IDEMPROXY_TEST_DSN (scripts/test.sh starts one; with
 //             IDEMPROXY_REQUIRE_PG=1 a missing DSN fails instead of skipping);
 //   citus     PgStore on a Citus coordinator: IDEMPROXY_TEST_CITUS=1 and its DSN
-//             (the Citus stage of scripts/test.sh).
+//             (the Citus stage of scripts/test.sh);
+//   postgres_loop  PgStore as postgres, with the test's thread naming an event loop
+//             (common::Reactor) that runs on a thread of its own, as the proxy's I/O
+//             threads do: the claims and completions it makes go in batches sent and
+//             read on that loop (src/store/pg/group_commit_reactor.cpp).
 #include <cstdlib>
 #include <thread>
 
@@ -11,6 +15,7 @@
 #include "idemproxy/store/migrations.hpp"
 #include "idemproxy/store/pg_store.hpp"
 #include "store_contract.hpp"
+#include "test_loop.hpp"
 
 namespace idemproxy::testing {
 namespace {
@@ -32,9 +37,22 @@ class MemoryDelegate final : public StoreDelegate {
   FakeClock clock_;
 };
 
+// A TestLoop named as the constructing thread's loop while it lives: the calls the
+// contract makes from the test's thread are batched on it.
+class NamedLoop {
+ public:
+  NamedLoop() : named_(&loop_.reactor()) {}
+
+ private:
+  TestLoop loop_;
+  common::Reactor::Current named_;
+};
+
 class PgDelegate final : public StoreDelegate {
  public:
-  explicit PgDelegate(bool citus) : citus_(citus) {}
+  PgDelegate(bool citus, bool loop) : citus_(citus) {
+    if (loop) loop_.emplace();
+  }
 
   std::optional<std::string> unavailable() const override {
     const bool on_citus = std::getenv("IDEMPROXY_TEST_CITUS") != nullptr;
@@ -68,16 +86,18 @@ class PgDelegate final : public StoreDelegate {
   }
   bool citus_;
   bool migrated_ = false;
+  std::optional<NamedLoop> loop_;
 };
 
 }  // namespace
 
 std::unique_ptr<StoreDelegate> make_delegate(const std::string& name) {
   if (name == "memory") return std::make_unique<MemoryDelegate>();
-  return std::make_unique<PgDelegate>(name == "citus");
+  return std::make_unique<PgDelegate>(name == "citus", name == "postgres_loop");
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, StoreContract, ::testing::Values("memory", "postgres", "citus"),
+INSTANTIATE_TEST_SUITE_P(Stores, StoreContract,
+                         ::testing::Values("memory", "postgres", "postgres_loop", "citus"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace idemproxy::testing

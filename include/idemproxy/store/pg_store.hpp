@@ -95,6 +95,7 @@ class PgStore final : public Store {
     std::int64_t operations = 0;  // claims and completions they carried
     std::int64_t fallbacks = 0;   // batches that failed and ran again one statement each
     std::int64_t multi_row = 0;   // multi-row statements that carried a batch
+    std::int64_t on_loop = 0;     // batches sent and read on an I/O thread's event loop
     int queued = 0;               // waiting for a connection now
   };
   BatchStats batch_stats();

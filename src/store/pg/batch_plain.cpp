@@ -128,12 +128,20 @@ std::vector<pqxx::binarystring> GroupCommit::done(std::vector<ArrayBinary>& colu
   return out;
 }
 
-// Announces the completions in `rows` (their in_n indexes `members`) that another
-// instance's request watches (kAnnounce), after their statement committed. `mixed`:
-// the rows answer claims too (kClaimCompleteMany), and say which they answer.
+// Announces the completions in `rows` that another instance's request watches
+// (kAnnounce, watched_ids), after their statement committed.
 void GroupCommit::announce_watched(Connection& c, pqxx::transaction_base& tx,
                                    const pqxx::result& rows, const std::vector<Pending*>& members,
                                    bool mixed) {
+  c.announce(tx, kDoneChannel, watched_ids(rows, members, mixed));
+}
+
+// The completions in `rows` (their in_n indexes `members`) that another instance's
+// request watches. `mixed`: the rows answer claims too (kClaimCompleteMany), and say
+// which they answer.
+std::vector<const RecordId*> GroupCommit::watched_ids(const pqxx::result& rows,
+                                                      const std::vector<Pending*>& members,
+                                                      bool mixed) {
   const auto watched_at = rows.column_number("watched");
   const auto in_n = rows.column_number("in_n");
   const auto completion = mixed ? rows.column_number("completion") : 0;
@@ -143,6 +151,6 @@ void GroupCommit::announce_watched(Connection& c, pqxx::transaction_base& tx,
     if (row[watched_at].as<bool>())
       watched.push_back(&members[row[in_n].as<std::size_t>() - 1]->id);
   }
-  c.announce(tx, kDoneChannel, watched);
+  return watched;
 }
 }  // namespace idemproxy::store::pg

@@ -118,7 +118,9 @@ void GroupCommit::submit(Pending& self) {
     submit_alone(self);  // no shard map yet: one routed statement, on any free connection
     return;
   }
-  Lane* starts = nullptr;  // the lane a new drain starts on
+  Lane* starts = nullptr;  // the lane a drain starts, or resumes, on
+  // Plain PostgreSQL's batches go on the caller's event loop when it has one.
+  common::Reactor* loop = citus ? nullptr : common::Reactor::current();
   {
     std::lock_guard lock(mu_);
     Lane& lane = lanes_[worker];
@@ -129,11 +131,19 @@ void GroupCommit::submit(Pending& self) {
     lane.slots = citus ? 1 : slots();
     lane.worker = worker;
     lane.queue.push_back(&self);
-    if (lane.expected != 0 && lane.queue.size() >= lane.expected) company_.notify_all();
-    if (!may_start(lane)) return;  // a running drain takes it next
-    ++lane.running;
+    if (lane.waiting_on != nullptr && lane.queue.size() >= lane.expected) {
+      // A drain on an event loop waited for this much company: it goes on now (its
+      // timer finds the wait over).
+      lane.expected = 0;
+      loop = std::exchange(lane.waiting_on, nullptr);
+    } else {
+      if (lane.expected != 0 && lane.queue.size() >= lane.expected) company_.notify_all();
+      if (!may_start(lane)) return;  // a running drain takes it next
+      ++lane.running;
+    }
     starts = &lane;  // map nodes stay put
   }
+  if (loop != nullptr) return start_on(*starts, *loop);
   runners_.post([this, starts] { drain(*starts); });
 }
 
@@ -166,16 +176,26 @@ void GroupCommit::drain(Lane& lane) {
     ++stats_.batches;
     stats_.operations += static_cast<std::int64_t>(batch.size());
     lock.unlock();
-    {
-      // The members' callers take their answers together when it closes: one post
-      // per I/O thread, not one per member (common/handoff.hpp).
-      common::Handoff handoff;
-      // Moved out first: `finished` may end its Pending's life.
-      for (Pending* p : batch) std::exchange(p->finished, nullptr)();
-    }
+    finish(batch);
     lock.lock();
   }
-  --lane.running;
+  stopped_draining(lane);
+}
+
+GroupCommit::~GroupCommit() {
+  std::unique_lock lock(mu_);
+  drained_.wait(lock, [this] {
+    return std::all_of(lanes_.begin(), lanes_.end(),
+                       [](const auto& entry) { return entry.second.running == 0; });
+  });
+}
+
+void GroupCommit::finish(const std::vector<Pending*>& batch) {
+  // The members' callers take their answers together when it closes: one post per
+  // I/O thread, not one per member (common/handoff.hpp).
+  common::Handoff handoff;
+  // Moved out first: `finished` may end its Pending's life.
+  for (Pending* p : batch) std::exchange(p->finished, nullptr)();
 }
 
 void GroupCommit::wait_for_company(std::unique_lock<std::mutex>& lock, Lane& lane) {
@@ -295,51 +315,68 @@ void GroupCommit::run_batch(const std::vector<Pending*>& batch, int worker) {
     for (Pending* p : batch) run_alone(*p);
     return;
   }
-  // Claims by retake setting, each key once; completions; later claims of a key,
-  // each with the first claim of its key.
-  std::vector<Pending*> claims[2], completions;
-  std::vector<std::pair<Pending*, const Pending*>> repeats;
-  std::map<std::pair<std::string_view, std::string_view>, const Pending*> first_claims;
-  for (Pending* p : batch) {
-    if (!p->claim) {
-      completions.push_back(p);
-    } else if (auto [at, fresh] = first_claims.try_emplace({p->id.scope, p->id.key}, p); fresh) {
-      claims[p->claim->req.retake_stale ? 1 : 0].push_back(p);
-    } else {
-      repeats.emplace_back(p, at->second);
-    }
-  }
-  // On plain PostgreSQL, the claims (when they share one retake setting) and the
-  // completions go as one statement, unless a key is in both: one statement must not
-  // change a row twice. One commit per batch where there were two.
-  const bool together = worker < 0 && !completions.empty() &&
-                        claims[0].empty() != claims[1].empty() &&
-                        std::none_of(completions.begin(), completions.end(), [&](const Pending* p) {
-                          return first_claims.count({p->id.scope, p->id.key}) > 0;
-                        });
-  if (together) {
-    auto& group = claims[0].empty() ? claims[1] : claims[0];
-    if (!run_together(group, completions)) {
-      for (auto* members : {&group, &completions}) {
+  Split s = split(batch, worker);
+  if (s.together) {
+    auto& group = s.claims[0].empty() ? s.claims[1] : s.claims[0];
+    if (!run_together(group, s.completions)) {
+      for (auto* members : {&group, &s.completions}) {
         for (Pending* p : *members) run_alone(*p);
       }
     }
   } else {
-    for (auto* group : {&claims[0], &claims[1], &completions}) {
+    for (auto* group : {&s.claims[0], &s.claims[1], &s.completions}) {
       if (group->size() == 1 || (!group->empty() && !run_many(*group, worker))) {
         for (Pending* p : *group) run_alone(*p);
       }
     }
   }
+  settle(s);
+}
+
+GroupCommit::Split GroupCommit::split(const std::vector<Pending*>& batch, int worker) {
+  // Claims by retake setting, each key once; completions; later claims of a key,
+  // each with the first claim of its key.
+  Split s;
+  std::map<std::pair<std::string_view, std::string_view>, const Pending*> first_claims;
+  for (Pending* p : batch) {
+    if (!p->claim) {
+      s.completions.push_back(p);
+    } else if (auto [at, fresh] = first_claims.try_emplace({p->id.scope, p->id.key}, p); fresh) {
+      s.claims[p->claim->req.retake_stale ? 1 : 0].push_back(p);
+    } else {
+      s.repeats.emplace_back(p, at->second);
+    }
+  }
+  // On plain PostgreSQL, the claims (when they share one retake setting) and the
+  // completions go as one statement, unless a key is in both: one statement must not
+  // change a row twice. One commit per batch where there were two.
+  s.together = worker < 0 && !s.completions.empty() && s.claims[0].empty() != s.claims[1].empty() &&
+               std::none_of(s.completions.begin(), s.completions.end(), [&](const Pending* p) {
+                 return first_claims.count({p->id.scope, p->id.key}) > 0;
+               });
+  return s;
+}
+
+bool GroupCommit::unsettled(const Split& s) {
+  if (!s.repeats.empty()) return true;
+  for (const auto* group : {&s.claims[0], &s.claims[1]}) {
+    for (const Pending* p : *group) {
+      if (p->answer.ok() && p->answer.value().row < 0) return true;
+    }
+  }
+  return false;
+}
+
+void GroupCommit::settle(Split& s) {
   // A claim that saw no row (a concurrent claim committed after the statement's
   // snapshot) runs on its own, and then sees that claim.
-  for (auto* group : {&claims[0], &claims[1]}) {
+  for (auto* group : {&s.claims[0], &s.claims[1]}) {
     for (Pending* p : *group) {
       if (p->answer.ok() && p->answer.value().row < 0) run_alone(*p);
     }
   }
   // A later claim of a key gets what the first left: never a second claim.
-  for (auto [p, first] : repeats) {
+  for (auto [p, first] : s.repeats) {
     if (first->answer.ok() && first->answer.value().row >= 0) {
       p->answer = first->answer;
       p->answer.value().repeat = true;

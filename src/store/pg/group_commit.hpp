@@ -10,8 +10,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "idemproxy/common/reactor.hpp"
 #include "store/pg/array_binary.hpp"
 #include "store/pg/pool.hpp"
 #include "store/pg/row_codec.hpp"
@@ -109,11 +111,17 @@ class GroupCommit {
  public:
   GroupCommit(Pool& pool, const PgOptions& options)
       : pool_(pool), options_(options), runners_(std::max(1, options.pool_size)) {}
+  /// Waits for the drains under way, on runners or on an event loop, to end.
+  ~GroupCommit();
+  GroupCommit(const GroupCommit&) = delete;
+  GroupCommit& operator=(const GroupCommit&) = delete;
 
-  /// Queues `self` for the next batch of its lane and returns; a runner thread runs
-  /// the batch (at once when a batch slot is free) and calls self.finished once it
-  /// committed. On plain PostgreSQL every call shares one lane; on Citus each worker
-  /// is a lane.
+  /// Queues `self` for the next batch of its lane and returns; the batch runs (at once
+  /// when a batch slot is free) and self.finished is called once it committed. On
+  /// plain PostgreSQL every call shares one lane, and a caller on an event loop
+  /// (common::Reactor::current) has the batch sent and read there
+  /// (group_commit_reactor.cpp); otherwise, and on Citus, where each worker is a lane,
+  /// a runner thread runs it.
   void submit(Pending& self);
   /// `self` alone, on a runner thread: the single-row statement in autocommit.
   /// Runs `self` on its own, never in a batch: what a claim with a quota does on Citus,
@@ -131,7 +139,46 @@ class GroupCommit {
     int worker = -1;            // the Citus worker whose keys this lane batches; -1: plain
     std::size_t last_size = 0;  // members of the lane's last batch
     std::size_t expected = 0;   // a drain waits (batch_wait) until this many are queued; 0: none
+    /// A drain on an event loop waiting for company (batch_wait): the loop, and which
+    /// wait (a timer of an earlier one finds the number moved on).
+    common::Reactor* waiting_on = nullptr;
+    std::uint64_t wait_number = 0;
   };
+  /// A batch's members by the statement they go in (run_batch).
+  struct Split {
+    std::vector<Pending*> claims[2];  // by retake setting, each key once
+    std::vector<Pending*> completions;
+    /// Later claims of a key in the batch, each with the first claim of its key.
+    std::vector<std::pair<Pending*, const Pending*>> repeats;
+    /// The claims (one retake setting) and the completions go as one statement.
+    bool together = false;
+  };
+  static Split split(const std::vector<Pending*>& batch, int worker);
+  /// After the batch's statements: a claim that saw no row runs on its own, and a later
+  /// claim of a key gets what the first left (blocking; on a runner thread).
+  void settle(Split& s);
+  /// Whether settle() has anything to do.
+  static bool unsettled(const Split& s);
+  /// Hands each member its answer, together (common/handoff.hpp).
+  static void finish(const std::vector<Pending*>& batch);
+  /// Runs batches of `lane` on `loop` until its queue is empty, holding one of its
+  /// slots; a batch that cannot go there goes to a runner, which drains on.
+  void drain_on(Lane& lane, common::Reactor& loop);
+  /// Sends `batch` on `loop` (reactor_statement.hpp) and goes on draining `lane` there
+  /// once it is answered; false when it cannot (no idle connection, or a batch that
+  /// needs two statements), having sent nothing.
+  bool send_on_loop(const std::vector<Pending*>& batch, Lane& lane, common::Reactor& loop);
+  /// Starts, or resumes, the drain of `lane` on `loop`, or on a runner when the loop
+  /// stopped first.
+  void start_on(Lane& lane, common::Reactor& loop);
+  static std::vector<const RecordId*> watched_ids(const pqxx::result& rows,
+                                                  const std::vector<Pending*>& members, bool mixed);
+  /// Tells other instances about `ids` (kAnnounce), on a runner thread.
+  void announce_later(const std::vector<const RecordId*>& ids);
+  /// Gives a lane's slot back, under mu_.
+  void stopped_draining(Lane& lane) {
+    if (--lane.running == 0) drained_.notify_all();
+  }
   /// Whether another batch of `lane` starts now (under mu_): at once when none runs;
   /// beside running ones only while a full batch waits, up to the lane's slots.
   bool may_start(const Lane& lane) const;
@@ -177,6 +224,7 @@ class GroupCommit {
   const PgOptions& options_;
   std::mutex mu_;
   std::condition_variable company_;  // a waiting lane's queue reached its expected size
+  std::condition_variable drained_;  // a lane's last drain ended
   std::map<int, Lane> lanes_;        // kPlainLane, or a Citus worker's group id
   PgStore::BatchStats stats_;
   static constexpr int kPlainLane = -1;

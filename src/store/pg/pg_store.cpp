@@ -74,6 +74,10 @@ std::vector<Store::Sample> PgStore::stats() {
       {"idemproxy_db_batched_operations_total",
        "Claims and completions carried by those transactions.", static_cast<double>(b.operations),
        true},
+      {"idemproxy_db_batches_on_loop_total",
+       "Of those, batches sent and read on an I/O thread's event loop, with no thread of the "
+       "store's woken.",
+       static_cast<double>(b.on_loop), true},
       {"idemproxy_db_batch_fallbacks_total",
        "Multi-row statements that failed and ran again one statement each.",
        static_cast<double>(b.fallbacks), true},

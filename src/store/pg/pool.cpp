@@ -165,6 +165,15 @@ std::unique_ptr<Connection> Pool::checkout() {
   }
 }
 
+std::unique_ptr<Connection> Pool::try_checkout() {
+  if (owed_.load(std::memory_order_relaxed)) return nullptr;
+  std::lock_guard lock(mu_);
+  if (idle_.empty() || !idle_.back()->on_reactor()) return nullptr;
+  auto conn = std::move(idle_.back());
+  idle_.pop_back();
+  return conn;
+}
+
 void Pool::give_back(std::unique_ptr<Connection> conn) {
   std::lock_guard lock(mu_);
   if (conn) {

@@ -84,6 +84,15 @@ class Connection {
   }
 
   pqxx::connection_base& raw() { return conn_; }
+  /// libpq's connection now; nullptr while it is closed.
+  PGconn* handle() const { return conn_.handle(); }
+  /// The statements prepared apart from libpqxx's on this connection's session (read's,
+  /// and those sent on an event loop: reactor_statement.hpp).
+  BinaryPrepared& binary_prepared() { return binary_prepared_; }
+  /// Whether a claim or completion batch may be sent on an event loop with libpq's
+  /// non-blocking calls: its statements run in autocommit, durably, on plain
+  /// PostgreSQL with prepared statements (not on Citus, nor behind a transaction pooler).
+  bool on_reactor() const { return prepared_ && !distributed_ && local_sync_.empty(); }
   /// What a Write sets synchronous_commit to for its transaction (SET LOCAL), or empty
   /// when this session's own setting already makes every commit durable.
   const std::string& local_sync() const { return local_sync_; }
@@ -171,6 +180,13 @@ class Pool {
     long long repaired = 0;  // repairs that reported done
   };
   Usage usage() const;
+
+  /// An idle connection, or none (never waits, never connects), with no repair owed
+  /// and not on Citus: for a batch sent on an event loop, which cannot block. Given
+  /// back with give_back.
+  std::unique_ptr<Connection> try_checkout();
+  /// Returns a connection; nullptr gives back the slot of one that was dropped.
+  void give_back(std::unique_ptr<Connection> conn);
   /// What the last connection used found (Connection::distributed), set once the shard
   /// map is read on it; false before any.
   bool distributed() const { return distributed_.load(std::memory_order_relaxed); }
@@ -189,8 +205,6 @@ class Pool {
   /// statement on Citus, then once a minute.
   void refresh_shards(Connection& c);
   static constexpr std::chrono::seconds kShardsTtl{60};
-  /// Returns a connection; nullptr gives back the slot of one that was dropped.
-  void give_back(std::unique_ptr<Connection> conn);
   /// Runs the repairs that are due on `c`; rethrows a broken connection.
   void run_repairs(Connection& c);
 
