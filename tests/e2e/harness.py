@@ -381,9 +381,12 @@ class CuttingRelay:
         # In the clear, so the relay can read the protocol: Citus turns on TLS.
         return "postgresql://postgres@127.0.0.1:%d/idemproxy?sslmode=disable" % self.port
 
-    def cut(self, statement, refuse=False):
+    def cut(self, statements, refuse=False):
+        """Arms the cut for the next execution of `statements` (one name, or a list of
+        names: the first of them executed)."""
+        names = [statements] if isinstance(statements, str) else statements
         with self.lock:
-            self.armed = b"\x00" + statement.encode() + b"\x00"
+            self.armed = [b"\x00" + name.encode() + b"\x00" for name in names]
             self.refuse_after = refuse
 
     def admit(self):
@@ -411,8 +414,8 @@ class CuttingRelay:
         with self.lock:
             if self.armed is None:
                 return False
-            at = data.find(self.armed)
-            if at < 5 or data[at - 5:at - 4] != b"B":
+            if not any(at >= 5 and data[at - 5:at - 4] == b"B"
+                       for at in (data.find(name) for name in self.armed)):
                 return False
             self.armed = None
             if self.refuse_after:

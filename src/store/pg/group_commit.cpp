@@ -104,10 +104,11 @@ Runners::~Runners() {
 }
 
 void Runners::post(std::function<void()> task) {
-  {
-    std::lock_guard lock(mu_);
-    tasks_.push_back(std::move(task));
-  }
+  // Notified under the lock: a task may hand the last slot of a drain to a runner
+  // (drain_on's fallback), whose finishing lets the store go, Runners too; the poster
+  // must be done with ready_ by then.
+  std::lock_guard lock(mu_);
+  tasks_.push_back(std::move(task));
   ready_.notify_one();
 }
 
@@ -131,10 +132,12 @@ void GroupCommit::submit(Pending& self) {
     lane.slots = citus ? 1 : slots();
     lane.worker = worker;
     lane.queue.push_back(&self);
-    if (lane.waiting_on != nullptr && lane.queue.size() >= lane.expected) {
+    if (lane.waiting_on != nullptr && lane.queue.size() >= lane.expected &&
+        !lane.wait_over->exchange(true)) {
       // A drain on an event loop waited for this much company: it goes on now (its
       // timer finds the wait over).
       lane.expected = 0;
+      lane.wait_over.reset();
       loop = std::exchange(lane.waiting_on, nullptr);
     } else {
       if (lane.expected != 0 && lane.queue.size() >= lane.expected) company_.notify_all();

@@ -1,6 +1,7 @@
 #pragma once
 // Group commit for claims and completions (see group_commit.cpp for the design and
 // its measurements).
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -139,10 +140,12 @@ class GroupCommit {
     int worker = -1;            // the Citus worker whose keys this lane batches; -1: plain
     std::size_t last_size = 0;  // members of the lane's last batch
     std::size_t expected = 0;   // a drain waits (batch_wait) until this many are queued; 0: none
-    /// A drain on an event loop waiting for company (batch_wait): the loop, and which
-    /// wait (a timer of an earlier one finds the number moved on).
+    /// A drain on an event loop waiting for company (batch_wait): the loop, and the
+    /// wait's end, which the submit that brings the company and the wait's timer race
+    /// to set; the loser does nothing (a timer that lost never touches the lane, which
+    /// may be gone by then).
     common::Reactor* waiting_on = nullptr;
-    std::uint64_t wait_number = 0;
+    std::shared_ptr<std::atomic<bool>> wait_over;
   };
   /// A batch's members by the statement they go in (run_batch).
   struct Split {

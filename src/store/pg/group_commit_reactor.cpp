@@ -53,7 +53,7 @@ void GroupCommit::start_on(Lane& lane, common::Reactor& loop) {
 void GroupCommit::drain_on(Lane& lane, common::Reactor& loop) {
   std::vector<Pending*> batch;
   bool more = false;
-  std::uint64_t waits = 0;  // the number of the wait for company begun here
+  std::shared_ptr<std::atomic<bool>> over;  // a wait for company begun here
   {
     std::lock_guard lock(mu_);
     auto& queue = lane.queue;
@@ -69,7 +69,7 @@ void GroupCommit::drain_on(Lane& lane, common::Reactor& loop) {
         lane.expected == 0) {
       lane.expected = company;
       lane.waiting_on = &loop;
-      waits = ++lane.wait_number;
+      over = lane.wait_over = std::make_shared<std::atomic<bool>>(false);
     } else {
       lane.expected = 0;
       const auto n = std::min(queue.size(), batch_limit());
@@ -80,13 +80,15 @@ void GroupCommit::drain_on(Lane& lane, common::Reactor& loop) {
       if (more) ++lane.running;
     }
   }
-  if (waits != 0) {
+  if (over) {
     // Unlocked: a loop that stopped calls back at once.
-    loop.after(options_.batch_wait, [this, &lane, &loop, waits](bool running) {
+    loop.after(options_.batch_wait, [this, &lane, &loop, over](bool running) {
+      if (over->exchange(true)) return;  // the company came first, and the drain went on
+      // The wait ends here, so the drain still holds its slot: the lane is still there.
       {
         std::lock_guard lock(mu_);
-        if (lane.waiting_on == nullptr || lane.wait_number != waits) return;  // resumed
         lane.waiting_on = nullptr;
+        lane.wait_over.reset();
       }
       if (!running) return runners_.post([this, &lane] { drain(lane); });
       drain_on(lane, loop);
