@@ -213,8 +213,9 @@ class Runtime {
   /// exchanges possibly under way; their claims stay until their leases end.
   void leave_claims_to_leases() { abandons_allowed->store(false); }
 
-  /// Calls `start` with a callback, which the store calls from a thread of its own
-  /// (Store::queues_calls), and resumes the calling coroutine on its own executor
+  /// Calls `start` with a callback, which the store calls from a thread of its own or
+  /// from this thread's event loop (Store::queues_calls; common::Reactor), and
+  /// resumes the calling coroutine on its own executor
   /// with the value passed to it. Timed as a store call, like blocking().
   template <class R, class Start>
   asio::awaitable<R> queued(Start start) {

@@ -47,8 +47,9 @@ class Claims {
 
   /// claim() and complete() answered through a callback instead of a blocked
   /// thread. A store that queues them (queues_calls()) returns at once and calls
-  /// `done` later, on a thread of its own, so the caller may be an I/O thread; the
-  /// arguments must stay alive until `done` is called. Otherwise `done` is called
+  /// `done` later, on a thread of its own or on the caller's event loop
+  /// (common::Reactor), so the caller may be an I/O thread; the arguments must stay
+  /// alive until `done` is called. Otherwise `done` is called
   /// here, after the blocking call.
   using ClaimDone = std::function<void(Result<ClaimResult>)>;
   using CompleteDone = std::function<void(Result<TimePoint>)>;

@@ -56,7 +56,8 @@ class PgStore final : public Store {
   Result<TimePoint> complete(const RecordId& id, std::int64_t token, const StoredResponse& response,
                              Retention keep) override;
   /// Claims and completions join group commit and return at once; `done` is called
-  /// on the runner thread that ran the batch.
+  /// on the caller's event loop when it named one (common::Reactor) and the batch was
+  /// sent there, otherwise on the runner thread that ran the batch.
   void claim_async(const ClaimRequest& request, ClaimDone done) override;
   void complete_async(const RecordId& id, std::int64_t token, const StoredResponse& response,
                       Retention keep, CompleteDone done) override;

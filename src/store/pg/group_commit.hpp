@@ -176,8 +176,8 @@ class GroupCommit {
   void start_on(Lane& lane, common::Reactor& loop);
   static std::vector<const RecordId*> watched_ids(const pqxx::result& rows,
                                                   const std::vector<Pending*>& members, bool mixed);
-  /// Tells other instances about `ids` (kAnnounce), on a runner thread.
-  void announce_later(const std::vector<const RecordId*>& ids);
+  /// Tells other instances about `ids` (kAnnounce), on a pooled connection (blocking).
+  void announce(const std::vector<const RecordId*>& ids);
   /// Gives a lane's slot back, under mu_.
   void stopped_draining(Lane& lane) {
     if (--lane.running == 0) drained_.notify_all();

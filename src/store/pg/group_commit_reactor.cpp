@@ -156,13 +156,12 @@ bool GroupCommit::send_on_loop(const std::vector<Pending*>& batch, Lane& lane,
                        : s.completions.empty() ? "claims"
                                                : "claims and completions";
     bool ok = batch_succeeded(answer.rows.has_value(), sent->members.size(), what);
+    bool watched = false;  // another instance waits for one of the completions
     if (ok) {
       try {
         const pqxx::result& rows = *answer.rows;
-        if (!s.completions.empty()) {
-          const auto watched = watched_ids(rows, s.completions, !claims.empty());
-          if (!watched.empty()) announce_later(watched);
-        }
+        watched =
+            !s.completions.empty() && !watched_ids(rows, s.completions, !claims.empty()).empty();
         if (claims.empty()) {
           give_rows(rows, s.completions);
         } else {
@@ -190,8 +189,14 @@ bool GroupCommit::send_on_loop(const std::vector<Pending*>& batch, Lane& lane,
         settle(*split_up);
         finish(sent->members);
       });
-    } else if (unsettled(s)) {
-      runners_.post([this, sent, split_up] {
+    } else if (watched || unsettled(s)) {
+      // The finishes another instance waits for are announced before their answers
+      // are handed over, as on a runner; that, and settling, waits on a runner.
+      auto rows = std::make_shared<pqxx::result>(std::move(*answer.rows));
+      runners_.post([this, sent, split_up, rows, watched] {
+        if (watched) {
+          announce(watched_ids(*rows, split_up->completions, !sent->claims->empty()));
+        }
         settle(*split_up);
         finish(sent->members);
       });
@@ -216,21 +221,14 @@ bool GroupCommit::send_on_loop(const std::vector<Pending*>& batch, Lane& lane,
   return true;
 }
 
-void GroupCommit::announce_later(const std::vector<const RecordId*>& ids) {
-  std::vector<RecordId> copies;
-  copies.reserve(ids.size());
-  for (const RecordId* id : ids) copies.push_back(*id);  // the members may go first
-  runners_.post([this, copies = std::move(copies)] {
-    std::vector<const RecordId*> watched;
-    for (const RecordId& id : copies) watched.push_back(&id);
-    const auto told = pool_.with_connection<Done>([&](Connection& c) -> Result<Done> {
-      Write w(c);
-      c.announce(w.tx(), kDoneChannel, watched);
-      w.commit();
-      return Done{};
-    });
-    if (!told.ok()) spdlog::debug("store: finishes were not announced: {}", told.error().detail);
+void GroupCommit::announce(const std::vector<const RecordId*>& ids) {
+  const auto told = pool_.with_connection<Done>([&](Connection& c) -> Result<Done> {
+    Write w(c);
+    c.announce(w.tx(), kDoneChannel, ids);
+    w.commit();
+    return Done{};
   });
+  if (!told.ok()) spdlog::debug("store: finishes were not announced: {}", told.error().detail);
 }
 
 }  // namespace idemproxy::store::pg
