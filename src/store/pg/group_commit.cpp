@@ -338,59 +338,6 @@ void GroupCommit::run_batch(const std::vector<Pending*>& batch, int worker) {
   settle(s);
 }
 
-GroupCommit::Split GroupCommit::split(const std::vector<Pending*>& batch, int worker) {
-  // Claims by retake setting, each key once; completions; later claims of a key,
-  // each with the first claim of its key.
-  Split s;
-  std::map<std::pair<std::string_view, std::string_view>, const Pending*> first_claims;
-  for (Pending* p : batch) {
-    if (!p->claim) {
-      s.completions.push_back(p);
-    } else if (auto [at, fresh] = first_claims.try_emplace({p->id.scope, p->id.key}, p); fresh) {
-      s.claims[p->claim->req.retake_stale ? 1 : 0].push_back(p);
-    } else {
-      s.repeats.emplace_back(p, at->second);
-    }
-  }
-  // On plain PostgreSQL, the claims (when they share one retake setting) and the
-  // completions go as one statement, unless a key is in both: one statement must not
-  // change a row twice. One commit per batch where there were two.
-  s.together = worker < 0 && !s.completions.empty() && s.claims[0].empty() != s.claims[1].empty() &&
-               std::none_of(s.completions.begin(), s.completions.end(), [&](const Pending* p) {
-                 return first_claims.count({p->id.scope, p->id.key}) > 0;
-               });
-  return s;
-}
-
-bool GroupCommit::unsettled(const Split& s) {
-  if (!s.repeats.empty()) return true;
-  for (const auto* group : {&s.claims[0], &s.claims[1]}) {
-    for (const Pending* p : *group) {
-      if (p->answer.ok() && p->answer.value().row < 0) return true;
-    }
-  }
-  return false;
-}
-
-void GroupCommit::settle(Split& s) {
-  // A claim that saw no row (a concurrent claim committed after the statement's
-  // snapshot) runs on its own, and then sees that claim.
-  for (auto* group : {&s.claims[0], &s.claims[1]}) {
-    for (Pending* p : *group) {
-      if (p->answer.ok() && p->answer.value().row < 0) run_alone(*p);
-    }
-  }
-  // A later claim of a key gets what the first left: never a second claim.
-  for (auto [p, first] : s.repeats) {
-    if (first->answer.ok() && first->answer.value().row >= 0) {
-      p->answer = first->answer;
-      p->answer.value().repeat = true;
-    } else {
-      run_alone(*p);
-    }
-  }
-}
-
 PgStore::BatchStats GroupCommit::stats() {
   std::lock_guard lock(mu_);
   PgStore::BatchStats s = stats_;
