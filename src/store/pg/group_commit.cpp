@@ -14,13 +14,13 @@ namespace idemproxy::store::pg {
 // (an I/O thread, for the proxy's requests): the answer comes through the member's
 // `finished`. If fewer batches are running than slots(), a drain starts at once: it
 // takes everything queued (up to batch_max), runs it, hands each member its answer,
-// and goes on while more queued meanwhile. A caller on an event loop has the drain
-// run there, its statement sent and read with libpq's non-blocking calls
-// (group_commit_reactor.cpp); otherwise a runner thread runs it, as described here. Otherwise the
-// member waits in the queue for the next batch of a running drain. No thread waits per call: a
-// thread per call cost three context switches per claim or completion (the hop to the database
-// pool, the wait for the batch, the hop back), measured as most of the proxy's CPU per fresh key
-// (docs/PERFORMANCE.md).
+// and goes on while more queued meanwhile. Otherwise the member waits in the queue
+// for the next batch of a running drain. A caller on an event loop has the drain run
+// there, its statement sent and read with libpq's non-blocking calls
+// (group_commit_reactor.cpp); otherwise a runner thread runs it, as described here.
+// No thread waits per call: a thread per call cost three context switches per claim
+// or completion (the hop to the database pool, the wait for the batch, the hop back),
+// measured as most of the proxy's CPU per fresh key (docs/PERFORMANCE.md).
 //
 // With no load a batch holds one request and runs the single-row statements; under
 // load the claims of a batch go as one multi-row statement (kClaimMany) and its
