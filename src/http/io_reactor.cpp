@@ -17,6 +17,16 @@ struct IoReactor::Op {
   std::function<void(bool)> fn;
   std::optional<asio::posix::stream_descriptor> fd;
   std::optional<asio::steady_timer> timer;
+
+  /// Takes the fd out of epoll (never closing it) and drops the timer; then runs fn.
+  void answer(bool ok) {
+    if (fd) {
+      fd->release();
+      fd.reset();
+    }
+    timer.reset();
+    std::exchange(fn, nullptr)(ok);
+  }
 };
 
 IoReactor::~IoReactor() { stop(); }
@@ -40,13 +50,8 @@ void IoReactor::fire(const std::shared_ptr<Op>& op, bool ok) {
     std::lock_guard lock(mu_);
     if (pending_.erase(op.get()) == 0) return;  // stop() answered it
   }
-  if (op->fd) {
-    op->fd->release();  // out of epoll; the caller's fd stays open
-    op->fd.reset();
-  }
-  op->timer.reset();
   try {
-    std::exchange(op->fn, nullptr)(ok);
+    op->answer(ok);
   } catch (const std::exception& e) {  // the loop goes on, as a store's thread would
     spdlog::error("a store's work on the event loop failed: {}", e.what());
   }
@@ -90,14 +95,7 @@ void IoReactor::stop() {
     for (auto& [raw, op] : pending_) left.push_back(std::move(op));
     pending_.clear();
   }
-  for (auto& op : left) {
-    if (op->fd) {
-      op->fd->release();
-      op->fd.reset();
-    }
-    op->timer.reset();
-    std::exchange(op->fn, nullptr)(false);
-  }
+  for (auto& op : left) op->answer(false);
 }
 
 }  // namespace idemproxy::http

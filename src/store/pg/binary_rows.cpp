@@ -45,6 +45,16 @@ void check(PGconn* handle, const PGresult* result, ExecStatusType expected, cons
 
 }  // namespace
 
+bool BinaryPrepared::has(PGconn* conn, std::string_view name) {
+  const int pid = PQbackendPID(conn);
+  if (handle != conn || backend != pid) {
+    handle = conn;
+    backend = pid;
+    names.clear();
+  }
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 BinaryRows read_binary(HandleConnection& conn, const char* sql,
                        const std::vector<std::string>& params) {
   PGconn* handle = open_handle(conn);
@@ -58,9 +68,7 @@ BinaryRows read_binary(HandleConnection& conn, const char* sql,
 BinaryRows read_binary_prepared(HandleConnection& conn, BinaryPrepared& prepared, const char* name,
                                 const char* sql, const std::vector<std::string>& params) {
   PGconn* handle = open_handle(conn);
-  const int backend = PQbackendPID(handle);
-  if (prepared.handle != handle || prepared.backend != backend) prepared = {handle, backend, {}};
-  if (std::find(prepared.names.begin(), prepared.names.end(), name) == prepared.names.end()) {
+  if (!prepared.has(handle, name)) {
     const std::unique_ptr<PGresult, void (*)(PGresult*)> made(
         PQprepare(handle, name, sql, static_cast<int>(params.size()), nullptr), &PQclear);
     check(handle, made.get(), PGRES_COMMAND_OK, sql);

@@ -83,6 +83,10 @@ struct BinaryPrepared {
   PGconn* handle = nullptr;
   int backend = 0;  // PQbackendPID
   std::vector<std::string> names;
+
+  /// Whether `name` is prepared in `conn`'s session now; a session other than the one
+  /// these names were prepared in has none of them, and they are forgotten.
+  bool has(PGconn* conn, std::string_view name);
 };
 
 /// As read_binary, with `sql` prepared once per connection as `name` (PQprepare), then

@@ -176,12 +176,7 @@ void GroupCommit::drain(Lane& lane) {
     const int worker = lane.worker;
     lock.unlock();
     if (more) runners_.post([this, &lane] { drain(lane); });
-    run_batch(batch, worker);
-    lock.lock();
-    ++stats_.batches;
-    stats_.operations += static_cast<std::int64_t>(batch.size());
-    lock.unlock();
-    finish(batch);
+    run_and_finish(batch, worker);
     lock.lock();
   }
   stopped_draining(lane);
@@ -193,6 +188,19 @@ GroupCommit::~GroupCommit() {
     return std::all_of(lanes_.begin(), lanes_.end(),
                        [](const auto& entry) { return entry.second.running == 0; });
   });
+}
+
+void GroupCommit::run_and_finish(const std::vector<Pending*>& batch, int worker) {
+  run_batch(batch, worker);
+  counted(batch.size(), false);
+  finish(batch);
+}
+
+void GroupCommit::counted(std::size_t members, bool on_loop) {
+  std::lock_guard lock(mu_);
+  ++stats_.batches;
+  if (on_loop) ++stats_.on_loop;
+  stats_.operations += static_cast<std::int64_t>(members);
 }
 
 void GroupCommit::finish(const std::vector<Pending*>& batch) {

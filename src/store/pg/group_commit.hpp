@@ -164,6 +164,10 @@ class GroupCommit {
   static bool unsettled(const Split& s);
   /// Hands each member its answer, together (common/handoff.hpp).
   static void finish(const std::vector<Pending*>& batch);
+  /// Runs `batch` here (run_batch), counts it, and hands out its answers.
+  void run_and_finish(const std::vector<Pending*>& batch, int worker);
+  /// Counts a batch of `members` run (on an event loop or not), taking mu_.
+  void counted(std::size_t members, bool on_loop);
   /// Runs batches of `lane` on `loop` until its queue is empty, holding one of its
   /// slots; a batch that cannot go there goes to a runner, which drains on.
   void drain_on(Lane& lane, common::Reactor& loop);

@@ -103,13 +103,7 @@ void GroupCommit::drain_on(Lane& lane, common::Reactor& loop) {
   }
   // A runner runs this batch, then drains on, holding the lane's slot.
   runners_.post([this, &lane, batch] {
-    run_batch(batch, kPlainLane);
-    {
-      std::lock_guard lock(mu_);
-      ++stats_.batches;
-      stats_.operations += static_cast<std::int64_t>(batch.size());
-    }
-    finish(batch);
+    run_and_finish(batch, kPlainLane);
     drain(lane);
   });
 }
@@ -173,12 +167,7 @@ bool GroupCommit::send_on_loop(const std::vector<Pending*>& batch, Lane& lane,
         ok = false;
       }
     }
-    {
-      std::lock_guard lock(mu_);
-      ++stats_.batches;
-      ++stats_.on_loop;
-      stats_.operations += static_cast<std::int64_t>(sent->members.size());
-    }
+    counted(sent->members.size(), true);
     if (!ok) {
       // Nothing changed (an SQL error), or the connection broke: each runs again on
       // its own, as on a runner.

@@ -1,6 +1,5 @@
 #include "store/pg/reactor_statement.hpp"
 
-#include <algorithm>
 #include <pqxx/internal/gates/result-creation.hxx>
 #include <utility>
 
@@ -43,10 +42,7 @@ struct Sent : std::enable_shared_from_this<Sent> {
   void start() {
     if (handle == nullptr || PQstatus(handle) != CONNECTION_OK) return fail(true, "closed");
     if (PQsetnonblocking(handle, 1) != 0) return fail(true, PQerrorMessage(handle));
-    BinaryPrepared& prepared = c.binary_prepared();
-    const int backend = PQbackendPID(handle);
-    if (prepared.handle != handle || prepared.backend != backend) prepared = {handle, backend, {}};
-    if (std::find(prepared.names.begin(), prepared.names.end(), name) == prepared.names.end()) {
+    if (!c.binary_prepared().has(handle, name)) {
       preparing = true;
       if (PQsendPrepare(handle, name.c_str(), sql, static_cast<int>(params.size()), nullptr) == 0) {
         return fail(true, PQerrorMessage(handle));
