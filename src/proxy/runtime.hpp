@@ -225,33 +225,51 @@ class Runtime {
           auto io = asio::get_associated_executor(handler);
           using Handler = decltype(handler);
           using Guard = decltype(asio::make_work_guard(io));
-          struct Waiting {  // shared: std::function wants a copyable callback
+          // The call's one block, owned by whoever answers it: the store's callback
+          // and a batch's deferred answer carry only its address, which std::function
+          // keeps in place (a pointer is trivially copyable) where a shared_ptr took a
+          // block of its own, and an answer posted to the caller's executor owns it.
+          struct Waiting {
+            Runtime* rt;
             Handler handler;
             Guard guard;
+            std::chrono::steady_clock::time_point started;
+            std::optional<R> result{};
+            // Resumes the caller with the result, the block freed first.
+            static void resume(std::unique_ptr<Waiting> w) {
+              Handler h = std::move(w->handler);
+              R r = std::move(*w->result);
+              w.reset();
+              std::move(h)(nullptr, std::move(r));
+            }
+            static void post(std::unique_ptr<Waiting> w, bool dispatch) {
+              auto ex = w->guard.get_executor();
+              auto answer = [w = std::move(w)]() mutable { resume(std::move(w)); };
+              dispatch ? asio::dispatch(ex, std::move(answer)) : asio::post(ex, std::move(answer));
+            }
           };
-          auto waiting =
-              std::make_shared<Waiting>(Waiting{std::move(handler), asio::make_work_guard(io)});
-          const auto started = std::chrono::steady_clock::now();
+          auto* waiting = new Waiting{this, std::move(handler), asio::make_work_guard(io),
+                                      std::chrono::steady_clock::now()};
           queued_calls_.fetch_add(1, std::memory_order_relaxed);
           try {
-            begin([this, waiting, started](R result) {
-              metrics.observe_store(
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+            begin([waiting](R result) {
+              Runtime& rt = *waiting->rt;
+              rt.metrics.observe_store(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting->started)
                       .count());
-              auto answer = [waiting, result = std::move(result)]() mutable {
-                std::move(waiting->handler)(nullptr, std::move(result));
-              };
+              waiting->result.emplace(std::move(result));
               if (common::Handoff* batch = common::Handoff::current()) {
                 // Delivered with the rest of its batch (deliver_batch), which counts
                 // it answered once it is posted.
-                batch->defer(this, &Runtime::deliver_batch,
-                             [waiting, answer = std::move(answer)]() mutable {
-                               asio::dispatch(waiting->guard.get_executor(), std::move(answer));
-                             });
+                batch->defer(&rt, &Runtime::deliver_batch,
+                             common::Deferred(waiting, [](void* p, bool run) {
+                               std::unique_ptr<Waiting> w(static_cast<Waiting*>(p));
+                               if (run) Waiting::post(std::move(w), true);
+                             }));
                 return;
               }
-              asio::post(waiting->guard.get_executor(), std::move(answer));
-              call_answered();
+              Waiting::post(std::unique_ptr<Waiting>(waiting), false);
+              rt.call_answered();
             });
           } catch (...) {
             // Not queued (a store throws before it takes a call, never after), so
@@ -259,9 +277,10 @@ class Runtime {
             // co_await throws it: escaping here, it would leave through io.run() (Asio
             // 1.81 runs the initiation outside the coroutine) and stop the I/O thread.
             call_answered();
-            auto ex = waiting->guard.get_executor();
-            asio::post(ex, [waiting, error = std::current_exception()]() mutable {
-              std::move(waiting->handler)(error, R{});
+            std::unique_ptr<Waiting> own(waiting);
+            auto ex = own->guard.get_executor();
+            asio::post(ex, [own = std::move(own), error = std::current_exception()]() mutable {
+              std::move(own->handler)(error, R{});
             });
           }
         },
@@ -297,11 +316,11 @@ class Runtime {
   // resumed on its own executor: a dispatch there runs it at once unless its strand
   // is busy on another thread. One post per I/O thread, so that with
   // `server.threads` above one the batch's requests still go on side by side.
-  static void deliver_batch(void* self, std::vector<std::function<void()>>& answers) {
+  static void deliver_batch(void* self, std::vector<common::Deferred>& answers) {
     auto& rt = *static_cast<Runtime*>(self);
     const std::size_t n = answers.size();
     const std::size_t posts = std::min(n, rt.io_threads_);
-    auto shared = std::make_shared<std::vector<std::function<void()>>>(std::move(answers));
+    auto shared = std::make_shared<std::vector<common::Deferred>>(std::move(answers));
     for (std::size_t part = 0; part < posts; ++part) {
       asio::post(rt.io_, [shared, part, posts] {
         for (std::size_t i = part; i < shared->size(); i += posts) (*shared)[i]();

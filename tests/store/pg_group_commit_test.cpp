@@ -489,7 +489,7 @@ TEST_F(PgStoreTest, ABatchHandsItsAnswersOverTogether) {
     int without_handoff = 0;
   } d;
   const common::Handoff::Deliver deliver = [](void* target,
-                                              std::vector<std::function<void()>>& answers) {
+                                              std::vector<common::Deferred>& answers) {
     auto& to = *static_cast<Delivered*>(target);
     std::lock_guard lock(to.mu);
     to.deliveries.emplace_back();
@@ -510,10 +510,10 @@ TEST_F(PgStoreTest, ABatchHandsItsAnswersOverTogether) {
                         d.cv.notify_all();
                         return;
                       }
-                      batch->defer(&d, deliver, [&d, i] {
+                      batch->defer(&d, deliver, common::Deferred::of([&d, i] {
                         d.deliveries.back().push_back(i);
                         ++d.answered;
-                      });
+                      }));
                     });
   }
   wait_until_queued(one, kClaims);

@@ -16,14 +16,14 @@ struct Target {
   std::vector<std::string>* ran = nullptr;
 };
 
-void deliver(void* target, std::vector<std::function<void()>>& answers) {
+void deliver(void* target, std::vector<idemproxy::common::Deferred>& answers) {
   auto& t = *static_cast<Target*>(target);
   t.ran = &t.deliveries.emplace_back();
   for (auto& answer : answers) answer();
 }
 
-std::function<void()> answer(Target& t, std::string name) {
-  return [&t, name] { t.ran->push_back(name); };
+idemproxy::common::Deferred answer(Target& t, std::string name) {
+  return idemproxy::common::Deferred::of([&t, name] { t.ran->push_back(name); });
 }
 
 }  // namespace
@@ -76,4 +76,33 @@ TEST(Handoff, AnInnerHandoffDeliversItsOwnAndRestoresTheOuter) {
   outer.close();
   ASSERT_EQ(a.deliveries.size(), 2U);
   EXPECT_EQ(a.deliveries[1], (std::vector<std::string>{"outer"}));
+}
+
+// An answer the delivery never runs is dropped: its block is freed all the same,
+// once, and moving it hands the block on without freeing it.
+TEST(Handoff, ADeferredAnswerNeverRunIsFreedOnceAndARunOneRunsOnce) {
+  struct Counts {
+    int runs = 0, frees = 0;
+  } counts;
+  const auto make = [&counts] {
+    return idemproxy::common::Deferred(&counts, [](void* p, bool run) {
+      auto& c = *static_cast<Counts*>(p);
+      c.runs += run ? 1 : 0;
+      ++c.frees;
+    });
+  };
+  {
+    auto dropped = make();
+    auto moved = std::move(dropped);
+    EXPECT_EQ(counts.frees, 0) << "freed when moved";
+  }
+  EXPECT_EQ(counts.runs, 0);
+  EXPECT_EQ(counts.frees, 1);
+  {
+    auto ran = make();
+    ran();
+    ran();  // a second call does nothing
+  }
+  EXPECT_EQ(counts.runs, 1);
+  EXPECT_EQ(counts.frees, 2);
 }

@@ -9,16 +9,58 @@
 //
 // Neither side knows the other: the store knows no event loop, and the proxy no
 // batch. Without an open handoff, a caller delivers its answer at once, as before.
-#include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
 namespace idemproxy::common {
 
+/// An answer kept for a later delivery: run once, or dropped if the delivery never
+/// runs it (the block it names is then freed all the same). Two words and no block
+/// of its own: the caller's block is the answer (Runtime::queued keeps its waiting
+/// coroutine in one).
+class Deferred {
+ public:
+  /// Runs (`run`) or drops the answer at `p`, and frees it either way.
+  using Fn = void (*)(void* p, bool run);
+  Deferred(void* p, Fn fn) : p_(p), fn_(fn) {}
+  /// An answer of any callable, kept in a block of its own.
+  template <class F>
+  static Deferred of(F f) {
+    return Deferred(new F(std::move(f)), [](void* p, bool run) {
+      const std::unique_ptr<F> own(static_cast<F*>(p));
+      if (run) (*own)();
+    });
+  }
+  Deferred(Deferred&& o) noexcept : p_(std::exchange(o.p_, nullptr)), fn_(o.fn_) {}
+  Deferred& operator=(Deferred&& o) noexcept {
+    if (this != &o) {
+      drop();
+      p_ = std::exchange(o.p_, nullptr);
+      fn_ = o.fn_;
+    }
+    return *this;
+  }
+  Deferred(const Deferred&) = delete;
+  Deferred& operator=(const Deferred&) = delete;
+  ~Deferred() { drop(); }
+  /// Runs the answer; a second call does nothing.
+  void operator()() {
+    if (void* p = std::exchange(p_, nullptr)) fn_(p, true);
+  }
+
+ private:
+  void drop() {
+    if (void* p = std::exchange(p_, nullptr)) fn_(p, false);
+  }
+  void* p_;
+  Fn fn_;
+};
+
 class Handoff {
  public:
   /// Delivers the answers deferred to one target, in the order they were deferred.
-  using Deliver = void (*)(void* target, std::vector<std::function<void()>>& answers);
+  using Deliver = void (*)(void* target, std::vector<Deferred>& answers);
 
   Handoff() : outer_(std::exchange(current_, this)) {}
   /// Delivers what close() has not; an exception from a delivery goes nowhere here.
@@ -39,7 +81,7 @@ class Handoff {
 
   /// Keeps `answer` for `target`'s delivery; the first answer for a target names
   /// how it is delivered.
-  void defer(void* target, Deliver deliver, std::function<void()> answer) {
+  void defer(void* target, Deliver deliver, Deferred answer) {
     for (Group& g : groups_) {
       if (g.target == target) {
         g.answers.push_back(std::move(answer));
@@ -61,7 +103,7 @@ class Handoff {
   struct Group {
     void* target;
     Deliver deliver;
-    std::vector<std::function<void()>> answers;
+    std::vector<Deferred> answers;
   };
   inline static thread_local Handoff* current_ = nullptr;
   Handoff* outer_;

@@ -52,10 +52,16 @@ class ArrayBinary {
     ++n_;
   }
 
-  /// The array, sent as a binary parameter: dimensions, a null flag, the element
-  /// type, then (for a non-empty array) its length and lower bound 1, written into
-  /// the room the constructor kept in front of the elements.
+  /// The array, sent as a binary parameter through libpqxx (a copy of bytes()).
   pqxx::binarystring done() && {
+    const std::string wire = std::move(*this).bytes();
+    return pqxx::binarystring(wire.data(), wire.size());
+  }
+  /// The array's wire form: dimensions, a null flag, the element type, then (for a
+  /// non-empty array) its length and lower bound 1, written into the room the
+  /// constructor kept in front of the elements. The buffer itself, not a copy: libpq's
+  /// own calls send it as it is.
+  std::string bytes() && {
     put_at(0, n_ > 0 ? 1 : 0);
     put_at(4, nulls_ ? 1 : 0);
     put_at(8, static_cast<std::uint32_t>(element_));
@@ -65,7 +71,7 @@ class ArrayBinary {
     } else {
       out_.resize(12);  // no dimension: no length, no lower bound
     }
-    return pqxx::binarystring(out_.data(), out_.size());
+    return std::move(out_);
   }
 
  private:

@@ -30,7 +30,7 @@ bool GroupCommit::run_worker_claims(const std::vector<Pending*>& members) {
     numbers.push_back(std::to_string(r.ttl.count()));
     const char* ttl = numbers.back().c_str();
     numbers.push_back(std::to_string(cl.nonce));
-    params.insert(params.end(), {r.id.scope.c_str(), r.id.key.c_str(), cl.fingerprint.c_str(),
+    params.insert(params.end(), {r.id.scope.c_str(), r.id.key.c_str(), cl.fingerprint().c_str(),
                                  r.route.c_str(), r.method.c_str(), r.target.c_str(), lease, ttl,
                                  cl.key_id, numbers.back().c_str()});
   }

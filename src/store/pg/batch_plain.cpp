@@ -15,7 +15,7 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members, int worker) {
   const bool claims = members.front()->claim != nullptr;
   if (worker >= 0) return claims ? run_worker_claims(members) : run_worker_completions(members);
   const std::vector<pqxx::binarystring> a =
-      claims ? claim_arrays(members) : completion_arrays(members);
+      binarystrings(claims ? claim_arrays(members) : completion_arrays(members));
   bool routed = false;
   const Result<pqxx::result> rows =
       run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
@@ -39,8 +39,8 @@ bool GroupCommit::run_many(const std::vector<Pending*>& members, int worker) {
 // False when it failed (nothing changed) or the connection is a Citus coordinator.
 bool GroupCommit::run_together(const std::vector<Pending*>& claims,
                                const std::vector<Pending*>& completions) {
-  const std::vector<pqxx::binarystring> a = claim_arrays(claims);
-  const std::vector<pqxx::binarystring> d = completion_arrays(completions);
+  const std::vector<pqxx::binarystring> a = binarystrings(claim_arrays(claims));
+  const std::vector<pqxx::binarystring> d = binarystrings(completion_arrays(completions));
   bool routed = false;
   const Result<pqxx::result> rows =
       run_plain(routed, [&](Connection& c, pqxx::transaction_base& tx) {
@@ -75,7 +75,7 @@ Result<pqxx::result> GroupCommit::run_plain(bool& routed, const PlainStatement& 
 
 // kClaimMany's arrays for `members`: $1-$9, then $11 (the nonces), then the quotas,
 // in binary (array_binary.hpp).
-std::vector<pqxx::binarystring> GroupCommit::claim_arrays(const std::vector<Pending*>& members) {
+GroupCommit::Arrays GroupCommit::claim_arrays(const std::vector<Pending*>& members) {
   using Of = ArrayBinary::Of;
   std::vector<ArrayBinary> columns =
       arrays_of({Of::text, Of::text, Of::text, Of::text, Of::text, Of::text, Of::int8, Of::int8,
@@ -86,7 +86,7 @@ std::vector<pqxx::binarystring> GroupCommit::claim_arrays(const std::vector<Pend
     const ClaimRequest& r = cl.req;
     columns[0].add(r.id.scope);
     columns[1].add(r.id.key);
-    columns[2].add(cl.fingerprint);
+    columns[2].add(cl.fingerprint());
     columns[3].add(r.route);
     columns[4].add(r.method);
     columns[5].add(r.target);
@@ -100,8 +100,7 @@ std::vector<pqxx::binarystring> GroupCommit::claim_arrays(const std::vector<Pend
 }
 
 // kCompleteMany's arrays for `members`, in binary.
-std::vector<pqxx::binarystring> GroupCommit::completion_arrays(
-    const std::vector<Pending*>& members) {
+GroupCommit::Arrays GroupCommit::completion_arrays(const std::vector<Pending*>& members) {
   using Of = ArrayBinary::Of;
   std::vector<ArrayBinary> columns = arrays_of(
       {Of::text, Of::text, Of::int8, Of::int4, Of::bytea, Of::bytea, Of::int8, Of::text, Of::int8},
@@ -113,7 +112,7 @@ std::vector<pqxx::binarystring> GroupCommit::completion_arrays(
     columns[2].add(co.token);
     columns[3].add(co.status);
     columns[4].add_or_null(co.body ? co.headers : std::nullopt);
-    columns[5].add_or_null(co.body);
+    co.body ? columns[5].add(*co.body) : columns[5].add_null();
     columns[6].add(co.ttl_ms);
     columns[7].add(co.key_id);
     columns[8].add(co.answer_ms);
@@ -121,10 +120,17 @@ std::vector<pqxx::binarystring> GroupCommit::completion_arrays(
   return done(columns);
 }
 
-std::vector<pqxx::binarystring> GroupCommit::done(std::vector<ArrayBinary>& columns) {
-  std::vector<pqxx::binarystring> out;
+GroupCommit::Arrays GroupCommit::done(std::vector<ArrayBinary>& columns) {
+  Arrays out;
   out.reserve(columns.size());
-  for (auto& col : columns) out.push_back(std::move(col).done());
+  for (auto& col : columns) out.push_back(std::move(col).bytes());
+  return out;
+}
+
+std::vector<pqxx::binarystring> GroupCommit::binarystrings(const Arrays& arrays) {
+  std::vector<pqxx::binarystring> out;
+  out.reserve(arrays.size());
+  for (const auto& a : arrays) out.emplace_back(a.data(), a.size());
   return out;
 }
 

@@ -268,7 +268,7 @@ void GroupCommit::run_alone(Pending& p) {
       const Statement& claim = c.distributed() ? kClaimRouted : kClaim;
       const char* quota = cl->quota ? cl->quota->c_str() : nullptr;
       for (int attempt = 0; attempt < 3 && r.empty(); ++attempt) {
-        r = c.exec(tx, claim, cl->req.id.scope, cl->req.id.key, cl->fingerprint, cl->req.route,
+        r = c.exec(tx, claim, cl->req.id.scope, cl->req.id.key, cl->fingerprint(), cl->req.route,
                    cl->req.method, cl->req.target, static_cast<long long>(cl->req.lease.count()),
                    static_cast<long long>(cl->req.ttl.count()), cl->req.retake_stale, cl->key_id,
                    cl->nonce, quota);

@@ -22,20 +22,29 @@
 namespace idemproxy::store::pg {
 
 /// A claim's statement parameters, as stored.
+/// They view the request, which outlives the call (store::Claims::claim_async).
 struct ClaimParams {
   const ClaimRequest& req;
-  std::string fingerprint;           // as stored: sealed and hex-encoded under encryption
   const char* key_id;                // NULL in the clear
   long long nonce;                   // claim_nonce: finds this claim again after a lost answer
   std::optional<std::string> quota;  // the route's caps as an array's text; none without
+  std::string sealed_fingerprint{};  // under encryption: sealed and hex-encoded
+  /// The fingerprint as stored: the request's own in the clear.
+  const std::string& fingerprint() const {
+    return sealed_fingerprint.empty() ? req.fingerprint : sealed_fingerprint;
+  }
 };
 
-/// A completion's statement parameters, as stored.
+/// A completion's statement parameters, as stored. They view the answer, which
+/// outlives the call (store::Claims::complete_async).
 struct CompleteParams {
   const RecordId& id;
   long long token;
   int status;
-  std::optional<std::string> headers, body;  // as stored; none when not kept
+  std::optional<std::string> headers;  // as stored; none when not kept
+  /// The body as stored: the answer's own in the clear, else `sealed_body`; none when
+  /// not kept.
+  const std::string* body = nullptr;
   long long ttl_ms;  // the record's retention (its tombstone's with after_expiry: reject)
   const char* key_id;
   long long answer_ms;  // the answer's: its replay window
@@ -44,6 +53,7 @@ struct CompleteParams {
   int chunks = 0;
   long long body_length = 0;
   std::string digest{};
+  std::string sealed_body{};
 };
 
 /// Where a result's record columns sit, found on first use and shared by every member
@@ -206,9 +216,13 @@ class GroupCommit {
   bool run_together(const std::vector<Pending*>& claims, const std::vector<Pending*>& completions);
   using PlainStatement = std::function<pqxx::result(Connection&, pqxx::transaction_base&)>;
   Result<pqxx::result> run_plain(bool& routed, const PlainStatement& statement);
-  static std::vector<pqxx::binarystring> claim_arrays(const std::vector<Pending*>& members);
-  static std::vector<pqxx::binarystring> completion_arrays(const std::vector<Pending*>& members);
-  static std::vector<pqxx::binarystring> done(std::vector<ArrayBinary>& columns);
+  /// A batch statement's arrays, each in its wire form (ArrayBinary::bytes): sent as
+  /// they are on a loop, copied into pqxx::binarystring (binarystrings()) on a runner.
+  using Arrays = std::vector<std::string>;
+  static Arrays claim_arrays(const std::vector<Pending*>& members);
+  static Arrays completion_arrays(const std::vector<Pending*>& members);
+  static Arrays done(std::vector<ArrayBinary>& columns);
+  static std::vector<pqxx::binarystring> binarystrings(const Arrays& arrays);
   static void announce_watched(Connection& c, pqxx::transaction_base& tx, const pqxx::result& rows,
                                const std::vector<Pending*>& members, bool mixed);
   bool run_worker_claims(const std::vector<Pending*>& members);

@@ -37,7 +37,7 @@ namespace {
 struct LoopBatch {
   std::vector<Pending*> members;
   std::unique_ptr<Connection> conn;
-  std::vector<pqxx::binarystring> claim_arrays, completion_arrays;
+  std::vector<std::string> claim_arrays, completion_arrays;  // GroupCommit::Arrays
   std::vector<Pending*>* claims = nullptr;  // the split's claims (one retake setting)
 };
 
@@ -122,8 +122,8 @@ bool GroupCommit::send_on_loop(const std::vector<Pending*>& batch, Lane& lane,
   // The parameters as run_many and run_together bind them: the arrays in binary,
   // the retake setting as text.
   std::vector<WireParam> params;
-  const auto binary = [&params](const pqxx::binarystring& b) {
-    params.push_back({reinterpret_cast<const char*>(b.data()), static_cast<int>(b.size()), 1});
+  const auto binary = [&params](const std::string& b) {
+    params.push_back({b.data(), static_cast<int>(b.size()), 1});
   };
   if (!s.completions.empty()) sent->completion_arrays = completion_arrays(s.completions);
   const Statement* statement = &kCompleteMany;

@@ -98,12 +98,13 @@ PgStore::BatchStats PgStore::batch_stats() { return impl_->batches.stats(); }
 // handed over: the caller may be an I/O thread that went on (claim_async).
 struct PgStore::ClaimCall {
   ClaimCall(const ClaimRequest& req, const pg::RowCodec& codec, ClaimDone d)
-      : params{req,
-               codec.sealing() ? to_hex(codec.stored(req.fingerprint, req.id, "fingerprint"))
-                               : req.fingerprint,
-               codec.key_id(), claim_nonce(), pg::quota_text(req.quota)},
+      : params{req, codec.key_id(), claim_nonce(), pg::quota_text(req.quota)},
         self{req.id, &params, nullptr},
-        done(std::move(d)) {}
+        done(std::move(d)) {
+    if (codec.sealing()) {
+      params.sealed_fingerprint = to_hex(codec.stored(req.fingerprint, req.id, "fingerprint"));
+    }
+  }
   pg::ClaimParams params;
   pg::Pending self;
   ClaimDone done;
@@ -116,7 +117,7 @@ struct PgStore::CompleteCall {
                static_cast<long long>(token),
                response.status,
                std::nullopt,
-               std::nullopt,
+               nullptr,
                static_cast<long long>(keep.record.count()),
                codec.key_id(),
                static_cast<long long>(keep.answer.count())},
@@ -132,7 +133,11 @@ struct PgStore::CompleteCall {
         params.body_length = static_cast<long long>(response.body_length);
         params.digest = codec.stored(response.body_digest, id, "digest");
       } else {
-        params.body = codec.stored(response.body, id, "body");
+        params.body = &response.body;
+        if (codec.sealing()) {
+          params.sealed_body = codec.stored(response.body, id, "body");
+          params.body = &params.sealed_body;
+        }
       }
     }
   }

@@ -86,6 +86,19 @@ std::string RowCodec::stored(std::string_view value, const RecordId& id,
   return sealer_->seal(value, seal_context(id, field));
 }
 
+std::string RowCodec::stored(std::string&& value, const RecordId& id,
+                             std::string_view field) const {
+  if (!sealer_) return std::move(value);
+  return sealer_->seal(value, seal_context(id, field));
+}
+
+std::string_view RowCodec::stored_view(std::string_view value, const RecordId& id,
+                                       std::string_view field, std::string& sealed) const {
+  if (!sealer_) return value;
+  sealed = sealer_->seal(value, seal_context(id, field));
+  return sealed;
+}
+
 namespace {
 std::string chunk_field(std::int32_t seq) { return "chunk " + std::to_string(seq); }
 }  // namespace

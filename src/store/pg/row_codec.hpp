@@ -47,6 +47,12 @@ class RowCodec {
               bool listing = false) const;
   /// The stored form of a field: sealed under the current key, or as it is.
   std::string stored(std::string_view value, const RecordId& id, std::string_view field) const;
+  /// stored() for a value the caller gives up: in the clear it is moved, not copied.
+  std::string stored(std::string&& value, const RecordId& id, std::string_view field) const;
+  /// stored() without a copy in the clear: `value` itself, or the sealed form kept in
+  /// `sealed`. The view lives as long as both.
+  std::string_view stored_view(std::string_view value, const RecordId& id, std::string_view field,
+                               std::string& sealed) const;
   /// A streamed answer's chunk `seq` as stored: sealed with (scope, key, seq) bound
   /// in, so a chunk swapped, moved or reordered does not open.
   std::string stored_chunk(std::string_view bytes, const RecordId& id, std::int32_t seq) const;
