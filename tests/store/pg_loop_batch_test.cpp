@@ -71,6 +71,13 @@ class PgLoopBatch : public PgStoreTest {
     return *a;
   }
 
+  /// `n` keys: `prefix` followed by 0, 1, ...
+  static std::vector<std::string> numbered(const std::string& prefix, int n) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < n; ++i) keys.push_back(prefix + std::to_string(i));
+    return keys;
+  }
+
   /// A DSN whose sessions carry `name` (pg_stat_activity.application_name).
   static std::string named_dsn(const std::string& name) {
     const std::string d = dsn();
@@ -88,8 +95,7 @@ TEST_F(PgLoopBatch, ClaimsAndCompletionsMadeOnALoopGoInOneBatchSentAndAnsweredTh
   PgStore s({dsn(), 4, 5s});
   ASSERT_TRUE(s.ping().ok());  // a connection in the pool, idle: the loop never opens one
   const auto before = s.batch_stats();
-  std::vector<std::string> keys;
-  for (int i = 0; i < 20; ++i) keys.push_back("k" + std::to_string(i));
+  const std::vector<std::string> keys = numbered("k", 20);
   auto& claims = claim_on(loop, s, keys);
   ASSERT_TRUE(claims.wait());
   const auto claimed = s.batch_stats();
@@ -181,8 +187,7 @@ TEST_F(PgLoopBatch, ABatchWhoseConnectionBrokeRunsAgainOnTheStoresThreadsAndClai
     ASSERT_EQ(killed.size(), 1U);
   }
   const auto before = s.batch_stats();
-  std::vector<std::string> keys;
-  for (int i = 0; i < 8; ++i) keys.push_back("b" + std::to_string(i));
+  const std::vector<std::string> keys = numbered("b", 8);
   auto& claims = claim_on(loop, s, keys);
   ASSERT_TRUE(claims.wait());
   const auto after = s.batch_stats();
