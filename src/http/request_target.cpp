@@ -1,6 +1,7 @@
 #include "http/request_target.hpp"
 
-#include <cctype>
+#include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "idemproxy/common/hex.hpp"
@@ -8,8 +9,35 @@
 namespace idemproxy::http {
 namespace {
 
-bool is_unreserved(unsigned char c) {
-  return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+// RFC 3986 2.3's unreserved characters, and those 3.2.2 allows in a host (and 3.2.3
+// a port): a table each, where isalnum would ask the C locale per character.
+constexpr auto kUnreserved = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    t[c] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_' || c == '~';
+  }
+  return t;
+}();
+constexpr auto kAuthority = [] {
+  std::array<bool, 256> t = kUnreserved;
+  for (const char c : std::string_view("%:[]!$&'()*+,;=")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+
+bool is_unreserved(unsigned char c) { return kUnreserved[c]; }
+
+// Whether `path` (from "/") is already as normalize_target would leave it: no
+// percent-escape, backslash, parameter, dot segment, or (with merge_slashes) empty
+// segment. Most paths are, and are copied as they are.
+bool already_normal(std::string_view path, bool merge_slashes) {
+  char previous = 0;
+  for (const char c : path) {
+    if (c == '%' || c == '\\' || c == ';') return false;
+    if (previous == '/' && (c == '.' || (c == '/' && merge_slashes))) return false;
+    previous = c;
+  }
+  return true;
 }
 
 bool starts_with_nocase(std::string_view s, std::string_view prefix) {
@@ -23,16 +51,9 @@ bool starts_with_nocase(std::string_view s, std::string_view prefix) {
 }  // namespace
 
 bool valid_authority(std::string_view a) {
-  if (a.empty()) return false;
-  for (const char c : a) {
-    const auto u = static_cast<unsigned char>(c);
-    if (!(is_unreserved(u) || c == '%' || c == ':' || c == '[' || c == ']' || c == '!' ||
-          c == '$' || c == '&' || c == '\'' || c == '(' || c == ')' || c == '*' || c == '+' ||
-          c == ',' || c == ';' || c == '=')) {
-      return false;
-    }
-  }
-  return true;
+  return !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
+    return kAuthority[static_cast<unsigned char>(c)];
+  });
 }
 
 namespace {
@@ -116,6 +137,13 @@ std::optional<std::string_view> normalize_target(std::string_view target, const 
   }
 
   std::string& path = out.forward;
+  if (raw_path.starts_with('/') && already_normal(raw_path, rules.merge_slashes)) {
+    out.route_path.assign(raw_path);
+    path.reserve(raw_path.size() + query.size());
+    path.assign(raw_path);
+    path += query;
+    return std::nullopt;
+  }
   path.reserve(raw_path.size() + query.size() + 1);
   if (raw_path.empty()) path = "/";
   for (std::size_t i = 0; i < raw_path.size(); ++i) {

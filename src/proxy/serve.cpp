@@ -3,6 +3,7 @@
 #include "proxy/serve.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "http/trace_context.hpp"
 #include "idemproxy/engine/grpc_status.hpp"
@@ -17,27 +18,79 @@ namespace {
 using engine::KeyState;
 using engine::KeyVerdict;
 
-// Honours a sane X-Request-Id; otherwise makes a random one (128 bits, hex). Written
-// into `id`, whose memory the connection keeps from request to request.
-void take_request_id(const RequestHeader& req, std::string& id) {
-  const auto given = req["X-Request-Id"];
+// What the proxy reads of every request's fields, found in one walk over them rather
+// than a search of the field tree per name (case-insensitive: eight searches a
+// request): each name's first value, as head[name] gives it, and how many lines carry
+// it.
+struct SeenFields {
+  std::string_view content_type, request_id, traceparent;
+  int request_ids = 0, traceparents = 0;
+  bool tracestate = false, fencing_token = false;
+};
+
+SeenFields seen_fields(const RequestHeader& head) {
+  SeenFields s;
+  bool content_typed = false;
+  for (const auto& f : head) {
+    if (f.name() == bhttp::field::content_type) {
+      if (!std::exchange(content_typed, true)) s.content_type = f.value();
+      continue;
+    }
+    const auto name = f.name_string();
+    const auto is = [name](std::string_view n) {
+      return name.size() == n.size() && beast::iequals(name, n);
+    };
+    if (is("X-Request-Id")) {
+      if (s.request_ids++ == 0) s.request_id = f.value();
+    } else if (is("traceparent")) {
+      if (s.traceparents++ == 0) s.traceparent = f.value();
+    } else if (is("tracestate")) {
+      s.tracestate = true;
+    } else if (is(kFencingTokenHeader)) {
+      s.fencing_token = true;
+    }
+  }
+  return s;
+}
+
+// How many lines carry the field `name`, and the first one's value: a walk over the
+// few fields a request has, where the field tree's equal_range made two searches.
+std::pair<int, std::string_view> lines_of(const RequestHeader& head, std::string_view name) {
+  int lines = 0;
+  std::string_view first;
+  for (const auto& f : head) {
+    const auto n = f.name_string();
+    if (n.size() == name.size() && beast::iequals(n, name) && lines++ == 0) first = f.value();
+  }
+  return {lines, first};
+}
+
+// Honours a sane X-Request-Id (the first, when several came), forwarded as the only
+// one; otherwise makes a random one (128 bits, hex) in place of any sent. Written into
+// ctx.request_id, whose memory the connection keeps from request to request.
+void take_request_id(RequestContext& ctx, const SeenFields& seen) {
+  auto& head = ctx.ex.head();
+  const auto given = seen.request_id;
   if (!given.empty() && given.size() <= 128 &&
       std::all_of(given.begin(), given.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
-    id.assign(given);
-    return;
+    ctx.request_id.assign(given);
+    if (seen.request_ids == 1) return;  // forwarded as it came
+  } else {
+    ctx.request_id.assign(32, '0');
+    random_hex(ctx.request_id.data(), ctx.request_id.size());
   }
-  id.assign(32, '0');
-  random_hex(id.data(), id.size());
+  if (seen.request_ids > 0) head.erase("X-Request-Id");
+  head.insert("X-Request-Id", ctx.request_id);  // forwarded to the upstream
 }
 
 // W3C Trace Context: a valid traceparent is forwarded as sent; otherwise a trace is
 // started, and a tracestate is dropped with the traceparent it belonged to (3.3.1.1:
 // a vendor that cannot parse traceparent must not parse tracestate). Two traceparent
 // fields are invalid (3.2). True when the client's traceparent is followed.
-bool follow_trace(RequestContext& ctx) {
+bool follow_trace(RequestContext& ctx, const SeenFields& seen) {
   auto& head = ctx.ex.head();
   std::optional<TraceParent> given;
-  if (head.count("traceparent") == 1) given = parse_traceparent(head["traceparent"]);
+  if (seen.traceparents == 1) given = parse_traceparent(seen.traceparent);
   if (given) {
     ctx.trace_id.assign(given->trace_id);  // before the fields it views change
     return true;
@@ -45,9 +98,9 @@ bool follow_trace(RequestContext& ctx) {
   StartedTrace started{};
   given = start_trace(started);
   ctx.trace_id.assign(given->trace_id);
-  head.erase("traceparent");
-  head.erase("tracestate");
-  head.set("traceparent", given->header);
+  if (seen.traceparents > 0) head.erase("traceparent");
+  if (seen.tracestate) head.erase("tracestate");
+  head.insert("traceparent", given->header);
   return false;
 }
 
@@ -86,10 +139,10 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
   auto& head = ctx.ex.head();
   ctx.method.assign(head.method_string());
   ctx.target.assign(head.target());
-  ctx.grpc = engine::is_grpc_content_type(head[bhttp::field::content_type]);
-  take_request_id(head, ctx.request_id);
-  head.set("X-Request-Id", ctx.request_id);  // forwarded to the upstream
-  const bool traced = follow_trace(ctx);
+  const SeenFields seen = seen_fields(head);  // views: read before the fields change
+  ctx.grpc = engine::is_grpc_content_type(seen.content_type);
+  take_request_id(ctx, seen);
+  const bool traced = follow_trace(ctx, seen);
   start_request_span(ctx, traced);
   if (const auto& bad = ctx.ex.head_error()) {
     ctx.fail(bad->kind == HeadError::Kind::too_large ? ProblemKind::header_too_large
@@ -101,7 +154,7 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
   }
   // Only the proxy writes the fencing token an upstream may trust: a client's never
   // reaches an upstream, on any route or method.
-  head.erase(kFencingTokenHeader);
+  if (seen.fencing_token) head.erase(kFencingTokenHeader);
   // Routes match, the fingerprint covers, and the upstream receives one spelling
   // of the target: the one an upstream's router would resolve it to.
   const auto& server = ctx.settings.config.server;
@@ -137,14 +190,14 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
     co_return;
   }
   const auto& route = *ctx.route;
-  const auto key_count = head.count(route.header);
+  const auto [key_count, first_key] = lines_of(head, route.header);
   if (key_count == 0 && !route.key_json_pointer.empty()) {
     const std::optional<std::string_view> none;  // the key is in the body
     co_await run_idempotent(ctx, none);
     co_return;
   }
   if (key_count == 1) {
-    const std::string key(head[route.header]);
+    const std::string key(first_key);
     const std::optional<std::string_view> key_header = key;
     co_await run_idempotent(ctx, key_header);
     co_return;

@@ -8,8 +8,10 @@
 #include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "codec/http1/prepared_head.hpp"
 #include "http/problem.hpp"
@@ -73,6 +75,35 @@ TEST(RequestTarget, AReusedResultHoldsOnlyTheLatestTarget) {
   }
   EXPECT_EQ(normalized("/v1/a/..;/b").route_path, "/v1/b");
   EXPECT_EQ(normalized("/v1//orders/./12/../13").forward, "/v1/orders/13");
+}
+
+// A path already normal is copied as sent (no escape, backslash, parameter, dot
+// segment or, merging, empty segment); a path with any of them is normalised as before,
+// whichever character the scan meets first.
+TEST(RequestTarget, APathAlreadyNormalIsCopiedAndAnyOtherStillNormalised) {
+  EXPECT_EQ(normalized("/v1/orders.json?a=%2F..//").forward, "/v1/orders.json?a=%2F..//");
+  EXPECT_EQ(normalized("/v1/orders.json?a=1").route_path, "/v1/orders.json");
+  EXPECT_EQ(normalized("/.well-known/x").route_path, "/.well-known/x");
+  EXPECT_EQ(normalized("/a/b/.").route_path, "/a/b/");
+  EXPECT_EQ(normalized("/a/b/..").route_path, "/a/");
+  EXPECT_EQ(normalized("/a//b", {false, false}).forward, "/a//b");
+  EXPECT_EQ(normalized("/a//b").forward, "/a/b");
+  EXPECT_EQ(normalized("/a\\b", {true, false}).forward, "/a\\b");
+  EXPECT_EQ(normalized("/a;p/b").forward, "/a;p/b");
+  EXPECT_EQ(normalized("/a;p/b").route_path, "/a/b");
+  EXPECT_EQ(normalized("/%7Ea").forward, "/~a");
+  EXPECT_EQ(normalized("http://h.example").forward, "/");
+  EXPECT_EQ(normalized("http://h.example?q").forward, "/?q");
+}
+
+TEST(RequestTarget, AnAuthorityTakesExactlyRfc3986sHostAndPortCharacters) {
+  EXPECT_TRUE(valid_authority("shop.example:8080"));
+  EXPECT_TRUE(valid_authority("[::1]:80"));
+  EXPECT_TRUE(valid_authority("a-b_c~d%41!$&'()*+,;="));
+  EXPECT_FALSE(valid_authority(""));
+  for (const char bad : std::string_view("/?#@ \\\"<>^`{|}\x7f\x80\xff", 17)) {
+    EXPECT_FALSE(valid_authority(std::string("h") + bad)) << static_cast<int>(bad);
+  }
 }
 
 TEST(RemoveDotSegments, Rfc3986Examples) {
@@ -208,6 +239,25 @@ TEST(TraceContext, StartedTracesAreValidAndDistinct) {
   EXPECT_NE(a.trace_id, b.trace_id);
   EXPECT_EQ(a.header.substr(0, 3), "00-");
   EXPECT_EQ(a.header.substr(53), "01");
+}
+
+// Every length is filled with lower-case hex digits, each of the sixteen turning up
+// in every position, whole words of 16 digits or a word's remainder alike.
+TEST(TraceContext, RandomHexFillsEveryDigitOfAnyLength) {
+  for (std::size_t n = 0; n <= 40; ++n) {
+    std::string s(n + 1, '#');
+    random_hex(s.data(), n);
+    EXPECT_EQ(s.back(), '#') << n;  // nothing written past the end
+    s.pop_back();
+    EXPECT_EQ(s.find_first_not_of("0123456789abcdef"), std::string::npos) << s;
+  }
+  std::vector<std::set<char>> seen(21);
+  for (int round = 0; round < 2000; ++round) {
+    std::string s(21, ' ');
+    random_hex(s.data(), s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) seen[i].insert(s[i]);
+  }
+  for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i].size(), 16U) << i;
 }
 
 TEST(TraceContext, ReplaysNeverSendTheStoredTraceId) {

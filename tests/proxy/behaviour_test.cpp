@@ -4,8 +4,11 @@
 // here in milliseconds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "world.hpp"
 
@@ -258,6 +261,42 @@ routes:
   EXPECT_EQ(theirs.value("state", ""), "unknown");
   EXPECT_FALSE(theirs.value("replays", true));
   EXPECT_EQ(scoped.executions("look-1"), 1);
+}
+
+// What the proxy reads of every request's fields (one walk over them): the upstream
+// gets exactly one X-Request-Id (a sane one as sent, the first of several, else the
+// proxy's), one traceparent, no tracestate without the traceparent it belonged to, and
+// never a client's fencing token, however the names are spelled.
+TEST_P(Behaviour, TheUpstreamGetsOneRequestIdOneTraceAndNoClientsFencingToken) {
+  // HTTP/2 names are lower case (RFC 9113 8.2.1); HTTP/1.1's any case (RFC 9110 5.1).
+  const auto spelled = [this](const char* name) {
+    std::string s(name);
+    if (GetParam() == Codec::http2) std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+    return s;
+  };
+  const auto upstream_got = [&](std::vector<Field> sent) {
+    Request r = keyed("ids-" + std::to_string(world.executions()));
+    for (auto& f : sent) r.fields.emplace_back(spelled(f.first.c_str()), std::move(f.second));
+    const Reply reply = send(r);
+    EXPECT_EQ(reply.status, 201);
+    const auto& got = world.last_request();
+    EXPECT_EQ(got.count("x-request-id"), 1U);
+    EXPECT_EQ(got.count("traceparent"), 1U);
+    EXPECT_EQ(got.count("tracestate"), 0U);
+    EXPECT_EQ(got.count("idempotency-fencing-token"), 0U);
+    EXPECT_EQ(reply.field("x-request-id"), got["x-request-id"]);
+    return std::string(got["x-request-id"]);
+  };
+  EXPECT_EQ(upstream_got({{"x-REQUEST-id", "rid-1"}}), "rid-1");
+  EXPECT_EQ(upstream_got({{"X-Request-Id", "first"}, {"X-Request-Id", "second"}}), "first");
+  for (const std::string& bad : {std::string(129, 'a'), std::string("a b")}) {
+    const auto made = upstream_got({{"X-Request-Id", bad}});
+    EXPECT_EQ(made.size(), 32U);
+    EXPECT_EQ(made.find_first_not_of("0123456789abcdef"), std::string::npos) << made;
+  }
+  const auto made = upstream_got({{"TraceState", "congo=t61"}, {"Idempotency-Fencing-TOKEN", "9"}});
+  EXPECT_EQ(made.size(), 32U);
+  EXPECT_EQ(world.last_request()["traceparent"].substr(0, 3), "00-");
 }
 
 INSTANTIATE_TEST_SUITE_P(BothCodecs, Behaviour, ::testing::Values(Codec::http1, Codec::http2),

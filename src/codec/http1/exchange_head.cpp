@@ -120,22 +120,45 @@ void Exchange::check_head() {
   facts_.protocol = version_ >= 11 ? Protocol::http11 : Protocol::http10;
   head_request_ = req.method() == bhttp::verb::head;
   client_keep_alive_ = req.keep_alive();
-  // RFC 9110 10.1.1: an HTTP/1.0 request's expectation is ignored (and 15.2: no 1xx
-  // is ever sent to an HTTP/1.0 client).
-  expects_continue_ = version_ >= 11 && beast::iequals(req[bhttp::field::expect], "100-continue");
-  for (const auto& coding : bhttp::token_list{req[bhttp::field::te]}) {
-    if (beast::iequals(coding, "trailers")) accepts_trailers_ = true;
-  }
   facts_.content_length =
       parser_.content_length() ? std::optional{*parser_.content_length()} : std::nullopt;
   facts_.has_body = !parser_.is_done();
   const auto bad = [&](const char* why) {
     facts_.head_error = HeadError{HeadError::Kind::malformed, why};
   };
-  const auto lengths = req.count(bhttp::field::content_length);
-  const auto encodings = req.count(bhttp::field::transfer_encoding);
-  const auto hosts = req.count(bhttp::field::host);
-  const auto host = req[bhttp::field::host];
+  // One walk over the fields, in their order, rather than a lookup each: a field's
+  // first value is what req[name] would give.
+  std::size_t lengths = 0, encodings = 0, hosts = 0, expects = 0, tes = 0;
+  std::string_view host;
+  expects_continue_ = false;
+  for (const auto& f : req) {
+    switch (f.name()) {
+      case bhttp::field::content_length:
+        ++lengths;
+        break;
+      case bhttp::field::transfer_encoding:
+        ++encodings;
+        break;
+      case bhttp::field::host:
+        if (hosts++ == 0) host = f.value();
+        break;
+      case bhttp::field::expect:
+        // RFC 9110 10.1.1: an HTTP/1.0 request's expectation is ignored (and 15.2: no
+        // 1xx is ever sent to an HTTP/1.0 client).
+        if (expects++ == 0) {
+          expects_continue_ = version_ >= 11 && beast::iequals(f.value(), "100-continue");
+        }
+        break;
+      case bhttp::field::te:
+        if (tes++ > 0) break;
+        for (const auto& coding : bhttp::token_list{f.value()}) {
+          if (beast::iequals(coding, "trailers")) accepts_trailers_ = true;
+        }
+        break;
+      default:
+        break;
+    }
+  }
   if (lengths > 0 && encodings > 0) {
     bad("both Content-Length and Transfer-Encoding are present");
   } else if (lengths > 1) {
