@@ -16,6 +16,10 @@ std::string_view trim_ows(std::string_view s);
 
 void strip_hop_by_hop(Fields& fields);
 
+/// Whether Beast's number for a field's name is one of the connection headers
+/// (engine::kConnectionHeaders); a name Beast does not know never is.
+bool is_connection_field(bhttp::field name);
+
 /// Every line of the field `name`, in order, joined as one comma-separated list
 /// (RFC 9110 5.3), each value without its surrounding whitespace; "" when absent.
 std::string joined_values(const Fields& fields, std::string_view name);

@@ -53,8 +53,13 @@ void Http1Call::destroy() noexcept {
 asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head, RequestFraming framing,
                                                         TimePoint until) {
   // te is hop-by-hop (RFC 9110 10.1.4): an HTTP/1.1 upstream never gets it.
-  if (head.find(bhttp::field::te) != head.end()) head.erase(bhttp::field::te);
-  chunked_ = framing.body && head.find(bhttp::field::content_length) == head.end();
+  bool te = false, length = false;  // one walk, not a search of the field tree each
+  for (const auto& f : head) {
+    te = te || f.name() == bhttp::field::te;
+    length = length || f.name() == bhttp::field::content_length;
+  }
+  if (te) head.erase(bhttp::field::te);
+  chunked_ = framing.body && !length;
   head_bytes_.emplace(serialize_head(head));
   if (framing.body) co_return beast::error_code{};  // it goes with the first body bytes
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles

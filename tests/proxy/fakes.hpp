@@ -29,6 +29,13 @@ class FakeExchange final : public Exchange {
   void request(std::shared_ptr<const Settings> settings, std::string target,
                const std::vector<std::pair<std::string, std::string>>& fields);
 
+  /// The body's length is not declared (chunked, or an HTTP/2 stream without
+  /// content-length), as a codec tells the proxy.
+  void unknown_length() {
+    facts_.content_length.reset();
+    facts_.has_body = true;
+  }
+
   RequestHeader& head() override { return *head_; }
   const RequestFacts& facts() const override { return facts_; }
   KeptStrings& kept() override { return *kept_; }
