@@ -3,7 +3,9 @@
 # machine's drift hits both alike (bench/run.sh's setup: SUT pinned to CPU 1):
 #   bench/ab.sh OLD_BINARY NEW_BINARY pass|pass64k|pass1m|fresh|replay|h2pass|h2replay [ROUNDS] [SECONDS]
 # (h2pass, h2replay: h2load -c 8 -m 32 over h2c, as bench/run.sh's HTTP/2 rows)
-# Prints req/s and CPU µs per request of each round, then the medians and ratios; on
+# Prints req/s and CPU µs per request of each round (and its user-space part: a change
+# in the proxy's own code shows there first, the kernel's share being most of a
+# request's), then the medians and ratios; on
 # one PostgreSQL node, also the database's CPU µs per request (all its processes, the
 # two proxies' rounds taking turns on it).
 # AB_STORE=citus runs both on a Citus cluster (scripts/citus.sh, durable settings, its
@@ -55,35 +57,37 @@ HZ=$(getconf CLK_TCK)
 printf '%s' '{"amount":1000,"currency":"eur"}' >"$WORK/post.json"
 # The database's CPU ticks so far (0 on Citus: its servers are not measured).
 db_ticks() { if [ -d "$WORK/pg" ]; then server_ticks "$WORK/pg"; else echo 0; fi; }
-# measure PORT PID TAG: prints "req/s cpu_us db_us"
+# The user-space share of ticks() (utime alone).
+user_ticks() { awk '{print $14}' "/proc/$1/stat"; }
+# measure PORT PID TAG: prints "req/s cpu_us db_us user_us"
 measure() {
-  local env=() c0 c1 g0 g1 out n
+  local env=() c0 c1 g0 g1 u0 u1 out n
   case $SCENARIO in
     fresh) env=(KEY_PREFIX="$3-$RANDOM$RANDOM") ;;
     replay) env=(KEY_PREFIX="$3-replay" KEY_SPACE=64) ;;
     h2replay) env=(-H "idempotency-key: $3-h2replay") ;;  # h2load's options here
   esac
-  c0=$(ticks "$2") g0=$(db_ticks)
+  c0=$(ticks "$2") g0=$(db_ticks) u0=$(user_ticks "$2")
   if [ -n "${AB_RATE:-}" ] && [[ $SCENARIO != h2* ]]; then
     local prefix=""
     [ "$SCENARIO" = fresh ] && prefix="$3-$RANDOM$RANDOM"
     out=$(taskset -c "$LOAD_CPU" "$BENCH_BUILD/bench_openloop" "$1" "$path" "$AB_RATE" "$SECS" 64 \
           ${prefix:+"$prefix"} || true)
-    c1=$(ticks "$2") g1=$(db_ticks)
+    c1=$(ticks "$2") g1=$(db_ticks) u1=$(user_ticks "$2")
     n=$(echo "$out" | sed -n 's/.*"ok": \([0-9]*\).*/\1/p')
   elif [[ $SCENARIO == h2* ]]; then
     out=$(taskset -c "$LOAD_CPU" h2load -c 8 -m 32 -D "$SECS" -d "$WORK/post.json" \
           -H 'content-type: application/json' "${env[@]}" "http://127.0.0.1:$1$path")
-    c1=$(ticks "$2") g1=$(db_ticks)
+    c1=$(ticks "$2") g1=$(db_ticks) u1=$(user_ticks "$2")
     n=$(echo "$out" | awk '/^requests:/ {print $8}')
   else
     out=$(env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"${SECS}s" --timeout 10s \
           -s "bench/lua/$lua" "http://127.0.0.1:$1$path")
-    c1=$(ticks "$2") g1=$(db_ticks)
+    c1=$(ticks "$2") g1=$(db_ticks) u1=$(user_ticks "$2")
     n=$(echo "$out" | awk '/requests in/ {print $1}')
   fi
-  awk -v n="$n" -v s="$SECS" -v t=$((c1 - c0)) -v g=$((g1 - g0)) -v hz="$HZ" \
-    'BEGIN {printf "%.0f %.1f %.1f\n", n / s, t / hz * 1e6 / n, g / hz * 1e6 / n}'
+  awk -v n="$n" -v s="$SECS" -v t=$((c1 - c0)) -v g=$((g1 - g0)) -v u=$((u1 - u0)) -v hz="$HZ" \
+    'BEGIN {printf "%.0f %.1f %.1f %.2f\n", n / s, t / hz * 1e6 / n, g / hz * 1e6 / n, u / hz * 1e6 / n}'
 }
 measure "$OLD_PORT" "$OLD_PID" old >/dev/null  # warm both
 measure "$NEW_PORT" "$NEW_PID" new >/dev/null
@@ -96,10 +100,11 @@ for r in $(seq "$ROUNDS"); do
     b=$(measure "$NEW_PORT" "$NEW_PID" new); a=$(measure "$OLD_PORT" "$OLD_PID" old)
   fi
   echo "$a $b" | tee -a "$WORK/ab.txt" |
-    awk '{printf "round: old %s req/s %s us (database %s us), new %s req/s %s us (database %s us)\n", $1, $2, $3, $4, $5, $6}'
+    awk '{printf "round: old %s req/s %s us (user %s, database %s us), new %s req/s %s us (user %s, database %s us)\n", $1, $2, $4, $3, $5, $6, $8, $7}'
 done
-med() { awk "{print \$$1}" "$WORK/ab.txt" | sort -g | awk '{v[NR] = $1} END {m = (NR + 1) / 2; printf "%.1f", (v[int(m)] + v[int(m + 0.5)]) / 2}'; }
-echo "median: old $(med 1) req/s $(med 2) us/req (database $(med 3)); new $(med 4) req/s $(med 5) us/req (database $(med 6))"
-awk -v a="$(med 1)" -v b="$(med 4)" -v c="$(med 2)" -v d="$(med 5)" -v e="$(med 3)" -v f="$(med 6)" \
-  'BEGIN {printf "new/old: req/s %.3f, CPU per request %.3f", b / a, d / c
+med() { awk "{print \$$1}" "$WORK/ab.txt" | sort -g | awk '{v[NR] = $1} END {m = (NR + 1) / 2; printf "%.2f", (v[int(m)] + v[int(m + 0.5)]) / 2}'; }
+echo "median: old $(med 1) req/s $(med 2) us/req (user $(med 4), database $(med 3)); new $(med 5) req/s $(med 6) us/req (user $(med 8), database $(med 7))"
+awk -v a="$(med 1)" -v b="$(med 5)" -v c="$(med 2)" -v d="$(med 6)" -v e="$(med 3)" -v f="$(med 7)" \
+  -v g="$(med 4)" -v h="$(med 8)" \
+  'BEGIN {printf "new/old: req/s %.3f, CPU per request %.3f (user %.3f)", b / a, d / c, h / g
           if (e > 0) printf ", database CPU per request %.3f", f / e; print ""}'
