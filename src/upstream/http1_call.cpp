@@ -4,6 +4,7 @@
 
 #include "codec/http1/body_frames.hpp"
 #include "http/parse_buffered.hpp"
+#include "http/try_send.hpp"
 
 namespace idemproxy::upstream {
 namespace {
@@ -85,8 +86,18 @@ asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, b
 asio::awaitable<beast::error_code> Http1Call::write(std::span<const asio::const_buffer> buffers,
                                                     TimePoint until) {
   for (;;) {
-    conn_->stream.expires_at(until);
-    auto [ec, n] = co_await asio::async_write(conn_->stream, buffers, use_nothrow);
+    // In cleartext, what the socket takes now goes at once (http/try_send.hpp); the
+    // rest, if any, is awaited until `until`.
+    beast::buffers_suffix<std::span<const asio::const_buffer>> rest(buffers);
+    beast::error_code ec;
+    if (conn_->stream.tls() == nullptr) {
+      rest.consume(http::try_send(conn_->stream.socket(), buffers, ec));
+    }
+    if (!ec && asio::buffer_size(rest) > 0) {
+      conn_->stream.expires_at(until);
+      auto [wec, n] = co_await asio::async_write(conn_->stream, rest, use_nothrow);
+      ec = wec;
+    }
     if (ec && !written_ && conn_->reused) {
       // A stale keep-alive connection: the same bytes go once more on a new one.
       written_ = true;

@@ -1,0 +1,46 @@
+#pragma once
+// A write that never waits: what a socket's send buffer takes now, in one system call,
+// with no operation for the reactor to queue, run and complete.
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <array>
+#include <cerrno>
+#include <cstddef>
+
+#include "http/beast.hpp"
+
+namespace idemproxy::http {
+
+/// Sends what `socket` takes now of `buffers` (their first 64 pieces at most) with one
+/// sendmsg that neither waits (MSG_DONTWAIT, whatever the socket's mode) nor raises
+/// SIGPIPE: the bytes sent, 0 when the socket would block. A failure sets `ec`.
+///
+/// Most answers fit a socket's send buffer whole: sent this way, an answer costs the
+/// system call alone, where asio::async_write's speculative send still took a reactor
+/// operation, the descriptor's lock, a queued completion and a coroutine resumption.
+template <class ConstBuffers>
+std::size_t try_send(tcp::socket& socket, const ConstBuffers& buffers, beast::error_code& ec) {
+  std::array<iovec, 64> pieces;
+  std::size_t count = 0;
+  for (auto it = asio::buffer_sequence_begin(buffers);
+       it != asio::buffer_sequence_end(buffers) && count < pieces.size(); ++it) {
+    const asio::const_buffer b(*it);
+    if (b.size() > 0) pieces[count++] = {const_cast<void*>(b.data()), b.size()};
+  }
+  if (count == 0) return 0;
+  msghdr message{};
+  message.msg_iov = pieces.data();
+  message.msg_iovlen = count;
+  for (;;) {
+    const ssize_t n = ::sendmsg(socket.native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      ec.assign(errno, asio::error::get_system_category());
+    }
+    return 0;
+  }
+}
+
+}  // namespace idemproxy::http
