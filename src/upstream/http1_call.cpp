@@ -4,7 +4,7 @@
 
 #include "codec/http1/body_frames.hpp"
 #include "http/parse_buffered.hpp"
-#include "http/try_send.hpp"
+#include "http/try_io.hpp"
 
 namespace idemproxy::upstream {
 namespace {
@@ -86,7 +86,7 @@ asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, b
 asio::awaitable<beast::error_code> Http1Call::write(std::span<const asio::const_buffer> buffers,
                                                     TimePoint until) {
   for (;;) {
-    // In cleartext, what the socket takes now goes at once (http/try_send.hpp); the
+    // In cleartext, what the socket takes now goes at once (http/try_io.hpp); the
     // rest, if any, is awaited until `until`.
     beast::buffers_suffix<std::span<const asio::const_buffer>> rest(buffers);
     beast::error_code ec;

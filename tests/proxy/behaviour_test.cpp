@@ -300,7 +300,7 @@ TEST_P(Behaviour, TheUpstreamGetsOneRequestIdOneTraceAndNoClientsFencingToken) {
 }
 
 // A body larger than a socket's buffers both ways: the part the socket takes at once
-// goes in one send (http/try_send.hpp), the rest as the peer reads, intact.
+// goes in one send (http/try_io.hpp), the rest as the peer reads, intact.
 TEST_P(Behaviour, ABodyLargerThanTheSocketsBuffersCrossesIntactBothWays) {
   // (The test upstream reads bodies up to Beast's 1 MiB default.)
   std::string request(900 << 10, '\0'), answer(5 << 20, '\0');

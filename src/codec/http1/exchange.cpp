@@ -8,7 +8,7 @@
 #include "http/fields.hpp"
 #include "http/parse_buffered.hpp"
 #include "http/request_target.hpp"
-#include "http/try_send.hpp"
+#include "http/try_io.hpp"
 
 namespace idemproxy::codec::http1 {
 namespace {
@@ -157,7 +157,7 @@ asio::awaitable<bool> Exchange::send_continue() {
 
 template <class Buffers>
 asio::awaitable<bool> Exchange::write(const Buffers& buffers) {
-  // In cleartext, what the socket takes now goes at once (http/try_send.hpp): most
+  // In cleartext, what the socket takes now goes at once (http/try_io.hpp): most
   // answers, whole. The rest, if any, is awaited as before, under the read timeout.
   beast::buffers_suffix<Buffers> rest(buffers);
   if (conn_.stream.tls() == nullptr) {

@@ -1,6 +1,15 @@
 #pragma once
 // A write that never waits: what a socket's send buffer takes now, in one system call,
-// with no operation for the reactor to queue, run and complete.
+// with no operation for the reactor to queue, run and complete. Most writes fit the
+// send buffer whole: each then costs the system call alone, where asio::async_write's
+// speculative send still took a reactor operation, the descriptor's lock, a queued
+// completion and a coroutine resumption.
+//
+// Reads stay with the reactor. The next request's read starts right after an answer
+// sent this way, before the client could send that request, so asio's speculative recv
+// fails once per request (bench/profile.sh's strace: 0.94 failed recvfrom a request,
+// 0.01 before); waiting for the client first (a post before the read) cost as much
+// as it saved (bench/ab.sh replay, 11 rounds: 1.000 of the CPU per request).
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -15,10 +24,6 @@ namespace idemproxy::http {
 /// Sends what `socket` takes now of `buffers` (their first 64 pieces at most) with one
 /// sendmsg that neither waits (MSG_DONTWAIT, whatever the socket's mode) nor raises
 /// SIGPIPE: the bytes sent, 0 when the socket would block. A failure sets `ec`.
-///
-/// Most answers fit a socket's send buffer whole: sent this way, an answer costs the
-/// system call alone, where asio::async_write's speculative send still took a reactor
-/// operation, the descriptor's lock, a queued completion and a coroutine resumption.
 template <class ConstBuffers>
 std::size_t try_send(tcp::socket& socket, const ConstBuffers& buffers, beast::error_code& ec) {
   std::array<iovec, 64> pieces;

@@ -1,7 +1,7 @@
-// try_send (http/try_send.hpp): what a socket takes now goes in one call that never
+// try_send (http/try_io.hpp): what a socket takes now goes in one call that never
 // waits, on real socket pairs on loopback; what it could not take is left to the
 // caller; a connection the peer reset is an error, not a block.
-#include "http/try_send.hpp"
+#include "http/try_io.hpp"
 
 #include <gtest/gtest.h>
 
