@@ -269,9 +269,10 @@ routes:
 // never a client's fencing token, however the names are spelled.
 TEST_P(Behaviour, TheUpstreamGetsOneRequestIdOneTraceAndNoClientsFencingToken) {
   // HTTP/2 names are lower case (RFC 9113 8.2.1); HTTP/1.1's any case (RFC 9110 5.1).
-  const auto spelled = [this](const char* name) {
+  const bool lower = GetParam() == Codec::http2;
+  const auto spelled = [lower](const char* name) {
     std::string s(name);
-    if (GetParam() == Codec::http2) std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+    if (lower) std::transform(s.begin(), s.end(), s.begin(), ::tolower);
     return s;
   };
   const auto upstream_got = [&](std::vector<Field> sent) {
