@@ -20,6 +20,13 @@ void strip_hop_by_hop(Fields& fields);
 /// (engine::kConnectionHeaders); a name Beast does not know never is.
 bool is_connection_field(bhttp::field name);
 
+/// Whether two field names are the same name (RFC 9110 5.1: case-insensitive). Lengths
+/// first, inline: most names a walk over a head meets differ in length, and
+/// beast::iequals is a call.
+inline bool same_name(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && beast::iequals(a, b);
+}
+
 /// Every line of the field `name`, in order, joined as one comma-separated list
 /// (RFC 9110 5.3), each value without its surrounding whitespace; "" when absent.
 std::string joined_values(const Fields& fields, std::string_view name);

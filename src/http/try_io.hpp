@@ -18,6 +18,7 @@
 #include <cstddef>
 
 #include "http/beast.hpp"
+#include "http/stream.hpp"
 
 namespace idemproxy::http {
 
@@ -46,6 +47,16 @@ std::size_t try_send(tcp::socket& socket, const ConstBuffers& buffers, beast::er
     }
     return 0;
   }
+}
+
+/// The first step of a whole write on `stream`: in cleartext, what the socket takes now
+/// is sent (try_send) and consumed from `rest`. True when nothing is left to await:
+/// all of it went, or the send failed (`ec`). Under TLS nothing goes here.
+template <class Buffers>
+bool sent_at_once(Stream& stream, beast::buffers_suffix<Buffers>& rest, beast::error_code& ec) {
+  if (stream.tls() != nullptr) return false;
+  rest.consume(try_send(stream.socket(), rest, ec));
+  return ec || asio::buffer_size(rest) == 0;
 }
 
 }  // namespace idemproxy::http

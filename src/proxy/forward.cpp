@@ -24,9 +24,7 @@ bool prepare_forward(RequestHeader& req, const Peer& peer, const config::Upstrea
   std::optional<std::string_view> host;  // the first Host's value
   for (const auto& f : fields) {
     const auto name = f.name_string();
-    const auto is = [name](std::string_view n) {
-      return name.size() == n.size() && beast::iequals(name, n);
-    };
+    const auto is = [name](std::string_view n) { return same_name(name, n); };
     if (f.name() == bhttp::field::expect) {
       expect = true;
     } else if (f.name() == bhttp::field::host) {

@@ -43,6 +43,7 @@ using http::RequestHeader;
 using http::RequestTarget;
 using http::ResponseHeader;
 using http::route_status;
+using http::same_name;
 using http::Service;
 using http::Settings;
 using http::Signal;

@@ -37,9 +37,7 @@ SeenFields seen_fields(const RequestHeader& head) {
       continue;
     }
     const auto name = f.name_string();
-    const auto is = [name](std::string_view n) {
-      return name.size() == n.size() && beast::iequals(name, n);
-    };
+    const auto is = [name](std::string_view n) { return same_name(name, n); };
     if (is("X-Request-Id")) {
       if (s.request_ids++ == 0) s.request_id = f.value();
     } else if (is("traceparent")) {
@@ -59,8 +57,7 @@ std::pair<int, std::string_view> lines_of(const RequestHeader& head, std::string
   int lines = 0;
   std::string_view first;
   for (const auto& f : head) {
-    const auto n = f.name_string();
-    if (n.size() == name.size() && beast::iequals(n, name) && lines++ == 0) first = f.value();
+    if (same_name(f.name_string(), name) && lines++ == 0) first = f.value();
   }
   return {lines, first};
 }

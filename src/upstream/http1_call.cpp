@@ -90,10 +90,7 @@ asio::awaitable<beast::error_code> Http1Call::write(std::span<const asio::const_
     // rest, if any, is awaited until `until`.
     beast::buffers_suffix<std::span<const asio::const_buffer>> rest(buffers);
     beast::error_code ec;
-    if (conn_->stream.tls() == nullptr) {
-      rest.consume(http::try_send(conn_->stream.socket(), buffers, ec));
-    }
-    if (!ec && asio::buffer_size(rest) > 0) {
+    if (!http::sent_at_once(conn_->stream, rest, ec)) {
       conn_->stream.expires_at(until);
       auto [wec, n] = co_await asio::async_write(conn_->stream, rest, use_nothrow);
       ec = wec;

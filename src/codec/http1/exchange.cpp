@@ -160,14 +160,12 @@ asio::awaitable<bool> Exchange::write(const Buffers& buffers) {
   // In cleartext, what the socket takes now goes at once (http/try_io.hpp): most
   // answers, whole. The rest, if any, is awaited as before, under the read timeout.
   beast::buffers_suffix<Buffers> rest(buffers);
-  if (conn_.stream.tls() == nullptr) {
-    beast::error_code ec;
-    rest.consume(http::try_send(conn_.stream.socket(), buffers, ec));
-    if (ec) broken_ = true;
-    if (ec || asio::buffer_size(rest) == 0) co_return !ec;
+  beast::error_code ec;
+  if (!http::sent_at_once(conn_.stream, rest, ec)) {
+    conn_.stream.expires_after(facts_.settings->config.server.read_timeout);
+    auto [wec, n] = co_await asio::async_write(conn_.stream, rest, use_nothrow);
+    ec = wec;
   }
-  conn_.stream.expires_after(facts_.settings->config.server.read_timeout);
-  auto [ec, n] = co_await asio::async_write(conn_.stream, rest, use_nothrow);
   if (ec) broken_ = true;
   co_return !ec;
 }
