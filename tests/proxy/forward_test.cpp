@@ -1,11 +1,15 @@
 // What a request's head becomes on its way upstream (prepare_forward), field by field:
 // its hop-by-hop fields and Expect gone, X-Forwarded-For extended or started,
 // X-Forwarded-Proto and -Host added unless the client sent them, and Host made from
-// the upstream's authority when an HTTP/1.0 client sent none.
+// the upstream's authority when an HTTP/1.0 client sent none; and the IMF-fixdate of
+// Idempotency-Key-Expires (http_date).
 #include "proxy/forward.hpp"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
+#include <ctime>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,6 +95,34 @@ TEST(FrameRequest, ABodyOfUnknownLengthGoesChunkedAfterTheSendersOtherCodings) {
   RequestHeader plain = head_of({{"Transfer-Encoding", "chunked"}});
   frame_request(plain, from);
   EXPECT_EQ(joined(plain, "Transfer-Encoding"), "chunked");
+}
+
+TimePoint at_seconds(std::int64_t secs) { return TimePoint{std::chrono::seconds{secs}}; }
+
+TEST(HttpDate, IsTheImfFixdateOfRfc9110) {
+  EXPECT_EQ(http_date(at_seconds(784111777)), "Sun, 06 Nov 1994 08:49:37 GMT");  // its example
+  EXPECT_EQ(http_date(at_seconds(0)), "Thu, 01 Jan 1970 00:00:00 GMT");
+  EXPECT_EQ(http_date(at_seconds(951782400)), "Tue, 29 Feb 2000 00:00:00 GMT");
+  EXPECT_EQ(http_date(at_seconds(4102444799)), "Thu, 31 Dec 2099 23:59:59 GMT");
+  // A fraction of a second is dropped, before 1970 too (floor, not toward zero).
+  EXPECT_EQ(http_date(at_seconds(784111777) + std::chrono::milliseconds(999)),
+            "Sun, 06 Nov 1994 08:49:37 GMT");
+  EXPECT_EQ(http_date(at_seconds(0) - std::chrono::milliseconds(1)),
+            "Wed, 31 Dec 1969 23:59:59 GMT");
+}
+
+TEST(HttpDate, AgreesWithTheCLibraryAcrossTwoCenturies) {
+  // Every 7 days, 3 hours, 17 minutes and 31 seconds from 1901 to 2100: each weekday,
+  // month, leap year and hour the calendar has.
+  for (std::int64_t s = -2'145'916'800; s < 4'102'444'800;
+       s += 7 * 86'400 + 3 * 3'600 + 17 * 60 + 31) {
+    const std::time_t t = static_cast<std::time_t>(s);
+    std::tm tm{};
+    ASSERT_NE(gmtime_r(&t, &tm), nullptr);
+    char want[64];
+    ASSERT_GT(std::strftime(want, sizeof want, "%a, %d %b %Y %H:%M:%S GMT", &tm), 0U);
+    ASSERT_EQ(http_date(at_seconds(s)), want) << s;
+  }
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // client): one gathered write per piece, with the chunk framing of RFC 9112 §7.1 when
 // the message is chunked.
 #include <array>
+#include <charconv>
 #include <cstddef>
-#include <cstdio>
 #include <span>
 #include <string_view>
 
@@ -32,8 +32,11 @@ class BodyFrames {
   void add_piece(std::string_view data) {
     if (data.empty()) return;
     if (chunked_) {
-      const int n = std::snprintf(size_line_, sizeof size_line_, "%zx\r\n", data.size());
-      buffers_[count_++] = asio::buffer(size_line_, static_cast<std::size_t>(n));
+      char* end =
+          std::to_chars(size_line_, size_line_ + sizeof size_line_ - 2, data.size(), 16).ptr;
+      *end++ = '\r';
+      *end++ = '\n';
+      buffers_[count_++] = asio::buffer(size_line_, static_cast<std::size_t>(end - size_line_));
     }
     buffers_[count_++] = asio::buffer(data);
     if (chunked_) buffers_[count_++] = asio::buffer(kCrlf);

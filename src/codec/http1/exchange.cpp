@@ -1,7 +1,7 @@
 #include "codec/http1/exchange.hpp"
 
 #include <array>
-#include <cstdio>
+#include <charconv>
 
 #include "codec/http1/body_frames.hpp"
 #include "codec/http1/prepared_head.hpp"
@@ -189,9 +189,9 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
     if (framing.kind == Framing::Kind::length && !trailers_out_) {
       head.erase(bhttp::field::transfer_encoding);
       char digits[24];
-      const int n = std::snprintf(digits, sizeof digits, "%llu",
-                                  static_cast<unsigned long long>(framing.length));
-      head.set(bhttp::field::content_length, std::string_view(digits, static_cast<std::size_t>(n)));
+      const auto end = std::to_chars(digits, digits + sizeof digits, framing.length).ptr;
+      head.set(bhttp::field::content_length,
+               std::string_view(digits, static_cast<std::size_t>(end - digits)));
     } else if (!head_request_) {
       // RFC 9112 7.1: a body of unknown length, or one followed by trailers, goes
       // chunked to an HTTP/1.1 client; an HTTP/1.0 client reads until the close. The

@@ -21,7 +21,9 @@ ssize_t data_source(nghttp2_session*, std::int32_t, std::uint8_t*, std::size_t r
 void Stream::head_fields(unsigned status, const Fields* fields, std::span<const Header> stored,
                          std::span<const ExtraField> extra, Framing framing) {
   nv_.clear();
-  std::snprintf(digits_.data(), digits_.size(), "%03u", status);
+  digits_[0] = static_cast<char>('0' + status / 100 % 10);  // a status has three digits
+  digits_[1] = static_cast<char>('0' + status / 10 % 10);
+  digits_[2] = static_cast<char>('0' + status % 10);
   nv_.add(":status", std::string_view(digits_.data(), 3));
   const bool keep_length = framing.kind == Framing::Kind::none;
   const auto keep = [&](std::string_view name, std::string_view connection) {
@@ -40,9 +42,8 @@ void Stream::head_fields(unsigned status, const Fields* fields, std::span<const 
   for (const auto& e : extra) nv_.add(e.name, e.value);
   if (framing.kind == Framing::Kind::length) {
     char length[24];
-    const int n = std::snprintf(length, sizeof length, "%llu",
-                                static_cast<unsigned long long>(framing.length));
-    nv_.add("content-length", std::string_view(length, static_cast<std::size_t>(n)));
+    const auto end = std::to_chars(length, length + sizeof length, framing.length).ptr;
+    nv_.add("content-length", std::string_view(length, static_cast<std::size_t>(end - length)));
   }
 }
 

@@ -139,18 +139,18 @@ std::vector<pqxx::binarystring> GroupCommit::binarystrings(const Arrays& arrays)
 void GroupCommit::announce_watched(Connection& c, pqxx::transaction_base& tx,
                                    const pqxx::result& rows, const std::vector<Pending*>& members,
                                    bool mixed) {
-  c.announce(tx, kDoneChannel, watched_ids(rows, members, mixed));
+  c.announce(tx, kDoneChannel, watched_ids(rows, Columns(rows), members, mixed));
 }
 
 // The completions in `rows` (their in_n indexes `members`) that another instance's
 // request watches. `mixed`: the rows answer claims too (kClaimCompleteMany), and say
 // which they answer.
-std::vector<const RecordId*> GroupCommit::watched_ids(const pqxx::result& rows,
+std::vector<const RecordId*> GroupCommit::watched_ids(const pqxx::result& rows, const Columns& at,
                                                       const std::vector<Pending*>& members,
                                                       bool mixed) {
-  const auto watched_at = rows.column_number("watched");
-  const auto in_n = rows.column_number("in_n");
-  const auto completion = mixed ? rows.column_number("completion") : 0;
+  const int watched_at = Columns::required(at.watched, "watched");
+  const int in_n = Columns::required(at.in_n, "in_n");
+  const int completion = mixed ? Columns::required(at.completion, "completion") : 0;
   std::vector<const RecordId*> watched;
   for (const auto& row : rows) {
     if (mixed && !row[completion].as<bool>()) continue;

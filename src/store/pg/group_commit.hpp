@@ -188,7 +188,7 @@ class GroupCommit {
   /// Starts, or resumes, the drain of `lane` on `loop`, or on a runner when the loop
   /// stopped first.
   void start_on(Lane& lane, common::Reactor& loop);
-  static std::vector<const RecordId*> watched_ids(const pqxx::result& rows,
+  static std::vector<const RecordId*> watched_ids(const pqxx::result& rows, const Columns& at,
                                                   const std::vector<Pending*>& members, bool mixed);
   /// Tells other instances about `ids` (kAnnounce), on a pooled connection (blocking).
   void announce(const std::vector<const RecordId*>& ids);
@@ -228,8 +228,9 @@ class GroupCommit {
   bool run_worker_claims(const std::vector<Pending*>& members);
   bool run_worker_completions(const std::vector<Pending*>& members);
   static void hand_out(const std::vector<Pending*>& members, const pqxx::result& rows);
-  static void give_rows(const pqxx::result& rows, const std::vector<Pending*>& members,
-                        const std::vector<Pending*>* completions = nullptr);
+  /// Returns the columns of `rows`, which every member's answer shares.
+  static const Columns& give_rows(const pqxx::result& rows, const std::vector<Pending*>& members,
+                                  const std::vector<Pending*>* completions = nullptr);
   static std::vector<Pending*> in_key_order(std::vector<Pending*> members);
   bool batch_succeeded(bool ok, std::size_t size, const char* what);
   static std::vector<const char*> completion_params(const std::vector<Pending*>& members,

@@ -154,13 +154,12 @@ bool GroupCommit::send_on_loop(const std::vector<Pending*>& batch, Lane& lane,
     if (ok) {
       try {
         const pqxx::result& rows = *answer.rows;
-        watched =
-            !s.completions.empty() && !watched_ids(rows, s.completions, !claims.empty()).empty();
-        if (claims.empty()) {
-          give_rows(rows, s.completions);
-        } else {
-          give_rows(rows, claims, s.completions.empty() ? nullptr : &s.completions);
-        }
+        const Columns& at =
+            claims.empty()
+                ? give_rows(rows, s.completions)
+                : give_rows(rows, claims, s.completions.empty() ? nullptr : &s.completions);
+        watched = !s.completions.empty() &&
+                  !watched_ids(rows, at, s.completions, !claims.empty()).empty();
       } catch (const std::exception& e) {
         spdlog::warn("store: a batch's answer could not be read ({}); running each on its own",
                      e.what());
@@ -184,7 +183,8 @@ bool GroupCommit::send_on_loop(const std::vector<Pending*>& batch, Lane& lane,
       auto rows = std::make_shared<pqxx::result>(std::move(*answer.rows));
       runners_.post([this, sent, split_up, rows, watched] {
         if (watched) {
-          announce(watched_ids(*rows, split_up->completions, !sent->claims->empty()));
+          announce(
+              watched_ids(*rows, Columns(*rows), split_up->completions, !sent->claims->empty()));
         }
         settle(*split_up);
         finish(sent->members);

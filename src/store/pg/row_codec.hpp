@@ -14,17 +14,31 @@
 
 namespace idemproxy::store::pg {
 
-/// Where each named column sits in a result: looked up once per result, not per row.
+/// Where each named column sits in a result, -1 for one it does not have: found once
+/// per result, not per row. RowCodec::read requires the record's columns.
 struct Columns {
   explicit Columns(const pqxx::result& r);
-  int claimed, fingerprint, state, token, route, method, target, created_ms, locked_ms, expires_ms,
-      expired, stale, status, headers, body, key_id, store_now_ms;
+  /// `at`, a column named `name`; throws pqxx::argument_error when it is -1.
+  static int required(int at, std::string_view name);
+  /// Throws pqxx::argument_error unless every column of a record is there.
+  void require_record() const;
+  int claimed = -1, fingerprint = -1, state = -1, token = -1, route = -1, method = -1, target = -1,
+      created_ms = -1, locked_ms = -1, expires_ms = -1, expired = -1, stale = -1, status = -1,
+      headers = -1, body = -1, key_id = -1, store_now_ms = -1;
   int took_over = -1;                                   // claims only
   int completed_ms = -1;                                // when the result has it
   int replay_ms = -1;                                   // when the result has it
   int chunks = -1, body_length = -1, body_digest = -1;  // when the result has them
+  int in_n = -1, completion = -1, watched = -1;         // a batch's (batch_answers.cpp)
+  int in_scope = -1, in_key = -1;                       // a batch's on Citus
+
+ private:
+  int* slot(std::string_view name);
 };
 
+/// A bigint column's value (pqxx's own conversion was 80 instructions a number);
+/// throws pqxx::conversion_error when it is NULL or not a whole number.
+long long number(const pqxx::field& f);
 TimePoint from_ms(const pqxx::field& f);
 
 /// A route's quota as the text of a bigint[] ({records, bytes, in_flight}; the quota
