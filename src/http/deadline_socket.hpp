@@ -25,9 +25,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "http/beast.hpp"
+#include "http/draining_read.hpp"
 
 namespace idemproxy::http {
 
@@ -65,6 +67,7 @@ class DeadlineSocket {
     std::atomic<std::uint64_t> generation{0};
     Relaxed<int> pending{0};  // written by the owner only
     Relaxed<bool> timed_out{false};
+    bool inq_asked = false;  // TCP_INQ asked for (draining_read.hpp): by the first read
   };
 
  public:
@@ -111,7 +114,16 @@ class DeadlineSocket {
     return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
         [](auto handler, const std::shared_ptr<State>& s, const MutableBuffers& b) {
           start(s, handler);
-          s->socket.async_read_some(b, Completion<decltype(handler)>{s, std::move(handler)});
+          if constexpr (std::is_convertible_v<const MutableBuffers&, asio::mutable_buffer>) {
+            if (!s->inq_asked && s->socket.is_open()) {
+              s->inq_asked = true;
+              enable_inq(s->socket.native_handle());
+            }
+            s->socket.async_read_some(DrainingBuffer(b),
+                                      Completion<decltype(handler)>{s, std::move(handler)});
+          } else {
+            s->socket.async_read_some(b, Completion<decltype(handler)>{s, std::move(handler)});
+          }
         },
         token, state_, buffers);
   }

@@ -1,0 +1,136 @@
+// Reads through DeadlineSocket (http/draining_read.hpp) on real loopback sockets: a
+// socket a read drained is not read again until bytes come (no speculative recv that
+// fails), bytes that came with the end of the stream are read and then the end at
+// once, and a read that fills its buffer leaves the rest to the next read at once.
+#include "http/draining_read.hpp"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "http/deadline_socket.hpp"
+
+namespace idemproxy::http {
+namespace {
+
+struct DrainedPair {
+  explicit DrainedPair(asio::io_context& io)
+      : acceptor(io, {asio::ip::make_address("127.0.0.1"), 0}), peer(io) {
+    tcp::socket s(io);
+    s.connect(acceptor.local_endpoint());
+    peer = acceptor.accept();
+    ours.emplace(std::move(s));
+  }
+  tcp::acceptor acceptor;
+  tcp::socket peer;
+  std::optional<DeadlineSocket> ours;
+};
+
+// One read of up to `room` bytes, started now: its bytes and error once done.
+struct PendingRead {
+  PendingRead(DeadlineSocket& s, std::size_t room) : buffer(room, '\0') {
+    s.expires_after(std::chrono::seconds{5});
+    s.async_read_some(asio::buffer(buffer), [this](beast::error_code e, std::size_t n) {
+      ec = e;
+      got = n;
+      done = true;
+    });
+  }
+  std::string bytes() const { return buffer.substr(0, got); }
+  std::string buffer;
+  beast::error_code ec;
+  std::size_t got = 0;
+  bool done = false;
+};
+
+// Runs `io` until `r` is done, for at most two seconds.
+void run_until(asio::io_context& io, const PendingRead& r) {
+  const auto by = std::chrono::steady_clock::now() + std::chrono::seconds{2};
+  while (!r.done && std::chrono::steady_clock::now() < by) {
+    io.run_one_for(std::chrono::milliseconds{50});
+  }
+  io.restart();
+}
+
+TEST(DrainingRead, ADrainedSocketIsNotReadAgainUntilBytesCome) {
+  asio::io_context io;
+  DrainedPair p(io);
+  asio::write(p.peer, asio::buffer(std::string_view("GET / HTTP/1.1\r\n\r\n")));
+  PendingRead first(*p.ours, 4096);
+  run_until(io, first);
+  ASSERT_TRUE(first.done);
+  EXPECT_EQ(first.bytes(), "GET / HTTP/1.1\r\n\r\n");
+  // The next request is not there: its read waits for an event, and tries no recv.
+  const auto before = draining_recvs;
+  PendingRead second(*p.ours, 4096);
+  io.poll();
+  io.restart();
+  EXPECT_FALSE(second.done);
+  EXPECT_EQ(draining_recvs, before) << "a drained socket was read again";
+  asio::write(p.peer, asio::buffer(std::string_view("next")));
+  run_until(io, second);
+  ASSERT_TRUE(second.done);
+  EXPECT_FALSE(second.ec) << second.ec.message();
+  EXPECT_EQ(second.bytes(), "next");
+  EXPECT_EQ(draining_recvs, before + 1);
+}
+
+TEST(DrainingRead, BytesThatCameWithTheEndAreReadAndThenTheEndAtOnce) {
+  asio::io_context io;
+  DrainedPair p(io);
+  // The read waits first, so that the event of the bytes and the FIN is the one that
+  // completes it (on loopback the FIN is queued by the time shutdown returns).
+  PendingRead first(*p.ours, 4096);
+  io.poll();
+  io.restart();
+  asio::write(p.peer, asio::buffer(std::string_view("last bytes")));
+  p.peer.shutdown(tcp::socket::shutdown_send);
+  run_until(io, first);
+  ASSERT_TRUE(first.done);
+  EXPECT_EQ(first.bytes(), "last bytes");
+  // The FIN's edge came before the bytes were read: the end must still be read now,
+  // not after a next event that never comes (the read would wait for its deadline).
+  const auto started = std::chrono::steady_clock::now();
+  PendingRead end(*p.ours, 4096);
+  run_until(io, end);
+  ASSERT_TRUE(end.done) << "the end of the stream was never read";
+  EXPECT_EQ(end.ec, asio::error::eof);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds{1});
+}
+
+TEST(DrainingRead, AReadThatFillsItsBufferLeavesTheRestToTheNextAtOnce) {
+  asio::io_context io;
+  DrainedPair p(io);
+  asio::write(p.peer, asio::buffer(std::string_view("0123456789")));
+  PendingRead a(*p.ours, 4);
+  run_until(io, a);
+  EXPECT_EQ(a.bytes(), "0123");
+  PendingRead b(*p.ours, 4);
+  io.poll();  // bytes are left: read at once, no event needed
+  io.restart();
+  ASSERT_TRUE(b.done);
+  EXPECT_EQ(b.bytes(), "4567");
+  PendingRead c(*p.ours, 8);
+  io.poll();
+  io.restart();
+  ASSERT_TRUE(c.done);
+  EXPECT_EQ(c.bytes(), "89");
+  const auto before = draining_recvs;
+  PendingRead d(*p.ours, 8);  // drained by c's short read
+  io.poll();
+  io.restart();
+  EXPECT_FALSE(d.done);
+  EXPECT_EQ(draining_recvs, before);
+  p.peer.shutdown(tcp::socket::shutdown_send);
+  run_until(io, d);
+  ASSERT_TRUE(d.done);
+  EXPECT_EQ(d.ec, asio::error::eof);
+}
+
+}  // namespace
+}  // namespace idemproxy::http
