@@ -6,10 +6,11 @@
 // completion and a coroutine resumption.
 //
 // Reads stay with the reactor. The next request's read starts right after an answer
-// sent this way, before the client could send that request, so asio's speculative recv
-// fails once per request (bench/profile.sh's strace: 0.94 failed recvfrom a request,
-// 0.01 before); waiting for the client first (a post before the read) cost as much
-// as it saved (bench/ab.sh replay, 11 rounds: 1.000 of the CPU per request).
+// sent this way, before the client could send that request, so Asio's speculative recv
+// failed once a request (strace: 0.94 failed recvfrom a replay); waiting for the client
+// first (a post before the read) cost as much as it saved. A read that drained the
+// socket now tells the reactor so (http/draining_read.hpp), and the next one waits for
+// an event without trying.
 #include <sys/socket.h>
 #include <sys/uio.h>
 
