@@ -182,12 +182,16 @@ void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
           }
           const pg::Columns& at = a.at();
           const pqxx::row row = a.rows[a.row];
-          Record record = codec.read(row, at, req.id);
-          if (row[at.claimed].as<bool>() && !a.repeat) {
+          using pg::Columns;
+          if (!a.repeat && row[Columns::required(at.claimed, "claimed")].as<bool>()) {
+            // Ours: its holder needs the token and the lease, not the record it sent
+            // (reading that whole was a third of the claim's answer).
             return ClaimResult{
-                Claimed{record.token, record.locked_until, row[at.took_over].as<bool>()}};
+                Claimed{pg::number(row[Columns::required(at.token, "token")]),
+                        pg::from_ms(row[Columns::required(at.locked_ms, "locked_ms")]),
+                        row[Columns::required(at.took_over, "took_over")].as<bool>()}};
           }
-          return ClaimResult{std::move(record)};
+          return ClaimResult{codec.read(row, at, req.id)};
         });
     // Unanswered: the claim may still have committed (its connection broke after
     // sending it, and sending it again failed too). The caller answers without the
