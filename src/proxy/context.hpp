@@ -10,6 +10,7 @@
 
 #include "http/exchange.hpp"
 #include "http/problem.hpp"
+#include "http/trace_context.hpp"
 #include "idemproxy/common/inline_string.hpp"
 #include "idemproxy/common/sha256.hpp"
 #include "idemproxy/ops/logging.hpp"
@@ -62,6 +63,17 @@ struct RequestContext {
   bool te_trailers = false;
   std::chrono::steady_clock::time_point started;
   trace::Span span;  // the request's server span (proxy/spans.hpp); null without tracing
+  /// What the head needs of the ids above before it goes upstream: decided by the route
+  /// phase, written by start_upstream_span, so that a request answered here (a
+  /// replay, a refusal) spends no field edits on a head never forwarded.
+  struct Stamp {
+    int request_ids = 0;      // X-Request-Id fields the client sent
+    bool request_id = false;  // request_id goes upstream in their place
+    int traceparents = 0;     // traceparent fields the client sent
+    bool tracestate = false;  // and a tracestate
+    bool started = false;     // `traceparent`, a trace started here, goes in their place
+    http::StartedTrace traceparent{};
+  } stamp;
 
   std::optional<ProxyError> error;  // set by fail(); sent by send_problem()
 

@@ -62,22 +62,22 @@ std::pair<int, std::string_view> lines_of(const RequestHeader& head, std::string
   return {lines, first};
 }
 
-// Honours a sane X-Request-Id (the first, when several came), forwarded as the only
-// one; otherwise makes a random one (128 bits, hex) in place of any sent. Written into
-// ctx.request_id, whose memory the connection keeps from request to request.
+// Honours a sane X-Request-Id (the first, when several came), to be forwarded as the
+// only one; otherwise makes a random one (128 bits, hex) to go in place of any sent
+// (start_upstream_span writes the head). Written into ctx.request_id, whose memory the
+// connection keeps from request to request.
 void take_request_id(RequestContext& ctx, const SeenFields& seen) {
-  auto& head = ctx.ex.head();
   const auto given = seen.request_id;
+  ctx.stamp.request_ids = seen.request_ids;
   if (!given.empty() && given.size() <= 128 &&
       std::all_of(given.begin(), given.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
     ctx.request_id.assign(given);
-    if (seen.request_ids == 1) return;  // forwarded as it came
+    ctx.stamp.request_id = seen.request_ids > 1;  // one goes as it came
   } else {
     ctx.request_id.assign(32, '0');
     random_hex(ctx.request_id.data(), ctx.request_id.size());
+    ctx.stamp.request_id = true;
   }
-  if (seen.request_ids > 0) head.erase("X-Request-Id");
-  head.insert("X-Request-Id", ctx.request_id);  // forwarded to the upstream
 }
 
 // W3C Trace Context: a valid traceparent is forwarded as sent; otherwise a trace is
@@ -85,19 +85,19 @@ void take_request_id(RequestContext& ctx, const SeenFields& seen) {
 // a vendor that cannot parse traceparent must not parse tracestate). Two traceparent
 // fields are invalid (3.2). True when the client's traceparent is followed.
 bool follow_trace(RequestContext& ctx, const SeenFields& seen) {
-  auto& head = ctx.ex.head();
   std::optional<TraceParent> given;
   if (seen.traceparents == 1) given = parse_traceparent(seen.traceparent);
   if (given) {
     ctx.trace_id.assign(given->trace_id);  // before the fields it views change
     return true;
   }
-  StartedTrace started{};
-  given = start_trace(started);
+  // Started here: the head gets it, in place of the client's, when forwarded.
+  auto& stamp = ctx.stamp;
+  given = start_trace(stamp.traceparent);
   ctx.trace_id.assign(given->trace_id);
-  if (seen.traceparents > 0) head.erase("traceparent");
-  if (seen.tracestate) head.erase("tracestate");
-  head.insert("traceparent", given->header);
+  stamp.traceparents = seen.traceparents;
+  stamp.tracestate = seen.tracestate;
+  stamp.started = true;
   return false;
 }
 

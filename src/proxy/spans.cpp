@@ -46,7 +46,28 @@ void name_request_span(RequestContext& ctx) {
   ctx.span.set_string(trace::kHttpRoute, route);
 }
 
+namespace {
+// The ids the route phase decided (RequestContext::Stamp) into the forwarded head,
+// once: a second forward of the same head finds them there.
+void stamp_ids(RequestContext& ctx, RequestHeader& forwarded) {
+  auto& stamp = ctx.stamp;
+  if (stamp.request_id) {
+    if (stamp.request_ids > 0) forwarded.erase("X-Request-Id");
+    forwarded.insert("X-Request-Id", ctx.request_id);
+    stamp.request_id = false;
+  }
+  if (stamp.started) {
+    if (stamp.traceparents > 0) forwarded.erase("traceparent");
+    if (stamp.tracestate) forwarded.erase("tracestate");
+    forwarded.insert("traceparent",
+                     std::string_view(stamp.traceparent.data(), stamp.traceparent.size()));
+    stamp.started = false;
+  }
+}
+}  // namespace
+
 trace::Span start_upstream_span(RequestContext& ctx, RequestHeader& forwarded) {
+  stamp_ids(ctx, forwarded);
   trace::Span up = ctx.span.child(trace::kSpanUpstream, trace::SpanKind::client);
   if (up.context().valid()) {
     trace::TraceParentText text;
