@@ -4,6 +4,7 @@ names the RFC section that decides it. Leases, caches and limits are in
 test_conformance_state.py."""
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -337,3 +338,41 @@ def test_large_length_framed_answers_stream_whole_and_keep_the_connections_in_st
         assert answer["url"] == path
         if "pad=" in path:  # Node pads with whole bytes in hex: an even count
             assert len(answer["pad"]) == int(path.split("=")[1]) + int(path.endswith("1"))
+
+
+# RFC 9110 7.6.1: a proxy removes the connection options, and every field Connection
+# names, before it forwards; RFC 7239's de facto X-Forwarded-* are extended or added;
+# Proxy-Authorization (11.7.2) was for this hop. Node's http server reads the
+# forwarded head as an upstream would, line by line (rawHeaders), on pass-through and
+# on a keyed route. The ids: the first of two X-Request-Id lines goes upstream as the
+# only one, and a trace is started (W3C Trace Context 3.2: one traceparent).
+@pytest.mark.parametrize("path", ["/plain", "/v1/orders"])
+def test_hop_by_hop_fields_stay_on_this_hop_and_forwarding_fields_are_added(
+        make_proxy, node, path):
+    proxy = make_proxy(upstream_url=node.url, routes=ORDERS)
+    key = "hop-%s" % uuid.uuid4().hex
+    raw = (b"POST %s?echo=1 HTTP/1.1\r\nHost: shop.example:8443\r\n"
+           b"Content-Type: application/json\r\nConnection: close, X-Secret-Hop\r\n"
+           b"X-Secret-Hop: must-not-pass\r\nKeep-Alive: timeout=5\r\n"
+           b"Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic cHJveHk6c2VjcmV0\r\n"
+           b"X-Forwarded-For: 203.0.113.7\r\nX-Request-Id: first-id\r\n"
+           b"X-Request-Id: second-id\r\nIdempotency-Key: %s\r\nContent-Length: 2\r\n\r\n{}"
+           % (path.encode(), key.encode()))
+    status, head, body = final_answer(raw_exchange(proxy.port, raw))
+    assert status == 201, body
+    assert "x-request-id: first-id" in head.lower()
+    lines = json.loads(body)["raw_headers"]
+    seen = {}
+    for name, value in zip(lines[0::2], lines[1::2]):
+        seen.setdefault(name.lower(), []).append(value)
+    for gone in ("connection", "x-secret-hop", "keep-alive", "proxy-connection",
+                 "proxy-authorization"):
+        assert gone not in seen, (gone, seen)
+    assert seen["x-forwarded-for"] == ["203.0.113.7, 127.0.0.1"]
+    assert seen["x-forwarded-proto"] == ["http"]
+    assert seen["x-forwarded-host"] == ["shop.example:8443"]
+    assert seen["host"] == ["shop.example:8443"]
+    assert seen["x-request-id"] == ["first-id"]
+    assert len(seen["traceparent"]) == 1
+    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]", seen["traceparent"][0])
+    assert seen["idempotency-key"] == [key]

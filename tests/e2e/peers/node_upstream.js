@@ -10,6 +10,7 @@
 //   ?trailers=1    a chunked answer ending with an X-Checksum trailer field (res.addTrailers)
 //   ?policy=V      an Idempotency-Policy: V response field (V = no-store opts out of storage)
 //   ?pad=N         N random hex characters more in the answer (a resource of realistic size)
+//   ?echo=1        the request's header lines as Node read them (raw_headers: name, value, ...)
 // GET /executions?key=K answers {"count": N}; Expect: 100-continue is honoured by
 // Node itself (it sends 100 before the body is read).
 const http = require('http');
@@ -53,6 +54,7 @@ const server = http.createServer((req, res) => {
       content_length: req.headers['content-length'] || null,
       transfer_encoding: req.headers['transfer-encoding'] || null,
       trailers: req.trailers,
+      raw_headers: p.get('echo') ? req.rawHeaders : undefined,
       pad: url.searchParams.get('pad')
         ? require('crypto').randomBytes(Math.ceil(Number(url.searchParams.get('pad')) / 2))
             .toString('hex') : undefined,
