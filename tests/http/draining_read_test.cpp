@@ -48,6 +48,19 @@ struct PendingRead {
   bool done = false;
 };
 
+// Each test's loop and its connected pair.
+class DrainingRead : public ::testing::Test {
+ protected:
+  asio::io_context io;
+  DrainedPair p{io};
+};
+
+// Runs what `io` has ready now (an event that came included), without waiting.
+void poll_ready(asio::io_context& io) {
+  io.poll();
+  io.restart();
+}
+
 // Runs `io` until `r` is done, for at most two seconds.
 void run_until(asio::io_context& io, const PendingRead& r) {
   const auto by = std::chrono::steady_clock::now() + std::chrono::seconds{2};
@@ -57,9 +70,7 @@ void run_until(asio::io_context& io, const PendingRead& r) {
   io.restart();
 }
 
-TEST(DrainingRead, ADrainedSocketIsNotReadAgainUntilBytesCome) {
-  asio::io_context io;
-  DrainedPair p(io);
+TEST_F(DrainingRead, ADrainedSocketIsNotReadAgainUntilBytesCome) {
   asio::write(p.peer, asio::buffer(std::string_view("GET / HTTP/1.1\r\n\r\n")));
   PendingRead first(*p.ours, 4096);
   run_until(io, first);
@@ -68,8 +79,7 @@ TEST(DrainingRead, ADrainedSocketIsNotReadAgainUntilBytesCome) {
   // The next request is not there: its read waits for an event, and tries no recv.
   const auto before = draining_recvs;
   PendingRead second(*p.ours, 4096);
-  io.poll();
-  io.restart();
+  poll_ready(io);
   EXPECT_FALSE(second.done);
   EXPECT_EQ(draining_recvs, before) << "a drained socket was read again";
   asio::write(p.peer, asio::buffer(std::string_view("next")));
@@ -80,14 +90,11 @@ TEST(DrainingRead, ADrainedSocketIsNotReadAgainUntilBytesCome) {
   EXPECT_EQ(draining_recvs, before + 1);
 }
 
-TEST(DrainingRead, BytesThatCameWithTheEndAreReadAndThenTheEndAtOnce) {
-  asio::io_context io;
-  DrainedPair p(io);
+TEST_F(DrainingRead, BytesThatCameWithTheEndAreReadAndThenTheEndAtOnce) {
   // The read waits first, so that the event of the bytes and the FIN is the one that
   // completes it (on loopback the FIN is queued by the time shutdown returns).
   PendingRead first(*p.ours, 4096);
-  io.poll();
-  io.restart();
+  poll_ready(io);
   asio::write(p.peer, asio::buffer(std::string_view("last bytes")));
   p.peer.shutdown(tcp::socket::shutdown_send);
   run_until(io, first);
@@ -103,27 +110,22 @@ TEST(DrainingRead, BytesThatCameWithTheEndAreReadAndThenTheEndAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds{1});
 }
 
-TEST(DrainingRead, AReadThatFillsItsBufferLeavesTheRestToTheNextAtOnce) {
-  asio::io_context io;
-  DrainedPair p(io);
+TEST_F(DrainingRead, AReadThatFillsItsBufferLeavesTheRestToTheNextAtOnce) {
   asio::write(p.peer, asio::buffer(std::string_view("0123456789")));
   PendingRead a(*p.ours, 4);
   run_until(io, a);
   EXPECT_EQ(a.bytes(), "0123");
   PendingRead b(*p.ours, 4);
-  io.poll();  // bytes are left: read at once, no event needed
-  io.restart();
+  poll_ready(io);  // bytes are left: read at once, no event needed
   ASSERT_TRUE(b.done);
   EXPECT_EQ(b.bytes(), "4567");
   PendingRead c(*p.ours, 8);
-  io.poll();
-  io.restart();
+  poll_ready(io);
   ASSERT_TRUE(c.done);
   EXPECT_EQ(c.bytes(), "89");
   const auto before = draining_recvs;
   PendingRead d(*p.ours, 8);  // drained by c's short read
-  io.poll();
-  io.restart();
+  poll_ready(io);
   EXPECT_FALSE(d.done);
   EXPECT_EQ(draining_recvs, before);
   p.peer.shutdown(tcp::socket::shutdown_send);
