@@ -70,6 +70,61 @@ TEST_F(PgStoreTest, OneKeyClaimedManyTimesInOneBatchHasExactlyOneWinner) {
   }
 }
 
+// A later claim of a key in the batch that claimed it is given the record the first
+// claim wrote, as reading its row gives it: that row answers only the token and the
+// lease (IDEMPROXY_OWN_CLAIM_COLUMNS), so the record comes from the first's request.
+// Each claim sends its own fingerprint, target, lease and TTL, so one taken from the
+// wrong request shows; in the clear and sealed.
+TEST_F(PgStoreTest, ALaterClaimInTheBatchSeesTheRecordTheFirstWroteAsItsRowHoldsIt) {
+  if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
+  for (const bool sealed : {false, true}) {
+    PgStore one({dsn(), 1, 5s, false, sealed ? ring({{"k1", 7}}) : nullptr});
+    const std::string key = sealed ? "sealed-storm" : "clear-storm";
+    constexpr int kClaims = 6;
+    std::vector<ClaimRequest> requests;
+    for (int i = 0; i < kClaims; ++i) {
+      requests.push_back(request(key, 30s + std::chrono::milliseconds(7 * i),
+                                 1h + std::chrono::milliseconds(11 * i),
+                                 "fp-" + std::to_string(i)));
+      requests.back().target = "/v1/orders/" + std::to_string(i);
+    }
+    std::vector<Result<ClaimResult>> results(kClaims, StoreError{});
+    {
+      HeldConnection held(one, request(key + "-gate"));
+      held.queue_and_release(kClaims, [&](int i) { results[i] = one.claim(requests[i]); });
+    }
+    int winner = -1;
+    for (int i = 0; i < kClaims; ++i) {
+      ASSERT_TRUE(results[i].ok()) << results[i].error().detail;
+      if (std::holds_alternative<Claimed>(results[i].value())) winner = i;
+    }
+    ASSERT_GE(winner, 0);
+    const auto found = one.find(requests[winner].id);
+    ASSERT_TRUE(found.ok() && found.value());
+    const Record& row = *found.value();
+    EXPECT_EQ(row.fingerprint, "fp-" + std::to_string(winner));
+    EXPECT_EQ(row.sealed_with.has_value(), sealed);
+    for (int i = 0; i < kClaims; ++i) {
+      if (i == winner) continue;
+      const auto* r = std::get_if<Record>(&results[i].value());
+      ASSERT_NE(r, nullptr) << i;
+      EXPECT_EQ(r->state, RecordState::in_flight);
+      EXPECT_EQ(r->token, std::get<Claimed>(results[winner].value()).token);
+      EXPECT_EQ(r->fingerprint, row.fingerprint);
+      EXPECT_EQ(r->route, row.route);
+      EXPECT_EQ(r->method, row.method);
+      EXPECT_EQ(r->target, row.target);
+      EXPECT_EQ(r->created_at, row.created_at);
+      EXPECT_EQ(r->locked_until, row.locked_until);
+      EXPECT_EQ(r->expires_at, row.expires_at);
+      EXPECT_EQ(r->completed_at, row.completed_at);
+      EXPECT_EQ(r->store_now, row.created_at);  // read in the claim's own transaction
+      EXPECT_EQ(r->sealed_with, row.sealed_with);
+      EXPECT_FALSE(r->expired || r->stale || r->response || r->streaming);
+    }
+  }
+}
+
 TEST_F(PgStoreTest, AFailingStatementDoesNotFailTheRestOfItsBatch) {
   if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
   PgStore one({dsn(), 1, 5s});

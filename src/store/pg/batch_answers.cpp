@@ -19,9 +19,9 @@ const Columns& GroupCommit::give_rows(const pqxx::result& rows,
                                       const std::vector<Pending*>& members,
                                       const std::vector<Pending*>* completions) {
   const auto columns = std::make_shared<SharedColumns>();
-  for (Pending* p : members) p->answer = Answer{rows, -1, false, columns};
+  for (Pending* p : members) p->answer = Answer{rows, -1, columns};
   if (completions != nullptr) {
-    for (Pending* p : *completions) p->answer = Answer{rows, -1, false, columns};
+    for (Pending* p : *completions) p->answer = Answer{rows, -1, columns};
   }
   const Columns& at = columns->of(rows);
   const int in_n = Columns::required(at.in_n, "in_n");
@@ -41,7 +41,7 @@ void GroupCommit::hand_out(const std::vector<Pending*>& members, const pqxx::res
   std::map<std::pair<std::string_view, std::string_view>, Pending*> by_id;
   const auto columns = std::make_shared<SharedColumns>();
   for (Pending* p : members) {
-    p->answer = Answer{rows, -1, false, columns};
+    p->answer = Answer{rows, -1, columns};
     by_id.emplace(std::pair<std::string_view, std::string_view>{p->id.scope, p->id.key}, p);
   }
   const Columns& at = columns->of(rows);
@@ -102,7 +102,7 @@ void GroupCommit::settle(Split& s) {
   for (auto [p, first] : s.repeats) {
     if (first->answer.ok() && first->answer.value().row >= 0) {
       p->answer = first->answer;
-      p->answer.value().repeat = true;
+      p->answer.value().first_claim = first->claim->req;
     } else {
       run_alone(*p);
     }

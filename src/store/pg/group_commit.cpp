@@ -254,7 +254,7 @@ void GroupCommit::run_alone(Pending& p) {
   p.answer = pool_.with_connection<Answer>([&p](Connection& c) -> Result<Answer> {
     if (p.claim != nullptr && p.claim->quota && c.distributed()) {
       if (auto over = counted_refusal(c, *p.claim)) {
-        Answer refused{pqxx::result{}, -1, false};
+        Answer refused{pqxx::result{}, -1};
         refused.over_quota = over;
         return refused;
       }
@@ -277,7 +277,7 @@ void GroupCommit::run_alone(Pending& p) {
           // No row: a new key its quota's trigger skipped, or a concurrent claim.
           if (auto over = refused_by_quota(c, tx, *cl)) {
             w.commit();
-            Answer refused{r, -1, false};
+            Answer refused{r, -1};
             refused.over_quota = over;
             return refused;
           }
@@ -303,7 +303,7 @@ void GroupCommit::run_alone(Pending& p) {
       if (!r.empty() && r[0]["watched"].as<bool>()) c.announce(tx, kDoneChannel, {&co.id});
     }
     w.commit();
-    return Answer{r, r.empty() ? -1 : 0, false};
+    return Answer{r, r.empty() ? -1 : 0};
   });
 }
 

@@ -71,16 +71,17 @@ class SharedColumns {
   std::optional<Columns> at_;
 };
 
-/// A member's rows: `row` indexes `rows` (-1: none came back); `repeat` says an
-/// earlier claim of the same key in the batch went first. `columns` is shared by the
-/// members answered by the same `rows`.
+/// A member's rows: `row` indexes `rows` (-1: none came back); `first_claim` is the
+/// request of an earlier claim of the same key in the batch, which went first (its
+/// row, when that claim won, holds only the token and the lease). `columns` is
+/// shared by the members answered by the same `rows`.
 struct Answer {
   pqxx::result rows;
   int row = -1;
-  bool repeat = false;
   std::shared_ptr<SharedColumns> columns = std::make_shared<SharedColumns>();
   /// A claim refused by its quota (no row): the cap, and the scope's usage then.
   std::optional<OverQuota> over_quota{};
+  std::optional<ClaimRequest> first_claim{};
 
   const Columns& at() const { return columns->of(rows); }
 };

@@ -183,13 +183,15 @@ void PgStore::claim_async(const ClaimRequest& req, ClaimDone done) {
           const pg::Columns& at = a.at();
           const pqxx::row row = a.rows[a.row];
           using pg::Columns;
-          if (!a.repeat && row[Columns::required(at.claimed, "claimed")].as<bool>()) {
-            // Ours: its holder needs the token and the lease, not the record it sent
-            // (reading that whole was a third of the claim's answer).
-            return ClaimResult{
-                Claimed{pg::number(row[Columns::required(at.token, "token")]),
-                        pg::from_ms(row[Columns::required(at.locked_ms, "locked_ms")]),
-                        row[Columns::required(at.took_over, "took_over")].as<bool>()}};
+          if (row[Columns::required(at.claimed, "claimed")].as<bool>()) {
+            // Ours: its holder needs the token and the lease, which are all the row
+            // holds (IDEMPROXY_OWN_CLAIM_COLUMNS). A later claim of the key in the
+            // batch finds the record the first claim made.
+            const Claimed ours{pg::number(row[Columns::required(at.token, "token")]),
+                               pg::from_ms(row[Columns::required(at.locked_ms, "locked_ms")]),
+                               row[Columns::required(at.took_over, "took_over")].as<bool>()};
+            if (!a.first_claim) return ClaimResult{ours};
+            return ClaimResult{pg::claimed_record(req.id, *a.first_claim, ours, codec.key_id())};
           }
           return ClaimResult{codec.read(row, at, req.id)};
         });

@@ -127,6 +127,27 @@ long long number(const pqxx::field& f) {
 
 TimePoint from_ms(const pqxx::field& f) { return TimePoint{std::chrono::milliseconds{number(f)}}; }
 
+Record claimed_record(const RecordId& id, const ClaimRequest& claim, const Claimed& ours,
+                      const char* key_id) {
+  Record r;
+  r.id = id;
+  r.fingerprint = claim.fingerprint;
+  r.state = RecordState::in_flight;
+  r.token = ours.token;
+  r.route = claim.route;
+  r.method = claim.method;
+  r.target = claim.target;
+  // The statement's lease and TTL are whole milliseconds from one now(), and its
+  // times are read in milliseconds: created_ms = locked_ms - lease exactly.
+  r.created_at = ours.locked_until - claim.lease;
+  r.locked_until = ours.locked_until;
+  r.expires_at = r.created_at + claim.ttl;
+  r.completed_at = r.created_at;
+  r.store_now = r.created_at;
+  if (key_id != nullptr) r.sealed_with = key_id;
+  return r;
+}
+
 std::optional<std::string> quota_text(const Quota& q) {
   if (!q.any()) return std::nullopt;
   return "{" + std::to_string(q.records) + "," + std::to_string(q.bytes) + "," +

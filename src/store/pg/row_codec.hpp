@@ -41,6 +41,14 @@ struct Columns {
 long long number(const pqxx::field& f);
 TimePoint from_ms(const pqxx::field& f);
 
+/// The record a claim of ours wrote, as reading its row back would give it: the
+/// request's fields in the clear, in flight under `ours`, its clock the claim's
+/// (created at the lease's start, which is also when it was read); `key_id` sealed
+/// its fingerprint (nullptr: in the clear). For a later claim of the key in the same
+/// batch, whose answer is the first claim's row of three columns.
+Record claimed_record(const RecordId& id, const ClaimRequest& claim, const Claimed& ours,
+                      const char* key_id);
+
 /// A route's quota as the text of a bigint[] ({records, bytes, in_flight}; the quota
 /// column), or none without one.
 std::optional<std::string> quota_text(const Quota& q);

@@ -34,8 +34,7 @@ namespace idemproxy::store::pg {
   IDEMPROXY_CLAIM_TAKEOVER IDEMPROXY_RETAKE_STALE("$10")                                       \
   " RETURNING r.*)"
 #define IDEMPROXY_CLAIM_MANY_ANSWER(extra)                                                 \
-  " SELECT " extra "true AS claimed, " IDEMPROXY_RECORD_COLUMNS                            \
-  ", taken_over AS took_over, in_n FROM claimed"                                           \
+  " SELECT " extra IDEMPROXY_OWN_CLAIM_COLUMNS ", in_n FROM claimed"                        \
   "  JOIN input ON scope = in_scope AND key = in_key"                                      \
   " UNION ALL"                                                                             \
   " SELECT " extra "false, " IDEMPROXY_RECORD_COLUMNS                                      \
@@ -140,7 +139,7 @@ inline std::string claim_rows_sql(int n) {
   const std::string retake = "$" + std::to_string(n * 10 + 1) + "::boolean";
   return sql + IDEMPROXY_CLAIM_TAKEOVER "  OR (" + retake +
          " AND r.state IN ('in_flight', 'indeterminate') AND r.locked_until <= "
-         "EXCLUDED.created_at) RETURNING " IDEMPROXY_CLAIMED_COLUMNS
+         "EXCLUDED.created_at) RETURNING " IDEMPROXY_OWN_CLAIM_COLUMNS
          ", scope AS in_scope, key AS in_key";
 }
 

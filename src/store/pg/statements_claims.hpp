@@ -14,8 +14,8 @@ namespace idemproxy::store::pg {
 inline constexpr Statement kClaim{
     "idemproxy_claim", "WITH claimed AS (" IDEMPROXY_CLAIM_INSERT
                        " RETURNING r.*)"
-                       " SELECT true AS claimed, " IDEMPROXY_RECORD_COLUMNS
-                       ", taken_over AS took_over FROM claimed"
+                       " SELECT " IDEMPROXY_OWN_CLAIM_COLUMNS
+                       " FROM claimed"
                        " UNION ALL"
                        " SELECT false, " IDEMPROXY_RECORD_COLUMNS
                        ", false FROM idempotency_records"
@@ -26,7 +26,7 @@ inline constexpr Statement kClaim{
 // live row cannot share its statement; when this returns no row, the caller reads
 // the live row with kFind (a second round trip, for duplicates only).
 inline constexpr Statement kClaimRouted{
-    "idemproxy_claim_routed", IDEMPROXY_CLAIM_INSERT " RETURNING " IDEMPROXY_CLAIMED_COLUMNS};
+    "idemproxy_claim_routed", IDEMPROXY_CLAIM_INSERT " RETURNING " IDEMPROXY_OWN_CLAIM_COLUMNS};
 
 // After a claim with a quota came back with no row: the scope's usage, and whether
 // the key is there now. A key still absent, with the scope at a cap, was refused by

@@ -42,16 +42,21 @@ struct Statement {
   IDEMPROXY_MS("coalesce(completed_at, created_at)") " AS completed_ms, "             \
   IDEMPROXY_MS("replay_until") " AS replay_ms, chunks, body_length, body_digest"
 
-// A row the claim just wrote: its clock is its created_at (now() when it ran), and it
-// is neither expired nor stale. Immutable functions only, for RETURNING on Citus.
-#define IDEMPROXY_CLAIMED_COLUMNS                                                       \
-  "true AS claimed, fingerprint, state, token, route, method, target, "                 \
-  IDEMPROXY_MS("created_at") " AS created_ms, "                                         \
-  IDEMPROXY_MS("locked_until") " AS locked_ms, "                                        \
-  IDEMPROXY_MS("expires_at") " AS expires_ms, false AS expired, false AS stale, "       \
-  "status, headers, body, key_id, "                                                     \
-  IDEMPROXY_MS("created_at") " AS store_now_ms, "                                       \
-  IDEMPROXY_MS("created_at") " AS completed_ms, taken_over AS took_over"
+// What a claim answers for a row it wrote: its holder needs the token and the lease,
+// nothing it sent (pg_store.cpp; a later claim of the key in the same batch is given
+// the record from the first's request). The other columns are NULL, typed to stand
+// beside IDEMPROXY_RECORD_COLUMNS in a UNION: PostgreSQL formats and libpq parses
+// four values of the row where there were fifteen. Immutable functions only, for
+// RETURNING on Citus.
+#define IDEMPROXY_OWN_CLAIM_COLUMNS                                                     \
+  "true AS claimed, NULL::text AS fingerprint, NULL::text AS state, token,"             \
+  " NULL::text AS route, NULL::text AS method, NULL::text AS target,"                   \
+  " NULL::bigint AS created_ms, " IDEMPROXY_MS("locked_until") " AS locked_ms,"         \
+  " NULL::bigint AS expires_ms, NULL::boolean AS expired, NULL::boolean AS stale,"      \
+  " NULL::int AS status, NULL::bytea AS headers, NULL::bytea AS body,"                  \
+  " NULL::text AS key_id, NULL::bigint AS store_now_ms, NULL::bigint AS completed_ms,"  \
+  " NULL::bigint AS replay_ms, NULL::int AS chunks, NULL::bigint AS body_length,"       \
+  " NULL::bytea AS body_digest, taken_over AS took_over"
 // clang-format on
 
 // How a claim takes over an existing row: when it was released; when it has expired
