@@ -4,6 +4,7 @@
 // in one write, chunked when its length is unknown; the answer is parsed by Beast and
 // handed to the proxy a piece at a time, a body framed by Content-Length read straight
 // into the relay's chunk.
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -25,6 +26,15 @@ struct UpstreamConnection {
   Stream stream;
   beast::flat_buffer buffer;
   bool reused = false;
+  /// While it waits in the pool, a cleartext connection has a read queued on its
+  /// socket, as nginx's keep-alive cache has a read handler: the upstream closing it,
+  /// or sending what nobody asked for, ends that read and marks it dead; taking it
+  /// back cancels the read. Shared with the read's handler, which may run after.
+  struct Idle {
+    std::atomic<bool> dead{false};
+    char byte = 0;
+  };
+  std::shared_ptr<Idle> idle;
 };
 
 /// Where a call's connection comes from and goes back to (the pool; a fake in tests).

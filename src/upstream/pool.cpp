@@ -12,11 +12,35 @@ namespace idemproxy::upstream {
 namespace {
 
 // A pooled connection the upstream has closed reads as EOF; one still open would
-// block. Checking before reuse avoids sending a request into a dead socket.
+// block. Checking before reuse avoids sending a request into a dead socket. TLS
+// connections only: a cleartext one is watched by its idle read (watch_idle).
 bool still_open(tcp::socket& socket) {
   char byte = 0;  // one syscall: no toggling of the socket's blocking mode
   const auto n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+// Queues the idle read. After a read that drained the socket (http/draining_read.hpp)
+// the reactor queues it without a system call, and it ends only on an event: bytes or
+// the upstream's end, either of which makes the connection unusable.
+void watch_idle(UpstreamConnection& conn) {
+  if (!conn.idle) conn.idle = std::make_shared<UpstreamConnection::Idle>();
+  auto idle = conn.idle;
+  conn.stream.socket().async_read_some(asio::buffer(&idle->byte, 1),
+                                       [idle](const beast::error_code& ec, std::size_t) {
+                                         if (ec != asio::error::operation_aborted)
+                                           idle->dead = true;
+                                       });
+}
+
+// Whether a pooled connection can carry a request: its idle read, cancelled, saw
+// nothing (no system call), or a TLS connection's peek finds it open.
+bool usable(UpstreamConnection& conn) {
+  if (!conn.idle) return still_open(conn.stream.socket());
+  if (conn.idle->dead) return false;
+  beast::error_code ignored;
+  conn.stream.socket().cancel(ignored);
+  return !conn.idle->dead;
 }
 
 }  // namespace
@@ -70,7 +94,7 @@ UpstreamPool::acquire(bool fresh, std::unique_ptr<Stream>& h2) {
       conn = std::move(idle_.back());
       idle_.pop_back();
     }
-    if (still_open(conn->stream.socket())) {
+    if (usable(*conn)) {
       conn->reused = true;
       co_return std::make_pair(beast::error_code{}, std::move(conn));
     }
@@ -117,7 +141,9 @@ void UpstreamPool::give_back(std::unique_ptr<UpstreamConnection> conn) {
     conn->stream.expires_never_on_one_thread();
   }
   std::lock_guard lock(mu_);
-  if (idle_.size() < config_.max_idle_connections) idle_.push_back(std::move(conn));
+  if (idle_.size() >= config_.max_idle_connections) return;
+  if (conn->stream.tls() == nullptr) watch_idle(*conn);
+  idle_.push_back(std::move(conn));
 }
 
 asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>

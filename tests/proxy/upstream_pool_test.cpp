@@ -50,6 +50,28 @@ TEST_P(UpstreamPool, AConnectionTheUpstreamClosedWhileIdleIsNotReused) {
   EXPECT_EQ(world.upstream_connections(), 3);
 }
 
+// An idle connection on which the upstream sends an answer nobody asked for is not
+// reused: had it carried the next request, that request would have been given the
+// stray 200 for its own answer. The request after waits until the bytes came.
+TEST_P(UpstreamPool, AConnectionTheUpstreamSpokeOnWhileIdleIsNotReused) {
+  int answered = 0;
+  world.answer = [&answered](const StringRequest&) {
+    UpstreamAnswer a;
+    a.body = R"({"id":)" + std::to_string(++answered) + "}";
+    if (answered == 1) a.unasked = "HTTP/1.1 200 X\r\nContent-Length: 9\r\n\r\n{\"id\":99}";
+    return a;
+  };
+  auto requests = three();
+  requests[1].start_after = std::chrono::milliseconds(150);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto reply = world.send(GetParam(), requests[i]);
+    EXPECT_EQ(reply.status, 201) << requests[i].method << " " << requests[i].path;
+    EXPECT_EQ(reply.body, R"({"id":)" + std::to_string(i + 1) + "}");
+  }
+  EXPECT_EQ(world.executions(), 3);
+  EXPECT_EQ(world.upstream_connections(), 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(BothCodecs, UpstreamPool, ::testing::Values(Codec::http1, Codec::http2),
                          [](const auto& info) { return to_string(info.param); });
 

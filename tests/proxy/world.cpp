@@ -187,6 +187,12 @@ asio::awaitable<void> World::serve_upstream(tcp::socket socket) {
     }
     auto [wec, w] = co_await asio::async_write(socket, asio::buffer(out), use_nothrow);
     if (wec || a.close_after) co_return;
+    if (!a.unasked.empty()) {
+      asio::steady_timer later(io, std::chrono::milliseconds(20));
+      co_await later.async_wait(use_nothrow);
+      auto [uec, u] = co_await asio::async_write(socket, asio::buffer(a.unasked), use_nothrow);
+      if (uec) co_return;
+    }
   }
 }
 
