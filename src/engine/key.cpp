@@ -38,37 +38,40 @@ std::variant<std::string, KeyError> parse_sf_string(std::string_view v) {
   return KeyError{"the key string has no closing quote"};
 }
 
-}  // namespace
-
-std::variant<std::string, KeyError> parse_key(std::string_view value) {
-  std::variant<std::string, KeyError> parsed;
-  if (!value.empty() && value.front() == '"') {
-    parsed = parse_sf_string(value);
-  } else {
-    // A bare key (as many clients send a UUID, unquoted) is kept as it is, but for
-    // what can only be structure: a comma separates List or Dictionary members, a
-    // leading parenthesis opens an Inner List, and a quote inside one is a member's
-    // string value (`k="v"`).
-    for (char c : value) {
-      if (!printable(c)) return KeyError{"the key must be printable ASCII"};
-    }
-    if (value.find_first_of(",\"") != std::string_view::npos ||
-        (!value.empty() && value.front() == '(')) {
-      return KeyError{kNotAnItem};
-    }
-    parsed = std::string(value);
-  }
-  if (const auto* key = std::get_if<std::string>(&parsed)) {
-    if (auto error = key_rule_error(*key)) return KeyError{std::move(*error)};
-  }
-  return parsed;
-}
-
-std::optional<std::string> key_rule_error(std::string_view key) {
+std::optional<std::string> size_error(std::string_view key) {
   if (key.empty()) return "the key is empty";
   if (key.size() > kMaxKeyLength) {
     return "the key is longer than " + std::to_string(kMaxKeyLength) + " characters";
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<std::string, KeyError> parse_key(std::string_view value) {
+  if (!value.empty() && value.front() == '"') {
+    auto parsed = parse_sf_string(value);
+    if (const auto* key = std::get_if<std::string>(&parsed)) {
+      if (auto error = key_rule_error(*key)) return KeyError{std::move(*error)};
+    }
+    return parsed;
+  }
+  // A bare key (as many clients send a UUID, unquoted) is kept as it is, but for
+  // what can only be structure: a comma separates List or Dictionary members, a
+  // leading parenthesis opens an Inner List, and a quote inside one is a member's
+  // string value (`k="v"`). One walk over it (find_first_of took a memchr a byte).
+  bool structure = !value.empty() && value.front() == '(';
+  for (const char c : value) {
+    if (!printable(c)) return KeyError{"the key must be printable ASCII"};
+    structure = structure || c == ',' || c == '"';
+  }
+  if (structure) return KeyError{kNotAnItem};
+  if (auto error = size_error(value)) return KeyError{std::move(*error)};
+  return std::string(value);
+}
+
+std::optional<std::string> key_rule_error(std::string_view key) {
+  if (auto error = size_error(key)) return error;
   for (const char c : key) {
     if (!printable(c)) return "the key must be printable ASCII";
   }
