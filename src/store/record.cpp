@@ -3,8 +3,17 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <random>
 
 namespace idemproxy::store {
+
+std::uint64_t slot_hash_seed() {
+  static const std::uint64_t drawn = [] {
+    std::random_device device;
+    return std::uint64_t{device()} << 32 | device();
+  }();
+  return drawn;
+}
 
 std::string_view to_string(QuotaCap cap) {
   switch (cap) {

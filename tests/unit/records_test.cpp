@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <unordered_map>
+
 #include "idemproxy/ops/gc.hpp"
 #include "idemproxy/store/memory_store.hpp"
 
@@ -120,4 +123,41 @@ TEST(StoredFields, HeadAndTrailersRoundTripAndTheOldSpellingStillReads) {
       idemproxy::store::decode_headers(idemproxy::store::encode_headers(head), &read_trailers),
       head);
   EXPECT_TRUE(read_trailers.empty());
+}
+
+// A record's id and its slot key hash alike whatever the lengths of scope and key
+// (SlotHash takes bytes eight at a time, so a word straddles scope, '\n' and key in
+// every way), and a slot key is found by id in a map of them. Ids that differ by a
+// byte, a split or a trailing NUL hash apart.
+TEST(SlotHash, AnIdAndItsSlotKeyHashAlikeAndDistinctIdsApart) {
+  const store::SlotHash hash;
+  const store::SlotEqual equal;
+  std::set<std::size_t> seen;
+  int ids = 0;
+  for (std::size_t scope_len = 0; scope_len <= 19; ++scope_len) {
+    for (std::size_t key_len = 1; key_len <= 40; ++key_len) {
+      std::string scope, key;
+      for (std::size_t i = 0; i < scope_len; ++i) scope += static_cast<char>('a' + (i * 7) % 26);
+      for (std::size_t i = 0; i < key_len; ++i) key += static_cast<char>('0' + (i * 5) % 75);
+      const store::RecordId id{scope, key};
+      const std::string slot = store::slot_key(id);
+      ASSERT_EQ(hash(id), hash(std::string_view(slot))) << scope << " / " << key;
+      EXPECT_TRUE(equal(slot, id));
+      seen.insert(hash(id));
+      ++ids;
+    }
+  }
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(ids));
+  // One byte moved across the split, a byte changed, a NUL added: all apart.
+  EXPECT_NE(hash(store::RecordId{"ab", "c"}), hash(store::RecordId{"a", "bc"}));
+  EXPECT_NE(hash(store::RecordId{"", "abcdefgh"}), hash(store::RecordId{"", "abcdefgi"}));
+  EXPECT_NE(hash(std::string_view("a")), hash(std::string_view("a\0", 2)));
+  std::unordered_map<std::string, int, store::SlotHash, store::SlotEqual> slots;
+  slots.emplace(store::slot_key({"tenant-7", "8e03978e-40d5-43e8-bc93-6894a57f9324"}), 7);
+  const auto found =
+      slots.find(store::RecordId{"tenant-7", "8e03978e-40d5-43e8-bc93-6894a57f9324"});
+  ASSERT_NE(found, slots.end());
+  EXPECT_EQ(found->second, 7);
+  EXPECT_EQ(slots.find(store::RecordId{"tenant-7", "8e03978e-40d5-43e8-bc93-6894a57f9325"}),
+            slots.end());
 }
