@@ -34,9 +34,13 @@ def _wait_port(port, proc, what, timeout=10):
 class NodeUpstream:
     """tests/e2e/peers/node_upstream.js under the machine's Node."""
 
-    def __init__(self):
+    def __init__(self, keep_alive_ms=None):
+        env = dict(os.environ)
+        if keep_alive_ms is not None:
+            env["KEEP_ALIVE_MS"] = str(keep_alive_ms)
         self.proc = subprocess.Popen(["node", os.path.join(HERE, "peers", "node_upstream.js")],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=env)
         line = self.proc.stdout.readline()
         if not line.startswith("listening "):
             raise RuntimeError("node upstream did not start: %r" % line)

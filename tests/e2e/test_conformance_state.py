@@ -12,8 +12,9 @@ import pytest
 
 from conformance_peers import (ORDERS, dechunk, final_answer, keyed_post, nginx, node,  # noqa: F401
                                pyserver, status_of)
-from harness import BINARY, SHORT_STATEMENTS, post_in_background, raw_exchange, wait_for
-from peers import curl, node_fetch, urllib_post
+from harness import (BINARY, SHORT_STATEMENTS, post_in_background, raw_exchange, request,
+                     wait_for)
+from peers import NodeUpstream, curl, node_fetch, urllib_post
 
 
 # Defect 5: a live claim is never taken over. ttl 2s with a 4 s upstream: a retry at
@@ -180,3 +181,29 @@ def test_expect_100_continue_by_client_version(make_proxy, node, version, interi
     assert raw.startswith(b"HTTP/1.1 100 Continue\r\n\r\n") == interim, raw[:80]
     assert final_answer(raw)[0] == 201
     assert node.executions(key) == 1
+
+
+# RFC 9112 9.3 and 9.6: a server may close an idle persistent connection at any time,
+# and a client that reuses one must not send into a close it could have seen. Node
+# closes its idle keep-alive connections after keepAliveTimeout (200 ms here; Node 20
+# adds 1 s), with no Connection: close in the answer before: each request after the
+# pause goes on a new connection, never into the closed one (the proxy watches its
+# pooled connections), keyed or passed through, from an HTTP/1.1 and an HTTP/2 client.
+# Fails with a 502 ("end of stream") when the watch's verdict is ignored.
+@pytest.mark.parametrize("http2", [False, True])
+def test_an_upstream_that_closes_idle_connections_costs_no_request(make_proxy, http2):
+    upstream = NodeUpstream(keep_alive_ms=200)
+    try:
+        proxy = make_proxy(upstream_url=upstream.url, routes=ORDERS)
+        for _ in range(3):
+            key = "idle-%s" % uuid.uuid4().hex
+            h = {"Idempotency-Key": key, "Content-Type": "application/json"}
+            r = request(proxy.port, "POST", "/v1/orders", "{}", h, http2=http2)
+            assert r.status == 201, r.body
+            assert upstream.executions(key) == 1
+            r = request(proxy.port, "POST", "/plain", "{}", {"Content-Type": "application/json"},
+                        http2=http2)
+            assert r.status == 201, r.body
+            time.sleep(1.5)  # past keepAliveTimeout and its buffer: Node closes both connections
+    finally:
+        upstream.close()

@@ -77,7 +77,8 @@ const server = http.createServer((req, res) => {
     if (delay > 0) setTimeout(send, delay); else send();
   });
 });
-server.keepAliveTimeout = 60000;
+// KEEP_ALIVE_MS: how long an idle keep-alive connection stays open before Node closes it.
+server.keepAliveTimeout = Number(process.env.KEEP_ALIVE_MS || 60000);
 server.listen(0, '127.0.0.1', () => {
   console.log('listening ' + server.address().port);
 });
