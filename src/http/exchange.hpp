@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "http/beast.hpp"
+#include "http/extra_fields.hpp"
 #include "http/settings.hpp"
 #include "idemproxy/common/once_string.hpp"
 #include "idemproxy/ops/metrics.hpp"
@@ -77,12 +78,6 @@ struct PreparedAnswer {
   /// its own lays it out there at its first replay of the answer, and gathers it at
   /// the next (the HTTP/1.1 codec's head). Null: nothing is kept.
   const OnceString* codec_form = nullptr;
-};
-
-/// A field the proxy adds to a prepared answer per request (X-Request-Id, Link).
-struct ExtraField {
-  std::string_view name;  // as HTTP/1.1 writes it; the HTTP/2 codec lower-cases it
-  std::string_view value;
 };
 
 /// Kept by a connection from one request to the next: strings that outgrow

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "http/beast.hpp"
+#include "http/extra_fields.hpp"
 
 namespace idemproxy::http {
 
@@ -19,10 +20,11 @@ inline void append_field(HeadBytes& out, std::string_view name, std::string_view
 }
 
 /// A message head as Beast's serializer writes it: start line, fields in order, and
-/// the blank line. (Beast's serializer machinery cost about 4% of the proxy's CPU per
-/// fresh key: docs/PERFORMANCE.md.)
+/// the blank line; `added` after the head's own fields. (Beast's serializer machinery
+/// cost about 4% of the proxy's CPU per fresh key: docs/PERFORMANCE.md.)
 template <bool isRequest>
-HeadBytes serialize_head(const bhttp::header<isRequest, Fields>& h) {
+HeadBytes serialize_head(const bhttp::header<isRequest, Fields>& h,
+                         const ExtraFields* added = nullptr) {
   HeadBytes out(h.get_allocator());
   out.reserve(Arena::kLargest - 1);  // with its terminator, the arena's largest block
   const auto version = [&] {
@@ -49,6 +51,9 @@ HeadBytes serialize_head(const bhttp::header<isRequest, Fields>& h) {
   }
   out += "\r\n";
   for (const auto& f : h) append_field(out, f.name_string(), f.value());
+  if (added != nullptr) {
+    for (const auto& f : *added) append_field(out, f.name, f.value);
+  }
   out += "\r\n";
   return out;
 }

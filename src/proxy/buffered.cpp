@@ -23,8 +23,8 @@ ProxyError failed_after_sending(const upstream::UpstreamCall& call, const beast:
 }
 
 asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, StringRequest& request,
-                                             bool te_trailers, Exchange* interim_to,
-                                             Exchange::TimePoint until) {
+                                             const ExtraFields& extra, bool te_trailers,
+                                             Exchange* interim_to, Exchange::TimePoint until) {
   UpstreamHead out;
   const FieldsAllocator heap;
   auto [oec, call] = co_await upstream.open_call(heap);
@@ -35,7 +35,7 @@ asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, Strin
   }
   const std::string_view body = request.body();
   const upstream::RequestFraming framing{!body.empty(), te_trailers};
-  auto wec = co_await call->send_head(request.base(), framing, until);
+  auto wec = co_await call->send_head(request.base(), extra, framing, until);
   if (!wec && framing.body) wec = co_await call->send_body(body, true, until);
   if (wec) {
     out.error = upstream_error(ProblemKind::upstream_unreachable,
@@ -58,11 +58,13 @@ asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, Strin
 }
 
 asio::awaitable<UpstreamAnswer> round_trip(upstream::Upstream& upstream, StringRequest& request,
-                                           bool te_trailers, Exchange* interim_to, Duration timeout,
+                                           const ExtraFields& extra, bool te_trailers,
+                                           Exchange* interim_to, Duration timeout,
                                            std::uint64_t max_answer) {
   UpstreamAnswer out;
   const auto until = std::chrono::steady_clock::now() + timeout;  // bounds the whole exchange
-  UpstreamHead started = co_await start_exchange(upstream, request, te_trailers, interim_to, until);
+  UpstreamHead started =
+      co_await start_exchange(upstream, request, extra, te_trailers, interim_to, until);
   out.sent = started.sent;
   if (started.error) {
     out.error = std::move(started.error);

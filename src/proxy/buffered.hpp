@@ -36,17 +36,18 @@ struct UpstreamHead {
   upstream::UpstreamCallPtr call;
 };
 
-/// Sends a whole request and reads the answer's heads by `until`, interim ones to
-/// `interim_to` (null: dropped). The body is left to the caller (call->read_body).
+/// Sends a whole request, with the fields the proxy added (`extra`), and reads the
+/// answer's heads by `until`, interim ones to `interim_to` (null: dropped). The body
+/// is left to the caller (call->read_body).
 asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, StringRequest& request,
-                                             bool te_trailers, Exchange* interim_to,
-                                             Exchange::TimePoint until);
+                                             const ExtraFields& extra, bool te_trailers,
+                                             Exchange* interim_to, Exchange::TimePoint until);
 
 /// What an upstream failure after the request was sent means: a timeout, a failure
 /// that may have acted, or a refusal that did not (the call says which).
 ProxyError failed_after_sending(const upstream::UpstreamCall& call, const beast::error_code& ec);
 
-/// Sends a whole request and reads the whole answer, by `timeout` in all; a body
+/// Sends a whole request with `extra` and reads the whole answer, by `timeout` in all; a body
 /// larger than `max_answer` stops being read and comes back as `oversized`. Interim
 /// answers go to `interim_to` (null: dropped). `te_trailers`: the client sent
 /// `te: trailers`. A stale pooled connection that fails before the request is written
@@ -54,7 +55,8 @@ ProxyError failed_after_sending(const upstream::UpstreamCall& call, const beast:
 /// unprocessed (the calls do that); nothing is retried once the request may have
 /// been processed.
 asio::awaitable<UpstreamAnswer> round_trip(upstream::Upstream& upstream, StringRequest& request,
-                                           bool te_trailers, Exchange* interim_to, Duration timeout,
+                                           const ExtraFields& extra, bool te_trailers,
+                                           Exchange* interim_to, Duration timeout,
                                            std::uint64_t max_answer);
 
 }  // namespace idemproxy::proxy

@@ -61,6 +61,10 @@ struct RequestContext {
   /// The client sent `te: trailers` (prepare_forward found it; the upstream's codec
   /// decides what goes on).
   bool te_trailers = false;
+  /// The fields the proxy adds to the request it forwards (X-Forwarded-*, its
+  /// framing, its ids), sent after the head's own (prepare_forward, frame_request,
+  /// start_upstream_span): a request forwarded again finds them here.
+  ExtraFields to_upstream;
   std::chrono::steady_clock::time_point started;
   trace::Span span;  // the request's server span (proxy/spans.hpp); null without tracing
   /// What the head needs of the ids above before it goes upstream: decided by the route

@@ -161,12 +161,15 @@ asio::awaitable<Step> execute(Flow& f) {
   // (engine::LeaseSchedule).
   auto heartbeat =
       std::make_optional<engine::LeaseSchedule::Hold>(rt.leases, claim.id, token, route.lease);
-  if (route.forward_fencing_token) f.req.set(kFencingTokenHeader, std::to_string(token));
+  if (route.forward_fencing_token) {
+    ctx.to_upstream.erase(kFencingTokenHeader);  // a takeover forwards again, with its own
+    ctx.to_upstream.add_copy(kFencingTokenHeader, std::to_string(token));
+  }
   const auto head_by = t0 + upstream_timeout(ctx, f.req);
   trace::Span up = start_upstream_span(ctx, f.req.base());
   permit.mark_sent();
-  UpstreamHead started =
-      co_await start_exchange(rt.upstream, f.req, ctx.te_trailers, &ctx.ex, head_by);
+  UpstreamHead started = co_await start_exchange(rt.upstream, f.req, ctx.to_upstream,
+                                                 ctx.te_trailers, &ctx.ex, head_by);
   const double upstream_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   rt.metrics.observe_upstream(upstream_seconds);
   ctx.upstream_ms = upstream_seconds * 1000;

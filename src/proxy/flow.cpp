@@ -223,8 +223,9 @@ asio::awaitable<Step> forward_unprotected(Flow& f) {
   RequestContext& ctx = f.ctx;
   const Duration timeout = upstream_timeout(ctx, f.req);
   trace::Span up = start_upstream_span(ctx, f.req.base());
-  UpstreamAnswer ex = co_await round_trip(ctx.rt.upstream, f.req, ctx.te_trailers, &ctx.ex, timeout,
-                                          ctx.settings.config.upstream.max_response_size);
+  UpstreamAnswer ex =
+      co_await round_trip(ctx.rt.upstream, f.req, ctx.to_upstream, ctx.te_trailers, &ctx.ex,
+                          timeout, ctx.settings.config.upstream.max_response_size);
   if (ex.error) {
     up.set_error("upstream failed");
     ctx.fail(*ex.error, Outcome::upstream_error);

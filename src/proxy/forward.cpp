@@ -1,5 +1,7 @@
 #include "proxy/forward.hpp"
 
+#include <array>
+#include <charconv>
 #include <chrono>
 #include <optional>
 #include <string_view>
@@ -7,7 +9,8 @@
 #include "http/fields.hpp"
 
 namespace idemproxy::proxy {
-bool prepare_forward(RequestHeader& req, const Peer& peer, const config::UpstreamConfig& upstream) {
+bool prepare_forward(RequestHeader& req, ExtraFields& extra, const Peer& peer,
+                     const config::UpstreamConfig& upstream) {
   Fields& fields = req;
   // te is hop-by-hop (RFC 9110 10.1.4), but "te: trailers" is how a client says it
   // takes trailers, which a gRPC server requires: what the client said is handed to
@@ -38,26 +41,27 @@ bool prepare_forward(RequestHeader& req, const Peer& peer, const config::Upstrea
     }
   }
   if (expect) fields.erase(bhttp::field::expect);  // 100-continue is answered by the proxy
+  // What goes with the head is added beside it (ExtraFields), not into its tree.
   if (forwarded_for) {
     std::string xff = joined_values(fields, "X-Forwarded-For");
     xff += (xff.empty() ? "" : ", ") + peer.ip;
     fields.erase("X-Forwarded-For");
-    fields.insert("X-Forwarded-For", xff);
+    extra.add_copy("X-Forwarded-For", xff);
   } else {
-    fields.insert("X-Forwarded-For", peer.ip);
+    extra.add("X-Forwarded-For", peer.ip);
   }
-  if (!forwarded_proto) fields.insert("X-Forwarded-Proto", peer.secure ? "https" : "http");
-  // Fields inserted stay where they are: `host` still views its value.
-  if (host && !forwarded_host) fields.insert("X-Forwarded-Host", *host);
+  if (!forwarded_proto) extra.add("X-Forwarded-Proto", peer.secure ? "https" : "http");
+  // The Host field stays in the head: `host` still views its value.
+  if (host && !forwarded_host) extra.add("X-Forwarded-Host", *host);
   // RFC 9112 3.2: every HTTP/1.1 request carries Host; an HTTP/1.0 client's may lack
   // it, and the upstream then gets its own authority.
-  if (!host) fields.insert(bhttp::field::host, upstream.host + ":" + upstream.port);
+  if (!host) extra.add_copy("Host", upstream.host + ":" + upstream.port);
   if (!upstream.base_path.empty()) req.target(upstream.base_path + std::string(req.target()));
   req.version(11);  // keep-alive by default: Connection was removed above
   return te_trailers;
 }
 
-void frame_request(RequestHeader& head, const Exchange& from) {
+void frame_request(RequestHeader& head, ExtraFields& extra, const Exchange& from) {
   std::string codings;  // transfer codings other than chunked, in order
   // One walk that reads and erases the sender's framing fields, where a search of the
   // field tree per name cost more than the walk.
@@ -75,10 +79,15 @@ void frame_request(RequestHeader& head, const Exchange& from) {
     it = head.erase(it);
   }
   if (const auto length = from.content_length()) {
-    head.insert(bhttp::field::content_length, std::to_string(*length));
+    std::array<char, 20> digits{};  // 2^64 - 1 has 20
+    const auto end = std::to_chars(digits.begin(), digits.end(), *length).ptr;
+    extra.add_copy("Content-Length", std::string_view(digits.data(), end - digits.begin()));
   } else if (from.has_body()) {
-    head.insert(bhttp::field::transfer_encoding,
-                codings.empty() ? "chunked" : codings + ", chunked");
+    if (codings.empty()) {
+      extra.add("Transfer-Encoding", "chunked");
+    } else {
+      extra.add_copy("Transfer-Encoding", codings + ", chunked");
+    }
   }
 }
 

@@ -17,15 +17,19 @@ namespace idemproxy::proxy {
 /// appended, X-Forwarded-Proto (https when the peer came over TLS) and -Host set when
 /// absent. Host is kept as sent, or set to the upstream's authority when the client
 /// sent none. te goes too; the return value says whether the client sent
-/// `te: trailers`, for the upstream's codec to decide on (upstream/call.hpp).
-bool prepare_forward(RequestHeader& req, const Peer& peer, const config::UpstreamConfig& upstream);
+/// `te: trailers`, for the upstream's codec to decide on (upstream/call.hpp). The
+/// fields added go in `extra`, to be sent after the head's (upstream/call.hpp);
+/// `peer` and the head's Host must outlive the send.
+bool prepare_forward(RequestHeader& req, ExtraFields& extra, const Peer& peer,
+                     const config::UpstreamConfig& upstream);
 
 /// Sets the framing fields of a request the proxy forwards from what the codec read,
 /// never from the sender's text (RFC 9112 6.3: a message's framing is the receiver's
 /// reading of it; a proxy that copied it would pass on "Content-Length: 2, 2"): one
 /// Content-Length when the length is declared, chunked otherwise (RFC 9112 7.1), with
-/// the transfer codings before chunked kept; none for a request without a body.
-void frame_request(RequestHeader& head, const Exchange& from);
+/// the transfer codings before chunked kept; none for a request without a body. The
+/// sender's framing fields are erased from `head`, the proxy's go in `extra`.
+void frame_request(RequestHeader& head, ExtraFields& extra, const Exchange& from);
 
 std::vector<Header> to_headers(const Fields& fields);
 

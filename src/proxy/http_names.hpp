@@ -21,6 +21,7 @@ using http::BodyPiece;
 using http::Chunk;
 using http::Exchange;
 using http::ExtraField;
+using http::ExtraFields;
 using http::Fields;
 using http::FieldsAllocator;
 using http::Framing;

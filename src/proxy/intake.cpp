@@ -121,7 +121,8 @@ asio::awaitable<Step> body_phase(Flow& f) {
 namespace {
 asio::awaitable<Step> forward_as_read(Flow& f, Outcome outcome) {
   RequestContext& ctx = f.ctx;
-  ctx.te_trailers = prepare_forward(f.req, ctx.ex.peer(), ctx.settings.config.upstream);
+  ctx.te_trailers =
+      prepare_forward(f.req, ctx.to_upstream, ctx.ex.peer(), ctx.settings.config.upstream);
   f.req.prepare_payload();
   f.decision.outcome = outcome;
   return forward_unprotected(f);
@@ -212,7 +213,7 @@ PhaseStep fingerprint_phase(Flow& f) {
   ctx.key = &f.claim->id.key;  // moved there with the rest of the id
   if (f.hit && f.hit->fingerprint == f.claim->fingerprint) return replay_cached(f);
   f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
-  ctx.te_trailers = prepare_forward(f.req, ctx.ex.peer(), cfg.upstream);
+  ctx.te_trailers = prepare_forward(f.req, ctx.to_upstream, ctx.ex.peer(), cfg.upstream);
   f.req.prepare_payload();
   return Step::next;
 }

@@ -46,8 +46,8 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
   ctx.ex.body_limit(cfg.server.max_stream_body);
   auto& req = ctx.ex.head();
   const bool is_head = req.method() == bhttp::verb::head;
-  const bool te_trailers = prepare_forward(req, ctx.ex.peer(), cfg.upstream);
-  frame_request(req, ctx.ex);
+  const bool te_trailers = prepare_forward(req, ctx.to_upstream, ctx.ex.peer(), cfg.upstream);
+  frame_request(req, ctx.to_upstream, ctx.ex);
 
   const auto upstream_started = std::chrono::steady_clock::now();
   trace::Span up = start_upstream_span(ctx, req);
@@ -66,8 +66,9 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
       !ctx.ex.has_body() || ctx.ex.body_done()
           ? std::nullopt
           : std::optional{std::chrono::steady_clock::now() + cfg.server.body_timeout};
-  const auto sent = co_await send_request(*call, req, ctx.ex, te_trailers, cfg.upstream.timeout,
-                                          body_deadline, read_error, write_error);
+  const auto sent =
+      co_await send_request(*call, req, ctx.to_upstream, ctx.ex, te_trailers, cfg.upstream.timeout,
+                            body_deadline, read_error, write_error);
   if (sent == RelayError::read) {
     // The client went away mid-body, sent it too slowly, or broke its framing: the
     // upstream connection holds part of a request and is closed with this one.

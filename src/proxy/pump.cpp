@@ -13,7 +13,8 @@ Exchange::TimePoint from_now(Duration timeout) {
 }  // namespace
 
 asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHeader& head,
-                                         Exchange& from, bool te_trailers, Duration timeout,
+                                         const ExtraFields& extra, Exchange& from, bool te_trailers,
+                                         Duration timeout,
                                          std::optional<Exchange::TimePoint> deadline,
                                          BodyPiece::Error& read_error,
                                          beast::error_code& write_error) {
@@ -24,7 +25,7 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
   // some, http/exchange.cpp says which.)
   const auto head_by = from_now(timeout);
-  if (auto ec = co_await call.send_head(head, framing, head_by)) {
+  if (auto ec = co_await call.send_head(head, extra, framing, head_by)) {
     write_error = ec;
     co_return RelayError::write;
   }

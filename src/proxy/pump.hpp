@@ -17,13 +17,15 @@ namespace idemproxy::proxy {
 /// Where a relay stopped: reading from its source or writing to its sink.
 enum class RelayError { none, read, write };
 
-/// Sends `head` (prepared and framed for forwarding) to `call`, then the client's
+/// Sends `head` (prepared and framed for forwarding) with the fields the proxy added
+/// (`extra`) to `call`, then the client's
 /// body as `from` delivers it. Reads wait at most `deadline` (server.body_timeout) in
 /// all; each write, or wait for the upstream's window, at most `timeout`. The client's
 /// trailer fields are never relayed (RFC 9110 6.5.1). `read_error` says why reading
 /// stopped, `write_error` why writing did. `te_trailers`: the client sent `te: trailers`.
 asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHeader& head,
-                                         Exchange& from, bool te_trailers, Duration timeout,
+                                         const ExtraFields& extra, Exchange& from, bool te_trailers,
+                                         Duration timeout,
                                          std::optional<Exchange::TimePoint> deadline,
                                          BodyPiece::Error& read_error,
                                          beast::error_code& write_error);

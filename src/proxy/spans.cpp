@@ -47,20 +47,21 @@ void name_request_span(RequestContext& ctx) {
 }
 
 namespace {
-// The ids the route phase decided (RequestContext::Stamp) into the forwarded head,
-// once: a second forward of the same head finds them there.
+// The ids the route phase decided (RequestContext::Stamp) into the forwarded request,
+// once: the client's fields of those names out of its head, ours into the fields
+// added (ctx.to_upstream), where a second forward of the same request finds them.
 void stamp_ids(RequestContext& ctx, RequestHeader& forwarded) {
   auto& stamp = ctx.stamp;
   if (stamp.request_id) {
     if (stamp.request_ids > 0) forwarded.erase("X-Request-Id");
-    forwarded.insert("X-Request-Id", ctx.request_id);
+    ctx.to_upstream.add("X-Request-Id", ctx.request_id);
     stamp.request_id = false;
   }
   if (stamp.started) {
     if (stamp.traceparents > 0) forwarded.erase("traceparent");
     if (stamp.tracestate) forwarded.erase("tracestate");
-    forwarded.insert("traceparent",
-                     std::string_view(stamp.traceparent.data(), stamp.traceparent.size()));
+    ctx.to_upstream.add("traceparent",
+                        std::string_view(stamp.traceparent.data(), stamp.traceparent.size()));
     stamp.started = false;
   }
 }
@@ -70,9 +71,12 @@ trace::Span start_upstream_span(RequestContext& ctx, RequestHeader& forwarded) {
   stamp_ids(ctx, forwarded);
   trace::Span up = ctx.span.child(trace::kSpanUpstream, trace::SpanKind::client);
   if (up.context().valid()) {
+    // The upstream span is the parent the upstream sees, in place of the client's.
     trace::TraceParentText text;
     trace::write_traceparent(up.context(), text);
-    forwarded.set("traceparent", std::string_view(text.data(), text.size()));
+    forwarded.erase("traceparent");
+    ctx.to_upstream.erase("traceparent");
+    ctx.to_upstream.add_copy("traceparent", std::string_view(text.data(), text.size()));
   }
   return up;
 }

@@ -19,10 +19,11 @@ struct RequestContext;
 void start_request_span(RequestContext& ctx, bool given);
 /// Names the span by its route, once the request is routed ("POST /v1/orders").
 void name_request_span(RequestContext& ctx);
-/// The upstream exchange's client span. `forwarded` first gets the request's ids as the
-/// route phase decided (RequestContext::Stamp: X-Request-Id, a started trace's
-/// traceparent), then a traceparent whose parent is that span (Trace Context 3.2), so
-/// the upstream's spans nest under it. Every forward calls it, once.
+/// The upstream exchange's client span. The forwarded request first gets the request's
+/// ids as the route phase decided (RequestContext::Stamp: X-Request-Id, a started
+/// trace's traceparent), then a traceparent whose parent is that span (Trace Context
+/// 3.2), so the upstream's spans nest under it: the client's fields of those names
+/// leave `forwarded`, ours go in ctx.to_upstream. Every forward calls it, once.
 trace::Span start_upstream_span(RequestContext& ctx, RequestHeader& forwarded);
 /// The record keeps the executing span's ids beside its trace id, for replays to link to.
 void keep_span_ids(const RequestContext& ctx, store::StoredResponse& answer);

@@ -45,11 +45,14 @@ class UpstreamCall {
   virtual void destroy() noexcept = 0;
 
   // ---- The request.
-  /// Sends `head`, prepared for forwarding (its framing fields set from what the
-  /// proxy read: proxy/forward.hpp). The head may wait to go out with the first body
-  /// bytes. Connection-specific fields are the codec's to drop.
-  virtual asio::awaitable<beast::error_code> send_head(RequestHeader& head, RequestFraming framing,
-                                                       TimePoint until) = 0;
+  /// Sends `head`, prepared for forwarding, with the fields the proxy added to it
+  /// (`extra`, after the head's own: its framing set from what the proxy read, the
+  /// X-Forwarded-* fields, the request's ids: proxy/forward.hpp). The head may wait
+  /// to go out with the first body bytes. Connection-specific fields are the codec's
+  /// to drop.
+  virtual asio::awaitable<beast::error_code> send_head(RequestHeader& head,
+                                                       const ExtraFields& extra,
+                                                       RequestFraming framing, TimePoint until) = 0;
   /// More of the request body; `last` ends it. `data` must stay valid until this
   /// returns. An error: the upstream cannot take it (gone, or its window stayed shut
   /// until `until`). A request's trailer fields are never relayed (RFC 9110 6.5.1).

@@ -20,22 +20,26 @@ ssize_t body_source_cb(nghttp2_session*, std::int32_t id, std::uint8_t* buf, std
 // RFC 9113 §8.3.1: the request line and Host become pseudo-header fields; §8.2.2:
 // connection-specific fields are not sent, and te only as "trailers", exactly when
 // the client said it takes them (`te_trailers`, the proxy's reading of its request).
+// The fields the proxy added (`extra`) follow the head's own, by the same rules.
 // The list keeps its memory from one request on this call to the next.
-void request_fields(const RequestHeader& req, bool tls, bool te_trailers,
+void request_fields(const RequestHeader& req, const ExtraFields& extra, bool tls, bool te_trailers,
                     codec::http2::NvList& out) {
   out.clear();
   out.add(":method", req.method_string());
   out.add(":scheme", tls ? "https" : "http");
-  out.add(":authority", req[bhttp::field::host]);
+  const std::string_view* added_host = extra.find("Host");
+  out.add(":authority",
+          added_host != nullptr ? *added_host : std::string_view(req[bhttp::field::host]));
   out.add(":path", req.target());
   const auto connection = req[bhttp::field::connection];
-  for (const auto& f : req) {
-    const auto name = f.name_string();
+  const auto add = [&](std::string_view name, std::string_view value) {
     if (connection_specific(name, connection) || beast::iequals(name, "host") ||
         beast::iequals(name, "te"))
-      continue;
-    out.add(name, f.value());  // lower-cased by the list (RFC 9113 §8.2.1)
-  }
+      return;
+    out.add(name, value);  // lower-cased by the list (RFC 9113 §8.2.1)
+  };
+  for (const auto& f : req) add(f.name_string(), f.value());
+  for (const auto& f : extra) add(f.name, f.value);
   if (te_trailers) out.add("te", "trailers");
 }
 
@@ -209,8 +213,9 @@ asio::awaitable<Taken> StreamCall::take(std::chrono::steady_clock::time_point un
 }
 
 asio::awaitable<beast::error_code> StreamCall::send_head(RequestHeader& head,
+                                                         const ExtraFields& extra,
                                                          RequestFraming framing, TimePoint) {
-  request_fields(head, registry_->tls != nullptr, framing.te_trailers, request_.fields);
+  request_fields(head, extra, registry_->tls != nullptr, framing.te_trailers, request_.fields);
   request_.has_body = framing.body;
   co_return co_await start();
 }

@@ -248,8 +248,8 @@ class StreamCall final : public UpstreamCall {
   /// Picks a link with room (or opens one) and waits until it is ready.
   asio::awaitable<beast::error_code> open(std::unique_ptr<http::Stream> established);
 
-  asio::awaitable<beast::error_code> send_head(RequestHeader& head, RequestFraming framing,
-                                               TimePoint until) override;
+  asio::awaitable<beast::error_code> send_head(RequestHeader& head, const ExtraFields& extra,
+                                               RequestFraming framing, TimePoint until) override;
   asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
                                                TimePoint until) override;
   bool answered_early() const override { return answered_early_; }

@@ -51,8 +51,9 @@ void Http1Call::destroy() noexcept {
   typed.deallocate(this, 1);
 }
 
-asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head, RequestFraming framing,
-                                                        TimePoint until) {
+asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head,
+                                                        const ExtraFields& extra,
+                                                        RequestFraming framing, TimePoint until) {
   // te is hop-by-hop (RFC 9110 10.1.4): an HTTP/1.1 upstream never gets it.
   bool te = false, length = false;  // one walk, not a search of the field tree each
   for (const auto& f : head) {
@@ -60,8 +61,9 @@ asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head, Req
     length = length || f.name() == bhttp::field::content_length;
   }
   if (te) head.erase(bhttp::field::te);
+  length = length || extra.find("Content-Length") != nullptr;
   chunked_ = framing.body && !length;
-  head_bytes_.emplace(serialize_head(head));
+  head_bytes_.emplace(serialize_head(head, &extra));
   if (framing.body) co_return beast::error_code{};  // it goes with the first body bytes
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
   // some, exchange.cpp says which.)

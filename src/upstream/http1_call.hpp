@@ -73,8 +73,8 @@ class Http1Call final : public UpstreamCall {
                               std::unique_ptr<UpstreamConnection> conn);
   void destroy() noexcept override;
 
-  asio::awaitable<beast::error_code> send_head(RequestHeader& head, RequestFraming framing,
-                                               TimePoint until) override;
+  asio::awaitable<beast::error_code> send_head(RequestHeader& head, const ExtraFields& extra,
+                                               RequestFraming framing, TimePoint until) override;
   asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
                                                TimePoint until) override;
   asio::awaitable<beast::error_code> read_head(bool head_request,

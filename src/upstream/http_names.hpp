@@ -20,6 +20,7 @@ namespace ssl = boost::asio::ssl;
 using http::ArenaAllocator;
 using http::Chunk;
 using http::connection_specific;
+using http::ExtraFields;
 using http::FieldMark;
 using http::FieldsAllocator;
 using http::Framing;

@@ -9,7 +9,8 @@
 //               ?status=N  ?size=N (a body of N bytes, no content-length)
 //               ?reset_after=N (sends N body bytes, then resets the stream)
 //   the answer: JSON {order, key, protocol, method, path, authority, scheme, body_bytes,
-//               body_sha}, or the bytes asked for; header x-upstream-protocol.
+//               body_sha, raw_headers}, or the bytes asked for; header
+//               x-upstream-protocol.
 // Control:  GET /executions   every request, in order
 //           GET /goaway       every connection gets GOAWAY (its streams complete)
 //           GET /sessions     {sessions, max_concurrent: the most streams one session
@@ -53,6 +54,7 @@ function onRequest(req, res) {
       fencing: req.headers['idempotency-fencing-token'] || null,
       te: req.headers.te || null,
       cookie: req.headers.cookie || null,
+      raw_headers: req.rawHeaders,  // name, value, name, value: every field line as sent
     };
     executions.push(record);
     const delay = Number(url.searchParams.get('delay_ms') || req.headers['x-delay-ms'] || 0);

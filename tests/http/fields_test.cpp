@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "http/extra_fields.hpp"
 #include "idemproxy/engine/engine.hpp"
 
 namespace idemproxy::http {
@@ -70,6 +71,34 @@ TEST(StripHopByHop, AHeadWithoutConnectionLosesOnlyTheConnectionHeaders) {
   strip_hop_by_hop(f);
   const Lines kept = {{"Content-Type", "application/grpc"}, {"X-Request-Id", "r"}};
   EXPECT_EQ(lines(f), kept);
+}
+
+// ExtraFields: added in order, found and erased by name in any case; a copied value
+// stays where it was written, in the object's own bytes or, once they are used, a
+// string of its own, however many follow.
+TEST(ExtraFields, KeepEveryCopiedValueInPlaceAndFindAndEraseByAnyCaseOfTheName) {
+  ExtraFields extra;
+  const std::string peer = "192.0.2.7";
+  extra.add("X-Forwarded-For", peer);
+  std::vector<std::string> copied;
+  for (int i = 0; i < 12; ++i) {
+    std::string value(static_cast<std::size_t>(10 + i * 7), static_cast<char>('a' + i));
+    extra.add_copy("X-Copy", value);
+    copied.push_back(value);
+    value.assign(value.size(), '!');  // the copy does not view the caller's string
+  }
+  std::vector<std::string> seen;
+  for (const auto& f : extra)
+    if (f.name == "X-Copy") seen.emplace_back(f.value);
+  EXPECT_EQ(seen, copied);
+  ASSERT_NE(extra.find("x-forwarded-for"), nullptr);
+  EXPECT_EQ(*extra.find("x-forwarded-for"), "192.0.2.7");
+  EXPECT_EQ(extra.find("X-Forwarded-Host"), nullptr);
+  extra.erase("x-copy");
+  EXPECT_EQ(extra.find("X-Copy"), nullptr);
+  ASSERT_NE(extra.begin(), extra.end());
+  EXPECT_EQ(extra.begin()->name, "X-Forwarded-For");
+  EXPECT_EQ(std::next(extra.begin()), extra.end());
 }
 
 }  // namespace

@@ -82,9 +82,12 @@ asio::awaitable<bool> FakeExchange::send_body(std::string_view data, bool last, 
   co_return true;
 }
 
-asio::awaitable<beast::error_code> FakeCall::send_head(RequestHeader&,
+asio::awaitable<beast::error_code> FakeCall::send_head(RequestHeader& head,
+                                                       const http::ExtraFields& extra,
                                                        upstream::RequestFraming framing,
                                                        TimePoint) {
+  for (const auto& f : head) request_fields.emplace_back(f.name_string(), f.value());
+  for (const auto& f : extra) request_fields.emplace_back(f.name, f.value);
   te_trailers = framing.te_trailers;
   request_ended = !framing.body;
   log_.push_back("upstream got head");

@@ -106,6 +106,8 @@ struct Script {
 struct SentRequest {
   std::string body;
   bool ended = false;
+  /// The head's fields as the codec would write them: its own, then those added.
+  std::vector<std::pair<std::string, std::string>> fields;
 };
 
 class FakeCall final : public upstream::UpstreamCall {
@@ -114,11 +116,11 @@ class FakeCall final : public upstream::UpstreamCall {
       : log_(log), script_(std::move(script)), record_(record) {}
   /// The request as sent is kept in `record`, which outlives the call.
   void destroy() noexcept override {
-    if (record_ != nullptr) *record_ = {request_body, request_ended};
+    if (record_ != nullptr) *record_ = {request_body, request_ended, request_fields};
     delete this;
   }
 
-  asio::awaitable<beast::error_code> send_head(RequestHeader& head,
+  asio::awaitable<beast::error_code> send_head(RequestHeader& head, const http::ExtraFields& extra,
                                                upstream::RequestFraming framing,
                                                TimePoint) override;
   asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
@@ -134,6 +136,7 @@ class FakeCall final : public upstream::UpstreamCall {
   std::string request_body;
   bool request_ended = false;
   bool te_trailers = false;
+  std::vector<std::pair<std::string, std::string>> request_fields;
 
  private:
   Log& log_;

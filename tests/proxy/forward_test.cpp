@@ -26,9 +26,26 @@ config::UpstreamConfig upstream() {
   return u;
 }
 
-std::string joined(const RequestHeader& head, std::string_view name) {
-  return http::joined_values(head, name);
-}
+// What the upstream gets: the head's fields, then those the proxy added beside it.
+struct Forwarded {
+  RequestHeader head;
+  http::ExtraFields extra;
+
+  std::vector<std::string> values(std::string_view name) const {
+    std::vector<std::string> out;
+    for (const auto& f : head)
+      if (same_name(f.name_string(), name)) out.emplace_back(f.value());
+    for (const auto& f : extra)
+      if (same_name(f.name, name)) out.emplace_back(f.value);
+    return out;
+  }
+  std::size_t count(std::string_view name) const { return values(name).size(); }
+  std::string joined(std::string_view name) const {
+    std::string out;
+    for (const auto& v : values(name)) out += (out.empty() ? "" : ", ") + v;
+    return out;
+  }
+};
 
 RequestHeader head_of(const std::vector<std::pair<std::string, std::string>>& fields) {
   RequestHeader head;
@@ -37,31 +54,41 @@ RequestHeader head_of(const std::vector<std::pair<std::string, std::string>>& fi
 }
 
 TEST(PrepareForward, AddsTheForwardedFieldsAClientDidNotSendAndDropsExpect) {
-  RequestHeader head =
-      head_of({{"Host", "shop.example"}, {"Expect", "100-continue"}, {"TE", "trailers"}});
-  EXPECT_TRUE(prepare_forward(head, {"192.0.2.7", "", true}, upstream()));
-  EXPECT_EQ(head.count(bhttp::field::expect), 0U);
-  EXPECT_EQ(head.count(bhttp::field::te), 0U);
-  EXPECT_EQ(joined(head, "X-Forwarded-For"), "192.0.2.7");
-  EXPECT_EQ(joined(head, "X-Forwarded-Proto"), "https");
-  EXPECT_EQ(joined(head, "X-Forwarded-Host"), "shop.example");
-  EXPECT_EQ(joined(head, "Host"), "shop.example");
-  EXPECT_EQ(head.count("X-Forwarded-For"), 1U);
+  Forwarded out{head_of({{"Host", "shop.example"}, {"Expect", "100-continue"}, {"TE", "trailers"}}),
+                {}};
+  const Peer peer{"192.0.2.7", "", true};
+  EXPECT_TRUE(prepare_forward(out.head, out.extra, peer, upstream()));
+  EXPECT_EQ(out.count("Expect"), 0U);
+  EXPECT_EQ(out.count("TE"), 0U);
+  EXPECT_EQ(out.joined("X-Forwarded-For"), "192.0.2.7");
+  EXPECT_EQ(out.joined("X-Forwarded-Proto"), "https");
+  EXPECT_EQ(out.joined("X-Forwarded-Host"), "shop.example");
+  EXPECT_EQ(out.joined("Host"), "shop.example");
+  EXPECT_EQ(out.count("X-Forwarded-For"), 1U);
+  // The head's own fields first, the added ones after, as HTTP/1.1 writes them.
+  out.head.method(bhttp::verb::get);
+  out.head.target("/v1/orders");
+  const http::HeadBytes bytes = http::serialize_head(out.head, &out.extra);
+  EXPECT_EQ(std::string_view(bytes),
+            "GET /v1/orders HTTP/1.1\r\nHost: shop.example\r\nX-Forwarded-For: 192.0.2.7\r\n"
+            "X-Forwarded-Proto: https\r\nX-Forwarded-Host: shop.example\r\n\r\n");
 }
 
 TEST(PrepareForward, ExtendsEveryForwardedForLineAndKeepsWhatTheClientSaidOfProtoAndHost) {
-  RequestHeader head = head_of({{"x-forwarded-for", "203.0.113.1"},
-                                {"X-Forwarded-For", " 203.0.113.2 "},
-                                {"X-FORWARDED-PROTO", "https"},
-                                {"X-Forwarded-Host", "edge.example"}});
-  head.version(10);
-  EXPECT_FALSE(prepare_forward(head, {"192.0.2.7", "", false}, upstream()));
-  EXPECT_EQ(head.count("X-Forwarded-For"), 1U);
-  EXPECT_EQ(joined(head, "X-Forwarded-For"), "203.0.113.1, 203.0.113.2, 192.0.2.7");
-  EXPECT_EQ(joined(head, "X-Forwarded-Proto"), "https");
-  EXPECT_EQ(joined(head, "X-Forwarded-Host"), "edge.example");
-  EXPECT_EQ(joined(head, "Host"), "backend:8080");  // HTTP/1.0 without Host
-  EXPECT_EQ(head.version(), 11);
+  Forwarded out{head_of({{"x-forwarded-for", "203.0.113.1"},
+                         {"X-Forwarded-For", " 203.0.113.2 "},
+                         {"X-FORWARDED-PROTO", "https"},
+                         {"X-Forwarded-Host", "edge.example"}}),
+                {}};
+  out.head.version(10);
+  const Peer peer{"192.0.2.7", "", false};
+  EXPECT_FALSE(prepare_forward(out.head, out.extra, peer, upstream()));
+  EXPECT_EQ(out.count("X-Forwarded-For"), 1U);
+  EXPECT_EQ(out.joined("X-Forwarded-For"), "203.0.113.1, 203.0.113.2, 192.0.2.7");
+  EXPECT_EQ(out.joined("X-Forwarded-Proto"), "https");
+  EXPECT_EQ(out.joined("X-Forwarded-Host"), "edge.example");
+  EXPECT_EQ(out.joined("Host"), "backend:8080");  // HTTP/1.0 without Host
+  EXPECT_EQ(out.head.version(), 11);
 }
 
 // frame_request: the framing forwarded is the codec's reading, never the sender's text
@@ -70,16 +97,17 @@ TEST(FrameRequest, ADeclaredLengthGoesAsOneContentLengthAndNothingElseOfTheSende
   testing::Log log;
   testing::FakeExchange from(log, {"abc"});
   from.request(nullptr, "/v1/orders", {});
-  RequestHeader head = head_of({{"Content-Length", "3, 3"},
-                                {"X-Before", "1"},
-                                {"transfer-encoding", "chunked"},
-                                {"content-length", "3"},
-                                {"X-After", "2"}});
-  frame_request(head, from);
-  EXPECT_EQ(joined(head, "Content-Length"), "3");
-  EXPECT_EQ(head.count(bhttp::field::content_length), 1U);
-  EXPECT_EQ(head.count(bhttp::field::transfer_encoding), 0U);
-  EXPECT_EQ(joined(head, "X-Before") + joined(head, "X-After"), "12");
+  Forwarded out{head_of({{"Content-Length", "3, 3"},
+                         {"X-Before", "1"},
+                         {"transfer-encoding", "chunked"},
+                         {"content-length", "3"},
+                         {"X-After", "2"}}),
+                {}};
+  frame_request(out.head, out.extra, from);
+  EXPECT_EQ(out.joined("Content-Length"), "3");
+  EXPECT_EQ(out.count("Content-Length"), 1U);
+  EXPECT_EQ(out.count("Transfer-Encoding"), 0U);
+  EXPECT_EQ(out.joined("X-Before") + out.joined("X-After"), "12");
 }
 
 TEST(FrameRequest, ABodyOfUnknownLengthGoesChunkedAfterTheSendersOtherCodings) {
@@ -87,14 +115,14 @@ TEST(FrameRequest, ABodyOfUnknownLengthGoesChunkedAfterTheSendersOtherCodings) {
   testing::FakeExchange from(log, {"abc"});
   from.request(nullptr, "/v1/orders", {});
   from.unknown_length();
-  RequestHeader head = head_of({{"Transfer-Encoding", "gzip, chunked"}, {"Content-Length", "5"}});
-  frame_request(head, from);
-  EXPECT_EQ(head.count(bhttp::field::transfer_encoding), 1U);
-  EXPECT_EQ(joined(head, "Transfer-Encoding"), "gzip, chunked");
-  EXPECT_EQ(head.count(bhttp::field::content_length), 0U);
-  RequestHeader plain = head_of({{"Transfer-Encoding", "chunked"}});
-  frame_request(plain, from);
-  EXPECT_EQ(joined(plain, "Transfer-Encoding"), "chunked");
+  Forwarded out{head_of({{"Transfer-Encoding", "gzip, chunked"}, {"Content-Length", "5"}}), {}};
+  frame_request(out.head, out.extra, from);
+  EXPECT_EQ(out.count("Transfer-Encoding"), 1U);
+  EXPECT_EQ(out.joined("Transfer-Encoding"), "gzip, chunked");
+  EXPECT_EQ(out.count("Content-Length"), 0U);
+  Forwarded plain{head_of({{"Transfer-Encoding", "chunked"}}), {}};
+  frame_request(plain.head, plain.extra, from);
+  EXPECT_EQ(plain.joined("Transfer-Encoding"), "chunked");
 }
 
 TimePoint at_seconds(std::int64_t secs) { return TimePoint{std::chrono::seconds{secs}}; }

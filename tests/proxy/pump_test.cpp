@@ -167,7 +167,8 @@ Sent send_up(FakeCall& call, FakeExchange& client, bool te_trailers = false) {
   run([&]() -> asio::awaitable<void> {
     beast::error_code write_error;
     const std::optional<Exchange::TimePoint> no_deadline;
-    out.result = co_await proxy::send_request(call, client.head(), client, te_trailers, 5s,
+    const http::ExtraFields none;
+    out.result = co_await proxy::send_request(call, client.head(), none, client, te_trailers, 5s,
                                               no_deadline, out.read_error, write_error);
   });
   return out;
@@ -219,7 +220,8 @@ proxy::UpstreamAnswer buffered(FakeUpstream& upstream, std::uint64_t max_answer,
     StringRequest request;
     request.method(bhttp::verb::post);
     request.body() = "{}";
-    out = co_await proxy::round_trip(upstream, request, false, interim_to, 5s, max_answer);
+    const http::ExtraFields none;
+    out = co_await proxy::round_trip(upstream, request, none, false, interim_to, 5s, max_answer);
   });
   return out;
 }
