@@ -5,6 +5,7 @@
 #include <boost/container/small_vector.hpp>
 #include <cstddef>
 #include <forward_list>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -50,6 +51,7 @@ class ExtraFields {
     return nullptr;
   }
   bool empty() const { return fields_.empty(); }
+  std::span<const ExtraField> fields() const { return {fields_.data(), fields_.size()}; }
   auto begin() const { return fields_.begin(); }
   auto end() const { return fields_.end(); }
 

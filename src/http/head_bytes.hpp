@@ -1,5 +1,6 @@
 #pragma once
 // A message head as HTTP/1.1 writes it, serialized without Beast's serializer.
+#include <span>
 #include <string>
 
 #include "http/beast.hpp"
@@ -24,7 +25,7 @@ inline void append_field(HeadBytes& out, std::string_view name, std::string_view
 /// cost about 4% of the proxy's CPU per fresh key: docs/PERFORMANCE.md.)
 template <bool isRequest>
 HeadBytes serialize_head(const bhttp::header<isRequest, Fields>& h,
-                         const ExtraFields* added = nullptr) {
+                         std::span<const ExtraField> added = {}) {
   HeadBytes out(h.get_allocator());
   out.reserve(Arena::kLargest - 1);  // with its terminator, the arena's largest block
   const auto version = [&] {
@@ -51,9 +52,7 @@ HeadBytes serialize_head(const bhttp::header<isRequest, Fields>& h,
   }
   out += "\r\n";
   for (const auto& f : h) append_field(out, f.name_string(), f.value());
-  if (added != nullptr) {
-    for (const auto& f : *added) append_field(out, f.name, f.value);
-  }
+  for (const auto& f : added) append_field(out, f.name, f.value);
   out += "\r\n";
   return out;
 }

@@ -63,7 +63,7 @@ asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head,
   if (te) head.erase(bhttp::field::te);
   length = length || extra.find("Content-Length") != nullptr;
   chunked_ = framing.body && !length;
-  head_bytes_.emplace(serialize_head(head, &extra));
+  head_bytes_.emplace(serialize_head(head, extra.fields()));
   if (framing.body) co_return beast::error_code{};  // it goes with the first body bytes
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
   // some, exchange.cpp says which.)

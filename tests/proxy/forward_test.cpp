@@ -68,7 +68,7 @@ TEST(PrepareForward, AddsTheForwardedFieldsAClientDidNotSendAndDropsExpect) {
   // The head's own fields first, the added ones after, as HTTP/1.1 writes them.
   out.head.method(bhttp::verb::get);
   out.head.target("/v1/orders");
-  const http::HeadBytes bytes = http::serialize_head(out.head, &out.extra);
+  const http::HeadBytes bytes = http::serialize_head(out.head, out.extra.fields());
   EXPECT_EQ(std::string_view(bytes),
             "GET /v1/orders HTTP/1.1\r\nHost: shop.example\r\nX-Forwarded-For: 192.0.2.7\r\n"
             "X-Forwarded-Proto: https\r\nX-Forwarded-Host: shop.example\r\n\r\n");

@@ -185,25 +185,31 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
                         framing.kind == Framing::Kind::none;
   head.version(version_ == 10 ? 10 : 11);
   trailers_out_ = framing.trailers && accepts_trailers_ && version_ >= 11 && !bodiless;
+  // The fields this codec decides, the framing and Connection, are written after the
+  // head's own (serialize_head's `added`), and the head's of those names erased in
+  // one walk: setting each in Beast's field tree cost ~400 instructions.
+  std::array<ExtraField, 2> own;
+  std::size_t owned = 0;
+  std::array<char, 24> digits{};
+  std::string codings;  // the transfer codings before chunked, in order
+  bool reframed = false;
   if (!bodiless || (head_request_ && framing.kind == Framing::Kind::length)) {
     if (framing.kind == Framing::Kind::length && !trailers_out_) {
-      head.erase(bhttp::field::transfer_encoding);
-      char digits[24];
-      const auto end = std::to_chars(digits, digits + sizeof digits, framing.length).ptr;
-      head.set(bhttp::field::content_length,
-               std::string_view(digits, static_cast<std::size_t>(end - digits)));
+      reframed = true;
+      const auto end = std::to_chars(digits.data(), digits.data() + digits.size(), framing.length);
+      own[owned++] = {
+          "Content-Length",
+          std::string_view(digits.data(), static_cast<std::size_t>(end.ptr - digits.data()))};
     } else if (!head_request_) {
       // RFC 9112 7.1: a body of unknown length, or one followed by trailers, goes
       // chunked to an HTTP/1.1 client; an HTTP/1.0 client reads until the close. The
       // transfer codings before chunked are kept (the proxy leaves them in the field).
-      head.erase(bhttp::field::content_length);
-      std::string codings;  // the transfer codings before chunked, in order
+      reframed = true;
       for (const auto& coding : bhttp::token_list{head[bhttp::field::transfer_encoding]}) {
         if (beast::iequals(coding, "chunked")) continue;
         if (!codings.empty()) codings += ", ";
         codings += coding;
       }
-      head.erase(bhttp::field::transfer_encoding);
       if (version_ >= 11) {
         chunked_out_ = true;
         if (!codings.empty()) codings += ", ";
@@ -211,17 +217,26 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
       } else {
         keep_ = false;  // an HTTP/1.0 client reads the body until the connection closes
       }
-      if (!codings.empty()) head.set(bhttp::field::transfer_encoding, codings);
+      if (!codings.empty()) own[owned++] = {"Transfer-Encoding", codings};
     }
   }
   // The connection goes on only while the request was read whole: a body left in
   // the socket would be taken for the next request.
   keep_ = keep_ && client_keep_alive_ && body_done() && !facts_.head_error && !service_.draining();
+  for (auto it = head.begin(); it != head.end();) {
+    const auto name = it->name();
+    const bool framing_field =
+        name == bhttp::field::content_length || name == bhttp::field::transfer_encoding;
+    if (name == bhttp::field::connection || (reframed && framing_field)) {
+      it = head.erase(it);
+    } else {
+      ++it;
+    }
+  }
   // RFC 9112 9.3: HTTP/1.1 persists unless told to close; HTTP/1.0 the other way round.
-  head.erase(bhttp::field::connection);
-  if (version_ >= 11 && !keep_) head.set(bhttp::field::connection, "close");
-  if (version_ < 11 && keep_) head.set(bhttp::field::connection, "keep-alive");
-  pending_.emplace(serialize_head(head));
+  if (version_ >= 11 && !keep_) own[owned++] = {"Connection", "close"};
+  if (version_ < 11 && keep_) own[owned++] = {"Connection", "keep-alive"};
+  pending_.emplace(serialize_head(head, std::span<const ExtraField>(own.data(), owned)));
   if (!bodiless) co_return true;
   const auto buffer = asio::buffer(*pending_);
   const bool sent = co_await write(buffer);
