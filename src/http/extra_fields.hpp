@@ -50,7 +50,6 @@ class ExtraFields {
       if (same_name(f.name, name)) return &f.value;
     return nullptr;
   }
-  bool empty() const { return fields_.empty(); }
   std::span<const ExtraField> fields() const { return {fields_.data(), fields_.size()}; }
   auto begin() const { return fields_.begin(); }
   auto end() const { return fields_.end(); }
