@@ -31,6 +31,12 @@ bool prepare_forward(RequestHeader& req, ExtraFields& extra, const Peer& peer,
 /// sender's framing fields are erased from `head`, the proxy's go in `extra`.
 void frame_request(RequestHeader& head, ExtraFields& extra, const Exchange& from);
 
+/// Frames a request whose body was read whole as Beast's prepare_payload does, leaving
+/// alone a head framed so already (one Content-Length, the body's size as written, and
+/// no Transfer-Encoding): nearly every request, where setting the field again cost
+/// about 780 instructions.
+void frame_whole(StringRequest& req);
+
 std::vector<Header> to_headers(const Fields& fields);
 
 /// An IMF-fixdate (RFC 9110 5.6.7), e.g. "Sun, 06 Nov 1994 08:49:37 GMT".

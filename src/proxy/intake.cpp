@@ -123,7 +123,7 @@ asio::awaitable<Step> forward_as_read(Flow& f, Outcome outcome) {
   RequestContext& ctx = f.ctx;
   ctx.te_trailers =
       prepare_forward(f.req, ctx.to_upstream, ctx.ex.peer(), ctx.settings.config.upstream);
-  f.req.prepare_payload();
+  frame_whole(f.req);
   f.decision.outcome = outcome;
   return forward_unprotected(f);
 }
@@ -214,7 +214,7 @@ PhaseStep fingerprint_phase(Flow& f) {
   if (f.hit && f.hit->fingerprint == f.claim->fingerprint) return replay_cached(f);
   f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
   ctx.te_trailers = prepare_forward(f.req, ctx.to_upstream, ctx.ex.peer(), cfg.upstream);
-  f.req.prepare_payload();
+  frame_whole(f.req);
   return Step::next;
 }
 

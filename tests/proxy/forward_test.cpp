@@ -125,6 +125,45 @@ TEST(FrameRequest, ABodyOfUnknownLengthGoesChunkedAfterTheSendersOtherCodings) {
   EXPECT_EQ(plain.joined("Transfer-Encoding"), "chunked");
 }
 
+// frame_whole: a body read whole goes with one Content-Length of its size, as Beast's
+// prepare_payload frames it; a head framed so already is left as it is, in its order.
+std::vector<std::string> lines(const StringRequest& req) {
+  std::vector<std::string> out;
+  for (const auto& f : req)
+    out.push_back(std::string(f.name_string()) + ": " + std::string(f.value()));
+  return out;
+}
+
+StringRequest whole(bhttp::verb method, std::string body,
+                    const std::vector<std::pair<std::string, std::string>>& fields) {
+  StringRequest req;
+  req.method(method);
+  for (const auto& [name, value] : fields) req.insert(name, value);
+  req.body() = std::move(body);
+  return req;
+}
+
+TEST(FrameWhole, AHeadFramedAlreadyIsLeftInItsOrderAndAnyOtherIsFramedByTheBody) {
+  StringRequest framed =
+      whole(bhttp::verb::post, "abc", {{"Content-Length", "3"}, {"X-After", "1"}});
+  frame_whole(framed);
+  EXPECT_EQ(lines(framed), (std::vector<std::string>{"Content-Length: 3", "X-After: 1"}));
+  StringRequest chunked =
+      whole(bhttp::verb::post, "abc", {{"Transfer-Encoding", "chunked"}, {"X-After", "1"}});
+  frame_whole(chunked);
+  EXPECT_EQ(lines(chunked), (std::vector<std::string>{"X-After: 1", "Content-Length: 3"}));
+  StringRequest listed =
+      whole(bhttp::verb::put, "abc", {{"Content-Length", "3, 3"}, {"X-After", "1"}});
+  frame_whole(listed);
+  EXPECT_EQ(lines(listed), (std::vector<std::string>{"X-After: 1", "Content-Length: 3"}));
+  StringRequest empty = whole(bhttp::verb::post, "", {});
+  frame_whole(empty);
+  EXPECT_EQ(lines(empty), (std::vector<std::string>{"Content-Length: 0"}));
+  StringRequest get = whole(bhttp::verb::get, "", {{"X-After", "1"}});
+  frame_whole(get);
+  EXPECT_EQ(lines(get), (std::vector<std::string>{"X-After: 1"}));
+}
+
 TimePoint at_seconds(std::int64_t secs) { return TimePoint{std::chrono::seconds{secs}}; }
 
 TEST(HttpDate, IsTheImfFixdateOfRfc9110) {
