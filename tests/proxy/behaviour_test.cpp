@@ -24,18 +24,6 @@ routes:
   - {name: off, path_prefix: /status, enabled: false}
 )";
 
-Request keyed(std::string key, std::string path = "/v1/orders", std::string body = R"({"a":1})") {
-  return {"POST",
-          std::move(path),
-          {{"Idempotency-Key", std::move(key)}, {"Content-Type", "application/json"}},
-          std::move(body),
-          {}};
-}
-
-std::string problem_type(const Reply& r) {
-  return nlohmann::json::parse(r.body, nullptr, false).value("type", std::string());
-}
-
 class Behaviour : public ::testing::TestWithParam<Codec> {
  protected:
   World world{kConfig};
@@ -45,7 +33,7 @@ class Behaviour : public ::testing::TestWithParam<Codec> {
 TEST_P(Behaviour, AMethodOrRouteNotCoveredIsForwardedUnchanged) {
   const auto get = send({"GET", "/v1/orders/7", {}, "", {}});
   EXPECT_EQ(get.status, 201);
-  const auto off = send(keyed("off-1", "/status"));
+  const auto off = send(json_post("off-1", "/status"));
   EXPECT_EQ(off.status, 201);
   EXPECT_EQ(world.executions(), 2);
   EXPECT_EQ(world.executions("off-1"), 1);
@@ -68,7 +56,7 @@ TEST_P(Behaviour, NoKeyOnARequiredRouteIs400AndNotForwarded) {
 
 TEST_P(Behaviour, UnusableKeysAre400AndNotForwarded) {
   for (const std::string& bad : {std::string(), std::string(256, 'k'), std::string("\"open")}) {
-    const auto r = send(keyed(bad));
+    const auto r = send(json_post(bad));
     EXPECT_EQ(r.status, 400) << bad;
     EXPECT_TRUE(problem_type(r).ends_with("/bad-key")) << r.body;
   }
@@ -76,8 +64,8 @@ TEST_P(Behaviour, UnusableKeysAre400AndNotForwarded) {
 }
 
 TEST_P(Behaviour, TheFirstRequestExecutesOnceAndRetriesReplayItsAnswer) {
-  const auto first = send(keyed("k-1"));
-  const auto again = send(keyed("k-1"));
+  const auto first = send(json_post("k-1"));
+  const auto again = send(json_post("k-1"));
   EXPECT_EQ(first.status, 201);
   EXPECT_EQ(again.status, 201);
   EXPECT_EQ(again.body, first.body);
@@ -90,8 +78,8 @@ TEST_P(Behaviour, TheFirstRequestExecutesOnceAndRetriesReplayItsAnswer) {
 // A replay over HTTP/1.1 gathers the head its codec laid out at the first replay and
 // kept with the cached answer; over HTTP/2 the fields go as they are, nothing kept.
 TEST_P(Behaviour, AReplayOverHttp1GathersTheHeadItsCodecKeptWithTheAnswer) {
-  send(keyed("form-1"));
-  EXPECT_EQ(send(keyed("form-1")).field("Idempotent-Replayed"), "true");
+  send(json_post("form-1"));
+  EXPECT_EQ(send(json_post("form-1")).field("Idempotent-Replayed"), "true");
   const auto entry = world.runtime().coordinator.cached(engine::RoutePolicy{}, {"", "form-1"});
   ASSERT_NE(entry, nullptr);
   const auto form = entry->layout->made.codec_form.get([] { return std::string("none kept"); });
@@ -104,15 +92,15 @@ TEST_P(Behaviour, AReplayOverHttp1GathersTheHeadItsCodecKeptWithTheAnswer) {
 }
 
 TEST_P(Behaviour, TheSameRequestInOtherJsonBytesReplaysToo) {
-  send(keyed("k-json", "/v1/orders", R"({"a":1,"b":2})"));
-  const auto again = send(keyed("k-json", "/v1/orders", R"({ "b": 2, "a": 1 })"));
+  send(json_post("k-json", "/v1/orders", R"({"a":1,"b":2})"));
+  const auto again = send(json_post("k-json", "/v1/orders", R"({ "b": 2, "a": 1 })"));
   EXPECT_EQ(again.field("Idempotent-Replayed"), "true");
   EXPECT_EQ(world.executions("k-json"), 1);
 }
 
 TEST_P(Behaviour, AnotherBodyUnderTheSameKeyIs422) {
-  send(keyed("k-2", "/v1/orders", R"({"a":1})"));
-  const auto other = send(keyed("k-2", "/v1/orders", R"({"a":2})"));
+  send(json_post("k-2", "/v1/orders", R"({"a":1})"));
+  const auto other = send(json_post("k-2", "/v1/orders", R"({"a":2})"));
   EXPECT_EQ(other.status, 422);
   EXPECT_TRUE(problem_type(other).ends_with("/key-mismatch")) << other.body;
   EXPECT_EQ(world.executions("k-2"), 1);
@@ -124,7 +112,7 @@ TEST_P(Behaviour, ASecondRequestWhileTheFirstRunsIs409WithRetryAfter) {
     a.delay = std::chrono::milliseconds{300};
     return a;
   };
-  const auto replies = world.send_all(GetParam(), {keyed("k-3"), keyed("k-3")});
+  const auto replies = world.send_all(GetParam(), {json_post("k-3"), json_post("k-3")});
   const bool first_won = replies[0].status == 201;
   const auto& loser = first_won ? replies[1] : replies[0];
   EXPECT_EQ(loser.status, 409);
@@ -140,7 +128,7 @@ TEST_P(Behaviour, WithOnConcurrentWaitTheSecondGetsTheFirstsAnswer) {
     return a;
   };
   const auto replies =
-      world.send_all(GetParam(), {keyed("k-4", "/v1/waits"), keyed("k-4", "/v1/waits")});
+      world.send_all(GetParam(), {json_post("k-4", "/v1/waits"), json_post("k-4", "/v1/waits")});
   EXPECT_EQ(replies[0].status, 201);
   EXPECT_EQ(replies[1].status, 201);
   EXPECT_EQ(replies[0].body, replies[1].body);
@@ -153,22 +141,22 @@ TEST_P(Behaviour, AnAnswerNotStoredReleasesTheClaimSoARetryExecutesAgain) {
     a.status = 503;
     return a;
   };
-  EXPECT_EQ(send(keyed("k-5")).status, 503);
-  EXPECT_EQ(send(keyed("k-5")).status, 503);
+  EXPECT_EQ(send(json_post("k-5")).status, 503);
+  EXPECT_EQ(send(json_post("k-5")).status, 503);
   EXPECT_EQ(world.executions("k-5"), 2);
 }
 
 TEST_P(Behaviour, AnUnreachableUpstreamIs502AndReleasesTheClaim) {
   world.stop_upstream();
-  const auto r = send(keyed("k-6"));
+  const auto r = send(json_post("k-6"));
   EXPECT_EQ(r.status, 502);
   EXPECT_TRUE(problem_type(r).ends_with("/upstream-unreachable")) << r.body;
-  const auto again = send(keyed("k-6"));
+  const auto again = send(json_post("k-6"));
   EXPECT_EQ(again.status, 502);  // not in flight, not replayed: released
 }
 
 TEST_P(Behaviour, ABodyOverMaxBodyIs413AndNotForwarded) {
-  const auto r = send(keyed("k-7", "/v1/orders", std::string(70 * 1024, 'x')));
+  const auto r = send(json_post("k-7", "/v1/orders", std::string(70 * 1024, 'x')));
   EXPECT_EQ(r.status, 413);
   EXPECT_TRUE(problem_type(r).ends_with("/body-too-large")) << r.body;
   EXPECT_EQ(world.executions(), 0);
@@ -180,7 +168,7 @@ TEST_P(Behaviour, TrailersAreStoredAndReplayedAsTrailers) {
     a.trailers = {{"X-Checksum", "abc"}};
     return a;
   };
-  Request r = keyed("k-8");
+  Request r = json_post("k-8");
   r.fields.emplace_back("TE", "trailers");  // HTTP/1.1 clients take trailers only when they say so
   const auto first = send(r);
   const auto again = send(r);
@@ -247,7 +235,7 @@ routes:
     return nlohmann::json::parse(reply.body, nullptr, false);
   };
   EXPECT_EQ(lookup("acme").value("state", ""), "unknown");
-  Request call = keyed("look-1");
+  Request call = json_post("look-1");
   call.fields.emplace_back("X-Tenant", "acme");
   const Reply first = scoped.send(GetParam(), call);
   ASSERT_EQ(first.status, 201);
@@ -276,7 +264,7 @@ TEST_P(Behaviour, TheUpstreamGetsOneRequestIdOneTraceAndNoClientsFencingToken) {
     return s;
   };
   const auto upstream_got = [&](std::vector<Field> sent) {
-    Request r = keyed("ids-" + std::to_string(world.executions()));
+    Request r = json_post("ids-" + std::to_string(world.executions()));
     for (auto& f : sent) r.fields.emplace_back(spelled(f.first.c_str()), std::move(f.second));
     const Reply reply = send(r);
     EXPECT_EQ(reply.status, 201);

@@ -4,8 +4,6 @@
 // configs share one database.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include "world.hpp"
 
 namespace idemproxy::testing::fingerprint_rules_test {
@@ -38,10 +36,6 @@ Request keyed(std::string key, std::string body, std::string path = "/v1/orders"
 }
 
 bool replayed(const Reply& r) { return r.field("Idempotent-Replayed") == "true"; }
-
-std::string problem_type(const Reply& r) {
-  return nlohmann::json::parse(r.body, nullptr, false).value("type", std::string());
-}
 
 class FingerprintRules : public ::testing::TestWithParam<Codec> {
  protected:

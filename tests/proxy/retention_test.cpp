@@ -4,8 +4,6 @@
 // monotonic clock, which the test cannot move (the coordinator's tests cover it).
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include "proxy/forward.hpp"
 #include "world.hpp"
 
@@ -22,18 +20,6 @@ routes:
   - {name: short, path_prefix: /v1/short, max_ttl: 1h}
   - {name: orders, path_prefix: /v1/orders}
 )";
-
-Request keyed(std::string key, std::string path = "/v1/orders") {
-  return {"POST",
-          std::move(path),
-          {{"Idempotency-Key", std::move(key)}, {"Content-Type", "application/json"}},
-          R"({"a":1})",
-          {}};
-}
-
-std::string problem_type(const Reply& r) {
-  return nlohmann::json::parse(r.body, nullptr, false).value("type", std::string());
-}
 
 class Retention : public ::testing::TestWithParam<Codec> {
  protected:
@@ -56,70 +42,70 @@ class Retention : public ::testing::TestWithParam<Codec> {
 
 TEST_P(Retention, AShorterMaxAgeEndsTheReplaysSoonerAndNeverReachesTheClient) {
   upstream_says("max-age=600");
-  const Reply first = send(keyed("short-1"));
+  const Reply first = send(json_post("short-1"));
   ASSERT_EQ(first.status, 201);
   EXPECT_EQ(first.field("Idempotency-Policy"), "");
   EXPECT_EQ(first.field("Idempotency-Key-Expires"), proxy::http_date(clock.now() + 10min));
   clock.advance(10min - 1s);
-  const Reply replay = send(keyed("short-1"));
+  const Reply replay = send(json_post("short-1"));
   EXPECT_EQ(replay.field("Idempotent-Replayed"), "true");
   EXPECT_EQ(replay.field("Idempotency-Policy"), "");
   EXPECT_EQ(replay.field("Idempotency-Key-Expires"), first.field("Idempotency-Key-Expires"));
   clock.advance(1s);
-  const Reply again = send(keyed("short-1"));  // its own window ended, not the route's hour
+  const Reply again = send(json_post("short-1"));  // its own window ended, not the route's hour
   EXPECT_EQ(again.field("Idempotent-Replayed"), "");
   EXPECT_EQ(world.executions("short-1"), 2);
 }
 
 TEST_P(Retention, ALongerMaxAgeIsBoundedByMaxTtl) {
   upstream_says("max-age=86400");
-  const Reply first = send(keyed("long-1"));
+  const Reply first = send(json_post("long-1"));
   EXPECT_EQ(first.field("Idempotency-Key-Expires"), proxy::http_date(clock.now() + 6h));
   clock.advance(6h - 1s);
-  EXPECT_EQ(send(keyed("long-1")).field("Idempotent-Replayed"), "true");
+  EXPECT_EQ(send(json_post("long-1")).field("Idempotent-Replayed"), "true");
   clock.advance(1s);
-  send(keyed("long-1"));
+  send(json_post("long-1"));
   EXPECT_EQ(world.executions("long-1"), 2);
   // A route whose max_ttl is its ttl: max-age may only shorten it.
-  const Reply bounded = send(keyed("long-2", "/v1/short"));
+  const Reply bounded = send(json_post("long-2", "/v1/short"));
   EXPECT_EQ(bounded.field("Idempotency-Key-Expires"), proxy::http_date(clock.now() + 1h));
 }
 
 TEST_P(Retention, AStreamedAnswerIsKeptForItsMaxAgeToo) {
   upstream_says("max-age=60", true);
-  const Reply first = send(keyed("stream-1"));
+  const Reply first = send(json_post("stream-1"));
   ASSERT_EQ(first.status, 201);
   EXPECT_EQ(first.body, R"({"id":1})");
   EXPECT_EQ(first.field("Idempotency-Policy"), "");
   clock.advance(59s);
-  const Reply replay = send(keyed("stream-1"));
+  const Reply replay = send(json_post("stream-1"));
   EXPECT_EQ(replay.field("Idempotent-Replayed"), "true");
   EXPECT_EQ(replay.body, first.body);
   clock.advance(1s);
-  send(keyed("stream-1"));
+  send(json_post("stream-1"));
   EXPECT_EQ(world.executions("stream-1"), 2);
 }
 
 TEST_P(Retention, WithAfterExpiryRejectTheTombstoneStartsAtTheShorterExpiry) {
   upstream_says("max-age=600");
-  send(keyed("once-1", "/v1/once"));
+  send(json_post("once-1", "/v1/once"));
   clock.advance(10min);
-  const Reply late = send(keyed("once-1", "/v1/once"));
+  const Reply late = send(json_post("once-1", "/v1/once"));
   EXPECT_EQ(late.status, 409);
   EXPECT_TRUE(problem_type(late).ends_with("/expired")) << late.body;
   clock.advance(24h - 10min - 1s);  // the tombstone lasts as the route says
-  EXPECT_EQ(send(keyed("once-1", "/v1/once")).status, 409);
+  EXPECT_EQ(send(json_post("once-1", "/v1/once")).status, 409);
   clock.advance(1s);
-  EXPECT_EQ(send(keyed("once-1", "/v1/once")).status, 201);
+  EXPECT_EQ(send(json_post("once-1", "/v1/once")).status, 201);
   EXPECT_EQ(world.executions("once-1"), 2);
 }
 
 TEST_P(Retention, MaxAgeWithNoStoreStoresNothing) {
   upstream_says("max-age=600, no-store");
-  const Reply first = send(keyed("none-1"));
+  const Reply first = send(json_post("none-1"));
   EXPECT_EQ(first.field("Idempotency-Key-Expires"), "");
   EXPECT_EQ(first.field("Idempotency-Policy"), "");
-  send(keyed("none-1"));
+  send(json_post("none-1"));
   EXPECT_EQ(world.executions("none-1"), 2);
 }
 
@@ -127,11 +113,11 @@ TEST_P(Retention, AMalformedValueIsIgnoredAndTheRoutesTtlHolds) {
   for (const char* bad : {"max-age=soon", "max-age=-5", "max_age=5"}) {
     const std::string key = std::string("bad-") + bad;
     upstream_says(bad);
-    const Reply first = send(keyed(key));
+    const Reply first = send(json_post(key));
     ASSERT_EQ(first.status, 201) << bad;
     EXPECT_EQ(first.field("Idempotency-Policy"), "") << bad;
     EXPECT_EQ(first.field("Idempotency-Key-Expires"), proxy::http_date(clock.now() + 1h)) << bad;
-    EXPECT_EQ(send(keyed(key)).field("Idempotent-Replayed"), "true") << bad;
+    EXPECT_EQ(send(json_post(key)).field("Idempotent-Replayed"), "true") << bad;
     EXPECT_EQ(world.executions(key), 1) << bad;
   }
 }

@@ -11,13 +11,7 @@
 
 namespace idemproxy::testing {
 
-inline Request keyed(std::string key) {
-  return {"POST",
-          "/v1/events",
-          {{"Idempotency-Key", std::move(key)}, {"Content-Type", "application/json"}},
-          "{}",
-          {}};
-}
+inline Request keyed(std::string key) { return json_post(std::move(key), "/v1/events", "{}"); }
 
 inline UpstreamAnswer events(std::vector<std::pair<std::chrono::milliseconds, std::string>> pieces,
                              bool cut = false) {

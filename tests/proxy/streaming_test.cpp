@@ -5,7 +5,6 @@
 // indeterminate. (When each piece reaches the client is the pump's tests' to show.)
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "../unit/faulty_store.hpp"
@@ -55,10 +54,6 @@ std::vector<Reply> late_retry(World& world, Codec codec, const std::string& key)
   Request retry = keyed(key);
   retry.start_after = 500ms;
   return world.send_all(codec, {keyed(key), retry});
-}
-
-std::string problem_type(const Reply& r) {
-  return nlohmann::json::parse(r.body, nullptr, false).value("type", std::string());
 }
 
 class Streaming : public ::testing::TestWithParam<Codec> {

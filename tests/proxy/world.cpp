@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <nlohmann/json.hpp>
+
 #include "idemproxy/ops/logging.hpp"
 #include "proxy/policy_document.hpp"
 #include "proxy/remote_feed.hpp"
@@ -194,6 +196,18 @@ asio::awaitable<void> World::serve_upstream(tcp::socket socket) {
       if (uec) co_return;
     }
   }
+}
+
+Request json_post(std::string key, std::string path, std::string body) {
+  return {"POST",
+          std::move(path),
+          {{"Idempotency-Key", std::move(key)}, {"Content-Type", "application/json"}},
+          std::move(body),
+          {}};
+}
+
+std::string problem_type(const Reply& r) {
+  return nlohmann::json::parse(r.body, nullptr, false).value("type", std::string());
 }
 
 }  // namespace idemproxy::testing

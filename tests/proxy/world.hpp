@@ -51,6 +51,12 @@ struct Reply {
   std::string field(std::string_view name) const;
 };
 
+/// A keyed JSON POST (Idempotency-Key; Content-Type: application/json).
+Request json_post(std::string key, std::string path = "/v1/orders",
+                  std::string body = R"({"a":1})");
+/// The "type" of a problem+json reply; "" when the body is not one.
+std::string problem_type(const Reply& r);
+
 enum class Codec { http1, http2 };
 std::string to_string(Codec c);
 
