@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 
-import pytest
 
 from harness import request
 

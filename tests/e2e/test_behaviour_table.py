@@ -1,7 +1,6 @@
 """One test per row of the behaviour table in SPEC.md, against the real binary,
 real PostgreSQL and a fake upstream that counts executions."""
 import json
-import time
 
 from harness import free_port, post_in_background, problem, wait_for_execution
 

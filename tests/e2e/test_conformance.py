@@ -3,7 +3,6 @@ and Python's http.server upstreams, curl, Node's fetch and urllib clients. Each 
 names the RFC section that decides it. Leases, caches and limits are in
 test_conformance_state.py."""
 import json
-import os
 import re
 import socket
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 
 from conformance_peers import (ORDERS, dechunk, final_answer, keyed_post, nginx, node,  # noqa: F401
                                pyserver, status_of)
-from harness import SHORT_STATEMENTS, post_in_background, raw_exchange, wait_for
+from harness import raw_exchange
 from peers import curl, node_fetch, urllib_post
 
 

@@ -1,7 +1,6 @@
 """HTTP conformance, continued (issue 10): claims that outlive their TTL, the replay
 cache's clock, waiters, trickled bodies, the open-files limit and Expect, against a
 real Node upstream."""
-import json
 import socket
 import os
 import subprocess
@@ -10,11 +9,11 @@ import uuid
 
 import pytest
 
-from conformance_peers import (ORDERS, dechunk, final_answer, keyed_post, nginx, node,  # noqa: F401
-                               pyserver, status_of)
+from conformance_peers import (ORDERS, final_answer, keyed_post, nginx, node,  # noqa: F401
+                               pyserver)
 from harness import (BINARY, SHORT_STATEMENTS, post_in_background, raw_exchange, request,
                      wait_for)
-from peers import NodeUpstream, curl, node_fetch, urllib_post
+from peers import NodeUpstream
 
 
 # Defect 5: a live claim is never taken over. ttl 2s with a 4 s upstream: a retry at

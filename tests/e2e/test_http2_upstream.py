@@ -12,14 +12,13 @@ import re
 import shutil
 import subprocess
 import time
-import urllib.request
 import uuid
 
 import pytest
 
 from h2_peer import Client
 from peers import H2NodeUpstream
-from harness import BINARY, Proxy, free_port, problem, raw_exchange, request
+from harness import BINARY, Proxy, problem, raw_exchange, request
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None,
                                 reason="Node is installed by install-deps.sh")

@@ -102,7 +102,6 @@ def run_ledger(port, kinds, requests_per_client=50, clients=4, seed=0):
                 key = "ledger-%s" % uuid.uuid4().hex
                 expect_id = ledger
                 path = b"/v1/orders"
-                extra = b""
                 if kind.startswith("pass"):
                     key = None
                     path = b"/plain"

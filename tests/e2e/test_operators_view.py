@@ -12,7 +12,6 @@ import time
 import urllib.parse
 import urllib.request
 
-import pytest
 
 from harness import free_port, wait_for_execution
 

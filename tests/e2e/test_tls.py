@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import problem, request, wait_for
+from harness import problem, wait_for
 
 
 def client_tls(pki, cert=None):
