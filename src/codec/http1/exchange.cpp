@@ -155,19 +155,29 @@ asio::awaitable<bool> Exchange::send_continue() {
   co_return co_await write(bytes);
 }
 
+// In cleartext, what the socket takes now goes at once (http/try_io.hpp): most
+// answers, whole. The rest, if any, is awaited as before, under the read timeout.
 template <class Buffers>
-asio::awaitable<bool> Exchange::write(const Buffers& buffers) {
-  // In cleartext, what the socket takes now goes at once (http/try_io.hpp): most
-  // answers, whole. The rest, if any, is awaited as before, under the read timeout.
-  beast::buffers_suffix<Buffers> rest(buffers);
+std::optional<bool> Exchange::write_now(beast::buffers_suffix<Buffers>& rest) {
   beast::error_code ec;
-  if (!http::sent_at_once(conn_.stream, rest, ec)) {
-    conn_.stream.expires_after(facts_.settings->config.server.read_timeout);
-    auto [wec, n] = co_await asio::async_write(conn_.stream, rest, use_nothrow);
-    ec = wec;
-  }
+  if (!http::sent_at_once(conn_.stream, rest, ec)) return std::nullopt;
+  if (ec) broken_ = true;
+  return !ec;
+}
+
+template <class Buffers>
+asio::awaitable<bool> Exchange::write_rest(beast::buffers_suffix<Buffers>& rest) {
+  conn_.stream.expires_after(facts_.settings->config.server.read_timeout);
+  auto [ec, n] = co_await asio::async_write(conn_.stream, rest, use_nothrow);
   if (ec) broken_ = true;
   co_return !ec;
+}
+
+template <class Buffers>
+asio::awaitable<bool> Exchange::write(const Buffers& buffers) {
+  beast::buffers_suffix<Buffers> rest(buffers);
+  if (const auto done = write_now(rest)) co_return *done;
+  co_return co_await write_rest(rest);
 }
 
 asio::awaitable<bool> Exchange::send_interim(ResponseHeader& head) {
@@ -238,11 +248,12 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
   if (version_ < 11 && keep_) own[owned++] = {"Connection", "keep-alive"};
   pending_.emplace(serialize_head(head, std::span<const ExtraField>(own.data(), owned)));
   if (!bodiless) co_return true;
-  const auto buffer = asio::buffer(*pending_);
-  const bool sent = co_await write(buffer);
+  beast::buffers_suffix<asio::const_buffer> rest(asio::buffer(*pending_));
+  auto sent = write_now(rest);  // most often whole, with no frame for write()
+  if (!sent) sent = co_await write_rest(rest);
   pending_.reset();
-  answered_ = sent;
-  co_return sent;
+  answered_ = *sent;
+  co_return *sent;
 }
 
 asio::awaitable<bool> Exchange::send_body(std::string_view data, bool last, Trailers trailers) {
@@ -263,14 +274,15 @@ asio::awaitable<bool> Exchange::send_body(std::string_view data, bool last, Trai
       frames.add_end();
     }
   }
-  bool sent = true;
+  std::optional<bool> sent = true;
   if (!frames.empty()) {
-    const std::span<const asio::const_buffer> gathered = frames.buffers();
-    sent = co_await write(gathered);
+    beast::buffers_suffix<std::span<const asio::const_buffer>> rest(frames.buffers());
+    sent = write_now(rest);  // most often whole, with no frame for write()
+    if (!sent) sent = co_await write_rest(rest);
   }
   pending_.reset();
-  if (sent && last) answered_ = true;
-  co_return sent;
+  if (*sent && last) answered_ = true;
+  co_return *sent;
 }
 
 asio::awaitable<bool> Exchange::send_prepared(const PreparedAnswer& answer,
@@ -312,9 +324,11 @@ asio::awaitable<bool> Exchange::send_prepared(const PreparedAnswer& answer,
   add(kCrlf);
   add(answer.body);
   const std::span<const asio::const_buffer> gathered(buffers.data(), count);
-  const bool sent = co_await write(gathered);
-  answered_ = sent;
-  co_return sent;
+  beast::buffers_suffix<std::span<const asio::const_buffer>> rest(gathered);
+  auto sent = write_now(rest);  // most often whole, with no frame for write()
+  if (!sent) sent = co_await write_rest(rest);
+  answered_ = *sent;
+  co_return *sent;
 }
 
 void Exchange::reset() {

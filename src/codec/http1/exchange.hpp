@@ -56,6 +56,14 @@ class Exchange final : public http::Exchange {
   /// Writes `buffers` under server.read_timeout; false (and the connection broken) on failure.
   template <class Buffers>
   asio::awaitable<bool> write(const Buffers& buffers);
+  /// write() in two steps, so that an answer the socket takes at once costs no
+  /// coroutine frame: write_now() sends what the socket takes now and gives the
+  /// outcome when that ended the write (true: all sent; false: failed, the connection
+  /// broken), nothing when the rest must be awaited by write_rest().
+  template <class Buffers>
+  std::optional<bool> write_now(beast::buffers_suffix<Buffers>& rest);
+  template <class Buffers>
+  asio::awaitable<bool> write_rest(beast::buffers_suffix<Buffers>& rest);
   void deadline_for_read(std::optional<TimePoint> deadline);
   // Up to `max` of the `left` body bytes framed by Content-Length from the connection's
   // buffer, where they stay valid until the exchange ends; the rest is read direct.
