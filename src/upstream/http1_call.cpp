@@ -69,8 +69,10 @@ asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head,
   // some, exchange.cpp says which.)
   const asio::const_buffer only = asio::buffer(*head_bytes_);
   const std::span<const asio::const_buffer> buffers(&only, 1);
-  const auto ec = co_await write(buffers, until);
-  co_return ec;
+  Rest rest(buffers);
+  beast::error_code ec;
+  if (const auto done = write_now(rest, ec)) co_return *done;
+  co_return co_await write_rest(buffers, rest, ec, until);
 }
 
 asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, bool last,
@@ -81,18 +83,25 @@ asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, b
   if (last) frames.add_end();
   if (frames.empty()) co_return beast::error_code{};
   const std::span<const asio::const_buffer> gathered = frames.buffers();
-  const auto ec = co_await write(gathered, until);
-  co_return ec;
+  Rest rest(gathered);
+  beast::error_code ec;
+  if (const auto done = write_now(rest, ec)) co_return *done;
+  co_return co_await write_rest(gathered, rest, ec, until);
 }
 
-asio::awaitable<beast::error_code> Http1Call::write(std::span<const asio::const_buffer> buffers,
-                                                    TimePoint until) {
+// In cleartext, what the socket takes now goes at once (http/try_io.hpp): most writes,
+// whole. The rest, if any, is awaited until `until`.
+std::optional<beast::error_code> Http1Call::write_now(Rest& rest, beast::error_code& ec) {
+  if (!http::sent_at_once(conn_->stream, rest, ec)) return std::nullopt;
+  if (ec && !written_ && conn_->reused) return std::nullopt;  // again, on a new connection
+  return written(ec);
+}
+
+asio::awaitable<beast::error_code> Http1Call::write_rest(
+    std::span<const asio::const_buffer> buffers, Rest& rest, beast::error_code ec,
+    TimePoint until) {
   for (;;) {
-    // In cleartext, what the socket takes now goes at once (http/try_io.hpp); the
-    // rest, if any, is awaited until `until`.
-    beast::buffers_suffix<std::span<const asio::const_buffer>> rest(buffers);
-    beast::error_code ec;
-    if (!http::sent_at_once(conn_->stream, rest, ec)) {
+    if (!ec && asio::buffer_size(rest) != 0) {
       conn_->stream.expires_at(until);
       auto [wec, n] = co_await asio::async_write(conn_->stream, rest, use_nothrow);
       ec = wec;
@@ -103,12 +112,19 @@ asio::awaitable<beast::error_code> Http1Call::write(std::span<const asio::const_
       auto [fec, fresh] = co_await home_.fresh();
       if (fec) co_return fec;
       conn_ = std::move(fresh);
+      rest = Rest(buffers);
+      ec = {};
+      http::sent_at_once(conn_->stream, rest, ec);
       continue;
     }
-    written_ = true;
-    if (!ec) head_bytes_.reset();
-    co_return ec;
+    co_return written(ec);
   }
+}
+
+beast::error_code Http1Call::written(beast::error_code ec) {
+  written_ = true;
+  if (!ec) head_bytes_.reset();
+  return ec;
 }
 
 asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,

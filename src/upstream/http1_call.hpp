@@ -90,9 +90,17 @@ class Http1Call final : public UpstreamCall {
  private:
   /// Writes `buffers` (the head, when still pending, and body bytes): once more on a
   /// new connection when the first write fails on a reused one, which the upstream
-  /// may have closed as it was taken (nothing of the request reached it).
-  asio::awaitable<beast::error_code> write(std::span<const asio::const_buffer> buffers,
-                                           TimePoint until);
+  /// may have closed as it was taken (nothing of the request reached it). In two
+  /// steps, so that a write the socket takes at once costs no coroutine frame:
+  /// write_now() sends what the socket takes now (`rest` is what is left) and gives
+  /// the outcome when that ended the write; otherwise write_rest() goes on, given
+  /// what write_now() failed with, if anything.
+  using Rest = beast::buffers_suffix<std::span<const asio::const_buffer>>;
+  std::optional<beast::error_code> write_now(Rest& rest, beast::error_code& ec);
+  asio::awaitable<beast::error_code> write_rest(std::span<const asio::const_buffer> buffers,
+                                                Rest& rest, beast::error_code ec, TimePoint until);
+  /// The write ended with `ec`: the head goes with it when it went.
+  beast::error_code written(beast::error_code ec);
   /// The answer was read whole: the connection goes back while it can carry another.
   void finish();
   bool body_done() const { return direct_ ? *direct_ == 0 : parser_->is_done(); }

@@ -3,6 +3,8 @@
 // bytes buffered with its head are used up, and no further: what follows it on the
 // connection stays there. The client's side is a real HTTP/1.1 exchange; both sides
 // are real socket pairs on loopback; the pool is a fake that counts what it gets back.
+// And the call's writes: a request the socket cannot take at once goes whole, and one
+// whose first write fails on a reused connection goes again on a new one.
 #include <gtest/gtest.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -189,4 +191,126 @@ TEST(Relay, AChunkedAnswersTrailersReachOnlyAClientThatTakesThem) {
   const auto r = relay_answer(head, "2\r\nok\r\n0\r\nX-Sum: 7\r\n\r\n", false);
   EXPECT_EQ(r.result, proxy::RelayError::none) << r.error.message();
   EXPECT_EQ(r.out, head + "2\r\nok\r\n0\r\n\r\n");
+}
+
+namespace {
+
+// The pool's side of a call whose reused connection turns out dead: `next` as the new
+// connection, once.
+class FreshHome final : public upstream::ConnectionHome {
+ public:
+  void give_back(std::unique_ptr<upstream::UpstreamConnection>) override {}
+  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<upstream::UpstreamConnection>>>
+  fresh() override {
+    ++made;
+    if (!next)
+      co_return std::make_pair(beast::error_code(asio::error::connection_refused), nullptr);
+    co_return std::make_pair(beast::error_code{}, std::move(next));
+  }
+  std::unique_ptr<upstream::UpstreamConnection> next;
+  int made = 0;
+};
+
+// What arrived on `peer` by now.
+std::string arrived(tcp::socket& peer) {
+  peer.non_blocking(true);
+  std::string out;
+  char buf[4096];
+  beast::error_code ec;
+  for (std::size_t n; (n = peer.read_some(asio::buffer(buf), ec)) > 0 && !ec;) out.append(buf, n);
+  return out;
+}
+
+// Sends `POST /v1/orders` with `body` (its length declared) on `call`.
+asio::awaitable<beast::error_code> post(upstream::UpstreamCall& call, std::string_view body) {
+  RequestHeader head;
+  head.method(bhttp::verb::post);
+  head.target("/v1/orders");
+  head.insert(bhttp::field::host, "x");
+  ExtraFields extra;
+  const std::string length = std::to_string(body.size());
+  extra.add("Content-Length", length);
+  const upstream::RequestFraming framing{true, false};
+  const auto by = std::chrono::steady_clock::now() + 5s;
+  auto ec = co_await call.send_head(head, extra, framing, by);
+  if (!ec) ec = co_await call.send_body(body, true, by);
+  co_return ec;
+}
+
+void rethrow(const std::exception_ptr& e) {
+  if (e) std::rethrow_exception(e);
+}
+
+}  // namespace
+
+// A request whose first write fails on a reused connection the upstream has reset
+// (it took none of it: the upstream closed the connection as the pool handed it out)
+// goes whole on a new connection, once; on a new connection the failure is the call's.
+TEST(Http1Call, AFirstWriteThatFailsOnAReusedConnectionGoesWholeOnANewOne) {
+  for (const bool reused : {true, false}) {
+    asio::io_context io;
+    tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+    Pair stale(io, acceptor);
+    Pair fresh(io, acceptor);
+    stale.peer.set_option(asio::socket_base::linger(true, 0));
+    stale.peer.close();  // a reset: the next write on `ours` fails
+    FreshHome home;
+    home.next = std::make_unique<upstream::UpstreamConnection>(std::move(fresh.ours));
+    auto conn = std::make_unique<upstream::UpstreamConnection>(std::move(stale.ours));
+    conn->reused = reused;
+    auto call = upstream::Http1Call::make({}, home, std::move(conn));
+    beast::error_code sent;
+    asio::co_spawn(
+        io, [&]() -> asio::awaitable<void> { sent = co_await post(*call, "{}"); }, rethrow);
+    io.run();
+    if (reused) {
+      EXPECT_FALSE(sent) << sent.message();
+      EXPECT_EQ(home.made, 1);
+      EXPECT_EQ(arrived(fresh.peer),
+                "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}");
+    } else {
+      EXPECT_TRUE(sent);
+      EXPECT_EQ(home.made, 0);
+      EXPECT_EQ(arrived(fresh.peer), "");
+    }
+  }
+}
+
+// A request larger than the socket takes at once goes whole: the call awaits the rest
+// (write_rest) while the upstream reads.
+TEST(Http1Call, ARequestLargerThanTheSocketTakesAtOnceGoesWhole) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  Pair up(io, acceptor);
+  KeepingHome home;
+  auto call = upstream::Http1Call::make(
+      {}, home, std::make_unique<upstream::UpstreamConnection>(std::move(up.ours)));
+  const std::string body = body_of(std::size_t{8} << 20);
+  const std::string head_bytes =
+      "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n";
+  beast::error_code sent;
+  std::string got;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        sent = co_await post(*call, body);
+        // The request ends here: the upstream reads to the end of what was sent.
+        beast::error_code ignored;
+        static_cast<upstream::Http1Call&>(*call).connection()->stream.socket().shutdown(
+            tcp::socket::shutdown_send, ignored);
+      },
+      rethrow);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        const auto whole = asio::transfer_exactly(head_bytes.size() + body.size());
+        co_await asio::async_read(up.peer, asio::dynamic_buffer(got), whole, use_nothrow);
+      },
+      rethrow);
+  io.run();
+  EXPECT_FALSE(sent) << sent.message();
+  ASSERT_EQ(got.size(), head_bytes.size() + body.size());
+  EXPECT_EQ(got.substr(0, head_bytes.size()), head_bytes);
+  EXPECT_TRUE(got.compare(head_bytes.size(), body.size(), body) == 0);
 }
