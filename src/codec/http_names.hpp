@@ -25,6 +25,7 @@ using http::BodyPiece;
 using http::Chunk;
 using http::ClientConnection;
 using http::connection_specific;
+using http::Decimal;
 using http::ExtraField;
 using http::FieldMark;
 using http::Fields;

@@ -1,5 +1,8 @@
 #pragma once
 // Field rules at the boundary of a hop, shared by both codecs and the proxy.
+#include <array>
+#include <charconv>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -8,6 +11,22 @@
 #include "http/beast.hpp"
 
 namespace idemproxy::http {
+
+/// A number's decimal digits in bytes of their own, for a field's value (a
+/// Content-Length) without a string.
+class Decimal {
+ public:
+  Decimal() = default;
+  explicit Decimal(std::uint64_t n)
+      : size_(static_cast<std::size_t>(
+            std::to_chars(digits_.data(), digits_.data() + digits_.size(), n).ptr -
+            digits_.data())) {}
+  std::string_view view() const { return {digits_.data(), size_}; }
+
+ private:
+  std::array<char, 20> digits_{};  // 2^64 - 1 has 20
+  std::size_t size_ = 0;
+};
 
 /// Removes hop-by-hop fields (RFC 9110 7.6.1), including those the Connection
 /// field names. Framing fields stay: a streamed body still needs them.

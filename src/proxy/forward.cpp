@@ -1,7 +1,5 @@
 #include "proxy/forward.hpp"
 
-#include <array>
-#include <charconv>
 #include <chrono>
 #include <optional>
 #include <string_view>
@@ -79,9 +77,7 @@ void frame_request(RequestHeader& head, ExtraFields& extra, const Exchange& from
     it = head.erase(it);
   }
   if (const auto length = from.content_length()) {
-    std::array<char, 20> digits{};  // 2^64 - 1 has 20
-    const auto end = std::to_chars(digits.begin(), digits.end(), *length).ptr;
-    extra.add_copy("Content-Length", std::string_view(digits.data(), end - digits.begin()));
+    extra.add_copy("Content-Length", Decimal(*length).view());
   } else if (from.has_body()) {
     if (codings.empty()) {
       extra.add("Transfer-Encoding", "chunked");
@@ -103,11 +99,11 @@ void frame_whole(StringRequest& req) {
       coded = true;
     }
   }
-  std::array<char, 20> digits{};  // 2^64 - 1 has 20
-  const auto end = std::to_chars(digits.begin(), digits.end(), req.body().size()).ptr;
-  const std::string_view size(digits.data(), static_cast<std::size_t>(end - digits.begin()));
+  const Decimal size(req.body().size());
   // (Beast refuses a TRACE with a body: that is left to it.)
-  if (lengths == 1 && !coded && length == size && req.method() != bhttp::verb::trace) return;
+  if (lengths == 1 && !coded && length == size.view() && req.method() != bhttp::verb::trace) {
+    return;
+  }
   req.prepare_payload();
 }
 

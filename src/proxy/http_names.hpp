@@ -19,6 +19,7 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using http::BodyPiece;
 using http::Chunk;
+using http::Decimal;
 using http::Exchange;
 using http::ExtraField;
 using http::ExtraFields;

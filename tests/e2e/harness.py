@@ -3,6 +3,7 @@ import http.client
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -264,6 +265,29 @@ def run_node(script, *args):
     out = subprocess.run(["node", "--input-type=module", "-e", script, *args],
                          capture_output=True, timeout=30, check=True)
     return json.loads(out.stdout)
+
+
+def fields_by_name(raw_headers):
+    """Node's rawHeaders (name, value, name, value, ...: every field line as it came) as
+    each lower-cased name's values, in order."""
+    seen = {}
+    for name, value in zip(raw_headers[0::2], raw_headers[1::2]):
+        seen.setdefault(name.lower(), []).append(value)
+    return seen
+
+
+def assert_forwarding_fields(seen):
+    """What the proxy adds to a request from 127.0.0.1 that came with Host:
+    shop.example:8443, X-Forwarded-For: 203.0.113.7 and X-Request-Id: first-id, then
+    second-id, as an upstream saw it (fields_by_name): X-Forwarded-For extended, -Proto
+    and -Host added, the first request id as the only one, and a trace started (W3C
+    Trace Context 3.2: one traceparent), each once."""
+    assert seen["x-forwarded-for"] == ["203.0.113.7, 127.0.0.1"]
+    assert seen["x-forwarded-proto"] == ["http"]
+    assert seen["x-forwarded-host"] == ["shop.example:8443"]
+    assert seen["x-request-id"] == ["first-id"]
+    assert len(seen["traceparent"]) == 1
+    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]", seen["traceparent"][0])
 
 
 def problem(response):

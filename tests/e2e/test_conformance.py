@@ -3,7 +3,6 @@ and Python's http.server upstreams, curl, Node's fetch and urllib clients. Each 
 names the RFC section that decides it. Leases, caches and limits are in
 test_conformance_state.py."""
 import json
-import re
 import socket
 import subprocess
 import time
@@ -13,7 +12,7 @@ import pytest
 
 from conformance_peers import (ORDERS, dechunk, final_answer, keyed_post, nginx, node,  # noqa: F401
                                pyserver, status_of)
-from harness import raw_exchange
+from harness import assert_forwarding_fields, fields_by_name, raw_exchange
 from peers import curl, node_fetch, urllib_post
 
 
@@ -360,18 +359,10 @@ def test_hop_by_hop_fields_stay_on_this_hop_and_forwarding_fields_are_added(
     status, head, body = final_answer(raw_exchange(proxy.port, raw))
     assert status == 201, body
     assert "x-request-id: first-id" in head.lower()
-    lines = json.loads(body)["raw_headers"]
-    seen = {}
-    for name, value in zip(lines[0::2], lines[1::2]):
-        seen.setdefault(name.lower(), []).append(value)
+    seen = fields_by_name(json.loads(body)["raw_headers"])
     for gone in ("connection", "x-secret-hop", "keep-alive", "proxy-connection",
                  "proxy-authorization"):
         assert gone not in seen, (gone, seen)
-    assert seen["x-forwarded-for"] == ["203.0.113.7, 127.0.0.1"]
-    assert seen["x-forwarded-proto"] == ["http"]
-    assert seen["x-forwarded-host"] == ["shop.example:8443"]
+    assert_forwarding_fields(seen)
     assert seen["host"] == ["shop.example:8443"]
-    assert seen["x-request-id"] == ["first-id"]
-    assert len(seen["traceparent"]) == 1
-    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]", seen["traceparent"][0])
     assert seen["idempotency-key"] == [key]

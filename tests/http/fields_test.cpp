@@ -101,5 +101,13 @@ TEST(ExtraFields, KeepEveryCopiedValueInPlaceAndFindAndEraseByAnyCaseOfTheName) 
   EXPECT_EQ(std::next(extra.begin()), extra.end());
 }
 
+// Decimal: a number's digits, none for the default, twenty for the largest.
+TEST(Decimal, WritesANumbersDigits) {
+  EXPECT_EQ(Decimal().view(), "");
+  EXPECT_EQ(Decimal(0).view(), "0");
+  EXPECT_EQ(Decimal(1048576).view(), "1048576");
+  EXPECT_EQ(Decimal(18446744073709551615ULL).view(), "18446744073709551615");
+}
+
 }  // namespace
 }  // namespace idemproxy::http

@@ -1,7 +1,6 @@
 #include "codec/http1/exchange.hpp"
 
 #include <array>
-#include <charconv>
 
 #include "codec/http1/body_frames.hpp"
 #include "codec/http1/prepared_head.hpp"
@@ -200,16 +199,14 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
   // one walk: setting each in Beast's field tree cost ~400 instructions.
   std::array<ExtraField, 2> own;
   std::size_t owned = 0;
-  std::array<char, 24> digits{};
+  Decimal length;
   std::string codings;  // the transfer codings before chunked, in order
   bool reframed = false;
   if (!bodiless || (head_request_ && framing.kind == Framing::Kind::length)) {
     if (framing.kind == Framing::Kind::length && !trailers_out_) {
       reframed = true;
-      const auto end = std::to_chars(digits.data(), digits.data() + digits.size(), framing.length);
-      own[owned++] = {
-          "Content-Length",
-          std::string_view(digits.data(), static_cast<std::size_t>(end.ptr - digits.data()))};
+      length = Decimal(framing.length);
+      own[owned++] = {"Content-Length", length.view()};
     } else if (!head_request_) {
       // RFC 9112 7.1: a body of unknown length, or one followed by trailers, goes
       // chunked to an HTTP/1.1 client; an HTTP/1.0 client reads until the close. The

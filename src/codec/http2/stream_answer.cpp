@@ -1,6 +1,5 @@
 // A stream's answer side: its head, interim answers, body and trailers, sent through
 // a deferred data source without a copy (the connection's write loop takes them).
-#include <charconv>
 
 #include "codec/http2/connection.hpp"
 #include "codec/http2/stream.hpp"
@@ -41,9 +40,7 @@ void Stream::head_fields(unsigned status, const Fields* fields, std::span<const 
   }
   for (const auto& e : extra) nv_.add(e.name, e.value);
   if (framing.kind == Framing::Kind::length) {
-    char length[24];
-    const auto end = std::to_chars(length, length + sizeof length, framing.length).ptr;
-    nv_.add("content-length", std::string_view(length, static_cast<std::size_t>(end - length)));
+    nv_.add("content-length", Decimal(framing.length).view());  // the list copies it
   }
 }
 
