@@ -113,7 +113,8 @@ def test_te_trailers_reaches_an_http2_upstream_only_as_the_client_sent_it(make_p
 def test_the_fields_the_proxy_adds_reach_an_http2_upstream_once_each(make_proxy, h2c, path):
     """What the proxy adds to a forwarded request (X-Forwarded-*, X-Request-Id, a
     started trace's traceparent, the framing it read) reaches an HTTP/2 upstream as
-    header fields, each once, on pass-through and on a keyed route; Host becomes
+    header fields, each once, from HTTP/1.1 and HTTP/2 clients, on pass-through and on a
+    keyed route; Host becomes
     :authority (RFC 9113 8.3.1), an HTTP/1.0 client's request without Host gets the
     upstream's authority (RFC 9112 3.2), and a chunked body's Transfer-Encoding never
     goes (8.2.2)."""
@@ -130,6 +131,18 @@ def test_the_fields_the_proxy_adds_reach_an_http2_upstream_once_each(make_proxy,
     assert_forwarding_fields(seen)
     assert seen["content-length"] == ["2"]
     assert "host" not in seen and "transfer-encoding" not in seen
+    # The same from an HTTP/2 client: its :authority stands for Host (RFC 9113 8.3.1).
+    key2 = key + "-h2"
+    c = Client(p.port)
+    [answer] = c.wait(c.request("POST", path, b"{}", [
+        ("x-forwarded-for", "203.0.113.7"), ("x-request-id", "first-id"),
+        ("x-request-id", "second-id"), ("content-type", "application/json"),
+        ("idempotency-key", key2)], authority="shop.example:8443"))
+    c.close()
+    assert answer.status == 201
+    [execution] = h2c.executions(key2)
+    assert execution["authority"] == "shop.example:8443"
+    assert_forwarding_fields(fields_by_name(execution["raw_headers"]))
     # An HTTP/1.0 client that sent no Host: the upstream's own authority.
     key10 = key + "-10"
     raw10 = (b"POST %s HTTP/1.0\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\n"
