@@ -122,6 +122,25 @@ void HistogramCounts::render(std::ostream& out, const std::string& name, const s
       << name << "_count" << plain << " " << count << "\n";
 }
 
+void RequestCounts::observe(const std::vector<double>& bounds, double seconds) {
+  const auto at = std::lower_bound(bounds.begin(), bounds.end(), seconds);
+  buckets_[static_cast<std::size_t>(at - bounds.begin())].fetch_add(1, std::memory_order_relaxed);
+  const double nanos = std::max(seconds, 0.0) * 1e9;
+  nanos_.fetch_add(static_cast<std::uint64_t>(nanos), std::memory_order_relaxed);
+}
+
+HistogramCounts RequestCounts::read() const {
+  HistogramCounts out;
+  out.buckets.reserve(buckets_.size() - 1);
+  for (const auto& b : buckets_) {
+    const auto n = b.load(std::memory_order_relaxed);
+    if (out.buckets.size() < buckets_.size() - 1) out.buckets.push_back(n);
+    out.count += n;
+  }
+  out.sum = static_cast<double>(nanos_.load(std::memory_order_relaxed)) / 1e9;
+  return out;
+}
+
 void Histogram::observe(double seconds) {
   std::lock_guard lock(mu_);
   counts_.observe(bounds_, seconds);
@@ -133,16 +152,48 @@ void Histogram::render(std::ostream& out, const std::string& name, const std::st
   counts_.render(out, name, "", bounds_);
 }
 
+namespace {
+std::atomic<std::uint64_t> metrics_made{0};
+}  // namespace
+
 Metrics::Metrics(BuildInfo build, double longest)
     : build_(std::move(build)),
       request_bounds_(latency_buckets(longest)),
+      serial_(++metrics_made),
       upstream_(longest),
       store_(10),
       streams_(3600) {}
 
-void Metrics::count_request(const std::string& route, Outcome outcome, double seconds) {
-  std::lock_guard lock(mu_);
-  requests_[{route, outcome}].observe(request_bounds_, seconds);
+RequestCounts& Metrics::counts(const std::string& route, Outcome outcome) {
+  // A thread's requests end with few routes and outcomes: the last eight it counted
+  // are found without the lock and the map's search of (route, outcome) pairs.
+  struct Recent {
+    std::uint64_t metrics = 0;
+    Outcome outcome{};
+    std::string route;
+    RequestCounts* counts = nullptr;
+  };
+  struct RecentCounts {
+    std::array<Recent, 8> slots;
+    std::size_t next = 0;
+  };
+  thread_local RecentCounts recent;
+  for (const auto& r : recent.slots) {
+    if (r.metrics == serial_ && r.outcome == outcome && r.route == route) return *r.counts;
+  }
+  RequestCounts* counts = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = requests_[{route, outcome}];
+    if (!slot) slot = std::make_unique<RequestCounts>(request_bounds_.size());
+    counts = slot.get();
+  }
+  auto& r = recent.slots[recent.next++ % recent.slots.size()];
+  r.metrics = serial_;
+  r.outcome = outcome;
+  r.route.assign(route);
+  r.counts = counts;
+  return *counts;
 }
 
 void Metrics::set_gauges(std::function<std::vector<GaugeSample>()> source) {
@@ -156,7 +207,7 @@ nlohmann::json Metrics::snapshot() const {
     std::lock_guard lock(mu_);
     for (const auto& [k, h] : requests_) {
       requests.push_back(
-          {{"route", k.first}, {"outcome", to_string(k.second)}, {"count", h.count}});
+          {{"route", k.first}, {"outcome", to_string(k.second)}, {"count", h->read().count}});
     }
   }
   nlohmann::json out = {{"requests", std::move(requests)},
@@ -174,19 +225,26 @@ std::string Metrics::render() const {
   std::function<std::vector<GaugeSample>()> gauges;
   {
     std::lock_guard lock(mu_);
+    // Each read once, so a pair's total and its histogram's count agree.
+    std::vector<HistogramCounts> read;
+    read.reserve(requests_.size());
+    for (const auto& entry : requests_) read.push_back(entry.second->read());
     out << "# HELP idemproxy_requests_total Requests by route and outcome.\n"
            "# TYPE idemproxy_requests_total counter\n";
-    for (const auto& [k, h] : requests_) {
-      out << "idemproxy_requests_total{route=\"" << label(k.first) << "\",outcome=\""
-          << to_string(k.second) << "\"} " << h.count << "\n";
+    auto counts = read.begin();
+    for (const auto& entry : requests_) {
+      out << "idemproxy_requests_total{route=\"" << label(entry.first.first) << "\",outcome=\""
+          << to_string(entry.first.second) << "\"} " << (counts++)->count << "\n";
     }
     out << "# HELP idemproxy_request_duration_seconds Time from a request's first byte to "
            "its answer's last, by route and outcome.\n"
            "# TYPE idemproxy_request_duration_seconds histogram\n";
-    for (const auto& [k, h] : requests_) {
+    counts = read.begin();
+    for (const auto& entry : requests_) {
+      const auto& [route, outcome] = entry.first;
       const std::string labels =
-          "route=\"" + label(k.first) + "\",outcome=\"" + to_string(k.second) + "\",";
-      h.render(out, "idemproxy_request_duration_seconds", labels, request_bounds_);
+          "route=\"" + label(route) + "\",outcome=\"" + to_string(outcome) + "\",";
+      (counts++)->render(out, "idemproxy_request_duration_seconds", labels, request_bounds_);
     }
     gauges = gauges_;
   }

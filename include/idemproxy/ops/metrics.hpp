@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -69,6 +70,21 @@ struct HistogramCounts {
   double sum = 0;
 };
 
+/// The requests of one route with one outcome, observed without a lock: a count per
+/// bucket, the last for those past every bound (so the total is their sum and a scrape
+/// never reads a bucket ahead of the count), and the sum in nanoseconds.
+class RequestCounts {
+ public:
+  explicit RequestCounts(std::size_t bounds) : buckets_(bounds + 1) {}
+  void observe(const std::vector<double>& bounds, double seconds);
+  /// What has been observed so far, as render() reads it.
+  HistogramCounts read() const;
+
+ private:
+  std::vector<std::atomic<std::uint64_t>> buckets_;
+  std::atomic<std::uint64_t> nanos_{0};
+};
+
 /// A Prometheus histogram of latencies (seconds), safe to observe from any thread.
 class Histogram {
  public:
@@ -102,7 +118,9 @@ class Metrics {
   /// latency histograms have buckets up to it.
   explicit Metrics(BuildInfo build = {}, double longest = 30);
   /// Counts a finished request and observes its duration, by route and outcome.
-  void count_request(const std::string& route, Outcome outcome, double seconds = 0);
+  void count_request(const std::string& route, Outcome outcome, double seconds = 0) {
+    counts(route, outcome).observe(request_bounds_, seconds);
+  }
   void claim_started() { in_flight_claims_.fetch_add(1); }
   void claim_ended() { in_flight_claims_.fetch_sub(1); }
   std::int64_t in_flight_claims() const { return in_flight_claims_.load(); }
@@ -150,10 +168,17 @@ class Metrics {
   nlohmann::json snapshot() const;
 
  private:
+  /// The counts of `route` with `outcome`: from this thread's last few, or looked up
+  /// (made the first time) under the lock.
+  RequestCounts& counts(const std::string& route, Outcome outcome);
+
   const BuildInfo build_;
   const std::vector<double> request_bounds_;
+  /// This instance among every Metrics the process made: what a thread's recent
+  /// lookups are kept by (an address may be another instance's after this one ends).
+  const std::uint64_t serial_;
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, Outcome>, HistogramCounts> requests_;
+  std::map<std::pair<std::string, Outcome>, std::unique_ptr<RequestCounts>> requests_;
   Histogram upstream_;
   Histogram store_;
   Histogram streams_;
