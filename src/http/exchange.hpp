@@ -174,9 +174,15 @@ class Exchange {
   virtual asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) = 0;
   /// A whole answer.
   asio::awaitable<bool> send(ResponseHeader& head, std::string_view body, Trailers trailers);
-  /// A replay whose head was laid out when it was cached, with `extra` fields.
-  virtual asio::awaitable<bool> send_prepared(const PreparedAnswer& answer,
-                                              std::span<const ExtraField> extra) = 0;
+  /// A replay whose head was laid out when it was cached, with `extra` fields, sent
+  /// with no coroutine frame when the socket takes it at once: the outcome then (true:
+  /// sent whole). Otherwise nothing, and finish_prepared() must be awaited for it
+  /// before anything else is sent. What `answer` and `extra` view must stay valid
+  /// until then; the span itself need not.
+  virtual std::optional<bool> start_prepared(const PreparedAnswer& answer,
+                                             std::span<const ExtraField> extra) = 0;
+  /// The rest of the replay start_prepared() began; true when it went out whole.
+  virtual asio::awaitable<bool> finish_prepared() = 0;
   /// Abandons the answer: an HTTP/2 stream is reset, an HTTP/1.1 connection closed,
   /// so that a client never takes part of an answer for all of it.
   virtual void reset() = 0;

@@ -114,8 +114,11 @@ asio::awaitable<Step> claim_phase(Flow& f) {
     if (waited) {
       // The holder in this process has probably just finished and cached its answer.
       f.hit = rt.coordinator.cached(f.route(), claim.id);
-      if (f.hit && f.hit->fingerprint == claim.fingerprint)
-        co_return co_await idempotent::replay_cached(f);
+      if (f.hit && f.hit->fingerprint == claim.fingerprint) {
+        PhaseStep replayed = idempotent::replay_cached(f);
+        if (const Step* now = std::get_if<Step>(&replayed)) co_return *now;
+        co_return co_await std::move(std::get<asio::awaitable<Step>>(replayed));
+      }
       if (co_await attached(f, waiter)) co_return Step::responded;
     }
     // Past the deadline, always the claim: the coordinator's decision ends the wait.

@@ -10,13 +10,6 @@ namespace idemproxy::proxy::idempotent {
 
 using ops::Outcome;
 
-// Answers from the replay cache: no database round trip, no commit.
-asio::awaitable<Step> replay_cached(Flow& f) {
-  f.rt().metrics.count_cache_hit();
-  co_await send_replay(f.ctx, *f.hit);
-  co_return Step::responded;
-}
-
 namespace {
 // The request's key; its hash, which names it in logs, is made when one reads it
 // (RequestContext::key_digest).
@@ -30,7 +23,20 @@ asio::awaitable<Step> responded_after(asio::awaitable<void> work) {
   co_await std::move(work);
   co_return Step::responded;
 }
+
+asio::awaitable<Step> responded_after(asio::awaitable<bool> work) {
+  co_await std::move(work);
+  co_return Step::responded;
+}
 }  // namespace
+
+// Answers from the replay cache: no database round trip, no commit; and no coroutine
+// frame when the client's socket takes the replay at once.
+PhaseStep replay_cached(Flow& f) {
+  f.rt().metrics.count_cache_hit();
+  if (start_replay(f.ctx, *f.hit)) return Step::responded;
+  return responded_after(f.ctx.ex.finish_prepared());
+}
 
 // Phase: key, and the scope it lives in.
 PhaseStep key_phase(Flow& f) {

@@ -72,9 +72,6 @@ class SignalWaiter final : public engine::Waiter,
   Signal signal;
 };
 
-/// Answers from f.hit (a replay cache hit): no database round trip, no commit.
-asio::awaitable<Step> replay_cached(Flow& f);
-
 /// Forwards f.req under the claim, relays the answer as it arrives (one that ends
 /// with its first piece is recorded before it is sent), and has the coordinator
 /// record it (execute.cpp).
@@ -134,6 +131,8 @@ asio::awaitable<Step> body_phase(Flow& f);
 PhaseStep body_key_phase(Flow& f);
 PhaseStep key_age_phase(Flow& f);
 PhaseStep cached_phase(Flow& f);
+/// Answers from f.hit (a replay cache hit): no database round trip, no commit.
+PhaseStep replay_cached(Flow& f);
 PhaseStep fingerprint_phase(Flow& f);
 /// The request's fingerprint under `rule`: the route's, or a record's own (a record
 /// made under another rule is judged under that one).

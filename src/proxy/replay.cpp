@@ -50,7 +50,7 @@ const engine::ReplayCache::Entry::Layout& replay_layout(const engine::ReplayCach
   return later.made;
 }
 
-asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
+std::optional<bool> start_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
   ctx.outcome = ops::Outcome::replayed;
   ctx.original_trace_id.assign(original_trace_id(entry.response));
   link_to_executing(ctx, entry.response);
@@ -63,9 +63,12 @@ asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache
   std::size_t count = 0;
   if (const auto link = policy_link(ctx); !link.empty()) extra[count++] = {"Link", link};
   if (!ctx.request_id.empty()) extra[count++] = {"X-Request-Id", ctx.request_id};
-  const std::span<const ExtraField> extras(extra.data(), count);
-  const bool sent = co_await ctx.ex.send_prepared(answer, extras);
-  co_return sent;
+  return ctx.ex.start_prepared(answer, std::span<const ExtraField>(extra.data(), count));
+}
+
+asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry) {
+  if (const auto sent = start_replay(ctx, entry)) co_return *sent;
+  co_return co_await ctx.ex.finish_prepared();
 }
 
 }  // namespace idemproxy::proxy

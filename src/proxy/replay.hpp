@@ -26,6 +26,10 @@ void prepare_replay(engine::ReplayCache::Entry& entry);
 /// form (the HTTP/1.1 codec's head). Safe from any thread.
 const engine::ReplayCache::Entry::Layout& replay_layout(const engine::ReplayCache::Entry& entry);
 
+/// Starts a cached or stored replay: its outcome when the client took it at once (a
+/// coroutine frame saved), or nothing, and then ctx.ex.finish_prepared() is awaited
+/// for it. `entry` must stay valid until then.
+std::optional<bool> start_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry);
 /// Sends a cached or stored replay; false when the client could not take it.
 asio::awaitable<bool> send_replay(RequestContext& ctx, const engine::ReplayCache::Entry& entry);
 

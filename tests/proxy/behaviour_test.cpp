@@ -309,6 +309,32 @@ TEST_P(Behaviour, ABodyLargerThanTheSocketsBuffersCrossesIntactBothWays) {
   EXPECT_TRUE(r.body == answer);
 }
 
+// A cached replay larger than the socket's buffers: what the socket takes at once
+// goes in one send with no coroutine frame, and the rest is awaited as the client reads.
+TEST_P(Behaviour, ACachedReplayLargerThanTheSocketsBuffersReachesTheClientWhole) {
+  std::string answer(250 << 10, '\0');  // kept whole (a chunk is 256 KiB), so cached
+  for (std::size_t i = 0; i < answer.size(); ++i) answer[i] = static_cast<char>('A' + i % 19);
+  world.answer = [&](const StringRequest&) {
+    UpstreamAnswer a;
+    a.status = 201;
+    a.body = answer;
+    return a;
+  };
+  const auto first = send(json_post("big-1"));
+  ASSERT_EQ(first.status, 201);
+  ASSERT_NE(world.runtime().coordinator.cached(engine::RoutePolicy{}, {"", "big-1"}), nullptr);
+  world.client_send_buffer = 8192;
+  const auto retry = json_post("big-1");
+  for (int i = 0; i < 2; ++i) {  // the head laid out at the first replay, gathered at the next
+    const auto again = send(retry);
+    EXPECT_EQ(again.status, 201);
+    EXPECT_EQ(again.field("Idempotent-Replayed"), "true");
+    EXPECT_EQ(again.body.size(), answer.size());
+    EXPECT_TRUE(again.body == answer);
+  }
+  EXPECT_EQ(world.executions("big-1"), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(BothCodecs, Behaviour, ::testing::Values(Codec::http1, Codec::http2),
                          [](const auto& info) { return to_string(info.param); });
 

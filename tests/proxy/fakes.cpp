@@ -25,18 +25,34 @@ void FakeExchange::request(std::shared_ptr<const Settings> settings, std::string
   peer_value_.ip = "127.0.0.1";
 }
 
-asio::awaitable<bool> FakeExchange::send_prepared(const PreparedAnswer& answer,
-                                                  std::span<const ExtraField> extra) {
+std::optional<bool> FakeExchange::start_prepared(const PreparedAnswer& answer,
+                                                 std::span<const ExtraField> extra) {
   status = answer.status;
   replayed = true;
   fields.clear();
   for (const auto& f : answer.fields) fields.emplace_back(f.name, f.value);
   for (const auto& f : extra) fields.emplace_back(f.name, f.value);
+  if (replay_later) {
+    log_.push_back("client got replay head " + std::to_string(status));
+    prepared_body_ = answer.body;
+    prepared_trailers_ = answer.trailers;
+    return std::nullopt;
+  }
   body.assign(answer.body);
   trailers.assign(answer.trailers.begin(), answer.trailers.end());
   ended = true;
   answered_ = true;
   log_.push_back("client got replay " + std::to_string(status));
+  return true;
+}
+
+asio::awaitable<bool> FakeExchange::finish_prepared() {
+  // What start_prepared() viewed is still there.
+  body.assign(prepared_body_);
+  trailers.assign(prepared_trailers_.begin(), prepared_trailers_.end());
+  ended = true;
+  answered_ = true;
+  log_.push_back("client got replay rest");
   co_return true;
 }
 

@@ -52,10 +52,14 @@ class FakeExchange final : public Exchange {
   asio::awaitable<bool> send_interim(ResponseHeader& head) override;
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
   asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
-  asio::awaitable<bool> send_prepared(const PreparedAnswer& answer,
-                                      std::span<const ExtraField> extra) override;
+  std::optional<bool> start_prepared(const PreparedAnswer& answer,
+                                     std::span<const ExtraField> extra) override;
+  asio::awaitable<bool> finish_prepared() override;
   void reset() override { log_.push_back("client reset"); }
 
+  /// A replay's start_prepared() leaves it to finish_prepared(), as a socket that
+  /// takes only part of it at once does.
+  bool replay_later = false;
   /// The client stops taking the answer after this many body sends (it went away).
   std::optional<int> gone_after_sends;
   /// The request body's read fails with this after the pieces.
@@ -83,6 +87,8 @@ class FakeExchange final : public Exchange {
   std::size_t next_ = 0;
   bool takes_trailers_;
   int sends_ = 0;
+  std::string_view prepared_body_;  // a replay left to finish_prepared()
+  Trailers prepared_trailers_;
 };
 
 /// What an upstream call answers: heads (any interim ones, then the final one), the

@@ -232,24 +232,50 @@ void claims_in_pairs(FaultyStore& store, Stage& stage, const std::string& body) 
 // the winner's claim, then replays the winner's answer from the cache: two claims,
 // one completion, and no store call to watch the key. Without the claim on its way
 // counted, the loser takes the key for another instance's and watches it in the
-// store (the Citus storm's extra store calls).
+// store (the Citus storm's extra store calls). The loser's replay is finished whole
+// whether its client's socket takes it at once or not.
 TEST(Phases, ALoserToldBeforeItsWinnerWaitsForItHereAndNotInTheStore) {
-  SystemClock clock;
-  FaultyStore store(clock);
-  Stage stage(kWaitConfig, &store);
-  claims_in_pairs(store, stage, R"({"id":7})");
-  auto winner = stage.client("k-race");
-  auto loser = stage.client("k-race");
-  stage.serve({winner.get(), loser.get()});
-  EXPECT_EQ(stage.upstream.opened, 1);
-  EXPECT_EQ(winner->status, 201U);
-  EXPECT_FALSE(winner->replayed);
-  EXPECT_EQ(loser->status, 201U);
-  EXPECT_TRUE(loser->replayed);
-  EXPECT_EQ(loser->body, R"({"id":7})");
-  EXPECT_EQ(store.claims, 2);
-  EXPECT_EQ(store.completes, 1);
-  EXPECT_EQ(store.watches, 0);
+  for (const bool later : {false, true}) {
+    SystemClock clock;
+    FaultyStore store(clock);
+    Stage stage(kWaitConfig, &store);
+    claims_in_pairs(store, stage, R"({"id":7})");
+    auto winner = stage.client("k-race");
+    auto loser = stage.client("k-race");
+    loser->replay_later = later;
+    stage.serve({winner.get(), loser.get()});
+    EXPECT_EQ(stage.upstream.opened, 1);
+    EXPECT_EQ(winner->status, 201U);
+    EXPECT_FALSE(winner->replayed);
+    EXPECT_EQ(loser->status, 201U);
+    EXPECT_TRUE(loser->replayed);
+    EXPECT_TRUE(loser->ended) << later;
+    EXPECT_EQ(loser->body, R"({"id":7})");
+    EXPECT_EQ(store.claims, 2);
+    EXPECT_EQ(store.completes, 1);
+    EXPECT_EQ(store.watches, 0);
+  }
+}
+
+// A replay from the cache at intake that the client's socket does not take at once is
+// begun without a coroutine frame and finished awaited.
+TEST(Phases, AReplayTheClientCannotTakeAtOnceIsFinishedWhole) {
+  Stage stage(kConfig);
+  Script s;
+  s.pieces = {R"({"id":1})"};
+  stage.upstream.scripts = {s};
+  auto first = stage.client("k-later");
+  stage.serve({first.get()});
+  auto again = stage.client("k-later");
+  again->replay_later = true;
+  stage.serve({again.get()});
+  EXPECT_TRUE(again->replayed);
+  EXPECT_TRUE(again->ended);
+  EXPECT_EQ(again->body, R"({"id":1})");
+  const auto head = std::find(stage.log.begin(), stage.log.end(),
+                              "client got replay head " + std::to_string(first->status));
+  ASSERT_NE(head, stage.log.end());
+  EXPECT_NE(std::find(head, stage.log.end(), "client got replay rest"), stage.log.end());
 }
 
 // Claims of this process that all lose, the key held by another instance: the one

@@ -126,6 +126,9 @@ asio::awaitable<void> World::accept_clients() {
   for (;;) {
     auto [ec, socket] = co_await listener_.async_accept(use_nothrow);
     if (ec) co_return;
+    if (client_send_buffer) {
+      socket.set_option(asio::socket_base::send_buffer_size(*client_send_buffer));
+    }
     auto conn = std::make_shared<ClientConnection>(std::move(socket), nullptr);
     asio::co_spawn(io, server::serve_client(conn, *service_, tracker_),
                    [](const std::exception_ptr& e) {

@@ -104,6 +104,9 @@ class World {
   const StringRequest& last_request() const { return last_; }
   /// What the upstream answers next (and from then on).
   std::function<UpstreamAnswer(const StringRequest&)> answer;
+  /// The send buffer (SO_SNDBUF) of the proxy's sockets to its clients, when set: a
+  /// small one makes its writes partial (loopback otherwise takes megabytes at once).
+  std::optional<int> client_send_buffer;
   /// Stops the upstream: connections are refused.
   void stop_upstream();
   /// Listens to the store's announcements, as a proxy does once its store is ready

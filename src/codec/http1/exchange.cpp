@@ -282,8 +282,8 @@ asio::awaitable<bool> Exchange::send_body(std::string_view data, bool last, Trai
   co_return *sent;
 }
 
-asio::awaitable<bool> Exchange::send_prepared(const PreparedAnswer& answer,
-                                              std::span<const ExtraField> extra) {
+std::optional<bool> Exchange::start_prepared(const PreparedAnswer& answer,
+                                             std::span<const ExtraField> extra) {
   const bool chunk_trailers = !answer.trailers.empty() && accepts_trailers_;
   std::string_view prepared;  // this codec's form, laid out at the answer's first replay
   if (answer.codec_form != nullptr && version_ >= 11 && !head_request_ && !chunk_trailers &&
@@ -293,23 +293,19 @@ asio::awaitable<bool> Exchange::send_prepared(const PreparedAnswer& answer,
                            !answer.trailers.empty());
     });
   }
-  if (prepared.empty()) {
-    // Laid out per request: the head is built from the fields.
-    ResponseHeader head(conn_.fields_allocator());
-    head.result(answer.status);
-    for (const auto& f : answer.fields) head.insert(f.name, f.value);
-    for (const auto& f : extra) head.insert(f.name, f.value);
-    const bool sent = co_await send(head, answer.body, answer.trailers);
-    co_return sent;
+  auto& p = prepared_.emplace();
+  if (prepared.empty()) {  // laid out per request, by finish_prepared()
+    p.answer = answer;
+    p.extra.assign(extra.begin(), extra.end());
+    return std::nullopt;
   }
   // The head laid out at caching time, and the per-exchange lines gathered from where
   // they are: a replay allocates nothing to be sent.
   static constexpr std::string_view kCrlf = "\r\n";
   static constexpr std::string_view kSeparator = ": ";
   keep_ = keep_ && client_keep_alive_ && body_done() && !service_.draining();
-  std::array<asio::const_buffer, 20> buffers;
   std::size_t count = 0;
-  const auto add = [&](std::string_view bytes) { buffers[count++] = asio::buffer(bytes); };
+  const auto add = [&](std::string_view bytes) { p.buffers[count++] = asio::buffer(bytes); };
   add(prepared);
   if (!keep_) add("Connection: close\r\n");
   for (const auto& f : extra) {
@@ -320,12 +316,30 @@ asio::awaitable<bool> Exchange::send_prepared(const PreparedAnswer& answer,
   }
   add(kCrlf);
   add(answer.body);
-  const std::span<const asio::const_buffer> gathered(buffers.data(), count);
-  beast::buffers_suffix<std::span<const asio::const_buffer>> rest(gathered);
-  auto sent = write_now(rest);  // most often whole, with no frame for write()
-  if (!sent) sent = co_await write_rest(rest);
-  answered_ = *sent;
-  co_return *sent;
+  auto& rest = p.rest.emplace(std::span<const asio::const_buffer>(p.buffers.data(), count));
+  const auto sent = write_now(rest);  // most often whole, with no frame for write()
+  if (sent) {
+    answered_ = *sent;
+    prepared_.reset();
+  }
+  return sent;
+}
+
+asio::awaitable<bool> Exchange::finish_prepared() {
+  auto& p = *prepared_;
+  bool sent = false;
+  if (p.rest) {
+    sent = co_await write_rest(*p.rest);
+    answered_ = sent;
+  } else {
+    ResponseHeader head(conn_.fields_allocator());
+    head.result(p.answer.status);
+    for (const auto& f : p.answer.fields) head.insert(f.name, f.value);
+    for (const auto& f : p.extra) head.insert(f.name, f.value);
+    sent = co_await send(head, p.answer.body, p.answer.trailers);
+  }
+  prepared_.reset();
+  co_return sent;
 }
 
 void Exchange::reset() {

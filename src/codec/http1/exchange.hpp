@@ -3,8 +3,11 @@
 // read and checked, the body read with backpressure (straight from the socket when
 // Content-Length frames it), the answer framed and written, the head together with
 // the first body bytes.
+#include <array>
 #include <atomic>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "codec/http_names.hpp"
 #include "http/chunk.hpp"
@@ -46,8 +49,9 @@ class Exchange final : public http::Exchange {
   asio::awaitable<bool> send_interim(ResponseHeader& head) override;
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
   asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
-  asio::awaitable<bool> send_prepared(const PreparedAnswer& answer,
-                                      std::span<const ExtraField> extra) override;
+  std::optional<bool> start_prepared(const PreparedAnswer& answer,
+                                     std::span<const ExtraField> extra) override;
+  asio::awaitable<bool> finish_prepared() override;
   void reset() override;
 
  private:
@@ -94,6 +98,16 @@ class Exchange final : public http::Exchange {
   bool chunked_out_ = false;  // the answer's body goes out chunked
   bool trailers_out_ = false;
   std::optional<HeadBytes> pending_;  // a final head waiting for the first body bytes
+  /// A replay start_prepared() began and finish_prepared() ends: the gathered pieces
+  /// the socket has yet to take, or, for an answer with no head laid out for this
+  /// exchange, the answer and its extra fields, sent whole from a head built then.
+  struct PreparedRest {
+    std::array<asio::const_buffer, 20> buffers;
+    std::optional<beast::buffers_suffix<std::span<const asio::const_buffer>>> rest;
+    PreparedAnswer answer;
+    std::vector<ExtraField> extra;
+  };
+  std::optional<PreparedRest> prepared_;
 };
 
 }  // namespace idemproxy::codec::http1

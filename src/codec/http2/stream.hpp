@@ -73,8 +73,9 @@ class Stream final : public http::Exchange {
   asio::awaitable<bool> send_interim(ResponseHeader& head) override;
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
   asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
-  asio::awaitable<bool> send_prepared(const PreparedAnswer& answer,
-                                      std::span<const ExtraField> extra) override;
+  std::optional<bool> start_prepared(const PreparedAnswer& answer,
+                                     std::span<const ExtraField> extra) override;
+  asio::awaitable<bool> finish_prepared() override;
   void reset() override;
 
  private:
@@ -125,9 +126,13 @@ class Stream final : public http::Exchange {
   NvList nv_;
   std::array<char, 24> digits_{};
   bool head_pending_ = false;  // a final head waits in nv_ for the first body bytes
-  bool submitted_ = false;     // the final HEADERS are submitted
-  bool deferred_ = false;      // nghttp2 waits for resume_data
-  std::string_view out_;       // the body handed to send_body(), not yet all taken
+  /// A replay's body and trailers, between start_prepared() (its head in nv_) and
+  /// finish_prepared().
+  std::string_view prepared_body_;
+  Trailers prepared_trailers_;
+  bool submitted_ = false;  // the final HEADERS are submitted
+  bool deferred_ = false;   // nghttp2 waits for resume_data
+  std::string_view out_;    // the body handed to send_body(), not yet all taken
   std::size_t out_at_ = 0;
   bool out_last_ = false;
   bool eof_taken_ = false;

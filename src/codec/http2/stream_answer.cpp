@@ -218,14 +218,22 @@ void Stream::reset() {
   conn_.wake_writer();
 }
 
-asio::awaitable<bool> Stream::send_prepared(const PreparedAnswer& answer,
-                                            std::span<const ExtraField> extra) {
+std::optional<bool> Stream::start_prepared(const PreparedAnswer& answer,
+                                           std::span<const ExtraField> extra) {
   const bool bodiless = head_request_ || answer.status == 204 || answer.status == 304;
   head_fields(answer.status, nullptr, answer.fields, extra,
               Framing::of(answer.body.size(), !answer.trailers.empty()));
   head_pending_ = true;
-  if (bodiless) co_return submit_head(false);
-  co_return co_await send_body(answer.body, true, answer.trailers);
+  if (bodiless) return submit_head(false);
+  // The body goes with the head, through the session's writer: awaited.
+  prepared_body_ = answer.body;
+  prepared_trailers_ = answer.trailers;
+  return std::nullopt;
+}
+
+asio::awaitable<bool> Stream::finish_prepared() {
+  co_return co_await send_body(std::exchange(prepared_body_, {}), true,
+                               std::exchange(prepared_trailers_, {}));
 }
 
 }  // namespace idemproxy::codec::http2
