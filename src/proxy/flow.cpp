@@ -206,7 +206,7 @@ PhaseStep awaited(Flow& f) {
 
 constexpr std::array<Phase, 8> kPhases{{
     {"key", idempotent::key_phase},
-    {"body", awaited<idempotent::body_phase>},
+    {"body", idempotent::body_phase},
     {"body key", idempotent::body_key_phase},
     {"key age", idempotent::key_age_phase},
     {"cached", idempotent::cached_phase},

@@ -28,6 +28,47 @@ asio::awaitable<Step> responded_after(asio::awaitable<bool> work) {
   co_await std::move(work);
   co_return Step::responded;
 }
+
+// The body phase's end, once the body is read or refused.
+Step body_read(Flow& f, BodyPiece::Error error) {
+  RequestContext& ctx = f.ctx;
+  if (error == BodyPiece::Error::too_large) {
+    const auto& route = f.route();
+    ctx.fail(ProblemKind::body_too_large,
+             "the request body is larger than max_body (" + std::to_string(route.max_body) +
+                 " bytes) for route " + route.name,
+             Outcome::too_large);
+    return Step::failed;
+  }
+  if (error == BodyPiece::Error::malformed) {
+    ctx.fail(ProblemKind::malformed_request, "malformed request body", Outcome::bad_request);
+    return Step::failed;
+  }
+  if (error != BodyPiece::Error::none) return Step::responded;  // the client went away
+  // The head, the codec's until now, is the request's as it is forwarded.
+  f.req.base() = std::move(ctx.ex.head());
+  return Step::next;
+}
+
+// A shadow route's request with a body over max_body passes through, as enforce
+// would refuse it.
+asio::awaitable<Step> shadow_passes(Flow& f) {
+  f.ctx.outcome = Outcome::shadow_would_reject;
+  co_await pass_through(f.ctx);
+  co_return Step::responded;
+}
+
+// The body phase where it waits: for the 100-continue (when `continue_first`) to be
+// sent, then for a body that did not come with the head.
+asio::awaitable<Step> body_awaited(Flow& f, bool continue_first) {
+  RequestContext& ctx = f.ctx;
+  if (continue_first && !co_await ctx.ex.send_continue()) co_return Step::responded;
+  ctx.ex.body_limit(f.route().max_body);
+  if (ctx.ex.take_buffered_body(f.req.body())) co_return body_read(f, BodyPiece::Error::none);
+  const auto deadline = std::chrono::steady_clock::now() + ctx.settings.config.server.read_timeout;
+  const auto error = co_await ctx.ex.read_whole_body(f.req.body(), deadline);
+  co_return body_read(f, error);
+}
 }  // namespace
 
 // Answers from the replay cache: no database round trip, no commit; and no coroutine
@@ -80,46 +121,18 @@ std::string record_scope(const engine::RoutePolicy& route, RequestContext& ctx) 
 
 // Phase: body, bounded by max_body: a declared length over it is refused before
 // the body is read; a body of unknown length, as it arrives.
-asio::awaitable<Step> body_phase(Flow& f) {
+PhaseStep body_phase(Flow& f) {
   RequestContext& ctx = f.ctx;
   const auto& route = f.route();
   const auto declared = ctx.ex.content_length();
   const bool too_large = declared && *declared > route.max_body;
-  if (too_large && f.shadow()) {
-    ctx.outcome = Outcome::shadow_would_reject;
-    co_await pass_through(ctx);
-    co_return Step::responded;
-  }
-  BodyPiece::Error error = BodyPiece::Error::too_large;
-  if (!too_large) {
-    if (ctx.ex.expects_continue()) {
-      const bool written = co_await ctx.ex.send_continue();
-      if (!written) co_return Step::responded;
-    }
-    ctx.ex.body_limit(route.max_body);
-    if (ctx.ex.take_buffered_body(f.req.body())) {
-      error = BodyPiece::Error::none;
-    } else {
-      const auto deadline =
-          std::chrono::steady_clock::now() + ctx.settings.config.server.read_timeout;
-      error = co_await ctx.ex.read_whole_body(f.req.body(), deadline);
-    }
-  }
-  if (error == BodyPiece::Error::too_large) {
-    ctx.fail(ProblemKind::body_too_large,
-             "the request body is larger than max_body (" + std::to_string(route.max_body) +
-                 " bytes) for route " + route.name,
-             Outcome::too_large);
-    co_return Step::failed;
-  }
-  if (error == BodyPiece::Error::malformed) {
-    ctx.fail(ProblemKind::malformed_request, "malformed request body", Outcome::bad_request);
-    co_return Step::failed;
-  }
-  if (error != BodyPiece::Error::none) co_return Step::responded;  // the client went away
-  // The head, the codec's until now, is the request's as it is forwarded.
-  f.req.base() = std::move(ctx.ex.head());
-  co_return Step::next;
+  if (too_large && f.shadow()) return shadow_passes(f);
+  if (too_large) return body_read(f, BodyPiece::Error::too_large);
+  if (ctx.ex.expects_continue()) return body_awaited(f, true);
+  ctx.ex.body_limit(route.max_body);
+  // Most often the body came with the head: no coroutine frame.
+  if (ctx.ex.take_buffered_body(f.req.body())) return body_read(f, BodyPiece::Error::none);
+  return body_awaited(f, false);
 }
 
 // Forwards the request as read, without a claim, with `outcome`: for what the body

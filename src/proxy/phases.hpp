@@ -127,7 +127,7 @@ PhaseStep key_phase(Flow& f);
 /// The scope a request's records live in on `route`: derived from the request as the
 /// route says (scope.from, scope_header, namespace). key_phase and the lookup share it.
 std::string record_scope(const engine::RoutePolicy& route, RequestContext& ctx);
-asio::awaitable<Step> body_phase(Flow& f);
+PhaseStep body_phase(Flow& f);
 PhaseStep body_key_phase(Flow& f);
 PhaseStep key_age_phase(Flow& f);
 PhaseStep cached_phase(Flow& f);

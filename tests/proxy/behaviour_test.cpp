@@ -309,6 +309,21 @@ TEST_P(Behaviour, ABodyLargerThanTheSocketsBuffersCrossesIntactBothWays) {
   EXPECT_TRUE(r.body == answer);
 }
 
+// RFC 9110 10.1.1: a keyed request that expects 100-continue is told to send its body
+// before the proxy reads it; the upstream gets the request without Expect, once.
+TEST_P(Behaviour, AKeyedRequestThatExpectsContinueIsToldToSendItsBody) {
+  auto request = json_post("expect-1");
+  request.fields.emplace_back("Expect", "100-continue");
+  const auto r = send(request);
+  EXPECT_EQ(r.status, 201);
+  // This HTTP/2 client's DATA comes with its HEADERS: a body already there is not asked for.
+  EXPECT_EQ(r.interim,
+            GetParam() == Codec::http1 ? std::vector<unsigned>{100} : std::vector<unsigned>{});
+  EXPECT_EQ(world.executions("expect-1"), 1);
+  EXPECT_EQ(world.last_request().count("Expect"), 0U);
+  EXPECT_EQ(world.last_request().body(), R"({"a":1})");
+}
+
 // A cached replay larger than the socket's buffers: what the socket takes at once
 // goes in one send with no coroutine frame, and the rest is awaited as the client reads.
 TEST_P(Behaviour, ACachedReplayLargerThanTheSocketsBuffersReachesTheClientWhole) {
