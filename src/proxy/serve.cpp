@@ -135,13 +135,13 @@ bool is_lookup(std::string_view policy_path, std::string_view path) {
 asio::awaitable<void> dispatch(RequestContext& ctx) {
   auto& head = ctx.ex.head();
   ctx.method.assign(head.method_string());
-  ctx.target.assign(head.target());
   const SeenFields seen = seen_fields(head);  // views: read before the fields change
   ctx.grpc = engine::is_grpc_content_type(seen.content_type);
   take_request_id(ctx, seen);
   const bool traced = follow_trace(ctx, seen);
   start_request_span(ctx, traced);
   if (const auto& bad = ctx.ex.head_error()) {
+    ctx.target.assign(head.target());  // for the access log, as sent
     ctx.fail(bad->kind == HeadError::Kind::too_large ? ProblemKind::header_too_large
                                                      : ProblemKind::malformed_request,
              bad->detail, ops::Outcome::bad_request);
@@ -161,6 +161,7 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
   RequestTarget& target = scratch;
   if (const auto bad = normalize_target(
           head.target(), {server.merge_slashes, server.reject_escaped_slashes}, target)) {
+    ctx.target.assign(head.target());
     ctx.fail(ProblemKind::malformed_request, std::string(*bad), ops::Outcome::bad_request);
     co_await send_problem(ctx);
     co_return;
@@ -194,9 +195,9 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
     co_return;
   }
   if (key_count == 1) {
-    const std::string key(first_key);
-    const std::optional<std::string_view> key_header = key;
-    co_await run_idempotent(ctx, key_header);
+    // A view of the head's field: the key phase, first, takes its copy before anything
+    // changes the head.
+    co_await run_idempotent(ctx, first_key);
     co_return;
   }
   const auto verdict =

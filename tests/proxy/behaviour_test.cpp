@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "../captured_stdout.hpp"
+#include "idemproxy/ops/logging.hpp"
 #include "world.hpp"
 
 namespace idemproxy::testing::behaviour_test {
@@ -307,6 +309,22 @@ TEST_P(Behaviour, ABodyLargerThanTheSocketsBuffersCrossesIntactBothWays) {
   EXPECT_TRUE(world.last_request().body() == request);
   EXPECT_EQ(r.body.size(), answer.size());
   EXPECT_TRUE(r.body == answer);
+}
+
+// The access line names the target as routed (normalized) or, when the proxy refused
+// it before it could be normalized, as the client sent it.
+TEST_P(Behaviour, TheAccessLogNamesTheTargetAsRoutedOrAsSentWhenRefused) {
+  ops::configure_logging("info", "text");
+  const std::string out = captured_stdout([&] {
+    EXPECT_EQ(send(json_post("log-1", "/v1//orders/./a")).status, 201);
+    EXPECT_EQ(send({"GET", "/v1/%zz", {}, "", {}}).status, 400);
+  });
+  ops::configure_logging("warn", "text");
+  EXPECT_NE(out.find("[access] POST /v1/orders/a route=orders outcome=executed"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[access] GET /v1/%zz route=- outcome=bad_request status=400"),
+            std::string::npos)
+      << out;
 }
 
 // RFC 9110 10.1.1: a keyed request that expects 100-continue is told to send its body

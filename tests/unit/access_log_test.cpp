@@ -15,32 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "../captured_stdout.hpp"
 #include "idemproxy/ops/logging.hpp"
 
 using namespace idemproxy;
+using idemproxy::testing::captured_stdout;
 
 namespace {
-
-// Runs `log` with standard output sent to a file, and returns what it wrote.
-template <class F>
-std::string captured_stdout(F log) {
-  char path[] = "/tmp/access_log_test.XXXXXX";
-  const int file = ::mkstemp(path);
-  EXPECT_GE(file, 0);
-  std::fflush(stdout);
-  const int saved = ::dup(STDOUT_FILENO);
-  ::dup2(file, STDOUT_FILENO);
-  log();
-  std::fflush(stdout);
-  ::dup2(saved, STDOUT_FILENO);
-  ::close(saved);
-  ::close(file);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  ::unlink(path);
-  return text.str();
-}
 
 ops::AccessRecord record() {
   ops::AccessRecord r;
