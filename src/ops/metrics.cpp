@@ -322,6 +322,10 @@ std::string Metrics::render() const {
           "Records whose answer in-process GC dropped after ttl, kept as tombstones "
           "(after_expiry: reject).",
           gc_tombstoned_.load());
+  counter("idemproxy_gc_chunks_swept_total",
+          "Chunks of streamed answers that no record reads (a takeover's, a release's), "
+          "deleted by in-process GC.",
+          gc_swept_.load());
   out << "# HELP idemproxy_config_reloads_total Configuration reloads by result.\n"
          "# TYPE idemproxy_config_reloads_total counter\n"
       << "idemproxy_config_reloads_total{result=\"ok\"} " << reloads_ok_.load() << "\n"

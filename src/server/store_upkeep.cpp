@@ -53,7 +53,10 @@ asio::awaitable<void> StoreUpkeep::collect_garbage() {
       runtime_.metrics.count_gc_tombstoned(static_cast<std::uint64_t>(c.tombstoned));
       spdlog::info("gc: kept {} tombstone(s): answers past ttl dropped", c.tombstoned);
     }
-    if (c.swept > 0) spdlog::info("gc: deleted {} chunk(s) that no record reads", c.swept);
+    if (c.swept > 0) {
+      runtime_.metrics.count_gc_swept(static_cast<std::uint64_t>(c.swept));
+      spdlog::info("gc: deleted {} chunk(s) that no record reads", c.swept);
+    }
   }
 }
 

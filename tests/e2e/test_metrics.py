@@ -72,6 +72,7 @@ def test_metrics_after_a_scripted_sequence(make_proxy, upstream, key):
     assert samples[("idemproxy_completions_pending", ())] == 0
     assert samples[("idemproxy_gc_deleted_total", ())] == 0
     assert samples[("idemproxy_gc_tombstoned_total", ())] == 0
+    assert samples[("idemproxy_gc_chunks_swept_total", ())] == 0
     assert samples[("idemproxy_config_reloads_total", (("result", "ok"),))] == 0
     assert samples[("idemproxy_store_errors_total", ())] == 0
 

@@ -132,8 +132,9 @@ def test_a_proxy_killed_mid_stream_never_hands_a_retry_part_of_it(make_proxy, up
     # kill -9 once the stream's first chunk is stored (eight 100 KB events, 250 ms
     # apart): the record stays in flight, its lease runs out, and on_stale decides. Its
     # chunks are never read: `fail` tells the retry the outcome is unknown, `retake`
-    # executes again and stores and replays the second execution's stream alone.
-    p = make_proxy(store=SHORT_STATEMENTS,
+    # executes again and stores and replays the second execution's stream alone; the
+    # first execution's chunks, which no record reads, are swept by the in-process GC.
+    p = make_proxy(store=SHORT_STATEMENTS, gc={"interval": "300ms"},
                    routes=[{"name": "orders", "path_prefix": "/v1", "key_required": True,
                             "lease": "1s", "on_stale": on_stale}])
     path = "/v1/events?n=8&gap_ms=250&pad=100000"
@@ -159,6 +160,9 @@ def test_a_proxy_killed_mid_stream_never_hands_a_retry_part_of_it(make_proxy, up
     assert again.header("Idempotent-Replayed") == "true"
     assert again.body == retry.body
     assert upstream.executions.count(key=key) == 2
+    assert wait_for(lambda: p.metric("idemproxy_gc_chunks_swept_total") >= 1, timeout=10)
+    assert pg.sql("SELECT count(*) FROM idempotency_chunks c JOIN idempotency_records r "
+                  "USING (scope, key) WHERE key = '%s' AND c.token <> r.token" % key) == "0"
 
 
 def _swallow(call):

@@ -145,6 +145,7 @@ class Metrics {
   std::uint64_t attached() const { return attached_.load(); }
   void count_gc_deleted(std::uint64_t n) { gc_deleted_.fetch_add(n); }
   void count_gc_tombstoned(std::uint64_t n) { gc_tombstoned_.fetch_add(n); }
+  void count_gc_swept(std::uint64_t n) { gc_swept_.fetch_add(n); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_rejected_).fetch_add(1); }
   void count_spans_dropped(SpanDrop reason, std::uint64_t n = 1) {
     spans_dropped_[static_cast<std::size_t>(reason)].fetch_add(n, std::memory_order_relaxed);
@@ -200,6 +201,7 @@ class Metrics {
   std::atomic<std::uint64_t> attached_{0};
   std::atomic<std::uint64_t> gc_deleted_{0};
   std::atomic<std::uint64_t> gc_tombstoned_{0};
+  std::atomic<std::uint64_t> gc_swept_{0};
   std::atomic<std::uint64_t> reloads_ok_{0};
   std::atomic<std::uint64_t> reloads_rejected_{0};
   static constexpr std::size_t kSpanDrops = static_cast<std::size_t>(SpanDrop::shutdown) + 1;
