@@ -369,9 +369,16 @@ if step_result tidy; then
 fi
 fuzz_dir=""
 if [ "$fuzz_in_asan" = ON ]; then fuzz_dir=build-asan; fi
-# (A failed ASan build was counted above.)
-if [ "$FUZZ_SECONDS" != 0 ] && if [ "$fuzz_in_asan" = ON ]; then
-  [ "$(cat "$BACKGROUND/asan.status" 2>/dev/null)" = 0 ]; else step_result fuzz; fi; then
+# Whether the fuzz targets were built: in the ASan tree (whose failed build was
+# counted above), or in build-fuzz/ (counted here when it failed).
+fuzz_targets_built() {
+  if [ "$fuzz_in_asan" = ON ]; then
+    [ "$(cat "$BACKGROUND/asan.status" 2>/dev/null)" = 0 ]
+  else
+    step_result fuzz
+  fi
+}
+if [ "$FUZZ_SECONDS" != 0 ] && fuzz_targets_built; then
   stage "fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
   if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" FUZZ_BUILD_DIR="$fuzz_dir" \
     bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi

@@ -9,7 +9,7 @@
 --
 -- A chunk row belongs to (scope, key, token): chunks of a token that no longer holds
 -- the record (a takeover, a release, an indeterminate or dropped answer) are never
--- read, and garbage collection deletes them (kSweepChunks). key_id names the key that
+-- read, and garbage collection deletes them (PgStore::sweep_chunks). key_id names the key that
 -- sealed the chunk (NULL in the clear), which binds (scope, key, seq) in.
 --
 -- On Citus the chunks are distributed by key, co-located with their records, so
