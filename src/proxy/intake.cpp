@@ -18,13 +18,9 @@ void take_key(Flow& f, std::string key) {
   f.ctx.key = &f.id.key;
 }
 
-// The step after `work`, which answers the client.
-asio::awaitable<Step> responded_after(asio::awaitable<void> work) {
-  co_await std::move(work);
-  co_return Step::responded;
-}
-
-asio::awaitable<Step> responded_after(asio::awaitable<bool> work) {
+// The step after `work`, which answers the client (a replay's outcome is its own).
+template <class T>
+asio::awaitable<Step> responded_after(asio::awaitable<T> work) {
   co_await std::move(work);
   co_return Step::responded;
 }
@@ -58,13 +54,20 @@ asio::awaitable<Step> shadow_passes(Flow& f) {
   co_return Step::responded;
 }
 
+// Bounds the body by the route's max_body and takes it when it came whole with the head.
+bool take_whole_body(Flow& f) {
+  f.ctx.ex.body_limit(f.route().max_body);
+  return f.ctx.ex.take_buffered_body(f.req.body());
+}
+
 // The body phase where it waits: for the 100-continue (when `continue_first`) to be
 // sent, then for a body that did not come with the head.
 asio::awaitable<Step> body_awaited(Flow& f, bool continue_first) {
   RequestContext& ctx = f.ctx;
-  if (continue_first && !co_await ctx.ex.send_continue()) co_return Step::responded;
-  ctx.ex.body_limit(f.route().max_body);
-  if (ctx.ex.take_buffered_body(f.req.body())) co_return body_read(f, BodyPiece::Error::none);
+  if (continue_first) {
+    if (!co_await ctx.ex.send_continue()) co_return Step::responded;
+    if (take_whole_body(f)) co_return body_read(f, BodyPiece::Error::none);
+  }
   const auto deadline = std::chrono::steady_clock::now() + ctx.settings.config.server.read_timeout;
   const auto error = co_await ctx.ex.read_whole_body(f.req.body(), deadline);
   co_return body_read(f, error);
@@ -129,9 +132,8 @@ PhaseStep body_phase(Flow& f) {
   if (too_large && f.shadow()) return shadow_passes(f);
   if (too_large) return body_read(f, BodyPiece::Error::too_large);
   if (ctx.ex.expects_continue()) return body_awaited(f, true);
-  ctx.ex.body_limit(route.max_body);
   // Most often the body came with the head: no coroutine frame.
-  if (ctx.ex.take_buffered_body(f.req.body())) return body_read(f, BodyPiece::Error::none);
+  if (take_whole_body(f)) return body_read(f, BodyPiece::Error::none);
   return body_awaited(f, false);
 }
 
