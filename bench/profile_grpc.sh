@@ -13,40 +13,12 @@ WORK_NAME=profile-grpc
 . bench/common.sh
 
 DSN=$(start_pg "$WORK/pg")
-read -r GRPC_UP_PORT <<<"$(free_port 1)"
-mkdir -p "$WORK/grpc/root/bench.Orders"
-python3 - "$WORK/grpc" <<'EOP'
-import struct, sys
-framed = lambda m: b"\x00" + struct.pack(">I", len(m)) + m  # gRPC's length prefix
-open("%s/root/bench.Orders/Create" % sys.argv[1], "wb").write(framed(b"created:ord_1"))
-open(sys.argv[1] + "/call.bin", "wb").write(framed(b'{"amount":1000,"currency":"eur"}'))
-EOP
-{ nginx_head "$WORK/grpc"; cat <<EOC; } >"$WORK/grpc/nginx.conf"
-  access_log off;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:$GRPC_UP_PORT http2;
-    location / {
-      mirror /read-body;  # the message is read whole first, as a gRPC server does
-      mirror_request_body on;
-      root $WORK/grpc/root;
-      default_type application/grpc;
-      add_trailer grpc-status 0 always;
-      error_page 405 =200 \$uri;
-    }
-    location = /read-body { internal; return 204; }
-  }
-}
-EOC
-taskset -c "$LOAD_CPU" nginx -c "$WORK/grpc/nginx.conf" -p "$WORK/grpc" 2>/dev/null & PIDS+=($!)
-wait_port "$GRPC_UP_PORT"
+start_grpc_upstream
 PROXY_UPSTREAM="{url: \"http://127.0.0.1:$GRPC_UP_PORT\", protocol: h2c}" \
 PROXY_ROUTE="{name: grpc, path_prefix: /bench.Orders/, key_required: true}" \
   start_proxy idemgrpc "$DSN" 8
 load() {  # prints the calls that ended grpc-status 0
-  taskset -c "$LOAD_CPU" node bench/grpc_fresh.js "http://127.0.0.1:$PROXY_PORT/bench.Orders/Create" \
-    "$1" 8 8 "prof-$2-$$" "$WORK/grpc/call.bin" \
-    | python3 -c 'import json, sys; print(json.load(sys.stdin)["ok"])'
+  grpc_fresh_load "$1" "prof-$2-$$" | python3 -c 'import json, sys; print(json.load(sys.stdin)["ok"])'
 }
 load 2 warm >/dev/null
 HZ=$(getconf CLK_TCK)

@@ -42,45 +42,8 @@ PSQL=(psql "$DSN" -qAt -v ON_ERROR_STOP=1)
 
 start_upstream
 
-# The gRPC upstream: a second nginx answering every unary call to bench.Orders and
-# bench.Plain with one framed message and grpc-status 0 in the trailers (a static
-# file: as lean an upstream as the HTTP/1.1 one). On the load's CPU, like it.
-# It also listens over HTTP/1.1 (GRPC_UP_H1_PORT): the same answers, to compare the
-# proxy's cost toward an h2c upstream with its cost toward an HTTP/1.1 one.
-read -r NGINX_PORT NGINX_H2_PORT GRPC_UP_PORT GRPC_UP_H1_PORT <<<"$(free_port 4)"
-mkdir -p "$WORK/grpc/root/bench.Orders" "$WORK/grpc/root/bench.Plain"
-python3 - "$WORK/grpc" <<'EOP'
-import struct, sys
-framed = lambda m: b"\x00" + struct.pack(">I", len(m)) + m  # gRPC's length prefix
-for service in ("bench.Orders", "bench.Plain"):
-    open("%s/root/%s/Create" % (sys.argv[1], service), "wb").write(framed(b"created:ord_1"))
-open(sys.argv[1] + "/call.bin", "wb").write(framed(b'{"amount":1000,"currency":"eur"}'))
-EOP
-{ nginx_head "$WORK/grpc"; cat <<EOF; } >"$WORK/grpc/nginx.conf"
-  access_log off;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:$GRPC_UP_PORT http2;
-    listen 127.0.0.1:$GRPC_UP_H1_PORT;
-    location / {
-      # The call's message is read whole before the answer, as a gRPC server reads
-      # its request. A static file alone answers first and then resets the stream
-      # (RST_STREAM NO_ERROR) to discard the body, and that late frame on a kept-alive
-      # connection made nginx's grpc_pass fail 1-3 % of calls ("upstream sent frame
-      # for unknown stream"), which no real server would cause.
-      mirror /read-body;
-      mirror_request_body on;
-      root $WORK/grpc/root;
-      default_type application/grpc;
-      add_trailer grpc-status 0 always;
-      error_page 405 =200 \$uri;  # a POST to a static file
-    }
-    location = /read-body { internal; return 204; }
-  }
-}
-EOF
-taskset -c "$LOAD_CPU" nginx -c "$WORK/grpc/nginx.conf" -p "$WORK/grpc" 2>/dev/null & PIDS+=($!)
-wait_port "$GRPC_UP_PORT"
+start_grpc_upstream  # first: its ports are taken before the next are picked
+read -r NGINX_PORT NGINX_H2_PORT <<<"$(free_port 2)"
 
 mkdir -p "$WORK/nginx"
 { nginx_head "$WORK/nginx"; cat <<EOF; } >"$WORK/nginx/nginx.conf"
@@ -351,8 +314,7 @@ run_h2 idem.grpcreplay "$G" "$PROXY_PORT" /bench.Orders/Create -H "idempotency-k
 "${PSQL[@]}" -c CHECKPOINT
 c0=$(ticks "$G")
 k0=$(commits)
-out=$(taskset -c "$LOAD_CPU" node bench/grpc_fresh.js "http://127.0.0.1:$PROXY_PORT/bench.Orders/Create" \
-        "$SECONDS_" 8 8 "grpcfresh-$$" "$WORK/grpc/call.bin")
+out=$(grpc_fresh_load "$SECONDS_" "grpcfresh-$$")
 c1=$(ticks "$G")
 k1=$(commits)
 field() { echo "$out" | python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
