@@ -9,7 +9,7 @@
 //               ?status=N  ?size=N (a body of N bytes, no content-length)
 //               ?reset_after=N (sends N body bytes, then resets the stream)
 //   the answer: JSON {order, key, protocol, method, path, authority, scheme, body_bytes,
-//               body_sha, raw_headers}, or the bytes asked for; header
+//               body_sha, raw_headers, never_indexed}, or the bytes asked for; header
 //               x-upstream-protocol.
 // Control:  GET /executions   every request, in order
 //           GET /goaway       every connection gets GOAWAY (its streams complete)
@@ -55,6 +55,8 @@ function onRequest(req, res) {
       te: req.headers.te || null,
       cookie: req.headers.cookie || null,
       raw_headers: req.rawHeaders,  // name, value, name, value: every field line as sent
+      // The fields that came "never indexed" (RFC 7541 §6.2.3); none over HTTP/1.1.
+      never_indexed: req.headers[http2.sensitiveHeaders] || [],
     };
     executions.push(record);
     const delay = Number(url.searchParams.get('delay_ms') || req.headers['x-delay-ms'] || 0);

@@ -114,7 +114,7 @@ def test_the_fields_the_proxy_adds_reach_an_http2_upstream_once_each(make_proxy,
     """What the proxy adds to a forwarded request (X-Forwarded-*, X-Request-Id, a
     started trace's traceparent, the framing it read) reaches an HTTP/2 upstream as
     header fields, each once, from HTTP/1.1 and HTTP/2 clients, on pass-through and on a
-    keyed route; Host becomes
+    keyed route (the request id, the trace and the key "never indexed"); Host becomes
     :authority (RFC 9113 8.3.1), an HTTP/1.0 client's request without Host gets the
     upstream's authority (RFC 9112 3.2), and a chunked body's Transfer-Encoding never
     goes (8.2.2)."""
@@ -129,6 +129,7 @@ def test_the_fields_the_proxy_adds_reach_an_http2_upstream_once_each(make_proxy,
     assert execution["authority"] == "shop.example:8443"
     seen = fields_by_name(execution["raw_headers"])
     assert_forwarding_fields(seen)
+    assert sorted(execution["never_indexed"]) == ["idempotency-key", "traceparent", "x-request-id"]
     assert seen["content-length"] == ["2"]
     assert "host" not in seen and "transfer-encoding" not in seen
     # The same from an HTTP/2 client: its :authority stands for Host (RFC 9113 8.3.1).
@@ -143,6 +144,9 @@ def test_the_fields_the_proxy_adds_reach_an_http2_upstream_once_each(make_proxy,
     [execution] = h2c.executions(key2)
     assert execution["authority"] == "shop.example:8443"
     assert_forwarding_fields(fields_by_name(execution["raw_headers"]))
+    # Values new on every request go "never indexed" (RFC 7541 6.2.3), so they do not
+    # churn the upstream's dynamic table; the rest may be indexed.
+    assert sorted(execution["never_indexed"]) == ["idempotency-key", "traceparent", "x-request-id"]
     # An HTTP/1.0 client that sent no Host: the upstream's own authority.
     key10 = key + "-10"
     raw10 = (b"POST %s HTTP/1.0\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\n"

@@ -85,12 +85,13 @@ struct H2Call {
 };
 
 int on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
-              std::size_t namelen, const std::uint8_t* value, std::size_t valuelen, std::uint8_t,
-              void* user) {
+              std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
+              std::uint8_t flags, void* user) {
   auto& call = *static_cast<H2Call*>(user);
   if (frame->hd.stream_id != call.id) return 0;
   const std::string n(reinterpret_cast<const char*>(name), namelen);
   const std::string v(reinterpret_cast<const char*>(value), valuelen);
+  if ((flags & NGHTTP2_NV_FLAG_NO_INDEX) != 0) call.reply.never_indexed.push_back(n);
   if (n == ":status") {
     const unsigned status = static_cast<unsigned>(std::stoi(v));
     if (status / 100 == 1) {

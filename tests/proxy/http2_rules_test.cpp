@@ -107,5 +107,22 @@ TEST(Http2Rules, NoFieldChoosesWhatBecomesATrailer) {
   EXPECT_EQ(world.executions("steer"), 1);
 }
 
+// RFC 7541 §6.2.3: a field whose value is new on every answer (the request id) is sent
+// "never indexed", so it does not churn the client's dynamic table; fields that repeat
+// are indexed as before. Executed, replayed from the cache, and passed through.
+TEST(Http2Rules, AnAnswersRequestIdIsNeverIndexedAndItsOtherFieldsAre) {
+  World world(kConfig);
+  std::vector<Request> requests = {keyed("index"), keyed("index"), keyed("index", "/pt/x")};
+  requests[2].fields.clear();
+  for (const auto& r : requests) {
+    const auto reply = world.send(Codec::http2, r);
+    EXPECT_EQ(reply.status, 201) << r.path;
+    EXPECT_NE(reply.field("x-request-id"), "");
+    EXPECT_NE(reply.field("content-type"), "");
+    EXPECT_EQ(reply.never_indexed, std::vector<std::string>{"x-request-id"}) << r.path;
+  }
+  EXPECT_EQ(world.executions("index"), 1);
+}
+
 }  // namespace
 }  // namespace idemproxy::testing::http2_rules_test
