@@ -55,6 +55,9 @@ struct RequestContext {
   /// before and after.
   const std::string* key = nullptr;
   InlineString<16> key_hash;  // logged instead of the key: made by key_digest()
+  /// The head's first Content-Type value, found by the route phase's walk over the
+  /// fields: a view of the head's own field, which no phase erases.
+  std::string_view content_type;
   /// A gRPC call (content-type application/grpc…), decided once: refusals are gRPC
   /// statuses, answers keep their trailers, grpc-timeout bounds the upstream.
   bool grpc = false;

@@ -202,8 +202,7 @@ PhaseStep cached_phase(Flow& f) {
   f.hit = f.rt().coordinator.cached(f.route(), f.id);
   // Under a rule that counts header fields the same bytes may be another request.
   if (f.hit && f.route().fingerprint.headers.empty() &&
-      f.hit->request.same(f.ctx.method, f.ctx.target, f.req[bhttp::field::content_type],
-                          f.req.body())) {
+      f.hit->request.same(f.ctx.method, f.ctx.target, f.ctx.content_type, f.req.body())) {
     return replay_cached(f);
   }
   return Step::next;
@@ -211,8 +210,7 @@ PhaseStep cached_phase(Flow& f) {
 
 std::string request_fingerprint(const Flow& f, const engine::FingerprintRule& rule) {
   const RequestContext& ctx = f.ctx;
-  engine::RequestParts parts{ctx.method, ctx.target, f.req[bhttp::field::content_type],
-                             f.req.body(), nullptr};
+  engine::RequestParts parts{ctx.method, ctx.target, ctx.content_type, f.req.body(), nullptr};
   if (!rule.headers.empty()) {
     parts.header = [&f](std::string_view name) { return joined_values(f.req, name); };
   }
@@ -226,14 +224,13 @@ PhaseStep fingerprint_phase(Flow& f) {
   RequestContext& ctx = f.ctx;
   const auto& route = f.route();
   const auto& cfg = ctx.settings.config;
-  const std::string_view content_type = f.req[bhttp::field::content_type];
   f.claim.emplace(store::ClaimRequest{std::move(f.id), request_fingerprint(f, route.fingerprint),
                                       route.lease, route.ttl, route.name, ctx.method, ctx.target,
                                       route.on_stale == engine::OnStale::retake,
                                       route.after_expiry_reject, route.quota});
   ctx.key = &f.claim->id.key;  // moved there with the rest of the id
   if (f.hit && f.hit->fingerprint == f.claim->fingerprint) return replay_cached(f);
-  f.form = {ctx.method, ctx.target, std::string(content_type), f.req.body()};
+  f.form = {ctx.method, ctx.target, std::string(ctx.content_type), f.req.body()};
   ctx.te_trailers = prepare_forward(f.req, ctx.to_upstream, ctx.ex.peer(), cfg.upstream);
   frame_whole(f.req);
   return Step::next;

@@ -136,6 +136,7 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
   auto& head = ctx.ex.head();
   ctx.method.assign(head.method_string());
   const SeenFields seen = seen_fields(head);  // views: read before the fields change
+  ctx.content_type = seen.content_type;
   ctx.grpc = engine::is_grpc_content_type(seen.content_type);
   take_request_id(ctx, seen);
   const bool traced = follow_trace(ctx, seen);

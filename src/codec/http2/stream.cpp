@@ -40,7 +40,7 @@ void Stream::open(std::int32_t id, std::shared_ptr<const Settings> settings) {
   scheme_.clear();
   path_.clear();
   header_bytes_ = field_count_ = cookies_ = 0;
-  saw_host_ = head_request_ = expects_continue_ = over_limit_ = false;
+  saw_host_ = saw_expect_ = head_request_ = expects_continue_ = over_limit_ = false;
   in_[0].clear();
   in_[1].clear();
   fill_ = view_ = 0;
@@ -93,8 +93,21 @@ void Stream::on_field(std::string_view name, std::string_view value, bool traile
     }
     return;
   }
-  if (name == "host") saw_host_ = true;
-  if (name == "cookie") ++cookies_;
+  // What on_head_end() reads of the fields, read as they come rather than searched
+  // for in the field tree after: the first value of each, as head[name] would give.
+  if (name == "host") {
+    saw_host_ = true;
+  } else if (name == "cookie") {
+    ++cookies_;
+  } else if (name == "content-length") {
+    if (!facts_.content_length) {
+      std::uint64_t n = 0;  // nghttp2 has checked it is a number, and the only one
+      std::from_chars(value.data(), value.data() + value.size(), n);
+      facts_.content_length = n;
+    }
+  } else if (name == "expect" && !std::exchange(saw_expect_, true)) {
+    expects_continue_ = beast::iequals(value, "100-continue");
+  }
   head_storage_.insert(name, value);
 }
 
@@ -106,6 +119,7 @@ void Stream::on_head_end(bool end_stream) {
     facts_.head_error = HeadError{HeadError::Kind::malformed, std::move(detail)};
   };
   if (header_bytes_ > server.max_header_size || field_count_ > server.max_header_fields) {
+    facts_.content_length.reset();  // a head refused says nothing of a body
     facts_.head_error = HeadError{HeadError::Kind::too_large,
                                   field_count_ > server.max_header_fields
                                       ? "more than " + std::to_string(server.max_header_fields) +
@@ -116,7 +130,7 @@ void Stream::on_head_end(bool end_stream) {
   }
   auto& head = head_storage_;
   head_request_ = head.method() == bhttp::verb::head;
-  const std::string_view host = head[bhttp::field::host];
+  const std::string_view host = saw_host_ ? std::string_view(head[bhttp::field::host]) : "";
   // RFC 9113 §8.3.1: every request but CONNECT carries :scheme and :path; :path is
   // origin-form (or "*" for OPTIONS), never an absolute URI that would name another
   // authority than :authority. RFC 9113 §8.3.1 also says a Host that differs from
@@ -134,9 +148,12 @@ void Stream::on_head_end(bool end_stream) {
   } else if (!valid_authority(authority_.empty() ? host : std::string_view(authority_))) {
     bad(":authority is not a valid host");
   }
-  if (facts_.head_error) return;
+  if (facts_.head_error) {
+    facts_.content_length.reset();
+    return;
+  }
   head.target(path_);
-  if (!saw_host_) head.set(bhttp::field::host, authority_);
+  if (!saw_host_) head.insert(bhttp::field::host, authority_);  // none to replace
   // RFC 9113 §8.2.3: cookie crumbs are one field again for HTTP/1.1.
   if (cookies_ > 1) {
     std::string joined;
@@ -148,12 +165,7 @@ void Stream::on_head_end(bool end_stream) {
     }
     head.set(bhttp::field::cookie, joined);
   }
-  if (const auto length = head[bhttp::field::content_length]; !length.empty()) {
-    std::uint64_t n = 0;  // nghttp2 has checked it is a number
-    std::from_chars(length.data(), length.data() + length.size(), n);
-    facts_.content_length = n;
-  }
-  expects_continue_ = facts_.has_body && beast::iequals(head[bhttp::field::expect], "100-continue");
+  expects_continue_ = expects_continue_ && facts_.has_body;
 }
 
 void Stream::on_data(const std::uint8_t* data, std::size_t size) {

@@ -105,6 +105,7 @@ class Stream final : public http::Exchange {
   std::size_t field_count_ = 0;
   std::size_t cookies_ = 0;
   bool saw_host_ = false;
+  bool saw_expect_ = false;  // the first expect field was read into expects_continue_
   bool over_limit_ = false;  // the head passed a limit: its fields are dropped
   bool head_request_ = false;
   bool expects_continue_ = false;
