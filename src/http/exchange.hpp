@@ -71,7 +71,7 @@ struct Framing {
 /// An answer whose head was laid out once, when it was cached: a replay.
 struct PreparedAnswer {
   unsigned status = 0;
-  std::span<const Header> fields;  // lower-case names, as HTTP/2 sends them
+  std::span<const Header> fields;  // names as stored (an HTTP/2 codec lowers them)
   std::string_view body;
   Trailers trailers;
   /// Kept with the cached answer for the codec that sends it: a codec with a form of

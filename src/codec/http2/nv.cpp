@@ -1,15 +1,26 @@
 #include "codec/http2/nv.hpp"
 
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 
 namespace idemproxy::codec::http2 {
-
 namespace {
 
 // Room for a usual head at the first add(), instead of growing to it by doubling
 // (a list is made per request on the upstream side and per stream on the client's).
 constexpr std::size_t kFirstBytes = 512;
 constexpr std::size_t kFirstFields = 16;
+
+// RFC 9113 §8.2.1. A field name is an ASCII token: no locale's tolower() applies.
+void copy_lower(char* out, std::string_view name) {
+  for (const char c : name) *out++ = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+}
+
+std::uint8_t flags_for(std::string_view lower_name) {
+  return NvList::fresh_per_message(lower_name) ? std::uint8_t{NGHTTP2_NV_FLAG_NO_INDEX}
+                                               : std::uint8_t{NGHTTP2_NV_FLAG_NONE};
+}
 
 }  // namespace
 
@@ -18,32 +29,56 @@ bool NvList::fresh_per_message(std::string_view lower_name) {
          lower_name == "idempotency-key";
 }
 
+void NvList::first_use() {
+  bytes_ = std::make_unique_for_overwrite<char[]>(kFirstBytes);
+  capacity_ = kFirstBytes;
+  spans_.reserve(kFirstFields);
+}
+
+char* NvList::room(std::size_t n) {
+  if (used_ + n > capacity_) {
+    const std::size_t capacity = std::max(capacity_ * 2, used_ + n);
+    auto bigger = std::make_unique_for_overwrite<char[]>(capacity);
+    if (used_ > 0) std::memcpy(bigger.get(), bytes_.get(), used_);
+    bytes_ = std::move(bigger);
+    capacity_ = capacity;
+  }
+  char* at = bytes_.get() + used_;
+  used_ += n;
+  return at;
+}
+
 void NvList::add(std::string_view name, std::string_view value) {
-  if (spans_.capacity() == 0) {
-    bytes_.reserve(kFirstBytes);
-    spans_.reserve(kFirstFields);
+  if (spans_.capacity() == 0) first_use();
+  const std::size_t name_at = used_;
+  char* const lower = room(name.size() + value.size());
+  copy_lower(lower, name);
+  if (!value.empty()) std::memcpy(lower + name.size(), value.data(), value.size());
+  spans_.push_back(
+      {nullptr, nullptr, static_cast<std::uint32_t>(name_at),
+       static_cast<std::uint32_t>(name_at + name.size()), static_cast<std::uint32_t>(name.size()),
+       static_cast<std::uint32_t>(value.size()), flags_for(std::string_view(lower, name.size()))});
+}
+
+void NvList::add_lasting(std::string_view name, std::string_view value) {
+  for (const char c : name) {
+    if (c >= 'A' && c <= 'Z') return add(name, value);
   }
-  const std::size_t name_at = bytes_.size();
-  bytes_.append(name);
-  // RFC 9113 §8.2.1. A field name is an ASCII token: no locale's tolower() applies,
-  // and the name is copied whole before it is lowered, not a character at a time.
-  for (auto it = bytes_.begin() + static_cast<std::ptrdiff_t>(name_at); it != bytes_.end(); ++it) {
-    if (*it >= 'A' && *it <= 'Z') *it = static_cast<char>(*it - 'A' + 'a');
-  }
-  const std::size_t value_at = bytes_.size();
-  bytes_.append(value);
-  const std::string_view lowered(bytes_.data() + name_at, name.size());
-  spans_.push_back({name_at, name.size(), value_at, value.size(),
-                    fresh_per_message(lowered) ? std::uint8_t{NGHTTP2_NV_FLAG_NO_INDEX}
-                                               : std::uint8_t{NGHTTP2_NV_FLAG_NONE}});
+  if (spans_.capacity() == 0) first_use();
+  spans_.push_back({name.data(), value.data(), 0, 0, static_cast<std::uint32_t>(name.size()),
+                    static_cast<std::uint32_t>(value.size()), flags_for(name)});
 }
 
 const nghttp2_nv* NvList::data() {
-  nv_.clear();
-  nv_.reserve(spans_.size());
-  auto* base = reinterpret_cast<std::uint8_t*>(bytes_.data());
-  for (const auto& s : spans_) {
-    nv_.push_back({base + s.name_at, base + s.value_at, s.name_size, s.value_size, s.flags});
+  nv_.resize(spans_.size());
+  for (std::size_t i = 0; i < spans_.size(); ++i) {
+    const Span& s = spans_[i];
+    const char* name = s.name != nullptr ? s.name : bytes_.get() + s.name_at;
+    const char* value = s.name != nullptr ? s.value : bytes_.get() + s.value_at;
+    // nghttp2 takes non-const pointers, and copies what they point to.
+    nv_[i] = {reinterpret_cast<std::uint8_t*>(const_cast<char*>(name)),
+              reinterpret_cast<std::uint8_t*>(const_cast<char*>(value)), s.name_size, s.value_size,
+              s.flags};
   }
   return nv_.data();
 }

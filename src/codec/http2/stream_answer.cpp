@@ -35,8 +35,9 @@ void Stream::head_fields(unsigned status, const Fields* fields, std::span<const 
       if (keep(f.name_string(), connection)) nv_.add(f.name_string(), f.value());
     }
   }
+  // A cached answer's fields outlive the head's submission (the replay holds its entry).
   for (const auto& h : stored) {
-    if (keep(h.name, {})) nv_.add(h.name, h.value);
+    if (keep(h.name, {})) nv_.add_lasting(h.name, h.value);
   }
   for (const auto& e : extra) nv_.add(e.name, e.value);
   if (framing.kind == Framing::Kind::length) {
