@@ -177,6 +177,44 @@ def test_a_zero_window_reader_stalls_nobody_else(make_proxy, upstream):
     alive(proxy)
 
 
+def test_small_answers_handed_over_past_the_connection_window_are_reset_in_time(make_proxy):
+    # A small last piece is copied and handed to the session without waiting for its
+    # write, when the windows take it (Stream::send_last_now). Five replays of 15,000
+    # bytes started in one read each find the connection's first window (65,535)
+    # whole, and together pass it: the first four arrive whole, and the fifth, which a
+    # client that opens no window holds back, is reset (CANCEL) after
+    # server.read_timeout, as an answer that waits for its write is.
+    proxy = make_proxy(server={"read_timeout": "1s"})
+    key = "handed-" + uuid.uuid4().hex
+    path = "/v1/big?bytes=15000"
+    assert proxy.post(path, "{}", key=key).status == 200
+    c = RawClient(proxy.port)
+    c.read_frames(timeout=2, until=lambda f: any(isinstance(x, hf.SettingsFrame) for x in f))
+    time.sleep(0.2)  # our ACK of the server's SETTINGS arrives first
+    fields = [(":method", "POST"), (":path", path), (":scheme", "http"),
+              (":authority", "127.0.0.1"), ("idempotency-key", key),
+              ("content-type", "application/json"), ("content-length", "2")]
+    frames = []
+    for sid in (1, 3, 5, 7, 9):
+        frames += [c.headers(sid, fields, end_stream=False),
+                   hf.DataFrame(sid, data=b"{}", flags=["END_STREAM"])]
+    started = time.monotonic()
+    c.send(*frames)  # one write: the proxy reads them in one turn
+    c.read_frames(timeout=8, until=lambda _: 9 in c.resets())
+    assert c.resets() == {9: CANCEL}, (c.resets(), c.goaway())
+    assert time.monotonic() - started < 6
+    data = {}
+    for f in c.frames:
+        if isinstance(f, hf.DataFrame):
+            data[f.stream_id] = data.get(f.stream_id, 0) + len(f.data)
+    assert [data.get(sid) for sid in (1, 3, 5, 7)] == [15000] * 4
+    assert 0 < data.get(9, 0) < 15000
+    assert all(c.statuses[sid] == 200 for sid in (1, 3, 5, 7, 9))
+    c.close()
+    alive(proxy)
+    assert others_are_served(proxy)
+
+
 def test_more_streams_than_max_concurrent_streams_are_refused(proxy, upstream):
     c = RawClient(proxy.port)
     c.read_frames(timeout=2, until=lambda f: any(isinstance(x, hf.SettingsFrame) for x in f))

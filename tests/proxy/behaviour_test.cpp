@@ -215,6 +215,8 @@ TEST_P(Behaviour, AGrpcTrailersOnlyAnswerIsReplayedTrailersOnly) {
     EXPECT_NE(r->field("idempotency-key-expires"), "");
     EXPECT_TRUE(r->trailers.empty()) << r->trailers.front().first;
     EXPECT_TRUE(r->body.empty());
+    // One HEADERS frame that ends the stream, not a head and an empty DATA frame.
+    EXPECT_EQ(r->head_ended, GetParam() == Codec::http2);
   }
   EXPECT_EQ(first.field("idempotent-replayed"), "");
   EXPECT_EQ(replay.field("idempotent-replayed"), "true");

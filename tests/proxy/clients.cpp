@@ -112,6 +112,15 @@ int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   return 0;
 }
 
+int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto& call = *static_cast<H2Call*>(user);
+  if (frame->hd.stream_id == call.id && frame->hd.type == NGHTTP2_HEADERS && !call.in_trailers &&
+      call.reply.status / 100 != 1 && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
+    call.reply.head_ended = true;
+  }
+  return 0;
+}
+
 int on_data(nghttp2_session*, std::uint8_t, std::int32_t id, const std::uint8_t* data,
             std::size_t size, void* user) {
   auto& call = *static_cast<H2Call*>(user);
@@ -161,6 +170,7 @@ asio::awaitable<Reply> http2_request(tcp::endpoint to, const Request& request) {
   nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
   nghttp2_session* session = nullptr;
   nghttp2_session_client_new(&session, cbs, &call);

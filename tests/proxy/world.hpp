@@ -48,6 +48,8 @@ struct Reply {
   bool reset = false;             // HTTP/2: RST_STREAM instead of (all of) an answer
   std::uint32_t reset_code = 0;
   bool closed = false;  // the connection ended before an answer
+  /// HTTP/2: the final head's HEADERS frame ended the stream (no DATA, no trailers).
+  bool head_ended = false;
   /// HTTP/2: the names of the fields that came "never indexed" (RFC 7541 §6.2.3).
   std::vector<std::string> never_indexed;
   std::string field(std::string_view name) const;

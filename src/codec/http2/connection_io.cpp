@@ -148,6 +148,13 @@ asio::awaitable<void> Connection::watchdog() {
         s->clear_answered_early();
         wake_writer();
       }
+      // A small last piece handed over without a wait (Stream::send_last_now) that a
+      // window held back past server.read_timeout: reset, as an awaited one would be.
+      if (s->handed_over_stalled(now, server.read_timeout)) {
+        nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, s->id(), NGHTTP2_CANCEL);
+        s->clear_handed_over();
+        wake_writer();
+      }
     }
     const bool quiet = live_.empty() && now - quiet_since_ > server.idle_timeout;
     if (!goaway_ && (service_.draining() || quiet)) go_away(NGHTTP2_NO_ERROR);

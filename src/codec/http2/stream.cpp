@@ -52,7 +52,8 @@ void Stream::open(std::int32_t id, std::shared_ptr<const Settings> settings) {
   out_ = {};
   out_at_ = 0;
   out_last_ = eof_taken_ = false;
-  out_trailers_ = {};
+  out_trailers_ = false;
+  handed_at_ = {};
   in_flight_ = 0;
   stalled_since_ = answered_early_at_ = {};
   close_code_ = 0;

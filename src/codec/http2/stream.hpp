@@ -54,6 +54,13 @@ class Stream final : public http::Exchange {
   void clear_answered_early() { answered_early_at_ = {}; }
   /// The answer waits for the client's window: since when nothing moved.
   TimePoint stalled_since() const { return stalled_since_; }
+  /// A last piece copied and handed over (send_last_now) that the client's window has
+  /// held back for longer than `timeout` since `now - timeout`: the watchdog resets it,
+  /// as wait_written() would have.
+  bool handed_over_stalled(TimePoint now, std::chrono::nanoseconds timeout) const {
+    return handed_at_ != TimePoint{} && !closed_ && !eof_taken_ && now - handed_at_ > timeout;
+  }
+  void clear_handed_over() { handed_at_ = {}; }
 
   // ---- The exchange.
   RequestHeader& head() override { return *head_; }
@@ -88,6 +95,13 @@ class Stream final : public http::Exchange {
   void release_view();
   /// Waits until the body handed to send_body() is written (or the stream is gone).
   asio::awaitable<bool> wait_written();
+  /// The answer's last piece and its trailers, when small and within the client's
+  /// windows: copied into the stream's own buffers and handed to the session, so that
+  /// nothing waits for its write (true: handed over; false: the stream is gone). None:
+  /// send_body() sends it and waits.
+  std::optional<bool> send_last_now(std::string_view data, Trailers trailers);
+  /// The trailers to follow the body, into trailers_nv_ (those allowed in trailers).
+  void take_trailers(Trailers trailers);
 
   /// Returns up to `size` received bytes' worth of window to the client.
   void give_back(std::uint64_t size);
@@ -137,7 +151,10 @@ class Stream final : public http::Exchange {
   std::size_t out_at_ = 0;
   bool out_last_ = false;
   bool eof_taken_ = false;
-  Trailers out_trailers_;
+  bool out_trailers_ = false;  // trailers follow the body: trailers_nv_ (maybe none kept)
+  NvList trailers_nv_;
+  std::string out_copy_;       // a last piece send_last_now() copied; out_ views it
+  TimePoint handed_at_{};      // when send_last_now() handed it over
   std::size_t in_flight_ = 0;  // body bytes in a write not yet done
   Signal progress_;
   TimePoint stalled_since_{};

@@ -9,6 +9,8 @@ namespace idemproxy::codec::http2 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// The largest last piece of an answer copied rather than awaited (send_last_now).
+constexpr std::size_t kCopyLast = std::size_t{16} * 1024;
 
 ssize_t data_source(nghttp2_session*, std::int32_t, std::uint8_t*, std::size_t room,
                     std::uint32_t* flags, nghttp2_data_source* source, void*) {
@@ -104,12 +106,15 @@ asio::awaitable<bool> Stream::send_body(std::string_view data, bool last, Traile
       if (!end_stream_) answered_early_at_ = Clock::now();
       co_return true;
     }
-    if (!submit_head(true)) co_return false;
   }
+  if (last) {
+    if (const auto handed = send_last_now(data, trailers)) co_return *handed;
+  }
+  if (head_pending_ && !submit_head(true)) co_return false;
   out_ = data;
   out_at_ = 0;
   out_last_ = last;
-  out_trailers_ = trailers;
+  take_trailers(trailers);
   if (deferred_) {
     deferred_ = false;
     nghttp2_session_resume_data(conn_.session(), id_);
@@ -117,12 +122,52 @@ asio::awaitable<bool> Stream::send_body(std::string_view data, bool last, Traile
   conn_.wake_writer();
   const bool written = co_await wait_written();
   out_ = {};
-  out_trailers_ = {};
   if (written && last) {
     answered_ = true;
     if (!end_stream_) answered_early_at_ = Clock::now();
   }
   co_return written;
+}
+
+void Stream::take_trailers(Trailers trailers) {
+  out_trailers_ = !trailers.empty();
+  trailers_nv_.clear();
+  for (const auto& t : trailers) {
+    if (allowed_in_trailers(t.name)) trailers_nv_.add(t.name, t.value);
+  }
+}
+
+std::optional<bool> Stream::send_last_now(std::string_view data, Trailers trailers) {
+  // Copying a small body (and its trailers) costs less than waiting for its write; a
+  // larger one, or one the client's windows do not take now, is sent from its own
+  // memory and awaited.
+  if (data.size() > kCopyLast || closed_) return std::nullopt;
+  if (head_pending_ && data.empty()) {
+    // A head with nothing after it ends the stream itself (gRPC's trailers-only
+    // answer); a head and trailers go as send_body() sends them.
+    if (trailers.empty()) return submit_head(false);
+    return std::nullopt;
+  }
+  const auto size = static_cast<std::int32_t>(data.size());
+  if (nghttp2_session_get_stream_remote_window_size(conn_.session(), id_) < size ||
+      nghttp2_session_get_remote_window_size(conn_.session()) < size) {
+    return std::nullopt;
+  }
+  if (head_pending_ && !submit_head(true)) return false;
+  out_copy_.assign(data);
+  out_ = out_copy_;
+  out_at_ = 0;
+  out_last_ = true;
+  take_trailers(trailers);
+  if (deferred_) {
+    deferred_ = false;
+    nghttp2_session_resume_data(conn_.session(), id_);
+  }
+  conn_.wake_writer();
+  handed_at_ = Clock::now();
+  answered_ = true;
+  if (!end_stream_) answered_early_at_ = handed_at_;
+  return true;
 }
 
 asio::awaitable<bool> Stream::wait_written() {
@@ -160,14 +205,10 @@ ssize_t Stream::next_data(std::size_t room, std::uint32_t* flags) {
   if (n == ready && out_last_) {
     eof_taken_ = true;
     *flags |= NGHTTP2_DATA_FLAG_EOF;
-    if (!out_trailers_.empty()) {
+    if (out_trailers_) {
       // RFC 9113 §8.1: trailers are a HEADERS frame that ends the stream after the DATA.
       *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
-      NvList trailers;
-      for (const auto& t : out_trailers_) {
-        if (allowed_in_trailers(t.name)) trailers.add(t.name, t.value);
-      }
-      nghttp2_submit_trailer(conn_.session(), id_, trailers.data(), trailers.size());
+      nghttp2_submit_trailer(conn_.session(), id_, trailers_nv_.data(), trailers_nv_.size());
     }
     // A last piece with bytes goes out through take_data, and its flushed() wakes
     // wait_written once they are written; woken here too, it would only wait again
@@ -226,6 +267,7 @@ std::optional<bool> Stream::start_prepared(const PreparedAnswer& answer,
               Framing::of(answer.body.size(), !answer.trailers.empty()));
   head_pending_ = true;
   if (bodiless) return submit_head(false);
+  if (const auto handed = send_last_now(answer.body, answer.trailers)) return handed;
   // The body goes with the head, through the session's writer: awaited.
   prepared_body_ = answer.body;
   prepared_trailers_ = answer.trailers;
