@@ -42,7 +42,7 @@ void announce_record(const RequestContext& ctx, ResponseHeader& head, TimePoint 
 
 // The answer's Idempotency-Policy, every field of it joined as one list. A directive
 // the proxy cannot read is logged and ignored.
-std::string policy_field(const RequestContext& ctx, const ResponseHeader& head) {
+std::string policy_field(RequestContext& ctx, const ResponseHeader& head) {
   std::string policy = joined_values(head, engine::kPolicyField);
   if (policy.empty()) return policy;
   if (const auto read = engine::read_answer_policy(policy); !read.malformed.empty()) {
@@ -109,7 +109,7 @@ store::StoredResponse as_kept(RequestContext& ctx, const ResponseHeader& head, s
   store::StoredResponse answer{static_cast<int>(head.result_int()), to_headers(head),
                                std::move(body), true,
                                std::vector<Header>(trailers.begin(), trailers.end())};
-  answer.headers.push_back({std::string(store::kTraceIdEntry), ctx.trace_id});
+  answer.headers.push_back({std::string(store::kTraceIdEntry), ctx.trace()});
   keep_span_ids(ctx, answer);
   return answer;
 }

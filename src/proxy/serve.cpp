@@ -91,13 +91,12 @@ bool follow_trace(RequestContext& ctx, const SeenFields& seen) {
     ctx.trace_id.assign(given->trace_id);  // before the fields it views change
     return true;
   }
-  // Started here: the head gets it, in place of the client's, when forwarded.
+  // Started here, at its first use (ctx.trace()): the head gets it, in place of the
+  // client's, when forwarded.
   auto& stamp = ctx.stamp;
-  given = start_trace(stamp.traceparent);
-  ctx.trace_id.assign(given->trace_id);
   stamp.traceparents = seen.traceparents;
   stamp.tracestate = seen.tracestate;
-  stamp.started = true;
+  stamp.pending = true;
   return false;
 }
 
@@ -212,11 +211,11 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
   co_await send_problem(ctx);
 }
 
-void log_request(const RequestContext& ctx, std::chrono::steady_clock::time_point ended) {
+void log_request(RequestContext& ctx, std::chrono::steady_clock::time_point ended) {
   if (!ops::access_log_enabled()) return;
   ops::AccessRecord r;
   r.request_id = ctx.request_id;
-  r.trace_id = ctx.trace_id;
+  r.trace_id = ctx.trace();
   r.original_trace_id = ctx.original_trace_id.view();
   r.peer = ctx.ex.peer().ip;
   r.method = ctx.method;

@@ -11,7 +11,7 @@ void start_request_span(RequestContext& ctx, bool given) {
   const trace::Tracer* tracer = ctx.rt.tracer;
   if (tracer == nullptr || !tracer->enabled()) return;
   auto& head = ctx.ex.head();
-  trace::Incoming incoming{ctx.trace_id, {}, {}};
+  trace::Incoming incoming{ctx.trace(), {}, {}};
   std::optional<TraceParent> parent;
   if (given) parent = parse_traceparent(head["traceparent"]);
   if (parent) incoming = {parent->trace_id, parent->parent_id, parent->flags};
@@ -51,6 +51,7 @@ namespace {
 // once: the client's fields of those names out of its head, ours into the fields
 // added (ctx.to_upstream), where a second forward of the same request finds them.
 void stamp_ids(RequestContext& ctx, RequestHeader& forwarded) {
+  ctx.trace();  // a trace to start here starts now: the forward names it
   auto& stamp = ctx.stamp;
   if (stamp.request_id) {
     if (stamp.request_ids > 0) forwarded.erase("X-Request-Id");
