@@ -100,8 +100,11 @@ class Stream final : public http::Exchange {
   /// nothing waits for its write (true: handed over; false: the stream is gone). None:
   /// send_body() sends it and waits.
   std::optional<bool> send_last_now(std::string_view data, Trailers trailers);
-  /// The trailers to follow the body, into trailers_nv_ (those allowed in trailers).
-  void take_trailers(Trailers trailers);
+  /// Gives the session the body's next piece (viewed, not copied) and the trailers to
+  /// follow a last one (laid out now, those allowed in trailers), and wakes the writer.
+  void hand_to_session(std::string_view data, bool last, Trailers trailers);
+  /// The answer is whole (and, when the request is not, since when).
+  void mark_answered(TimePoint now);
 
   /// Returns up to `size` received bytes' worth of window to the client.
   void give_back(std::uint64_t size);

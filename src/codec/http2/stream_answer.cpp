@@ -102,8 +102,7 @@ asio::awaitable<bool> Stream::send_body(std::string_view data, bool last, Traile
       }
       nghttp2_submit_trailer(conn_.session(), id_, nv_.data(), nv_.size());
       conn_.wake_writer();
-      answered_ = true;
-      if (!end_stream_) answered_early_at_ = Clock::now();
+      mark_answered(Clock::now());
       co_return true;
     }
   }
@@ -111,30 +110,32 @@ asio::awaitable<bool> Stream::send_body(std::string_view data, bool last, Traile
     if (const auto handed = send_last_now(data, trailers)) co_return *handed;
   }
   if (head_pending_ && !submit_head(true)) co_return false;
-  out_ = data;
-  out_at_ = 0;
-  out_last_ = last;
-  take_trailers(trailers);
-  if (deferred_) {
-    deferred_ = false;
-    nghttp2_session_resume_data(conn_.session(), id_);
-  }
-  conn_.wake_writer();
+  hand_to_session(data, last, trailers);
   const bool written = co_await wait_written();
   out_ = {};
-  if (written && last) {
-    answered_ = true;
-    if (!end_stream_) answered_early_at_ = Clock::now();
-  }
+  if (written && last) mark_answered(Clock::now());
   co_return written;
 }
 
-void Stream::take_trailers(Trailers trailers) {
+void Stream::hand_to_session(std::string_view data, bool last, Trailers trailers) {
+  out_ = data;
+  out_at_ = 0;
+  out_last_ = last;
   out_trailers_ = !trailers.empty();
   trailers_nv_.clear();
   for (const auto& t : trailers) {
     if (allowed_in_trailers(t.name)) trailers_nv_.add(t.name, t.value);
   }
+  if (deferred_) {
+    deferred_ = false;
+    nghttp2_session_resume_data(conn_.session(), id_);
+  }
+  conn_.wake_writer();
+}
+
+void Stream::mark_answered(TimePoint now) {
+  answered_ = true;
+  if (!end_stream_) answered_early_at_ = now;
 }
 
 std::optional<bool> Stream::send_last_now(std::string_view data, Trailers trailers) {
@@ -155,18 +156,9 @@ std::optional<bool> Stream::send_last_now(std::string_view data, Trailers traile
   }
   if (head_pending_ && !submit_head(true)) return false;
   out_copy_.assign(data);
-  out_ = out_copy_;
-  out_at_ = 0;
-  out_last_ = true;
-  take_trailers(trailers);
-  if (deferred_) {
-    deferred_ = false;
-    nghttp2_session_resume_data(conn_.session(), id_);
-  }
-  conn_.wake_writer();
+  hand_to_session(out_copy_, true, trailers);
   handed_at_ = Clock::now();
-  answered_ = true;
-  if (!end_stream_) answered_early_at_ = handed_at_;
+  mark_answered(handed_at_);
   return true;
 }
 
