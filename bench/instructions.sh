@@ -6,7 +6,8 @@
 # machine cannot resolve (bench/ab.sh's rounds of one binary against itself spread by
 # ±6 %), shows here as a stable count. Kernel time is not counted.
 #   bench/instructions.sh OLD_BINARY NEW_BINARY pass|replay|fresh|h2pass|h2replay|grpcfresh [SECONDS] [TOP]
-# h2pass, h2replay: h2load -c 8 -m 32 over h2c, as bench/ab.sh loads them. grpcfresh: bench/grpc_fresh.js's unary calls, a new key each, through a proxy whose
+# h2pass, h2replay: h2load -c 8 -m 32 over h2c, as bench/ab.sh loads them.
+# grpcfresh: bench/grpc_fresh.js's unary calls, a new key each, through a proxy whose
 # upstream is bench/run.sh's gRPC nginx (h2c); "requests" are the calls that ended
 # grpc-status 0.
 # Prints each binary's instructions per request and their ratio; TOP > 0 also prints
