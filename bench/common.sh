@@ -7,7 +7,9 @@
 bash scripts/install-deps.sh bench >/dev/null
 BENCH_BUILD=${BENCH_BUILD:-build-bench}
 if [ "$BENCH_BUILD" = build-bench ]; then
-  BUILD_DIR=build-bench bash scripts/build.sh -DIDEMPROXY_BENCH=ON -DIDEMPROXY_TESTS=OFF >/dev/null
+  # Profile-guided, as scripts/test.sh builds what ships (scripts/pgo.sh; PGO=0: not).
+  PGO=${PGO:-1} BUILD_DIR=build-bench bash scripts/build.sh -DIDEMPROXY_BENCH=ON \
+    -DIDEMPROXY_TESTS=OFF >/dev/null
 else
   cmake --build "$BENCH_BUILD" -j2 --target idemproxy bench_upstream bench_openloop \
     bench_pgbench_script >/dev/null

@@ -2,9 +2,10 @@
 // earlier ones have been answered, and each latency is measured from the moment its
 // request was due, so queueing in the system under test is never hidden
 // (no coordinated omission).
-//   bench_openloop PORT PATH RATE SECONDS CONNECTIONS [KEY_PREFIX]
+//   bench_openloop PORT PATH RATE SECONDS CONNECTIONS [KEY_PREFIX [KEY_SPACE]]
 // Request i is due at start + i/RATE and goes out on connection i % CONNECTIONS.
-// With KEY_PREFIX, request i carries `Idempotency-Key: KEY_PREFIX-i`.
+// With KEY_PREFIX, request i carries `Idempotency-Key: KEY_PREFIX-i`; with KEY_SPACE
+// too, `KEY_PREFIX-(i % KEY_SPACE)`: past the first KEY_SPACE, requests replay.
 // Prints one JSON line: sent, ok, errors, rate, and latency percentiles in ms.
 #include <algorithm>
 #include <boost/asio.hpp>
@@ -32,6 +33,7 @@ struct Plan {
   double seconds = 0;
   int connections = 0;
   std::string key_prefix;
+  long key_space = 0;  // 0: every key new
 };
 
 struct Results {
@@ -74,7 +76,8 @@ asio::awaitable<void> connection(const Plan& plan, int index, Clock::time_point 
     req.set(http::field::host, "bench");
     req.set(http::field::content_type, "application/json");
     if (!plan.key_prefix.empty()) {
-      req.set("Idempotency-Key", plan.key_prefix + "-" + std::to_string(i));
+      const long n = plan.key_space > 0 ? i % plan.key_space : i;
+      req.set("Idempotency-Key", plan.key_prefix + "-" + std::to_string(n));
     }
     req.body() = R"({"amount":1000,"currency":"eur"})";
     req.prepare_payload();
@@ -107,7 +110,8 @@ double percentile(const std::vector<double>& sorted, double p) {
 
 int main(int argc, char** argv) {
   if (argc < 6) {
-    std::cerr << "usage: bench_openloop PORT PATH RATE SECONDS CONNECTIONS [KEY_PREFIX]\n";
+    std::cerr
+        << "usage: bench_openloop PORT PATH RATE SECONDS CONNECTIONS [KEY_PREFIX [KEY_SPACE]]\n";
     return 2;
   }
   Plan plan{static_cast<unsigned short>(std::atoi(argv[1])),
@@ -115,7 +119,8 @@ int main(int argc, char** argv) {
             std::atof(argv[3]),
             std::atof(argv[4]),
             std::atoi(argv[5]),
-            argc > 6 ? argv[6] : ""};
+            argc > 6 ? argv[6] : "",
+            argc > 7 ? std::atol(argv[7]) : 0};
   asio::io_context io(1);
   Results results;
   const auto start = Clock::now() + std::chrono::milliseconds{100};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The second README command: installs what is missing, builds, starts a throwaway
 # PostgreSQL, and runs every test:
-#   1. unit and store tests (ctest) on the Release build,
+#   1. unit and store tests (ctest) on the Release build (profile-guided: scripts/pgo.sh),
 #   2. end-to-end tests (pytest: the real binary, real PostgreSQL, a fake upstream;
 #      test_failover.py starts a pg_auto_failover pair with scripts/failover.sh),
 #   3. the run-local smoke test (the first README command), and the benchmark's
@@ -81,9 +81,11 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-# With the bench tools too: the benchmark's smoke run below uses this build.
-stage "build: Release (build/)"
-bash scripts/build.sh -DIDEMPROXY_BENCH=ON
+# With the bench tools too: the benchmark's smoke run below uses this build. The proxy
+# is optimised by a profile of a training load (scripts/pgo.sh; PGO=0 skips it), so
+# every test below, the package and the image that installs it run what ships.
+stage "build: Release (build/), profile-guided"
+PGO=${PGO:-1} bash scripts/build.sh -DIDEMPROXY_BENCH=ON
 
 # The images' Debian base (mmdebstrap, once), before the background and the
 # foreground both build on it.
@@ -231,7 +233,11 @@ run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
   stage "end-to-end tests (pytest, $PYTEST_WORKERS workers, $build/idemproxy${*:+, $*})"
   # --durations: the slowest tests of each stage are named, so a run shows where
   # its minutes went test by test.
-  if IDEMPROXY_BIN="$ROOT/$build/idemproxy" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+  # The Release build is profile-guided unless PGO=0 (test_operations.py checks it).
+  local expect_pgo=0
+  [ "$build" = build ] && [ "${PGO:-1}" = 1 ] && expect_pgo=1
+  if IDEMPROXY_BIN="$ROOT/$build/idemproxy" IDEMPROXY_EXPECT_PGO=$expect_pgo \
+      /usr/bin/python3 -m pytest -q -p no:cacheprovider \
       -n "$PYTEST_WORKERS" --durations=12 "${@:-tests/e2e}" 2>&1 | tee "$log"; then :; else status=1; fi
   line=$(grep -E '(passed|failed|error)' "$log" | tail -1 || true)
   p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string_view>
 
 #include "cli/cli.hpp"
 #include "idemproxy/config/config.hpp"
@@ -12,6 +13,17 @@
 #include "idemproxy/store/pg_store.hpp"
 
 namespace idemproxy::cli {
+namespace {
+
+// Whether this binary was optimised by a training load's profile (scripts/pgo.sh), and
+// which: named when the proxy starts.
+#ifdef IDEMPROXY_PGO_ID
+constexpr std::string_view kBuild = "profile-guided build, profile " IDEMPROXY_PGO_ID;
+#else
+constexpr std::string_view kBuild = "built without a profile";
+#endif
+
+}  // namespace
 
 int serve(const Args& args) {
   const config::Config cfg = config::load_config(args.config);
@@ -62,8 +74,8 @@ int serve(const Args& args) {
   }
   server::ProxyServer server(cfg, *store, metrics, std::move(prepare), &tracing);
   server.start();
-  spdlog::info("idemproxy {} protecting {} with {} route(s)", IDEMPROXY_VERSION, cfg.upstream.url,
-               cfg.routes.size());
+  spdlog::info("idemproxy {} protecting {} with {} route(s) ({})", IDEMPROXY_VERSION,
+               cfg.upstream.url, cfg.routes.size(), kBuild);
   const int code = server.run();
   ops::flush_access_log();
   return code;

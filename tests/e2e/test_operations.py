@@ -1,5 +1,6 @@
 """The command line, the admin endpoints, signals and reload."""
 import json
+import os
 import re
 import signal
 import time
@@ -239,3 +240,26 @@ def test_memory_store_works_for_local_development(tmp_path, upstream, key):
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def build_profile():
+    """The profile the binary's build tree was configured with (cmake/pgo.cmake):
+    its digest, or None for a build without one."""
+    cache = os.path.join(os.path.dirname(os.path.abspath(BINARY)), "CMakeCache.txt")
+    with open(cache) as f:
+        entries = dict(re.findall(r"^(IDEMPROXY_PGO(?:_ID)?):\w+=(.*)$", f.read(), re.M))
+    return entries.get("IDEMPROXY_PGO_ID") if entries.get("IDEMPROXY_PGO") == "use" else None
+
+
+def test_the_proxy_names_the_profile_it_was_optimised_by(proxy):
+    # scripts/test.sh builds the proxy it tests profile-guided (scripts/pgo.sh) and says
+    # so (IDEMPROXY_EXPECT_PGO); the line names the tree's profile, or that it had none.
+    profile = build_profile()
+    if os.environ.get("IDEMPROXY_EXPECT_PGO") == "1":
+        assert profile, "the build tree of %s has no profile (IDEMPROXY_PGO=use)" % BINARY
+    started = [line for line in proxy.read_log().splitlines() if " protecting " in line]
+    assert len(started) == 1, proxy.read_log()
+    if profile:
+        assert started[0].endswith("(profile-guided build, profile %s)" % profile), started[0]
+    else:
+        assert started[0].endswith("(built without a profile)"), started[0]
