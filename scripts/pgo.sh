@@ -25,6 +25,11 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-pgo.XXXXXX")
 chmod 755 "$WORK"  # PostgreSQL runs as the postgres user (scripts/pg.sh)
 pids=()
 cleanup() {
+  local status=$?
+  if [ "$status" -ne 0 ] && [ -s "$WORK/idemproxy.log" ]; then
+    echo "pgo: the trained proxy's log:" >&2
+    tail -20 "$WORK/idemproxy.log" >&2
+  fi
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   bash scripts/pg.sh stop "$WORK/pg" >/dev/null 2>&1 || true
