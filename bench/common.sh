@@ -31,9 +31,8 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-# free_port [COUNT]: COUNT distinct ports on one line, outside the ephemeral range (see the script).
-free_port() { python3 scripts/free_port.py "$@"; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+# free_port, wait_port
+. scripts/ports.sh
 # nginx_head DIR: what every bench nginx.conf starts with (one worker in the
 # foreground; its pid, error log and temporary files under DIR), up to and into its
 # http block, which the caller goes on writing and closes.

@@ -1,9 +1,8 @@
 # Profile-guided optimisation of the proxy (GCC). scripts/pgo.sh builds the proxy with
 # IDEMPROXY_PGO=generate, runs it under a training load (pass-through, fresh keys,
 # replays, HTTP/2) and builds again with IDEMPROXY_PGO=use on that profile: GCC then
-# lays out branches, inlines and unrolls by the counts the load gave. bench/ab.sh read
-# 0.94 of the CPU per replay (user time 0.78), 0.94 per pass-through request, 0.93 per
-# fresh key and 0.94 per HTTP/2 replay (docs/PERFORMANCE.md).
+# lays out branches, inlines and unrolls by the counts the load gave (what that saves:
+# docs/BUILD.md, "A profile-guided build").
 #
 # Only the project's libraries and the proxy take it (idemproxy_pgo); the tests'
 # own sources do not, so a new profile recompiles the proxy and nothing else.

@@ -11,8 +11,9 @@
 # 2. The training load, a few seconds each, from one open-loop generator at fixed
 #    rates (so the profile does not depend on how fast this machine is): pass-through,
 #    fresh keys, replays of completed keys and 64 KiB answers over HTTP/1.1; then
-#    pass-through and replays over HTTP/2 (curl, prior knowledge). The proxy runs in front of a private PostgreSQL (scripts/pg.sh) and
-#    bench/upstream.cpp, with the bench's route (config as bench/common.sh's).
+#    pass-through and replays over HTTP/2 (curl, prior knowledge). The proxy runs in
+#    front of a private PostgreSQL (scripts/pg.sh) and bench/upstream.cpp, with the
+#    bench's route (its config as bench/common.sh's start_proxy writes it).
 # 3. The proxy stops cleanly (its counters are written at exit); the profile's digest
 #    names it, so a new profile recompiles the proxy and an unchanged one is reused
 #    from ccache.
@@ -38,17 +39,13 @@ cleanup() {
 trap cleanup EXIT
 
 echo "pgo: the instrumented build ($GEN/)" >&2
-PGO='' BUILD_DIR=$GEN BUILD_TARGETS="idemproxy bench_upstream bench_openloop" bash scripts/build.sh \
-  -DIDEMPROXY_BENCH=ON -DIDEMPROXY_PGO=generate \
+PGO='' BUILD_DIR=$GEN BUILD_TARGETS="idemproxy bench_upstream bench_openloop" \
+  bash scripts/build.sh -DIDEMPROXY_BENCH=ON -DIDEMPROXY_PGO=generate \
   -DIDEMPROXY_PGO_DIR="$PROFILE" "$@" >&2
 rm -rf "$PROFILE"
 
-wait_port() {
-  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done
-  echo "pgo: port $1 never opened" >&2
-  exit 1
-}
-read -r PORT ADMIN UP <<<"$(python3 scripts/free_port.py 3)"
+. scripts/ports.sh  # free_port, wait_port
+read -r PORT ADMIN UP <<<"$(free_port 3)"
 DSN=$(bash scripts/pg.sh start "$WORK/pg" "" -c fsync=off 2>"$WORK/pg.log") || {
   cat "$WORK/pg.log" >&2
   exit 1
@@ -100,7 +97,8 @@ for path in /pass /v1/orders; do
 done
 
 kill -TERM "$PROXY"
-wait "$PROXY" || { echo "pgo: the proxy did not stop cleanly:" >&2; cat "$WORK/idemproxy.log" >&2; exit 1; }
+# A proxy that did not stop cleanly wrote no profile (cleanup shows its log).
+wait "$PROXY" || { echo "pgo: the proxy did not stop cleanly" >&2; exit 1; }
 files=$(find "$PROFILE" -name '*.gcda' | wc -l)
 if [ "$files" -eq 0 ]; then
   echo "pgo: the training load left no profile in $PROFILE" >&2
