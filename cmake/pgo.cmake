@@ -17,7 +17,10 @@
 # (scripts/pgo.sh says why).
 # A function changed since the profile was recorded is compiled without it
 # (-Wno-coverage-mismatch); one the load never ran is optimised as usual
-# (-fprofile-partial-training).
+# (-fprofile-partial-training). -fprofile-correction keeps an edited source building:
+# without it a call into a function whose counts no longer match stopped the build
+# under -Werror ("Missing counts for called function", which no -Wno- option names),
+# and it smooths counters that several threads updated.
 set(IDEMPROXY_PGO "" CACHE STRING "Profile-guided optimisation: empty, generate or use")
 set(IDEMPROXY_PGO_DIR "" CACHE PATH "The profile's directory (IDEMPROXY_PGO)")
 set(IDEMPROXY_PGO_ID "" CACHE STRING "The profile's digest (IDEMPROXY_PGO=use)")
@@ -40,7 +43,8 @@ if(IDEMPROXY_PGO)
       message(FATAL_ERROR "IDEMPROXY_PGO=use needs IDEMPROXY_PGO_ID (scripts/pgo.sh sets it)")
     endif()
     set(IDEMPROXY_PGO_FLAGS -fprofile-use=${IDEMPROXY_PGO_DIR} -fprofile-partial-training
-        -fprofile-prefix-path=${CMAKE_BINARY_DIR} -Wno-missing-profile -Wno-coverage-mismatch)
+        -fprofile-prefix-path=${CMAKE_BINARY_DIR} -fprofile-correction -Wno-missing-profile
+        -Wno-coverage-mismatch)
   else()
     message(FATAL_ERROR "IDEMPROXY_PGO is empty, generate or use, not '${IDEMPROXY_PGO}'")
   endif()
