@@ -13,7 +13,10 @@ namespace idemproxy::store::pg {
 // $1-$9, $11 and `quota` ($10, retake, is shared by the batch; each quota is an
 // array's text, NULL without one); the INSERT, in (scope, key) order; and its answer,
 // the claimed rows and then the live rows of the others. `extra` puts columns in
-// front of the answer's (kClaimCompleteMany's).
+// front of the answer's (kClaimCompleteMany's). The live rows are looked up only for
+// the members left unclaimed (an anti-join of the input with `claimed` first): the
+// statement's snapshot does not see the rows it inserted, so looking up every member
+// and dropping the claimed ones after cost a primary-key descent per claim for nothing.
 #define IDEMPROXY_CLAIM_MANY_INPUT(quota)                                                     \
   "input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],"           \
   "  $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $11::bigint[], "        \
@@ -38,9 +41,8 @@ namespace idemproxy::store::pg {
   "  JOIN input ON scope = in_scope AND key = in_key"                                      \
   " UNION ALL"                                                                             \
   " SELECT " extra "false, " IDEMPROXY_RECORD_COLUMNS                                      \
-  ", false, in_n FROM idempotency_records JOIN input ON scope = in_scope AND key = in_key" \
-  "  WHERE NOT EXISTS (SELECT 1 FROM claimed c"                                            \
-  "   WHERE c.scope = idempotency_records.scope AND c.key = idempotency_records.key)"
+  ", false, in_n FROM input JOIN idempotency_records ON scope = in_scope AND key = in_key" \
+  "  WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.scope = in_scope AND c.key = in_key)"
 
 // The parts of the multi-row completion: its input, from the arrays $a-$h, named
 // `cte`; the rows it completes, locked in (scope, key) order; and the UPDATE.
