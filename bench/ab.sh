@@ -15,6 +15,7 @@
 # carry the same load: CPU per request compared at equal rates, and for fresh keys
 # at equal batch sizes, where a closed loop lets the faster one form larger batches.
 # req/s then reads the rate served.
+# AB_CONNS=N: wrk's connections (64), as bench/run.sh's fresh32 row runs 32.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD=$(realpath "$1") NEW=$(realpath "$2") SCENARIO=$3 ROUNDS=${4:-5} SECS=${5:-5}
@@ -81,7 +82,7 @@ measure() {
     c1=$(ticks "$2") g1=$(db_ticks) u1=$(user_ticks "$2")
     n=$(echo "$out" | awk '/^requests:/ {print $8}')
   else
-    out=$(env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c64 -d"${SECS}s" --timeout 10s \
+    out=$(env "${env[@]}" taskset -c "$LOAD_CPU" wrk -t1 -c"${AB_CONNS:-64}" -d"${SECS}s" --timeout 10s \
           -s "bench/lua/$lua" "http://127.0.0.1:$1$path")
     c1=$(ticks "$2") g1=$(db_ticks) u1=$(user_ticks "$2")
     n=$(echo "$out" | awk '/requests in/ {print $1}')
