@@ -33,24 +33,8 @@ cleanup() {
 trap cleanup EXIT
 # free_port, wait_port
 . scripts/ports.sh
-# nginx_head DIR: what every bench nginx.conf starts with (one worker in the
-# foreground; its pid, error log and temporary files under DIR), up to and into its
-# http block, which the caller goes on writing and closes.
-nginx_head() {
-  cat <<EOC
-worker_processes 1;
-daemon off;
-pid $1/nginx.pid;
-error_log $1/error.log warn;
-events { worker_connections 4096; }
-http {
-  client_body_temp_path $1/body;
-  proxy_temp_path $1/proxy;
-  fastcgi_temp_path $1/fastcgi;
-  uwsgi_temp_path $1/uwsgi;
-  scgi_temp_path $1/scgi;
-EOC
-}
+# nginx_head, grpc_upstream_files
+. bench/nginx_conf.sh
 
 # CPU ticks of one process, and of a PostgreSQL server in DIR: the postmaster, its live
 # backends, and the backends that have exited (the postmaster's children's time).
@@ -129,45 +113,13 @@ scenario_wrk() {
     -s "bench/lua/$lua" "http://127.0.0.1:$PROXY_PORT$path"
 }
 
-# start_grpc_upstream: the gRPC upstream, a second nginx answering every unary call to
-# bench.Orders and bench.Plain with one framed message and grpc-status 0 in the
-# trailers (a static file: as lean an upstream as the HTTP/1.1 one), on LOAD_CPU like
-# it. Sets GRPC_UP_PORT (h2c) and GRPC_UP_H1_PORT (the same answers over HTTP/1.1, to
-# compare the proxy's cost toward an h2c upstream with its cost toward an HTTP/1.1
-# one); writes a framed call to $WORK/grpc/call.bin.
+# start_grpc_upstream: the gRPC upstream (grpc_upstream_files), a second nginx, on
+# LOAD_CPU like the HTTP/1.1 one. Sets GRPC_UP_PORT (h2c) and GRPC_UP_H1_PORT (the
+# same answers over HTTP/1.1, to compare the proxy's cost toward an h2c upstream with
+# its cost toward an HTTP/1.1 one); the framed call is $WORK/grpc/call.bin.
 start_grpc_upstream() {
   read -r GRPC_UP_PORT GRPC_UP_H1_PORT <<<"$(free_port 2)"
-  mkdir -p "$WORK/grpc/root/bench.Orders" "$WORK/grpc/root/bench.Plain"
-  python3 - "$WORK/grpc" <<'EOP'
-import struct, sys
-framed = lambda m: b"\x00" + struct.pack(">I", len(m)) + m  # gRPC's length prefix
-for service in ("bench.Orders", "bench.Plain"):
-    open("%s/root/%s/Create" % (sys.argv[1], service), "wb").write(framed(b"created:ord_1"))
-open(sys.argv[1] + "/call.bin", "wb").write(framed(b'{"amount":1000,"currency":"eur"}'))
-EOP
-  { nginx_head "$WORK/grpc"; cat <<EOC; } >"$WORK/grpc/nginx.conf"
-  access_log off;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:$GRPC_UP_PORT http2;
-    listen 127.0.0.1:$GRPC_UP_H1_PORT;
-    location / {
-      # The call's message is read whole before the answer, as a gRPC server reads
-      # its request. A static file alone answers first and then resets the stream
-      # (RST_STREAM NO_ERROR) to discard the body, and that late frame on a kept-alive
-      # connection made nginx's grpc_pass fail 1-3 % of calls ("upstream sent frame
-      # for unknown stream"), which no real server would cause.
-      mirror /read-body;
-      mirror_request_body on;
-      root $WORK/grpc/root;
-      default_type application/grpc;
-      add_trailer grpc-status 0 always;
-      error_page 405 =200 \$uri;  # a POST to a static file
-    }
-    location = /read-body { internal; return 204; }
-  }
-}
-EOC
+  grpc_upstream_files "$WORK/grpc" "$GRPC_UP_PORT" "$GRPC_UP_H1_PORT"
   taskset -c "$LOAD_CPU" nginx -c "$WORK/grpc/nginx.conf" -p "$WORK/grpc" 2>/dev/null & PIDS+=($!)
   wait_port "$GRPC_UP_PORT"
 }

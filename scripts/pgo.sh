@@ -13,7 +13,9 @@
 #    fresh keys, replays of completed keys and 64 KiB answers over HTTP/1.1; then
 #    pass-through and replays over HTTP/2 (curl, prior knowledge). The proxy runs in
 #    front of a private PostgreSQL (scripts/pg.sh) and bench/upstream.cpp, with the
-#    bench's route (its config as bench/common.sh's start_proxy writes it).
+#    bench's route (its config as bench/common.sh's start_proxy writes it). Then, when
+#    nginx and Node are here, gRPC unary calls with fresh keys through a second proxy
+#    in front of the bench's gRPC nginx (bench/run.sh's grpcfresh row).
 # 3. The proxy stops cleanly (its counters are written at exit); the profile's digest
 #    names it, so a new profile recompiles the proxy and an unchanged one is reused
 #    from ccache.
@@ -27,9 +29,12 @@ chmod 755 "$WORK"  # PostgreSQL runs as the postgres user (scripts/pg.sh)
 pids=()
 cleanup() {
   local status=$?
-  if [ "$status" -ne 0 ] && [ -s "$WORK/idemproxy.log" ]; then
-    echo "pgo: the trained proxy's log:" >&2
-    tail -20 "$WORK/idemproxy.log" >&2
+  if [ "$status" -ne 0 ]; then
+    for log in "$WORK"/proxy-*.log; do
+      [ -s "$log" ] || continue
+      echo "pgo: the trained proxy's log ($(basename "$log")):" >&2
+      tail -20 "$log" >&2
+    done
   fi
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -45,27 +50,41 @@ PGO='' BUILD_DIR=$GEN BUILD_TARGETS="idemproxy bench_upstream bench_openloop" \
 rm -rf "$PROFILE"
 
 . scripts/ports.sh  # free_port, wait_port
-read -r PORT ADMIN UP <<<"$(free_port 3)"
+UP=$(free_port)
 DSN=$(bash scripts/pg.sh start "$WORK/pg" "" -c fsync=off 2>"$WORK/pg.log") || {
   cat "$WORK/pg.log" >&2
   exit 1
 }
 "$GEN/bench_upstream" "$UP" & pids+=($!)
 wait_port "$UP"
-cat >"$WORK/idemproxy.yaml" <<EOF
+# trained NAME UPSTREAM ROUTE: a proxy of the tree in front of UPSTREAM with one ROUTE
+# (YAML flow mappings, as bench/common.sh's start_proxy writes them); sets PORT and
+# PROXY (its pid). Its counters are written when it stops cleanly (stop_trained).
+trained() {
+  local admin
+  read -r PORT admin <<<"$(free_port 2)"
+  cat >"$WORK/proxy-$1.yaml" <<EOF
 listen: 127.0.0.1:$PORT
-admin_listen: 127.0.0.1:$ADMIN
-upstream: {url: "http://127.0.0.1:$UP", max_idle_connections: 256}
+admin_listen: 127.0.0.1:$admin
+upstream: $2
 store: {postgres: {dsn: "$DSN", pool_size: 8}}
 server: {threads: 1}
 log: {level: warn}
 routes:
-  - {name: orders, path_prefix: /v1, on_concurrent: wait}
+  - $3
 EOF
-"$GEN/idemproxy" serve --config "$WORK/idemproxy.yaml" >"$WORK/idemproxy.log" 2>&1 &
-PROXY=$!
-pids+=("$PROXY")
-wait_port "$PORT"
+  "$GEN/idemproxy" serve --config "$WORK/proxy-$1.yaml" >"$WORK/proxy-$1.log" 2>&1 &
+  PROXY=$!
+  pids+=("$PROXY")
+  wait_port "$PORT"
+}
+stop_trained() {
+  kill -TERM "$PROXY"
+  # A proxy that did not stop cleanly wrote no profile (cleanup shows its log).
+  wait "$PROXY" || { echo "pgo: the proxy did not stop cleanly" >&2; exit 1; }
+}
+trained http "{url: \"http://127.0.0.1:$UP\", max_idle_connections: 256}" \
+  "{name: orders, path_prefix: /v1, on_concurrent: wait}"
 
 echo "pgo: the training load" >&2
 load() { "$GEN/bench_openloop" "$PORT" "$@" >/dev/null; }
@@ -96,9 +115,30 @@ for path in /pass /v1/orders; do
   fi
 done
 
-kill -TERM "$PROXY"
-# A proxy that did not stop cleanly wrote no profile (cleanup shows its log).
-wait "$PROXY" || { echo "pgo: the proxy did not stop cleanly" >&2; exit 1; }
+stop_trained
+
+# gRPC: unary calls, a new key each (bench/grpc_fresh.js), through a second proxy whose
+# upstream is the bench's h2c nginx (bench/nginx_conf.sh); every call must end with
+# grpc-status 0. scripts/test.sh installs nginx and Node; without them this is skipped.
+if command -v nginx >/dev/null && command -v node >/dev/null; then
+  . bench/nginx_conf.sh  # grpc_upstream_files
+  read -r GRPC GRPC_H1 <<<"$(free_port 2)"
+  grpc_upstream_files "$WORK/grpc" "$GRPC" "$GRPC_H1"
+  nginx -c "$WORK/grpc/nginx.conf" -p "$WORK/grpc" 2>"$WORK/grpc/nginx.err" & pids+=($!)
+  wait_port "$GRPC"
+  trained grpc "{url: \"http://127.0.0.1:$GRPC\", protocol: h2c}" \
+    "{name: grpc, path_prefix: /bench.Orders/, key_required: true}"
+  calls=$(node bench/grpc_fresh.js "http://127.0.0.1:$PORT/bench.Orders/Create" 3 4 8 \
+    "$run-grpc" "$WORK/grpc/call.bin")
+  if ! python3 -c 'import json, sys; r = json.loads(sys.argv[1]); sys.exit(not (r["ok"] > 0 and r["failed"] == 0))' "$calls"; then
+    echo "pgo: gRPC calls did not all end with grpc-status 0: $calls" >&2
+    exit 1
+  fi
+  stop_trained
+else
+  echo "pgo: no nginx or Node here, so the profile trains no gRPC call" >&2
+fi
+
 files=$(find "$PROFILE" -name '*.gcda' | wc -l)
 if [ "$files" -eq 0 ]; then
   echo "pgo: the training load left no profile in $PROFILE" >&2
