@@ -19,7 +19,8 @@
 # 3. The proxy stops cleanly (its counters are written at exit); the profile's digest
 #    names it, so a new profile recompiles the proxy and an unchanged one is reused
 #    from ccache.
-# Everything it needs is in `install-deps.sh build` plus PostgreSQL, python3 and curl.
+# Everything it needs is in `install-deps.sh build` plus PostgreSQL, python3 and curl;
+# the gRPC calls also need nginx and Node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GEN=${BUILD_DIR:-build}
