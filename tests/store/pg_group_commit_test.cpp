@@ -18,6 +18,29 @@
 using idemproxy::testing::wait_until_blocked_by;
 using idemproxy::testing::wait_until_queued;
 
+namespace {
+
+namespace pg = idemproxy::store::pg;
+
+/// `tx`'s session as the pool sets up its own (force_generic_plan among them).
+void as_the_pool(pqxx::transaction_base& tx, const std::string& dsn) {
+  for (const auto& s : pg::session_settings(PgOptions{dsn}, false)) tx.exec(s);
+}
+
+/// Prepares statement `s` in `tx`'s session and explains `EXECUTE` of it with `args`,
+/// with `options` ("" or "(ANALYZE, ...)"): the plan's text, a line per node.
+std::string explain(pqxx::transaction_base& tx, const pg::Statement& s, const std::string& args,
+                    const std::string& options = "") {
+  std::string text;
+  for (const auto& row : tx.exec("EXPLAIN " + options + " EXECUTE " + s.name + args)) {
+    text += row[0].c_str();
+    text += '\n';
+  }
+  return text;
+}
+
+}  // namespace
+
 TEST_F(PgStoreTest, ClaimsQueuedBehindABusyConnectionCommitTogether) {
   if (citus()) GTEST_SKIP() << "on Citus only claims are batched, per shard (PgCitusTest)";
   PgStore one({dsn(), 1, 5s});
@@ -294,12 +317,9 @@ TEST_F(PgStoreTest, PlansMadeOnAnEmptyTableStillUseTheIndexOnceItGrows) {
   if (citus()) GTEST_SKIP() << "on Citus the workers plan each shard's statement";
   pqxx::connection c(dsn());
   pqxx::nontransaction tx(c);
-  for (const auto& s : idemproxy::store::pg::session_settings(PgOptions{dsn()}, false)) {
-    tx.exec(s);
-  }
+  as_the_pool(tx, dsn());
   // An empty copy, in front of the real table for this session only.
   tx.exec("CREATE TEMP TABLE idempotency_records (LIKE public.idempotency_records INCLUDING ALL)");
-  namespace pg = idemproxy::store::pg;
   const std::vector<std::pair<const pg::Statement*, std::string>> statements{
       {&pg::kClaimMany,
        "('{s}', '{k}', '{f}', '{r}', '{POST}', '{/t}', '{30000}', '{3600000}', '{NULL}', "
@@ -312,24 +332,16 @@ TEST_F(PgStoreTest, PlansMadeOnAnEmptyTableStillUseTheIndexOnceItGrows) {
        "'{3600000}', '{NULL}')"},
       {&pg::kFind, "('s', 'k')"},
   };
-  auto plan = [&](const pg::Statement& s, const std::string& args) {
-    std::string text;
-    for (const auto& row : tx.exec("EXPLAIN EXECUTE " + std::string(s.name) + args)) {
-      text += row[0].c_str();
-      text += '\n';
-    }
-    return text;
-  };
   for (const auto& [s, args] : statements) {
     tx.exec("PREPARE " + std::string(s->name) + " AS " + s->sql);
-    plan(*s, args);  // the generic plan is made now, on the empty table, and cached
+    explain(tx, *s, args);  // the generic plan is made now, on the empty table, and cached
   }
   tx.exec(
       "INSERT INTO idempotency_records (scope, key, fingerprint, state, token, expires_at)"
       " SELECT 's', 'k' || i, 'f', 'completed', i, now() + interval '1 hour'"
       " FROM generate_series(1, 50000) AS i");
   for (const auto& [s, args] : statements) {
-    const std::string text = plan(*s, args);
+    const std::string text = explain(tx, *s, args);
     EXPECT_EQ(text.find("Seq Scan on idempotency_records"), std::string::npos) << s->name << ":\n"
                                                                                << text;
   }
@@ -344,22 +356,16 @@ TEST_F(PgStoreTest, ABatchOfClaimsThatAllWinLooksUpNoLiveRows) {
   if (citus()) GTEST_SKIP() << "on Citus a batch's claims go as rows (claim_rows_sql)";
   pqxx::connection c(dsn());
   pqxx::work tx(c);
-  for (const auto& s : idemproxy::store::pg::session_settings(PgOptions{dsn()}, false)) {
-    tx.exec(s);
-  }
-  namespace pg = idemproxy::store::pg;
+  as_the_pool(tx, dsn());
   tx.exec("PREPARE " + std::string(pg::kClaimMany.name) + " AS " + pg::kClaimMany.sql);
   const std::string key = "all-win-" + std::to_string(::getpid());
-  std::string text;
-  for (const auto& row : tx.exec(
-           "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE " + std::string(pg::kClaimMany.name) +
-           "('{s,s,s}', '{" + key + "-1," + key + "-2," + key +
-           "-3}', '{f,f,f}', '{r,r,r}', '{POST,POST,POST}', '{/t,/t,/t}', "
-           "'{30000,30000,30000}', '{3600000,3600000,3600000}', '{NULL,NULL,NULL}', false, "
-           "'{1,2,3}', '{NULL,NULL,NULL}')")) {
-    text += row[0].c_str();
-    text += '\n';
-  }
+  const std::string text =
+      explain(tx, pg::kClaimMany,
+              "('{s,s,s}', '{" + key + "-1," + key + "-2," + key +
+                  "-3}', '{f,f,f}', '{r,r,r}', '{POST,POST,POST}', '{/t,/t,/t}', "
+                  "'{30000,30000,30000}', '{3600000,3600000,3600000}', '{NULL,NULL,NULL}', "
+                  "false, '{1,2,3}', '{NULL,NULL,NULL}')",
+              "(ANALYZE, COSTS OFF, TIMING OFF)");
   tx.abort();
   EXPECT_NE(text.find("Tuples Inserted: 3"), std::string::npos) << text;
   // The one index scan of the table is the unclaimed members' lookup.
