@@ -4,9 +4,10 @@
 # completion (the UPDATE of state, status, headers, body and the times) as single-row
 # prepared statements, 8 clients at an equal RATE, the copies in alternating rounds.
 #   bench/hot_completion.sh [ROUNDS] [SECONDS] [RATE]
-# a: today's indexes (the primary key, expires_at, the indeterminate sweep's partial
-# index on state), so no completion is HOT. b: the sweeps on a column set at the claim
-# (gc_at) and expires_at left alone, so completions can be HOT. Prints each round's
+# a: the table as the proxy's migrations make it, with its indexes (the primary key,
+# expires_at, the indeterminate sweep's partial index on state), so no completion is
+# HOT. b: the same columns with the primary key alone and the sweeps on a column set at
+# the claim (gc_at), expires_at left alone, so completions can be HOT. Prints each round's
 # CPU of PostgreSQL per key (its processes and the exited backends it reaped) and the
 # share of HOT updates of each copy.
 set -euo pipefail
@@ -15,17 +16,19 @@ ROUNDS=${1:-3} SECS=${2:-20} RATE=${3:-2500}
 WORK_NAME=hot-completion
 . bench/common.sh
 DSN=$(start_pg "$WORK/pg")
-for t in a b; do
-  psql "$DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE TABLE rec_$t (
-    scope text COLLATE \"C\" NOT NULL, key text COLLATE \"C\" NOT NULL, fingerprint text NOT NULL,
-    state text NOT NULL, token bigint NOT NULL, route text NOT NULL, method text NOT NULL,
-    target text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), locked_until timestamptz,
-    expires_at timestamptz NOT NULL, completed_at timestamptz, status int, headers bytea,
-    body bytea, claim_nonce bigint, replay_until timestamptz, gc_at timestamptz,
-    PRIMARY KEY (scope, key))"
-done
-psql "$DSN" -qAt -c "CREATE INDEX ON rec_a (expires_at)" \
-  -c "CREATE INDEX ON rec_a (created_at) WHERE state = 'indeterminate'" -c "CREATE INDEX ON rec_b (gc_at)"
+# The records table as the proxy's migrations make it, copied twice.
+cat >"$WORK/migrate.yaml" <<EOC
+upstream: {url: "http://127.0.0.1:1"}
+store: {postgres: {dsn: "$DSN"}}
+routes: [{name: orders, path_prefix: /v1}]
+EOC
+"$BENCH_BUILD/idemproxy" migrate --config "$WORK/migrate.yaml" >/dev/null
+psql "$DSN" -qAt -v ON_ERROR_STOP=1 \
+  -c "CREATE TABLE rec_a (LIKE idempotency_records INCLUDING ALL)" \
+  -c "CREATE TABLE rec_b (LIKE idempotency_records INCLUDING DEFAULTS INCLUDING CONSTRAINTS)" \
+  -c "ALTER TABLE rec_b ADD PRIMARY KEY (scope, key)" \
+  -c "ALTER TABLE rec_a ADD COLUMN gc_at timestamptz" -c "ALTER TABLE rec_b ADD COLUMN gc_at timestamptz" \
+  -c "CREATE INDEX ON rec_b (gc_at)"
 hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n'; }
 H=$(hex 'content-type: application/json, date: Thu, 04 Dec 2026 01:00:00 GMT')
 B=$(hex '{"id":"ord_123","amount":1000,"currency":"eur","status":"created"}')
