@@ -24,6 +24,22 @@ def test_malformed_http_is_400_and_the_proxy_keeps_serving(proxy, key):
     assert proxy.proc.poll() is None
 
 
+def test_every_connection_field_counts_and_close_in_any_closes(proxy, key):
+    # RFC 9110 7.6.1: Connection is a list, and two fields are one list. Reading only
+    # the first would keep this connection open and answer the second request too.
+    first = ("GET /v1/orders/1 HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n"
+             "Connection: close\r\n\r\n")
+    raw = raw_exchange(proxy.port, (first + "GET /v1/orders/2 HTTP/1.1\r\nHost: x\r\n\r\n").encode())
+    assert raw.count(b"HTTP/1.1 ") == 1, raw[:400]
+    assert b"\r\nConnection: close\r\n" in raw
+    # Keep-alive alone keeps it open: both are answered.
+    raw = raw_exchange(proxy.port, ("GET /v1/orders/1 HTTP/1.1\r\nHost: x\r\n"
+                                    "Connection: keep-alive\r\n\r\n"
+                                    "GET /v1/orders/2 HTTP/1.1\r\nHost: x\r\n"
+                                    "Connection: close\r\n\r\n").encode())
+    assert raw.count(b"HTTP/1.1 ") == 2, raw[:400]
+
+
 def test_content_length_with_transfer_encoding_is_rejected(proxy, upstream, pg, key):
     raw = raw_exchange(proxy.port, (
         "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"

@@ -28,12 +28,9 @@ BodyPiece::Error body_error(const beast::error_code& ec) {
 
 Exchange::Exchange(ClientConnection& conn, std::shared_ptr<const Settings> settings,
                    const Service& service)
-    : conn_(conn),
-      service_(service),
-      parser_(std::piecewise_construct, std::make_tuple(),
-              std::make_tuple(conn.fields_allocator())) {
+    : conn_(conn), service_(service), head_storage_(conn.fields_allocator()) {
   facts_.settings = std::move(settings);
-  head_ = &parser_.get().base();
+  head_ = &head_storage_;
   facts_.peer = &conn.peer;
   kept_ = &conn.kept;
   facts_.protocol = Protocol::http11;
@@ -46,10 +43,10 @@ bool Exchange::reusable() const {
 
 void Exchange::body_limit(std::uint64_t limit) {
   limit_ = limit;
-  parser_.body_limit(limit);  // chunked bodies: Beast counts each chunk against it
+  if (chunked_) chunked_->body_limit(limit);  // Beast counts each chunk against it
 }
 
-bool Exchange::body_done() const { return direct_ ? *direct_ == 0 : parser_.is_done(); }
+bool Exchange::body_done() const { return chunked_ ? chunked_->is_done() : left_ == 0; }
 
 // As read_body's first case, a body framed by Content-Length that came with the head,
 // taken whole.
@@ -58,21 +55,20 @@ bool Exchange::take_buffered_body(std::string& body) {
     body.clear();
     return true;
   }
-  if (direct_ || parser_.chunked() || (facts_.content_length && *facts_.content_length > limit_)) {
+  if (chunked_ || (facts_.content_length && *facts_.content_length > limit_) ||
+      left_ > conn_.buffer.size()) {
     return false;
   }
-  const auto left = parser_.content_length_remaining();
-  if (!left || *left > conn_.buffer.size()) return false;
-  body.assign(take_from_buffer(*left, static_cast<std::size_t>(*left)));
+  body.assign(take_from_buffer(static_cast<std::size_t>(left_)));
   return true;
 }
 
-std::string_view Exchange::take_from_buffer(std::uint64_t left, std::size_t max) {
+std::string_view Exchange::take_from_buffer(std::size_t max) {
   const auto n = static_cast<std::size_t>(
-      std::min<std::uint64_t>(std::min<std::uint64_t>(left, max), conn_.buffer.size()));
+      std::min<std::uint64_t>(std::min<std::uint64_t>(left_, max), conn_.buffer.size()));
   const std::string_view data(static_cast<const char*>(conn_.buffer.data().data()), n);
   conn_.buffer.consume(n);
-  direct_ = left - n;  // the rest, if any, is read straight into a chunk
+  left_ -= n;
   read_ += n;
   return data;
 }
@@ -93,55 +89,46 @@ asio::awaitable<BodyPiece> Exchange::read_body(std::size_t max, std::optional<Ti
   // per request beside the answer's relay chunk outran the thread's free list of
   // chunks at 64 connections, and each request then zeroed and freed 64 KiB
   // (bench/results/HISTORY.md, "HTTP/1.1 pass-through regression").
-  if (!direct_ && !parser_.chunked() && conn_.buffer.size() > 0) {
-    if (const auto left = parser_.content_length_remaining()) {
-      const std::string_view data = take_from_buffer(*left, max);
-      co_return BodyPiece{data, *direct_ == 0, BodyPiece::Error::none};
-    }
+  if (!chunked_ && conn_.buffer.size() > 0) {
+    const std::string_view data = take_from_buffer(max);
+    co_return BodyPiece{data, left_ == 0, BodyPiece::Error::none};
   }
   if (!chunk_) chunk_.emplace();
   const std::size_t room = std::min(max, chunk_->size());
   beast::error_code ec;
   // Once the bytes buffered with the head are used up, a body framed by
-  // Content-Length has nothing for the parser to find in it, only bytes to count:
-  // it is read straight into the chunk (through the parser, each byte was copied
-  // once more: docs/PERFORMANCE.md).
-  if (!direct_ && conn_.buffer.size() == 0 && !parser_.chunked()) {
-    if (const auto left = parser_.content_length_remaining()) direct_ = *left;
-  }
-  if (direct_) {
+  // Content-Length has nothing for a parser to find in it, only bytes to count: it
+  // is read straight into the chunk (through a parser, each byte was copied once
+  // more: docs/PERFORMANCE.md).
+  if (!chunked_) {
     deadline_for_read(deadline);
     std::size_t n = 0;
     std::tie(ec, n) = co_await conn_.stream.async_read_some(
         asio::buffer(chunk_->data(),
-                     static_cast<std::size_t>(std::min<std::uint64_t>(room, *direct_))),
+                     static_cast<std::size_t>(std::min<std::uint64_t>(room, left_))),
         use_nothrow);
     if (ec == asio::error::eof) ec = bhttp::error::partial_message;  // as Beast says it
     if (ec) co_return BodyPiece{{}, false, body_error(ec)};
-    *direct_ -= n;
+    left_ -= n;
     read_ += n;
-    co_return BodyPiece{{chunk_->data(), n}, *direct_ == 0, BodyPiece::Error::none};
+    co_return BodyPiece{{chunk_->data(), n}, left_ == 0, BodyPiece::Error::none};
   }
-  if (!head_fields_ && parser_.chunked()) head_fields_.emplace(parser_.get().base());
   for (;;) {
-    parser_.get().body().data = chunk_->data();
-    parser_.get().body().size = room;
-    if (!parse_buffered(conn_.buffer, parser_, ec)) {
+    chunked_->get().body().data = chunk_->data();
+    chunked_->get().body().size = room;
+    if (!parse_buffered(conn_.buffer, *chunked_, ec)) {
       deadline_for_read(deadline);
       std::tie(ec, std::ignore) =
-          co_await bhttp::async_read_some(conn_.stream, conn_.buffer, parser_, use_nothrow);
+          co_await bhttp::async_read_some(conn_.stream, conn_.buffer, *chunked_, use_nothrow);
     }
     if (ec == bhttp::error::need_buffer) ec = {};
     if (ec) co_return BodyPiece{{}, false, body_error(ec)};
-    const std::size_t n = room - parser_.get().body().size;
+    const std::size_t n = room - chunked_->get().body().size;
     read_ += n;
-    if (parser_.is_done()) {
-      // Trailer fields of a chunked request are discarded (RFC 9110 6.5.1 lets a
-      // recipient); merged into the head, as Beast's parser does, they would be
-      // forwarded and fingerprinted as header fields, which RFC 9110 6.5 forbids.
-      if (head_fields_) head_fields_->erase_added(parser_.get().base());
-      co_return BodyPiece{{chunk_->data(), n}, true, BodyPiece::Error::none};
-    }
+    // Trailer fields of a chunked request are discarded (RFC 9110 6.5.1 lets a
+    // recipient): the parser merges them into a head of its own, not the request's,
+    // which is forwarded and fingerprinted (RFC 9110 6.5 forbids trailers there).
+    if (chunked_->is_done()) co_return BodyPiece{{chunk_->data(), n}, true, BodyPiece::Error::none};
     // A read may parse only framing (a chunk header): nothing to hand on yet.
     if (n > 0) co_return BodyPiece{{chunk_->data(), n}, false, BodyPiece::Error::none};
   }

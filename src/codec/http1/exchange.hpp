@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "codec/http1/request_head.hpp"
 #include "codec/http_names.hpp"
 #include "http/chunk.hpp"
 #include "http/client_connection.hpp"
@@ -56,7 +57,7 @@ class Exchange final : public http::Exchange {
 
  private:
   /// Checks what the parser accepts but RFC 9112 refuses, once the head is parsed.
-  void check_head();
+  void check_head(const HeadFacts& facts);
   /// Writes `buffers` under server.read_timeout; false (and the connection broken) on failure.
   template <class Buffers>
   asio::awaitable<bool> write(const Buffers& buffers);
@@ -69,9 +70,9 @@ class Exchange final : public http::Exchange {
   template <class Buffers>
   asio::awaitable<bool> write_rest(beast::buffers_suffix<Buffers>& rest);
   void deadline_for_read(std::optional<TimePoint> deadline);
-  // Up to `max` of the `left` body bytes framed by Content-Length from the connection's
+  // Up to `max` of the body bytes framed by Content-Length left, from the connection's
   // buffer, where they stay valid until the exchange ends; the rest is read direct.
-  std::string_view take_from_buffer(std::uint64_t left, std::size_t max);
+  std::string_view take_from_buffer(std::size_t max);
 
   ClientConnection& conn_;
   const Service& service_;
@@ -79,15 +80,17 @@ class Exchange final : public http::Exchange {
   KeptStrings* kept_ = nullptr;
   RequestFacts facts_;
   bool answered_ = false;
-  RequestParser<bhttp::buffer_body> parser_;
+  RequestHeader head_storage_;
+  /// A chunked body's parser (Beast's, given a head that says only chunked): its
+  /// trailer fields go to its own head, never to the request's.
+  std::optional<RequestParser<bhttp::buffer_body>> chunked_;
   std::optional<Chunk> chunk_;
   /// A body framed by Content-Length (RFC 9112 6.2) is handed on from the buffer as
-  /// far as it came with the head, then read straight into the chunk: `direct_`
-  /// counts what is left.
-  std::optional<std::uint64_t> direct_;
+  /// far as it came with the head, then read straight into the chunk: `left_` counts
+  /// what is left.
+  std::uint64_t left_ = 0;
   std::uint64_t limit_ = std::numeric_limits<std::uint64_t>::max();
-  std::uint64_t read_ = 0;                // body bytes read so far
-  std::optional<FieldMark> head_fields_;  // a chunked body's head, before its trailers
+  std::uint64_t read_ = 0;  // body bytes read so far
   unsigned version_ = 11;
   bool head_request_ = false;
   bool accepts_trailers_ = false;

@@ -1,0 +1,42 @@
+#pragma once
+// A request head parsed in one pass over its bytes, buffered whole (RFC 9112 sections
+// 3 and 5): the request line, then each field, inserted into the head as it is read,
+// with what the fields say about the message's framing gathered on the way.
+//
+// It accepts and refuses what Beast's basic_parser does with the same whole head, and
+// names each refusal by Beast's error code (tests/http/request_head_test.cpp compares
+// the two on every input), with two exceptions: obsolete line folding is refused
+// (Beast folds it; the caller names that error), and a head too short for its version
+// is refused where Beast waits for more bytes. Beast's parser took about 2,400
+// instructions for a head of three fields, in several passes (a search for the
+// head's end, then the start line and fields, then the framing fields again); this
+// takes one (docs/PERFORMANCE.md).
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "codec/http_names.hpp"
+
+namespace idemproxy::codec::http1 {
+
+/// What a head's fields say about its message, gathered as they are parsed.
+struct HeadFacts {
+  unsigned version = 11;
+  std::optional<std::uint64_t> content_length;  // the body's length, when it names one
+  bool chunked = false;                         // Transfer-Encoding's last coding is chunked
+  bool keep_alive = true;                       // by the version and every Connection field
+  std::size_t fields = 0;                       // how many fields the head has
+  std::size_t lengths = 0;                      // how many Content-Length fields
+  std::size_t encodings = 0;
+  std::size_t hosts = 0;
+  std::string_view host;    // the first Host field's value (in the head's storage)
+  std::string_view expect;  // the first Expect field's value
+  std::string_view te;      // the first TE field's value
+};
+
+/// Parses `bytes`, a whole request head that ends in its blank line ("\r\n\r\n"),
+/// into `head` (an empty head) and `facts`. An error is one of Beast's
+/// (bhttp::error): the head is malformed and `head` holds what was read before it.
+beast::error_code parse_request_head(std::string_view bytes, RequestHeader& head, HeadFacts& facts);
+
+}  // namespace idemproxy::codec::http1

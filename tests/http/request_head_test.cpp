@@ -1,0 +1,182 @@
+// The HTTP/1.1 request head parser (codec/http1/request_head.hpp): what it reads and
+// refuses, and, on named heads and on thousands of mutated ones, that it agrees with
+// Beast's request parser, which it replaced (fuzz/head_oracle.hpp; fuzz_head runs the
+// same comparison under libFuzzer).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "../../fuzz/head_oracle.hpp"
+
+namespace idemproxy::codec::http1 {
+namespace {
+
+namespace oracle = head_oracle;
+
+struct Parsed {
+  beast::error_code ec;
+  http::RequestHeader head;
+  HeadFacts facts;
+};
+
+Parsed parse(std::string_view bytes) {
+  Parsed p;
+  p.ec = parse_request_head(bytes, p.head, p.facts);
+  return p;
+}
+
+TEST(RequestHead, ReadsTheRequestLineFieldsAndFraming) {
+  const auto p = parse(
+      "POST /v1/orders?x=1 HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key:  order-1 \t\r\n"
+      "X-Empty:\r\nContent-Length: 2\r\nhost: again\r\n\r\n");
+  ASSERT_FALSE(p.ec) << p.ec.message();
+  EXPECT_EQ(p.head.method(), bhttp::verb::post);
+  EXPECT_EQ(p.head.target(), "/v1/orders?x=1");
+  EXPECT_EQ(p.head.version(), 11u);
+  EXPECT_EQ(p.head["Idempotency-Key"], "order-1");  // OWS trimmed both sides
+  EXPECT_EQ(p.head["X-Empty"], "");
+  EXPECT_EQ(p.facts.fields, 5u);
+  EXPECT_EQ(p.facts.hosts, 2u);
+  EXPECT_EQ(p.facts.host, "api.example");  // the first
+  EXPECT_EQ(p.facts.content_length, 2u);
+  EXPECT_EQ(p.facts.lengths, 1u);
+  EXPECT_FALSE(p.facts.chunked);
+  EXPECT_TRUE(p.facts.keep_alive);
+}
+
+TEST(RequestHead, AnUnknownMethodKeepsItsName) {
+  const auto p = parse("BREW /pot HTTP/1.0\r\n\r\n");
+  ASSERT_FALSE(p.ec);
+  EXPECT_EQ(p.head.method(), bhttp::verb::unknown);
+  EXPECT_EQ(p.head.method_string(), "BREW");
+  EXPECT_EQ(p.facts.version, 10u);
+  EXPECT_FALSE(p.facts.keep_alive);  // HTTP/1.0 without keep-alive
+}
+
+TEST(RequestHead, FramingAndConnectionFields) {
+  auto p = parse("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+  ASSERT_FALSE(p.ec);
+  EXPECT_TRUE(p.facts.chunked);
+  EXPECT_EQ(p.facts.encodings, 1u);
+  p = parse("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n");
+  ASSERT_FALSE(p.ec);
+  EXPECT_FALSE(p.facts.chunked);  // chunked not last: the exchange refuses it
+  p = parse("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 7, 7\r\n\r\n");
+  ASSERT_FALSE(p.ec);
+  EXPECT_EQ(p.facts.content_length, 7u);
+  // Every Connection field counts, not only the first.
+  p = parse("GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n");
+  ASSERT_FALSE(p.ec);
+  EXPECT_FALSE(p.facts.keep_alive);
+  p = parse("GET / HTTP/1.0\r\nConnection: Upgrade, Keep-Alive\r\n\r\n");
+  ASSERT_FALSE(p.ec);
+  EXPECT_TRUE(p.facts.keep_alive);
+  p = parse("GET / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nTE: trailers\r\n\r\n");
+  ASSERT_FALSE(p.ec);
+  EXPECT_EQ(p.facts.expect, "100-continue");
+  EXPECT_EQ(p.facts.te, "trailers");
+}
+
+TEST(RequestHead, RefusesWhatBeastRefusesWithBeastsErrors) {
+  using E = bhttp::error;
+  const std::map<std::string, E> refused{
+      {" GET / HTTP/1.1\r\n\r\n", E::bad_method},
+      {"GET  / HTTP/1.1\r\n\r\n", E::bad_target},
+      {"G(T / HTTP/1.1\r\n\r\n", E::bad_method},
+      {"GET /a\x7f HTTP/1.1\r\n\r\n", E::bad_target},
+      {"GET / HTTP/1.2\r\n\r\n", E::bad_version},
+      {"GET / http/1.1\r\n\r\n", E::bad_version},
+      {"GET / HTTP/1.1 \r\n\r\n", E::bad_version},
+      {"GET / HTTP/1.1\r\nHost : h\r\n\r\n", E::bad_field},
+      {"GET / HTTP/1.1\r\n: h\r\n\r\n", E::bad_field},
+      {"GET / HTTP/1.1\r\nA\"b: h\r\n\r\n", E::bad_field},
+      {"GET / HTTP/1.1\r\nHost: h\x7f\r\n\r\n", E::bad_value},
+      {std::string("GET / HTTP/1.1\r\nHost: h\0i\r\n\r\n", 29), E::bad_value},
+      {"GET / HTTP/1.1\r\nHost: h\ni: j\r\n\r\n", E::bad_value},
+      {"GET / HTTP/1.1\r\nHost: h\rX\r\n\r\n", E::bad_line_ending},
+      {"GET / HTTP/1.1\r\nHost: h\r\n\rX\r\n\r\n", E::bad_line_ending},
+      {"GET / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", E::bad_content_length},
+      {"GET / HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n", E::bad_content_length},
+      {"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+       E::multiple_content_length},
+      {"GET / HTTP/1.1\r\nContent-Length: 1, 2\r\n\r\n", E::multiple_content_length},
+      {"GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+       E::bad_transfer_encoding},
+      {"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n",
+       E::bad_content_length},
+      {"GET / HTTP/1.1\r\nConnection: ,,close,\x01\r\n\r\n", E::bad_value},
+      {"GET / HTTP/1.1\r\nConnection: a b\r\n\r\n", E::bad_value},
+  };
+  for (const auto& [head, error] : refused) {
+    SCOPED_TRACE(head);
+    EXPECT_EQ(parse(head).ec, error);
+    EXPECT_EQ(oracle::difference(head), "");
+  }
+}
+
+TEST(RequestHead, RefusesObsoleteLineFoldingThatBeastWouldFold) {
+  const std::string head = "GET / HTTP/1.1\r\nHost: h\r\nX-A: one\r\n two\r\n\r\n";
+  EXPECT_TRUE(parse(head).ec);
+  http::RequestParser<bhttp::empty_body> beast_parser;
+  beast::error_code ec;
+  beast_parser.put(asio::buffer(head), ec);
+  EXPECT_FALSE(ec);  // the difference the exchange names as obsolete line folding
+  EXPECT_EQ(oracle::difference(head), "");
+}
+
+TEST(RequestHead, ABytesWithoutTheirBlankLineAreRefused) {
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\nHost: h\r\n").ec, bhttp::error::need_more);
+  EXPECT_EQ(parse("").ec, bhttp::error::need_more);
+}
+
+// Mutations of realistic heads (bytes replaced, inserted and removed, biased to the
+// characters a parser decides on), each compared with Beast's parse.
+TEST(RequestHead, AgreesWithBeastOnMutatedHeads) {
+  const std::vector<std::string> seeds{
+      "POST /v1/orders HTTP/1.1\r\nHost: api.example:8080\r\nIdempotency-Key: order-1\r\n"
+      "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n",
+      "POST /v1/pay HTTP/1.1\r\nhost: h\r\nTransfer-Encoding: gzip, chunked\r\nTE: trailers\r\n"
+      "Expect: 100-continue\r\nConnection: keep-alive, close\r\n\r\n",
+      "GET /a?b=c HTTP/1.0\r\nConnection: keep-alive\r\nX-Empty:\r\nX-Pad: \t v \t\r\n\r\n",
+      "PUT * HTTP/1.1\r\nHost: h\r\nContent-Length: 7, 7\r\nProxy-Connection: close\r\n"
+      "X-Obs: a\xff\x80z\r\nUpgrade: h2c\r\n\r\n",
+  };
+  const std::string alphabet("\r\n:, \t\x7f\x80\xff\"0123456789aZ-;=/\x01\0", 26);
+  std::mt19937 rng(20261204);
+  std::size_t accepted = 0;
+  std::map<std::string, std::size_t> errors;
+  for (int i = 0; i < 100000; ++i) {
+    std::string bytes = seeds[rng() % seeds.size()];
+    for (int edits = 1 + static_cast<int>(rng() % 4); edits > 0; --edits) {
+      const std::size_t at = rng() % bytes.size();
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          bytes[at] = c;
+          break;
+        case 1:
+          bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(at), c);
+          break;
+        default:
+          bytes.erase(at, 1);
+          break;
+      }
+    }
+    const std::string head = oracle::whole_head(bytes);
+    const std::string differs = oracle::difference(head);
+    ASSERT_EQ(differs, "") << "on " << testing::PrintToString(head);
+    const auto p = parse(head);
+    if (p.ec) {
+      ++errors[p.ec.message()];
+    } else {
+      ++accepted;
+    }
+  }
+  // The mutations reach both sides, and most of the ways to refuse.
+  EXPECT_GT(accepted, 2000u);
+  EXPECT_GE(errors.size(), 8u);
+}
+
+}  // namespace
+}  // namespace idemproxy::codec::http1
