@@ -24,8 +24,9 @@
 namespace idemproxy::http {
 
 /// Sends what `socket` takes now of `buffers` (their first 64 pieces at most) with one
-/// sendmsg that neither waits (MSG_DONTWAIT, whatever the socket's mode) nor raises
-/// SIGPIPE: the bytes sent, 0 when the socket would block. A failure sets `ec`.
+/// sendmsg, or send for one piece (no message header and iovec array for the kernel
+/// to copy in), that neither waits (MSG_DONTWAIT, whatever the socket's mode) nor
+/// raises SIGPIPE: the bytes sent, 0 when the socket would block. A failure sets `ec`.
 template <class ConstBuffers>
 std::size_t try_send(tcp::socket& socket, const ConstBuffers& buffers, beast::error_code& ec) {
   std::array<iovec, 64> pieces;
@@ -40,7 +41,10 @@ std::size_t try_send(tcp::socket& socket, const ConstBuffers& buffers, beast::er
   message.msg_iov = pieces.data();
   message.msg_iovlen = count;
   for (;;) {
-    const ssize_t n = ::sendmsg(socket.native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t n =
+        count == 1 ? ::send(socket.native_handle(), pieces[0].iov_base, pieces[0].iov_len,
+                            MSG_DONTWAIT | MSG_NOSIGNAL)
+                   : ::sendmsg(socket.native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n >= 0) return static_cast<std::size_t>(n);
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) {

@@ -273,8 +273,7 @@ std::optional<bool> Exchange::start_prepared(const PreparedAnswer& answer,
                                              std::span<const ExtraField> extra) {
   const bool chunk_trailers = !answer.trailers.empty() && accepts_trailers_;
   std::string_view prepared;  // this codec's form, laid out at the answer's first replay
-  if (answer.codec_form != nullptr && version_ >= 11 && !head_request_ && !chunk_trailers &&
-      extra.size() <= 4) {
+  if (answer.codec_form != nullptr && version_ >= 11 && !head_request_ && !chunk_trailers) {
     prepared = answer.codec_form->get([&] {
       return prepared_head(answer.status, answer.fields, answer.body.size(),
                            !answer.trailers.empty());
@@ -286,24 +285,27 @@ std::optional<bool> Exchange::start_prepared(const PreparedAnswer& answer,
     p.extra.assign(extra.begin(), extra.end());
     return std::nullopt;
   }
-  // The head laid out at caching time, and the per-exchange lines gathered from where
-  // they are: a replay allocates nothing to be sent.
+  // The head laid out at caching time, the per-exchange lines after it, and the body
+  // when the whole answer fits an arena block, copied into one piece: a send of many
+  // small pieces cost the kernel more than the copy (an iovec array to allocate past
+  // eight, and each piece copied on its own: 5 % of a replay's CPU against nginx's
+  // two, docs/PERFORMANCE.md).
   static constexpr std::string_view kCrlf = "\r\n";
-  static constexpr std::string_view kSeparator = ": ";
+  static constexpr std::string_view kClose = "Connection: close\r\n";
   keep_ = keep_ && client_keep_alive_ && body_done() && !service_.draining();
-  std::size_t count = 0;
-  const auto add = [&](std::string_view bytes) { p.buffers[count++] = asio::buffer(bytes); };
-  add(prepared);
-  if (!keep_) add("Connection: close\r\n");
-  for (const auto& f : extra) {
-    add(f.name);
-    add(kSeparator);
-    add(f.value);
-    add(kCrlf);
-  }
-  add(kCrlf);
-  add(answer.body);
-  auto& rest = p.rest.emplace(std::span<const asio::const_buffer>(p.buffers.data(), count));
+  std::size_t size = prepared.size() + (keep_ ? 0 : kClose.size()) + kCrlf.size();
+  for (const auto& f : extra) size += f.name.size() + f.value.size() + 4;
+  const bool body_too = size + answer.body.size() < Arena::kLargest;  // and the terminator
+  auto& bytes = p.gathered.emplace(conn_.fields_allocator());
+  bytes.reserve(size + (body_too ? answer.body.size() : 0));
+  bytes += prepared;
+  if (!keep_) bytes += kClose;
+  for (const auto& f : extra) append_field(bytes, f.name, f.value);
+  bytes += kCrlf;
+  if (body_too) bytes += answer.body;
+  p.buffers = {asio::const_buffer(bytes.data(), bytes.size()),
+               body_too ? asio::const_buffer() : asio::buffer(answer.body)};
+  auto& rest = p.rest.emplace(std::span<const asio::const_buffer>(p.buffers));
   const auto sent = write_now(rest);  // most often whole, with no frame for write()
   if (sent) {
     answered_ = *sent;

@@ -101,11 +101,13 @@ class Exchange final : public http::Exchange {
   bool chunked_out_ = false;  // the answer's body goes out chunked
   bool trailers_out_ = false;
   std::optional<HeadBytes> pending_;  // a final head waiting for the first body bytes
-  /// A replay start_prepared() began and finish_prepared() ends: the gathered pieces
-  /// the socket has yet to take, or, for an answer with no head laid out for this
-  /// exchange, the answer and its extra fields, sent whole from a head built then.
+  /// A replay start_prepared() began and finish_prepared() ends: what the socket has
+  /// yet to take of the gathered bytes (and the body, when not among them), or, for an
+  /// answer with no head laid out for this exchange, the answer and its extra fields,
+  /// sent whole from a head built then.
   struct PreparedRest {
-    std::array<asio::const_buffer, 20> buffers;
+    std::optional<HeadBytes> gathered;
+    std::array<asio::const_buffer, 2> buffers;
     std::optional<beast::buffers_suffix<std::span<const asio::const_buffer>>> rest;
     PreparedAnswer answer;
     std::vector<ExtraField> extra;
