@@ -83,9 +83,13 @@ struct PreparedAnswer {
 /// Kept by a connection from one request to the next: strings that outgrow
 /// std::string's 15 inline characters take their memory once per connection.
 struct KeptStrings {
+  /// The largest request body whose memory is kept (kept per connection, a larger
+  /// one would hold its memory while the connection idles).
+  static constexpr std::size_t kBodyCapacity = 16 * 1024;
   std::string target;
   std::string request_id;
   std::string trace_id;
+  std::string body;
 };
 
 /// What a codec learned of a request with its head: values it sets, the proxy reads.

@@ -34,12 +34,16 @@ struct Flow {
       : ctx(c),
         key_header(k),
         req(std::piecewise_construct, std::make_tuple(), std::make_tuple(c.ex.fields_allocator())) {
+    req.body() = RequestContext::reuse(c.ex.kept().body);  // a body over 15 bytes: no new block
   }
   /// The request's end (its access line, its span) outlives the key it names: hashed
   /// now when either will read it.
   ~Flow() {
     if (ops::access_log_enabled() || ctx.span.recording()) ctx.key_digest();
     ctx.key = nullptr;
+    if (req.body().capacity() <= http::KeptStrings::kBodyCapacity) {
+      ctx.ex.kept().body = std::move(req.body());
+    }
   }
   Flow(const Flow&) = delete;
   Flow& operator=(const Flow&) = delete;
