@@ -85,7 +85,7 @@ struct PreparedAnswer {
 struct KeptStrings {
   /// The largest request body whose memory is kept (kept per connection, a larger
   /// one would hold its memory while the connection idles).
-  static constexpr std::size_t kBodyCapacity = 16 * 1024;
+  static constexpr std::size_t kBodyCapacity = std::size_t{16} * 1024;
   std::string target;
   std::string request_id;
   std::string trace_id;
@@ -204,6 +204,11 @@ class Service {
   virtual ~Service() = default;
   /// The configuration in force now.
   virtual std::shared_ptr<const Settings> settings() const = 0;
+  /// A number that changes whenever settings() would give another configuration: a
+  /// connection keeps what settings() gave while it stays the same, and each of its
+  /// requests starts without the lock and reference count settings() takes. Read it
+  /// before settings(). 0: none kept; settings() is asked each time.
+  virtual std::uint64_t settings_version() const { return 0; }
   /// Whether the server drains: connections take no new requests.
   virtual bool draining() const = 0;
   virtual ops::Metrics& metrics() = 0;
