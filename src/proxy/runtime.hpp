@@ -59,6 +59,11 @@ class Runtime {
     std::lock_guard lock(mu_);
     return settings_;
   }
+  /// Changes after each replacement of settings(): read it before settings()
+  /// (http::Service::settings_version).
+  std::uint64_t settings_version() const {
+    return settings_version_.load(std::memory_order_acquire);
+  }
 
   /// Runs a blocking call (a store call) on the database pool and resumes the
   /// calling coroutine on its own executor: libpq never blocks an I/O thread.
@@ -208,6 +213,7 @@ class Runtime {
   void replace_settings(std::shared_ptr<const Settings> s) {
     std::lock_guard lock(mu_);
     settings_ = std::move(s);
+    settings_version_.fetch_add(1, std::memory_order_release);
   }
   /// Past the drain: request frames still running are destroyed with their upstream
   /// exchanges possibly under way; their claims stay until their leases end.
@@ -339,6 +345,7 @@ class Runtime {
 
   mutable std::mutex mu_;
   std::shared_ptr<const Settings> settings_;
+  std::atomic<std::uint64_t> settings_version_{1};
   std::mutex queued_mu_;
   std::condition_variable all_answered_;
   std::atomic<long> queued_calls_{0};  // handed to the store by queued(), not answered yet

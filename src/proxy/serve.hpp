@@ -24,6 +24,7 @@ class ProxyService : public Service {
  public:
   explicit ProxyService(Runtime& rt) : rt_(rt), proxy_(rt) {}
   std::shared_ptr<const Settings> settings() const override { return rt_.settings(); }
+  std::uint64_t settings_version() const override { return rt_.settings_version(); }
   bool draining() const override { return rt_.draining.load(std::memory_order_relaxed); }
   ops::Metrics& metrics() override { return rt_.metrics; }
   asio::awaitable<void> serve(Exchange& exchange) override { return proxy_.serve(exchange); }

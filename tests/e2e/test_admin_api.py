@@ -129,6 +129,44 @@ def test_reload_endpoint_applies_a_good_file_and_rejects_a_bad_one(make_proxy):
     assert p.metric("idemproxy_config_reloads_total", result="rejected") == 1
 
 
+def test_a_reload_reaches_the_next_request_on_a_connection_already_open(make_proxy, key):
+    # A connection keeps its configuration between requests while the server's stays
+    # the same; a reload must still reach the next request on it (HTTP/1.1) and the
+    # next stream (HTTP/2). A covered answer names its record's expiry; with the route
+    # disabled the request passes through and its answer does not.
+    import http.client
+    from h2_peer import Client
+    p = token_proxy(make_proxy)
+    one = http.client.HTTPConnection("127.0.0.1", p.port, timeout=10)
+    two = Client(p.port)
+    sent = [0]
+
+    def covered():
+        sent[0] += 1
+        k = "%s-%d" % (key, sent[0])
+        one.request("POST", "/v1/orders", body="{}", headers={"Idempotency-Key": k + "-1"})
+        r = one.getresponse()
+        r.read()
+        answer = two.wait(two.request("POST", "/v1/orders", b"{}",
+                                      [("idempotency-key", k + "-2")]))[0]
+        assert r.status == 201 and answer.status == 201, (r.status, answer.status)
+        return (r.getheader("Idempotency-Key-Expires") is not None,
+                answer.header("idempotency-key-expires") is not None)
+
+    assert covered() == (True, True)
+    kept = one.sock  # the same connection throughout, not one reopened
+    text = open(p.config_path).read()
+    p.write_config(text.replace('"key_required": true', '"key_required": true, "enabled": false'))
+    assert admin(p, "POST", "/admin/reload").json() == {"reloaded": True}
+    assert covered() == (False, False)
+    p.write_config(text)
+    assert admin(p, "POST", "/admin/reload").json() == {"reloaded": True}
+    assert covered() == (True, True)
+    assert one.sock is kept and two.terminated is None
+    one.close()
+    two.close()
+
+
 def test_cli_keys_list_uses_the_same_code(proxy, key):
     proxy.post("/v1/orders", "{}", key=key)
     out = proxy.cli("keys", "list", "--state", "completed", "--limit", "3")

@@ -88,7 +88,7 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
   Pair down(io, acceptor);
   OneExchange service;
   auto client = std::make_shared<ClientConnection>(std::move(down.ours), nullptr);
-  codec::http1::Exchange exchange(*client, service.settings(), service);
+  codec::http1::Exchange exchange(*client, service.settings(), service.settings_version(), service);
   asio::write(down.peer, asio::buffer(std::string_view("GET / HTTP/1.1\r\nHost: x\r\n\r\n")));
   asio::write(up.peer, asio::buffer(head_and_start));
   KeepingHome home;

@@ -37,8 +37,13 @@ asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& ser
   // waits around a request are set from those readings, not from a reading of their own.
   auto last_end = std::chrono::steady_clock::now();
   bool linger = false;
+  // The configuration, kept while the service's version stays: each request moves it
+  // into its exchange and back, with no lock and no reference counted, and takes the
+  // one in force when it starts only if a reload replaced it (Exchange::read_head).
+  std::uint64_t version = service.settings_version();  // before settings()
+  auto settings = service.settings();
   for (;;) {
-    Exchange exchange(*conn, service.settings(), service);
+    Exchange exchange(*conn, std::move(settings), version, service);
     conn->idle = true;
     if (service.draining()) break;
     if (!co_await exchange.read_head(last_end)) break;
@@ -48,6 +53,7 @@ asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& ser
       linger = exchange.answered() && exchange.linger();
       break;
     }
+    settings = exchange.release_settings(version);
   }
   beast::error_code ec;
   if (linger) {

@@ -27,13 +27,24 @@ BodyPiece::Error body_error(const beast::error_code& ec) {
 }  // namespace
 
 Exchange::Exchange(ClientConnection& conn, std::shared_ptr<const Settings> settings,
-                   const Service& service)
-    : conn_(conn), service_(service), head_storage_(conn.fields_allocator()) {
+                   std::uint64_t settings_version, const Service& service)
+    : conn_(conn),
+      service_(service),
+      settings_version_(settings_version),
+      head_storage_(conn.fields_allocator()) {
   facts_.settings = std::move(settings);
   head_ = &head_storage_;
   facts_.peer = &conn.peer;
   kept_ = &conn.kept;
   facts_.protocol = Protocol::http11;
+}
+
+void Exchange::take_current_settings() {
+  const auto now = service_.settings_version();
+  if (now == 0 || now != settings_version_) {
+    facts_.settings = service_.settings();
+    settings_version_ = now;
+  }
 }
 
 bool Exchange::reusable() const {

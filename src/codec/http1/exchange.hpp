@@ -21,8 +21,11 @@ namespace idemproxy::codec::http1 {
 
 class Exchange final : public http::Exchange {
  public:
+  /// `settings`: the configuration the connection holds, which was in force when
+  /// `service` gave `settings_version`; read_head() takes the one in force then, when
+  /// that changed.
   Exchange(ClientConnection& conn, std::shared_ptr<const Settings> settings,
-           const Service& service);
+           std::uint64_t settings_version, const Service& service);
 
   /// Reads the request head, waiting up to server.idle_timeout from `last_end` for it
   /// to start and server.header_timeout for the rest (a client trickling bytes cannot
@@ -31,6 +34,12 @@ class Exchange final : public http::Exchange {
   asio::awaitable<bool> read_head(TimePoint last_end);
   /// Whether the connection may read another request after this one.
   bool reusable() const;
+  /// Hands the request's configuration, and the service's version it was in force at,
+  /// back to the connection for its next request.
+  std::shared_ptr<const Settings> release_settings(std::uint64_t& version) {
+    version = settings_version_;
+    return std::move(facts_.settings);
+  }
   /// Whether the connection should close by lingering (RFC 9112 9.6): the client may
   /// still be sending a body this exchange did not read.
   bool linger() const { return !body_done() || facts_.head_error.has_value(); }
@@ -58,6 +67,9 @@ class Exchange final : public http::Exchange {
  private:
   /// Checks what the parser accepts but RFC 9112 refuses, once the head is parsed.
   void check_head(const HeadFacts& facts);
+  /// As the request starts: the configuration in force now, when a reload replaced
+  /// the one the connection held.
+  void take_current_settings();
   /// Writes `buffers` under server.read_timeout; false (and the connection broken) on failure.
   template <class Buffers>
   asio::awaitable<bool> write(const Buffers& buffers);
@@ -76,6 +88,7 @@ class Exchange final : public http::Exchange {
 
   ClientConnection& conn_;
   const Service& service_;
+  std::uint64_t settings_version_ = 0;  // the service's, for facts_.settings (0: none)
   RequestHeader* head_ = nullptr;
   KeptStrings* kept_ = nullptr;
   RequestFacts facts_;

@@ -65,13 +65,12 @@ asio::awaitable<beast::error_code> read_head_bytes(ClientConnection& conn, std::
 }  // namespace
 
 asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
-  const auto& server = facts_.settings->config.server;
   // Two clocks: idle_timeout for the next request to start, then header_timeout for
   // its head to arrive whole.
   beast::error_code ec;
   facts_.started = last_end;  // a pipelined request waited in the buffer since then
   if (conn_.buffer.size() == 0) {
-    conn_.stream.expires_at(last_end + server.idle_timeout);
+    conn_.stream.expires_at(last_end + facts_.settings->config.server.idle_timeout);
     std::size_t got = 0;
     std::tie(ec, got) =
         co_await conn_.stream.async_read_some(conn_.buffer.prepare(4096), use_nothrow);
@@ -79,6 +78,10 @@ asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
     facts_.started = Clock::now();
   }
   conn_.idle = false;
+  // The request starts: the configuration in force now, which a reload during the
+  // wait may have replaced.
+  take_current_settings();
+  const auto& server = facts_.settings->config.server;
   std::size_t head_size = 0;
   if (!ec) {
     conn_.stream.expires_at(facts_.started + server.header_timeout);

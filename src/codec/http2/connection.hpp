@@ -97,6 +97,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::awaitable<void> read_loop();
   asio::awaitable<void> write_loop();
   asio::awaitable<void> watchdog();
+  std::shared_ptr<const Settings> stream_settings();
   void add_copy(const std::uint8_t* data, std::size_t size);
   void start_streams();
   void start(Stream& s);
@@ -109,8 +110,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<ClientConnection> conn_;
   Service& service_;
   StreamSlots& slots_;
-  std::shared_ptr<const Settings> settings_;  // the connection's limits, from its start
-  SessionMemory memory_;                      // nghttp2's, from the connection's arena
+  std::shared_ptr<const Settings> settings_;         // the connection's limits, from its start
+  std::shared_ptr<const Settings> stream_settings_;  // what new streams start with
+  std::uint64_t streams_version_ = 0;                // the service's, when that was read
+  SessionMemory memory_;                             // nghttp2's, from the connection's arena
   nghttp2_session* session_ = nullptr;
   FloodGuard guard_;
   std::vector<std::unique_ptr<Stream>> streams_;  // every stream object this connection made
