@@ -39,6 +39,7 @@ inline bool has_obs_fold(std::string_view head) {
 inline std::string difference(std::string_view head) {
   http::RequestParser<bhttp::empty_body> beast_parser;
   beast_parser.eager(false);
+  beast_parser.body_limit(boost::none);  // as the exchange parsed heads: limits came later
   beast_parser.header_limit(static_cast<std::uint32_t>(head.size() + 1));
   beast::error_code beast_ec;
   beast_parser.put(asio::buffer(head.data(), head.size()), beast_ec);

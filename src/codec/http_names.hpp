@@ -27,7 +27,6 @@ using http::ClientConnection;
 using http::connection_specific;
 using http::Decimal;
 using http::ExtraField;
-using http::FieldMark;
 using http::Fields;
 using http::FieldsAllocator;
 using http::Framing;

@@ -83,9 +83,10 @@ struct PreparedAnswer {
 /// Kept by a connection from one request to the next: strings that outgrow
 /// std::string's 15 inline characters take their memory once per connection.
 struct KeptStrings {
-  /// The largest request body whose memory is kept (kept per connection, a larger
-  /// one would hold its memory while the connection idles).
-  static constexpr std::size_t kBodyCapacity = std::size_t{16} * 1024;
+  /// The largest request body whose memory is kept: per HTTP/1.1 connection, and per
+  /// stream an HTTP/2 connection has had open at once, so a larger one would hold
+  /// its memory while the connection idles (128 streams, 512 KiB at most).
+  static constexpr std::size_t kBodyCapacity = std::size_t{4} * 1024;
   std::string target;
   std::string request_id;
   std::string trace_id;
