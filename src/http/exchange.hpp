@@ -210,6 +210,16 @@ class Service {
   /// requests starts without the lock and reference count settings() takes. Read it
   /// before settings(). 0: none kept; settings() is asked each time.
   virtual std::uint64_t settings_version() const { return 0; }
+  /// Keeps `kept` the configuration in force, for a connection that holds one: asks
+  /// settings() only when the version `version` was read at has changed (or is 0),
+  /// and updates `version`.
+  void keep_current(std::shared_ptr<const Settings>& kept, std::uint64_t& version) const {
+    const auto now = settings_version();  // before settings()
+    if (now == 0 || now != version) {
+      kept = settings();
+      version = now;
+    }
+  }
   /// Whether the server drains: connections take no new requests.
   virtual bool draining() const = 0;
   virtual ops::Metrics& metrics() = 0;

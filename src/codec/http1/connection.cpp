@@ -40,8 +40,9 @@ asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& ser
   // The configuration, kept while the service's version stays: each request moves it
   // into its exchange and back, with no lock and no reference counted, and takes the
   // one in force when it starts only if a reload replaced it (Exchange::read_head).
-  std::uint64_t version = service.settings_version();  // before settings()
-  auto settings = service.settings();
+  std::shared_ptr<const Settings> settings;
+  std::uint64_t version = 0;
+  service.keep_current(settings, version);
   for (;;) {
     Exchange exchange(*conn, std::move(settings), version, service);
     conn->idle = true;

@@ -39,14 +39,6 @@ Exchange::Exchange(ClientConnection& conn, std::shared_ptr<const Settings> setti
   facts_.protocol = Protocol::http11;
 }
 
-void Exchange::take_current_settings() {
-  const auto now = service_.settings_version();
-  if (now == 0 || now != settings_version_) {
-    facts_.settings = service_.settings();
-    settings_version_ = now;
-  }
-}
-
 bool Exchange::reusable() const {
   return !broken_ && !facts_.head_error && keep_ && answered_ && body_done() &&
          !service_.draining();

@@ -67,9 +67,6 @@ class Exchange final : public http::Exchange {
  private:
   /// Checks what the parser accepts but RFC 9112 refuses, once the head is parsed.
   void check_head(const HeadFacts& facts);
-  /// As the request starts: the configuration in force now, when a reload replaced
-  /// the one the connection held.
-  void take_current_settings();
   /// Writes `buffers` under server.read_timeout; false (and the connection broken) on failure.
   template <class Buffers>
   asio::awaitable<bool> write(const Buffers& buffers);

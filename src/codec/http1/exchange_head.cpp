@@ -80,7 +80,7 @@ asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
   conn_.idle = false;
   // The request starts: the configuration in force now, which a reload during the
   // wait may have replaced.
-  take_current_settings();
+  service_.keep_current(facts_.settings, settings_version_);
   const auto& server = facts_.settings->config.server;
   std::size_t head_size = 0;
   if (!ec) {

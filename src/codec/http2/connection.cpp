@@ -33,17 +33,6 @@ int send_data_cb(nghttp2_session*, nghttp2_frame* frame, const std::uint8_t* fra
 
 }  // namespace
 
-// What a new stream starts with: the configuration in force now, kept while the
-// service's version stays (a copy each, without settings()'s lock).
-std::shared_ptr<const Settings> Connection::stream_settings() {
-  const auto version = service_.settings_version();
-  if (version == 0 || version != streams_version_ || stream_settings_ == nullptr) {
-    stream_settings_ = service_.settings();
-    streams_version_ = version;
-  }
-  return stream_settings_;
-}
-
 Connection::Connection(std::shared_ptr<ClientConnection> conn, Service& service, StreamSlots& slots)
     : conn_(std::move(conn)),
       service_(service),
@@ -99,7 +88,10 @@ Stream& Connection::take_stream(std::int32_t id) {
   }
   Stream* s = spare_.back();
   spare_.pop_back();
-  s->open(id, stream_settings());
+  // The configuration in force now, kept while the service's version stays: a copy
+  // for each stream, without settings()'s lock.
+  service_.keep_current(stream_settings_, streams_version_);
+  s->open(id, stream_settings_);
   live_.push_back(s);
   return *s;
 }

@@ -97,7 +97,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::awaitable<void> read_loop();
   asio::awaitable<void> write_loop();
   asio::awaitable<void> watchdog();
-  std::shared_ptr<const Settings> stream_settings();
   void add_copy(const std::uint8_t* data, std::size_t size);
   void start_streams();
   void start(Stream& s);
