@@ -16,7 +16,9 @@
 #   upstream and PostgreSQL on CPU 0. Results also go to bench/results/latest.md.
 # - unpinned: all of them share both CPUs, as on a user's box. Results also go to
 #   bench/results/latest-unpinned.md.
-# Every ratio is measured within one layout's run.
+# Every ratio is measured within one layout's run. wrk's rows run at 64 connections
+# pinned and at 32 unpinned, as a user's box carries its load (issue 46); the fresh
+# keys run at both in both layouts, 1 MiB answers at 256.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -35,6 +37,8 @@ esac
 
 WORK_NAME=bench
 . bench/common.sh
+WRK_CONNS=64
+if [ "$BENCH_LAYOUT" = unpinned ]; then WRK_CONNS=32; fi
 
 # --- the components -------------------------------------------------------------
 DSN=$(start_pg "$WORK/pg")
@@ -234,9 +238,9 @@ taskset -c "$LOAD_CPU" wrk -t1 -c16 -d1s -s bench/lua/post.lua "http://127.0.0.1
 run nginx.pass1m    "$N" "$NGINX_PORT" /pass/1m  256 post.lua
 run haproxy.pass1m  "$H" "$HAPROXY_PORT" /pass/1m 256 post.lua
 run idem.pass1m     "$P" "$PROXY_PORT" /pass/1m  256 post.lua
-run nginx.pass      "$N" "$NGINX_PORT" /pass     64 post.lua
-run haproxy.pass    "$H" "$HAPROXY_PORT" /pass   64 post.lua
-run idem.pass       "$P" "$PROXY_PORT" /pass     64 post.lua
+run nginx.pass      "$N" "$NGINX_PORT" /pass     "$WRK_CONNS" post.lua
+run haproxy.pass    "$H" "$HAPROXY_PORT" /pass   "$WRK_CONNS" post.lua
+run idem.pass       "$P" "$PROXY_PORT" /pass     "$WRK_CONNS" post.lua
 "${PSQL[@]}" -c CHECKPOINT
 run idem.fresh      "$P" "$PROXY_PORT" /v1/orders 64 keys.lua KEY_PREFIX="fresh-$$"
 "${PSQL[@]}" -c CHECKPOINT
@@ -247,12 +251,12 @@ pgbench_ceiling "$SECONDS_"
 "${PSQL[@]}" -c CHECKPOINT
 pgbench_minimal "$SECONDS_"
 # 64 keys: the first request of each executes, every later one replays.
-run idem.replay     "$P" "$PROXY_PORT" /v1/orders 64 keys.lua KEY_PREFIX="replay-$$" KEY_SPACE=64
-run nginx.direct    "$N" "$NGINX_PORT" /direct   64 keys.lua KEY_PREFIX="direct-$$" KEY_SPACE=64
-run nginx.pass64k   "$N" "$NGINX_PORT" /pass/64k 64 post.lua
-run haproxy.pass64k "$H" "$HAPROXY_PORT" /pass/64k 64 post.lua
-run idem.pass64k    "$P" "$PROXY_PORT" /pass/64k 64 post.lua
-run idem.fresh64k   "$P" "$PROXY_PORT" /v1/64k   64 keys.lua KEY_PREFIX="fresh64k-$$"
+run idem.replay     "$P" "$PROXY_PORT" /v1/orders "$WRK_CONNS" keys.lua KEY_PREFIX="replay-$$" KEY_SPACE=64
+run nginx.direct    "$N" "$NGINX_PORT" /direct   "$WRK_CONNS" keys.lua KEY_PREFIX="direct-$$" KEY_SPACE=64
+run nginx.pass64k   "$N" "$NGINX_PORT" /pass/64k "$WRK_CONNS" post.lua
+run haproxy.pass64k "$H" "$HAPROXY_PORT" /pass/64k "$WRK_CONNS" post.lua
+run idem.pass64k    "$P" "$PROXY_PORT" /pass/64k "$WRK_CONNS" post.lua
+run idem.fresh64k   "$P" "$PROXY_PORT" /v1/64k   "$WRK_CONNS" keys.lua KEY_PREFIX="fresh64k-$$"
 # HTTP/2 from the client (h2load, 256 streams in flight over 8 connections); both
 # proxies reach the upstream over HTTP/1.1. Replay: one key, executed once, then
 # replayed to every later request.
@@ -342,16 +346,16 @@ echo "bench: a grpcio client's replay checked: $GRPC_REPLAY_OK" >&2
 run_h2 nginx.grpcdirect "$N" "$NGINX_H2_PORT" /bench.Direct/Create
 # HTTP/1.1 clients (wrk) through the proxy to the same upstream answers, over h2c and
 # over HTTP/1.1: what HTTP/2 toward the upstream costs the proxy.
-run idem.h2cup "$G" "$PROXY_PORT" /bench.Plain/Create 64 post.lua
+run idem.h2cup "$G" "$PROXY_PORT" /bench.Plain/Create "$WRK_CONNS" post.lua
 PROXY_UPSTREAM="{url: \"http://127.0.0.1:$GRPC_UP_H1_PORT\", max_idle_connections: 256}" \
   start_proxy idemh1up "$DSN" 8
-run idem.h1up "$PROXY_PID" "$PROXY_PORT" /bench.Plain/Create 64 post.lua
+run idem.h1up "$PROXY_PID" "$PROXY_PORT" /bench.Plain/Create "$WRK_CONNS" post.lua
 
 # server.threads 1 -> 2: a second proxy with two I/O threads, on both CPUs (the
 # load shares CPU 0 with it, so this is a floor of what two free cores would give),
 # against the first proxy's pass-through on one.
 start_proxy idemproxy2 "$DSN" 8 2 0,1
-run idem2.pass      "$PROXY_PID" "$PROXY_PORT" /pass 64 post.lua
+run idem2.pass      "$PROXY_PID" "$PROXY_PORT" /pass "$WRK_CONNS" post.lua
 
 # --- the table --------------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
@@ -377,14 +381,14 @@ row() {  # label name
   echo
   echo "| scenario | req/s | p50 | p99 | CPU µs/req | peak RSS MiB | commits/req | busy % load / SUT | errors |"
   echo "|---|---|---|---|---|---|---|---|---|"
-  row "nginx, pass-through (64 conns)" nginx.pass
-  row "HAProxy, pass-through (64 conns)" haproxy.pass
-  row "idemproxy, pass-through (64 conns)" idem.pass
-  row "idemproxy, pass-through, server.threads 2 on both CPUs (64 conns)" idem2.pass
+  row "nginx, pass-through ($WRK_CONNS conns)" nginx.pass
+  row "HAProxy, pass-through ($WRK_CONNS conns)" haproxy.pass
+  row "idemproxy, pass-through ($WRK_CONNS conns)" idem.pass
+  row "idemproxy, pass-through, server.threads 2 on both CPUs ($WRK_CONNS conns)" idem2.pass
   row "idemproxy, fresh keys (64 conns)" idem.fresh
   row "idemproxy, fresh keys (32 conns)" idem.fresh32
-  row "idemproxy, replay of completed keys (64 conns)" idem.replay
-  row "nginx, answering by itself (return 201, the same body; 64 conns)" nginx.direct
+  row "idemproxy, replay of completed keys ($WRK_CONNS conns)" idem.replay
+  row "nginx, answering by itself (return 201, the same body; $WRK_CONNS conns)" nginx.direct
   row "nginx, pass-through, 64 KiB answers" nginx.pass64k
   row "HAProxy, pass-through, 64 KiB answers" haproxy.pass64k
   row "idemproxy, pass-through, 64 KiB answers" idem.pass64k
@@ -450,7 +454,7 @@ row() {  # label name
   echo "| gRPC pass-through CPU µs/call ÷ nginx grpc_pass | $(ratio "${R[idem.grpcpass.cpu_us]}" "${R[nginx.grpcpass.cpu_us]}") | ≤ 1.20 |"
   echo "| gRPC fresh keys: proxy CPU µs/call ÷ its CPU µs per HTTP/1.1 fresh key | $(ratio "${R[idem.grpcfresh.cpu_us]}" "${R[idem.fresh.cpu_us]}") | ≤ 1.20 |"
   echo
-  echo "HTTP/1.1 clients (wrk, 64 connections) to the same upstream answers over h2c and over"
+  echo "HTTP/1.1 clients (wrk, $WRK_CONNS connections) to the same upstream answers over h2c and over"
   echo "HTTP/1.1: req/s, p99 ms, proxy CPU µs per request."
   echo
   echo "| scenario | req/s | p99 | CPU µs/req | errors |"
