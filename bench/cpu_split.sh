@@ -8,7 +8,8 @@
 # PG_PROFILE=1 also records PostgreSQL's processes with perf over the window and
 # prints where their CPU goes, by symbol (self time, as a share of their samples).
 # Prints each CPU's busy share and the CPU time per request of each process group
-# (idemproxy, PostgreSQL's processes, the upstream, wrk), from /proc.
+# (idemproxy, PostgreSQL's processes, the upstream, wrk), from /proc, then the
+# records table's inserts, updates and HOT updates (pg_stat_user_tables, the whole run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCENARIO=${1:?pass, pass1m, fresh or replay}
@@ -48,3 +49,6 @@ if [ "${PG_PROFILE:-0}" = 1 ]; then
   perf report -i "$WORK/pg.perf" --comms postgres --no-children --percentage relative \
     --sort symbol --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -${PG_LINES:-40}
 fi
+sleep 1.5  # the backends report their counts when idle
+psql "$DSN" -qAt -F ' ' -c "SELECT 'records:', n_tup_ins, 'inserts,', n_tup_upd, 'updates,',
+  n_tup_hot_upd, 'HOT' FROM pg_stat_user_tables WHERE relname = 'idempotency_records'"
