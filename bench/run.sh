@@ -20,6 +20,11 @@
 # pinned and at 32 unpinned, as a user's box carries its load (issue 46); the fresh
 # keys run at both in both layouts, 1 MiB answers at 256.
 set -euo pipefail
+case "${1:-}" in
+  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  "" | --smoke) ;;
+  *) echo "bench/run.sh: unknown option '$1' (--smoke, --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 SECONDS_=${BENCH_SECONDS:-10}
