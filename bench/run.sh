@@ -17,8 +17,9 @@
 # - unpinned: all of them share both CPUs, as on a user's box. Results also go to
 #   bench/results/latest-unpinned.md.
 # Every ratio is measured within one layout's run. wrk's rows run at 64 connections
-# pinned and at 32 unpinned, as a user's box carries its load (issue 46); the fresh
-# keys run at both in both layouts, 1 MiB answers at 256.
+# pinned and at 32 unpinned, as a user's box carries its load (issue 46), 64 KiB
+# answers stored included; the fresh keys with small answers run at both in both
+# layouts, 1 MiB answers at 256.
 set -euo pipefail
 case "${1:-}" in
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
