@@ -1,4 +1,4 @@
-# Sourced by bench/run.sh, scaling.sh, ab.sh, profile.sh, dbcpu.sh, hot_completion.sh, cpu_split.sh, stream.sh, store_pipeline.sh and allocs.sh: installs what the benchmarks need,
+# Sourced by bench/run.sh, scaling.sh, ab.sh, profile.sh, dbcpu.sh, hot_completion.sh, cpu_split.sh, stream.sh, store_pipeline.sh, allocs.sh and sched.sh: installs what the benchmarks need,
 # builds build-bench/, pins CPUs, makes the work folder and cleans it up on exit.
 # The caller sets WORK_NAME; it may add to CLEANUP (commands run at exit) and PIDS.
 # BENCH_BUILD names another build directory, already configured with
