@@ -419,6 +419,9 @@ row() {  # label name
   echo "|---|---|---|"
   echo "| CPU µs per pass-through request ÷ the leaner anchor's ($LEAN) | $(ratio "${R[idem.pass.cpu_us]}" "${R[$LEAN.pass.cpu_us]}") | ≤ 1.10 |"
   echo "| pass-through req/s ÷ the leaner anchor's ($LEAN) | $(ratio "${R[idem.pass.rps]}" "${R[$LEAN.pass.rps]}") | ≥ 0.95 |"
+  # Issue 46 sets this goal against nginx alone, whichever anchor is leaner: unpinned,
+  # HAProxy often serves more requests a second at more CPU a request.
+  echo "| (round five) pass-through req/s ÷ nginx's | $(ratio "${R[idem.pass.rps]}" "${R[nginx.pass.rps]}") | ≥ 0.95 |"
   echo "| (reference) CPU µs per pass-through request ÷ nginx's / ÷ HAProxy's | $(ratio "${R[idem.pass.cpu_us]}" "${R[nginx.pass.cpu_us]}") / $(ratio "${R[idem.pass.cpu_us]}" "${R[haproxy.pass.cpu_us]}") | |"
   echo "| replay req/s ÷ nginx pass-through | $(ratio "${R[idem.replay.rps]}" "${R[nginx.pass.rps]}") | ≥ 2.00 |"
   echo "| (reference) nginx answering by itself ÷ nginx pass-through | $(ratio "${R[nginx.direct.rps]}" "${R[nginx.pass.rps]}") | |"

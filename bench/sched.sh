@@ -4,6 +4,10 @@
 # proxy sharing every CPU as bench/run.sh's unpinned layout does. For each round and
 # each process (wrk, the upstream, the proxy): CPU µs, voluntary and involuntary
 # context switches per request; and the machine's busy %.
+# Three proxies take turns: nginx as bench/run.sh runs it; "nginx+5", the same nginx
+# forwarding the five fields idemproxy adds to each request (X-Forwarded-For, -Proto
+# and -Host, X-Request-Id, traceparent; docs/BEHAVIOUR.md), so that the upstream
+# parses the same head behind both; and idemproxy.
 #   bench/sched.sh [ROUNDS] [SECONDS]
 # PROXY_BIN picks the idemproxy binary; SCHED_THREADS its server.threads (1).
 set -euo pipefail
@@ -15,7 +19,7 @@ WORK_NAME=sched
 DSN=$(start_pg "$WORK/pg")
 start_upstream
 UP_PID=${PIDS[-1]}
-NGINX_PORT=$(free_port)
+read -r NGINX_PORT NGINX5_PORT <<<"$(free_port 2)"
 mkdir -p "$WORK/nginx/logs"
 cat >"$WORK/nginx/nginx.conf" <<NGX
 worker_processes 1;
@@ -27,9 +31,25 @@ http {
   access_log off;
   keepalive_requests 1000000;
   upstream bench { server 127.0.0.1:$UP_PORT; keepalive 256; }
+  # A traceparent as idemproxy starts one: 00-<32 hex>-<16 hex>-01.
+  map \$request_id \$traceparent_new { "~^(?<first16>.{16})" "00-\$request_id-\$first16-01"; }
   server {
     listen 127.0.0.1:$NGINX_PORT;
     location / { proxy_pass http://bench; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+  server {
+    listen 127.0.0.1:$NGINX5_PORT;
+    location / {
+      proxy_pass http://bench;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$http_host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header X-Forwarded-Host \$http_host;
+      proxy_set_header X-Request-Id \$request_id;
+      proxy_set_header traceparent \$traceparent_new;
+    }
   }
 }
 NGX
@@ -73,8 +93,11 @@ round() {
 echo "| proxy | req/s | busy % | proxy µs/req | upstream µs/req | wrk µs/req | proxy vol / invol switches per req | upstream | wrk |"
 echo "|---|---|---|---|---|---|---|---|---|"
 taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -s bench/lua/post.lua "http://127.0.0.1:$PROXY_PORT/pass" >/dev/null
-taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -s bench/lua/post.lua "http://127.0.0.1:$NGINX_PORT/pass" >/dev/null
+for port in "$NGINX_PORT" "$NGINX5_PORT"; do
+  taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -s bench/lua/post.lua "http://127.0.0.1:$port/pass" >/dev/null
+done
 for _ in $(seq "$ROUNDS"); do
   round nginx "$NGINX_PORT" "$NGINX_PID"
+  round nginx+5 "$NGINX5_PORT" "$NGINX_PID"
   round idemproxy "$PROXY_PORT" "$PROXY_PID"
 done
