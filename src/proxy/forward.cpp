@@ -91,12 +91,31 @@ void frame_whole(StringRequest& req) {
   int lengths = 0;
   bool coded = false;
   std::string_view length;
+  std::string codings;  // transfer codings other than chunked, in order
   for (const auto& f : req) {
     if (f.name() == bhttp::field::content_length) {
       ++lengths;
       length = f.value();
     } else if (f.name() == bhttp::field::transfer_encoding) {
       coded = true;
+      for (const auto& coding : bhttp::token_list{f.value()}) {
+        if (beast::iequals(coding, "chunked")) continue;
+        if (!codings.empty()) codings += ", ";
+        codings += coding;
+      }
+    }
+  }
+  if (coded) {
+    // A body in codings besides chunked (gzip, say), which the proxy does not undo,
+    // goes on chunked with them, as frame_request sends a streamed body, and never
+    // with a Content-Length beside them; an empty one has nothing coded and goes as
+    // any other. (prepare_payload alone took chunked out of the first field only and
+    // added a length: two framings reached the upstream, found by fuzz_forward.)
+    req.erase(bhttp::field::transfer_encoding);
+    if (!codings.empty() && !req.body().empty()) {
+      req.erase(bhttp::field::content_length);
+      req.set(bhttp::field::transfer_encoding, codings + ", chunked");
+      return;
     }
   }
   const Decimal size(req.body().size());

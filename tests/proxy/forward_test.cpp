@@ -164,6 +164,28 @@ TEST(FrameWhole, AHeadFramedAlreadyIsLeftInItsOrderAndAnyOtherIsFramedByTheBody)
   EXPECT_EQ(lines(get), (std::vector<std::string>{"X-After: 1"}));
 }
 
+// Codings besides chunked stay on the body the proxy holds, so it goes chunked with
+// them and no length: before, the length was added beside what chunked's removal left
+// of the first field ("gzip"), two framings (fuzz/regressions/forward).
+TEST(FrameWhole, ABodyInOtherCodingsGoesChunkedWithThemAndNoLength) {
+  StringRequest listed =
+      whole(bhttp::verb::post, "abc", {{"Transfer-Encoding", "gzip, chunked"}, {"X-After", "1"}});
+  frame_whole(listed);
+  EXPECT_EQ(lines(listed),
+            (std::vector<std::string>{"X-After: 1", "Transfer-Encoding: gzip, chunked"}));
+  StringRequest split = whole(bhttp::verb::post, "abc",
+                              {{"Transfer-Encoding", "chunke k1"},
+                               {"Content-Length", "3"},
+                               {"Transfer-Encoding", "chunked"}});
+  frame_whole(split);
+  EXPECT_EQ(lines(split), (std::vector<std::string>{"Transfer-Encoding: chunke, chunked"}));
+  // An empty body has nothing coded: it goes with a length, and no coding.
+  StringRequest empty = whole(bhttp::verb::post, "",
+                              {{"Transfer-Encoding", "gzip"}, {"Transfer-Encoding", "chunked"}});
+  frame_whole(empty);
+  EXPECT_EQ(lines(empty), (std::vector<std::string>{"Content-Length: 0"}));
+}
+
 TimePoint at_seconds(std::int64_t secs) { return TimePoint{std::chrono::seconds{secs}}; }
 
 TEST(HttpDate, IsTheImfFixdateOfRfc9110) {
