@@ -89,6 +89,14 @@ std::string joined_values(const Fields& fields, std::string_view name) {
   return joined;
 }
 
+void append_codings_but_chunked(std::string& codings, std::string_view value) {
+  for (const auto& coding : bhttp::token_list{value}) {
+    if (beast::iequals(coding, "chunked")) continue;
+    if (!codings.empty()) codings += ", ";
+    codings += coding;
+  }
+}
+
 bool allowed_in_trailers(std::string_view name) {
   static constexpr std::array<std::string_view, 12> kNever = {
       "content-length", "transfer-encoding", "host",         "connection",

@@ -50,6 +50,11 @@ inline bool same_name(std::string_view a, std::string_view b) {
 /// (RFC 9110 5.3), each value without its surrounding whitespace; "" when absent.
 std::string joined_values(const Fields& fields, std::string_view name);
 
+/// Appends to `codings` the transfer codings a Transfer-Encoding value lists other
+/// than chunked (RFC 9112 7), in order, comma-separated from what it holds: those a
+/// message keeps when the proxy frames its body anew.
+void append_codings_but_chunked(std::string& codings, std::string_view value);
+
 /// RFC 9113 §8.2.2: connection-specific fields are not sent over HTTP/2, nor is
 /// anything the Connection field (`connection`, its value) names.
 bool connection_specific(std::string_view name, std::string_view connection);

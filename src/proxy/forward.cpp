@@ -65,11 +65,7 @@ void frame_request(RequestHeader& head, ExtraFields& extra, const Exchange& from
   // field tree per name cost more than the walk.
   for (auto it = head.begin(); it != head.end();) {
     if (it->name() == bhttp::field::transfer_encoding) {
-      for (const auto& coding : bhttp::token_list{it->value()}) {
-        if (beast::iequals(coding, "chunked")) continue;
-        if (!codings.empty()) codings += ", ";
-        codings += coding;
-      }
+      append_codings_but_chunked(codings, it->value());
     } else if (it->name() != bhttp::field::content_length) {
       ++it;
       continue;
@@ -98,11 +94,7 @@ void frame_whole(StringRequest& req) {
       length = f.value();
     } else if (f.name() == bhttp::field::transfer_encoding) {
       coded = true;
-      for (const auto& coding : bhttp::token_list{f.value()}) {
-        if (beast::iequals(coding, "chunked")) continue;
-        if (!codings.empty()) codings += ", ";
-        codings += coding;
-      }
+      append_codings_but_chunked(codings, f.value());
     }
   }
   if (coded) {

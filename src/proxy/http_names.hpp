@@ -17,6 +17,7 @@ namespace idemproxy::proxy {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
+using http::append_codings_but_chunked;
 using http::BodyPiece;
 using http::Chunk;
 using http::Decimal;

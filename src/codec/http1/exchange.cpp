@@ -202,11 +202,7 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
       // chunked to an HTTP/1.1 client; an HTTP/1.0 client reads until the close. The
       // transfer codings before chunked are kept (the proxy leaves them in the field).
       reframed = true;
-      for (const auto& coding : bhttp::token_list{head[bhttp::field::transfer_encoding]}) {
-        if (beast::iequals(coding, "chunked")) continue;
-        if (!codings.empty()) codings += ", ";
-        codings += coding;
-      }
+      http::append_codings_but_chunked(codings, head[bhttp::field::transfer_encoding]);
       if (version_ >= 11) {
         chunked_out_ = true;
         if (!codings.empty()) codings += ", ";
