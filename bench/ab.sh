@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A/B of two idemproxy binaries on one scenario, measured alternately so that the
 # machine's drift hits both alike (bench/run.sh's setup: SUT pinned to CPU 1):
-#   bench/ab.sh OLD_BINARY NEW_BINARY pass|pass64k|pass1m|fresh|replay|h2pass|h2replay [ROUNDS] [SECONDS]
-# (h2pass, h2replay: h2load -c 8 -m 32 over h2c, as bench/run.sh's HTTP/2 rows)
+#   bench/ab.sh OLD_BINARY NEW_BINARY pass|pass64k|pass1m|fresh|replay|h2pass|h2replay|grpcfresh [ROUNDS] [SECONDS]
+# (h2pass, h2replay: h2load -c 8 -m 32 over h2c, as bench/run.sh's HTTP/2 rows;
+# grpcfresh: bench/grpc_fresh.js's unary calls, a new key each, through both proxies
+# to bench/run.sh's gRPC nginx over h2c, as its idem.grpcfresh row; req/s counts the
+# calls that ended grpc-status 0)
 # Prints req/s and CPU µs per request of each round (and its user-space part: a change
 # in the proxy's own code shows there first, the kernel's share being most of a
 # request's), then the medians and ratios; on
@@ -30,6 +33,11 @@ else
   DSN=$(start_pg "$WORK/pg")
 fi
 start_upstream
+if [ "$SCENARIO" = grpcfresh ]; then
+  start_grpc_upstream
+  export PROXY_UPSTREAM="{url: \"http://127.0.0.1:$GRPC_UP_PORT\", protocol: h2c}"
+  export PROXY_ROUTE="{name: grpc, path_prefix: /bench.Orders/, key_required: true}"
+fi
 PROXY_BIN=$OLD start_proxy old "$DSN" 8
 OLD_PORT=$PROXY_PORT OLD_PID=$PROXY_PID
 PROXY_BIN=$NEW start_proxy new "$DSN" 8
@@ -48,6 +56,7 @@ case $SCENARIO in
   fresh | replay) path=/v1/orders lua=keys.lua ;;
   h2pass) path=/pass ;;
   h2replay) path=/v1/orders ;;
+  grpcfresh) path=/bench.Orders/Create ;;
   *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
 esac
 case ${AB_RATE:+$SCENARIO} in
@@ -76,6 +85,10 @@ measure() {
           ${prefix:+"$prefix"} || true)
     c1=$(ticks "$2") g1=$(db_ticks) u1=$(user_ticks "$2")
     n=$(echo "$out" | sed -n 's/.*"ok": \([0-9]*\).*/\1/p')
+  elif [ "$SCENARIO" = grpcfresh ]; then
+    out=$(PROXY_PORT=$1 grpc_fresh_load "$SECS" "$3-$RANDOM$RANDOM")
+    c1=$(ticks "$2") g1=$(db_ticks) u1=$(user_ticks "$2")
+    n=$(echo "$out" | python3 -c 'import json, sys; print(json.load(sys.stdin)["ok"])')
   elif [[ $SCENARIO == h2* ]]; then
     out=$(taskset -c "$LOAD_CPU" h2load -c 8 -m 32 -D "$SECS" -d "$WORK/post.json" \
           -H 'content-type: application/json' "${env[@]}" "http://127.0.0.1:$1$path")

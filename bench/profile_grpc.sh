@@ -23,7 +23,7 @@ load() {  # prints the calls that ended grpc-status 0
 load 2 warm >/dev/null
 HZ=$(getconf CLK_TCK)
 c0=$(ticks "$PROXY_PID")
-perf record -q -g -F 999 -p "$PROXY_PID" -o "$WORK/perf.data" -- sleep "$SECS" 2>/dev/null &
+perf record -q ${PERF_CALL_GRAPH:--g} -F 999 -p "$PROXY_PID" -o "$WORK/perf.data" -- sleep "$SECS" 2>/dev/null &
 PERF=$!
 n=$(load "$SECS" measured)
 wait "$PERF" || true
