@@ -9,8 +9,7 @@ namespace idemproxy::upstream {
 namespace h2 {
 namespace {
 
-std::optional<std::uint64_t> declared_length(const ResponseHeader& head) {
-  const auto length = head[bhttp::field::content_length];
+std::optional<std::uint64_t> parse_length(std::string_view length) {
   std::uint64_t declared = 0;
   if (length.empty() ||
       std::from_chars(length.data(), length.data() + length.size(), declared).ec != std::errc{})
@@ -25,16 +24,31 @@ asio::awaitable<beast::error_code> StreamCall::read_head(bool head_request,
                                                          FieldsAllocator fields, TimePoint until) {
   head_request_ = head_request;  // nghttp2 knows a HEAD request's answer has no body
   if (body_limit) body_limit_ = *body_limit;
-  const auto make_head = [&](unsigned status, const FieldList& block) {
+  // The head's fields go into Beast's; the two framing() reads are noted on the way
+  // (a lookup in Beast's set by name compares without case, field by field).
+  const auto make_head = [&](const FieldBlock& block) {
     head_.emplace(fields);
     head_->version(11);
-    head_->result(status);
-    for (const auto& [name, value] : block) head_->insert(name, value);
+    head_->result(block.status());
+    declared_.reset();
+    announces_trailers_ = false;
+    bool length_seen = false;
+    for (std::size_t i = 0; i < block.size(); ++i) {
+      const std::string_view name = block.name(i), value = block.value(i);
+      if (!length_seen && name == "content-length") {
+        length_seen = true;  // the first, as Beast's lookup would find
+        declared_ = parse_length(value);
+      } else if (name == "trailer") {
+        announces_trailers_ = true;
+      }
+      head_->insert(name, value);
+    }
   };
   for (;;) {
     while (!interims_.empty()) {
-      auto [status, block] = std::move(interims_.front());
+      FieldBlock block = std::move(interims_.front());
       interims_.erase(interims_.begin());
+      const unsigned status = block.status();
       // RFC 9110 15.2: 100 answers an expectation the proxy met itself; 101 never
       // comes over HTTP/2 (RFC 9113 §8.6); a flood of interim answers is an attack.
       if (++interim_count_ > 16) {
@@ -42,13 +56,13 @@ asio::awaitable<beast::error_code> StreamCall::read_head(bool head_request,
         co_return bhttp::error::bad_status;
       }
       if (status == 100) continue;
-      make_head(status, block);
+      make_head(block);
       co_return beast::error_code{};
     }
     if (final_) {
-      make_head(final_->first, final_->second);
+      make_head(*final_);
       final_.reset();
-      if (const auto declared = declared_length(*head_); declared && *declared > body_limit_) {
+      if (declared_ && *declared_ > body_limit_) {
         release();
         co_return bhttp::error::body_limit;
       }
@@ -89,9 +103,8 @@ Framing StreamCall::framing() const {
   if (head_request_ || status == 204 || status == 304) return Framing::none();
   // An HTTP/2 answer may end in trailers whatever its length (RFC 9113 §8.1); one
   // that announces them (Trailer, RFC 9110 6.6.2) says so.
-  const bool trailers = head.find(bhttp::field::trailer) != head.end();
-  const auto declared = declared_length(head);
-  return declared ? Framing::of(*declared, trailers) : Framing::unknown(trailers);
+  return declared_ ? Framing::of(*declared_, announces_trailers_)
+                   : Framing::unknown(announces_trailers_);
 }
 
 asio::awaitable<Taken> StreamCall::take_body(std::chrono::steady_clock::time_point until) {
@@ -100,7 +113,9 @@ asio::awaitable<Taken> StreamCall::take_body(std::chrono::steady_clock::time_poi
   if (got.end) {
     trailers_.clear();
     trailers_.reserve(got.trailers.size());
-    for (auto& [name, value] : got.trailers) trailers_.push_back({name, value});
+    for (std::size_t i = 0; i < got.trailers.size(); ++i) {
+      trailers_.push_back({std::string(got.trailers.name(i)), std::string(got.trailers.value(i))});
+    }
     ended_ = true;
     release();  // the stream is done: its room goes to the next caller now
   }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -20,6 +21,8 @@
 #include <vector>
 
 #include "codec/http2/nv.hpp"
+#include "codec/http2/session_memory.hpp"
+#include "http/arena.hpp"
 #include "http/fields.hpp"
 #include "http/problem.hpp"
 #include "http/signal.hpp"
@@ -46,8 +49,51 @@ inline constexpr std::size_t kResendBody = std::size_t{1} << 20;
 // §8.7); the registry learns the limit then, so a resend is rarely refused again.
 inline constexpr int kMaxResends = 3;
 
-/// A header block as nghttp2 hands it over, field by field.
-using FieldList = std::vector<std::pair<std::string, std::string>>;
+/// A header block as nghttp2 hands it over, field by field: every field's bytes in one
+/// string and where each lies in a second vector, so a block takes two heap blocks
+/// whatever its fields (a string a name and a value took up to two each, on a gRPC
+/// answer's head eight), and a head's `:status` is kept as a number. nghttp2 has
+/// checked the block (RFC 9113 §8.2, §8.3.2): lower-case names, and `:status`, three
+/// digits, before any other field of a head.
+class FieldBlock {
+ public:
+  /// Adds a field as received; `:status` becomes status().
+  void add(std::string_view name, std::string_view value) {
+    if (name == ":status") {
+      std::from_chars(value.data(), value.data() + value.size(), status_);
+      return;
+    }
+    if (spans_.empty()) {
+      bytes_.reserve(kFirstBytes);
+      spans_.reserve(kFirstFields);
+    }
+    spans_.push_back({static_cast<std::uint32_t>(bytes_.size()),
+                      static_cast<std::uint32_t>(name.size()),
+                      static_cast<std::uint32_t>(value.size())});
+    bytes_.append(name).append(value);
+  }
+  /// The block's `:status`: 0 for trailers.
+  unsigned status() const { return status_; }
+  std::size_t size() const { return spans_.size(); }
+  bool empty() const { return spans_.empty(); }
+  std::string_view name(std::size_t i) const {
+    return {bytes_.data() + spans_[i].at, spans_[i].name_size};
+  }
+  std::string_view value(std::size_t i) const {
+    return {bytes_.data() + spans_[i].at + spans_[i].name_size, spans_[i].value_size};
+  }
+
+ private:
+  // Room for a usual head at the first field, instead of growing to it by doubling.
+  static constexpr std::size_t kFirstBytes = 256;
+  static constexpr std::size_t kFirstFields = 8;
+  struct Span {
+    std::uint32_t at, name_size, value_size;
+  };
+  std::string bytes_;
+  std::vector<Span> spans_;
+  unsigned status_ = 0;
+};
 
 /// The steady clock in nanoseconds: how links keep when their last stream went.
 inline std::int64_t now_ns() {
@@ -69,15 +115,15 @@ struct Call {
   bool out_deferred = false;
   Signal room;  // nghttp2 took request bytes, or the stream closed
 
-  FieldList block;  // the header block being received
+  FieldBlock block;  // the header block being received
   std::size_t block_bytes = 0;
   // 1xx answers not yet taken (a vector: libstdc++'s deque allocates when made)
-  std::vector<std::pair<unsigned, FieldList>> interim;
-  std::optional<std::pair<unsigned, FieldList>> head;  // the final answer's head
+  std::vector<FieldBlock> interim;
+  std::optional<FieldBlock> head;  // the final answer's head
   bool head_taken = false;
   std::string in;  // answer body bytes not yet taken
   bool in_end = false;
-  FieldList trailers;
+  FieldBlock trailers;
   bool closed = false;
   std::uint32_t close_code = 0;
   Signal news;  // a head, body bytes, the end, or the close
@@ -205,6 +251,12 @@ class UpstreamLink : public std::enable_shared_from_this<UpstreamLink> {
   std::weak_ptr<Registry> registry_;
   bool own_executor_;
   std::unique_ptr<http::Stream> stream_;
+  // nghttp2's allocations (streams, queued frames, header blocks, HPACK strings) from
+  // the link's own arena, as the client side's session takes them from its
+  // connection's: a warm link's streams take nothing from the heap for them. Only the
+  // link's executor touches the session, so the arena needs no lock.
+  http::Arena arena_;
+  codec::http2::SessionMemory memory_{arena_};
   nghttp2_session* session_ = nullptr;
   enum class State { fresh, connecting, ready, failed } state_ = State::fresh;
   beast::error_code connect_error_;
@@ -226,11 +278,11 @@ auto on_link(UpstreamLink& link, Step& step) -> decltype(step()) {
 
 /// What a wait on a stream found (StreamCall::take).
 struct Taken {
-  std::vector<std::pair<unsigned, FieldList>> interim;
-  std::optional<std::pair<unsigned, FieldList>> head;
+  std::vector<FieldBlock> interim;
+  std::optional<FieldBlock> head;
   std::string data;
   bool end = false;
-  FieldList trailers;
+  FieldBlock trailers;
   bool closed = false;
   std::uint32_t close_code = 0;
   bool timed_out = false;
@@ -275,8 +327,12 @@ class StreamCall final : public UpstreamCall {
   std::shared_ptr<Call> call_;
   Outgoing request_;
   std::optional<ResponseHeader> head_;
-  std::vector<std::pair<unsigned, FieldList>> interims_;  // 1xx heads not yet read
-  std::optional<std::pair<unsigned, FieldList>> final_;   // the final head, not yet read
+  std::vector<FieldBlock> interims_;  // 1xx heads not yet read
+  std::optional<FieldBlock> final_;   // the final head, not yet read
+  // The final head's Content-Length, when it has one that parses, and whether it
+  // names a Trailer field: noted as its fields go into head_, for framing().
+  std::optional<std::uint64_t> declared_;
+  bool announces_trailers_ = false;
   int interim_count_ = 0;
   std::string piece_;  // the body piece read last
   std::vector<Header> trailers_;

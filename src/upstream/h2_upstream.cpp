@@ -10,7 +10,7 @@ int UpstreamLink::on_header(const nghttp2_frame& frame, std::string_view name,
   if (!call) return 0;
   call->block_bytes += name.size() + value.size() + 32;
   if (call->block_bytes > kMaxHeadBytes) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-  call->block.emplace_back(name, value);
+  call->block.add(name, value);
   return 0;
 }
 
@@ -40,19 +40,13 @@ int UpstreamLink::on_frame_recv(const nghttp2_frame& frame) {
   if (!call) return 0;
   const bool end = (frame.hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
   if (frame.hd.type == NGHTTP2_HEADERS) {
-    FieldList block = std::move(call->block);
-    call->block.clear();
+    FieldBlock block = std::exchange(call->block, FieldBlock{});
     call->block_bytes = 0;
-    unsigned status = 0;
-    if (!block.empty() && block.front().first == ":status") {
-      // nghttp2 has checked that :status is three digits (RFC 9113 §8.3.2).
-      status = static_cast<unsigned>(std::stoi(block.front().second));
-      block.erase(block.begin());
-    }
+    const unsigned status = block.status();  // 0: the block is trailers
     if (status != 0 && status / 100 == 1) {
-      call->interim.emplace_back(status, std::move(block));
+      call->interim.push_back(std::move(block));
     } else if (status != 0) {
-      call->head.emplace(status, std::move(block));
+      call->head.emplace(std::move(block));
     } else {
       call->trailers = std::move(block);
     }
@@ -152,7 +146,7 @@ void UpstreamLink::start_session() {
   // back its own stream only, and never fills this process's memory.
   nghttp2_option_set_no_auto_window_update(opt, 1);
   nghttp2_option_set_max_outbound_ack(opt, 1000);
-  nghttp2_session_client_new2(&session_, cbs, this, opt);
+  nghttp2_session_client_new3(&session_, cbs, this, opt, memory_.get());
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cbs);
   const nghttp2_settings_entry settings[] = {
