@@ -86,8 +86,8 @@ std::optional<int> grpc_status_of(const store::StoredResponse& response) {
   bool grpc = false;
   std::optional<int> status;
   const auto look = [&](const store::Header& h) {
-    if (strcasecmp(h.name.c_str(), "content-type") == 0) grpc = is_grpc_content_type(h.value);
-    if (strcasecmp(h.name.c_str(), "grpc-status") == 0) {
+    if (h.named("content-type")) grpc = is_grpc_content_type(h.value);
+    if (h.named("grpc-status")) {
       int code = 0;
       const auto* end = h.value.data() + h.value.size();
       const auto [at, ec] = std::from_chars(h.value.data(), end, code);
@@ -216,7 +216,7 @@ AnswerPolicy read_answer_policy(std::string_view value) {
 AnswerPolicy answer_policy(const std::vector<store::Header>& headers) {
   AnswerPolicy out;
   for (const auto& h : headers) {
-    if (strcasecmp(h.name.c_str(), "idempotency-policy") != 0) continue;
+    if (!h.named("idempotency-policy")) continue;
     AnswerPolicy one = read_answer_policy(h.value);
     out.no_store = out.no_store || one.no_store;
     if (one.max_age)

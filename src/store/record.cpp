@@ -79,9 +79,8 @@ void encode(const std::vector<Header>& fields, std::string& out) {
 
 // Moves the fields a legacy Idemproxy-Trailers field names out of `head`.
 void move_legacy_trailers(std::vector<Header>& head, std::vector<Header>& trailers) {
-  const auto named = std::find_if(head.begin(), head.end(), [](const Header& h) {
-    return strcasecmp(h.name.c_str(), "idemproxy-trailers") == 0;
-  });
+  const auto named = std::find_if(head.begin(), head.end(),
+                                  [](const Header& h) { return h.named("idemproxy-trailers"); });
   if (named == head.end()) return;
   std::string names = named->value;
   head.erase(named);

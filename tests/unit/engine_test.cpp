@@ -169,6 +169,19 @@ TEST(AnswerPolicy, SeveralFieldsReadTogetherAndTheShorterMaxAgeWins) {
   EXPECT_FALSE(answer_policy({{"Cache-Control", "max-age=5"}}).max_age);
 }
 
+TEST(Header, NamedMatchesTheLowerCaseNameInAnyCaseAndNothingElse) {
+  EXPECT_TRUE((Header{"Grpc-Status", "0"}.named("grpc-status")));
+  EXPECT_TRUE((Header{"GRPC-STATUS", "0"}.named("grpc-status")));
+  EXPECT_TRUE((Header{"grpc-status", "0"}.named("grpc-status")));
+  EXPECT_FALSE((Header{"grpc-statusx", "0"}.named("grpc-status")));
+  EXPECT_FALSE((Header{"grpc-statu", "0"}.named("grpc-status")));
+  EXPECT_FALSE((Header{"grpc_status", "0"}.named("grpc-status")));
+  // Only ASCII letters fold: '@' is 'A' - 1 and '[' is 'Z' + 1; '`' is 'a' - 1.
+  EXPECT_FALSE((Header{"@", ""}.named("`")));
+  EXPECT_FALSE((Header{"[", ""}.named("{")));
+  EXPECT_TRUE((Header{"", ""}.named("")));
+}
+
 TEST(Retention, MaxAgeShortensTtlAndLengthensItOnlyUpToMaxTtl) {
   RoutePolicy route;
   route.ttl = 1h;
