@@ -3,9 +3,11 @@
 // request parser, which it replaced, on one whole head: the oracle shared by
 // fuzz/fuzz_head.cpp and tests/http/request_head_test.cpp.
 // They must refuse the same heads with the same error, and read the same request
-// line, fields (in order) and framing from the rest. Two differences are by design:
-// a head with obsolete line folding is refused (Beast folds it), and a head too short
-// for its version is refused (Beast waits for more).
+// line, fields (in order) and framing from the rest. Three differences are by design:
+// a head with obsolete line folding is refused (Beast folds it), a head too short for
+// its version is refused (Beast waits for more), and so is a head with a
+// Transfer-Encoding field that is not a list of tokens (Beast reads up to its first
+// bad element).
 #include <optional>
 #include <sstream>
 #include <string>
@@ -35,6 +37,28 @@ inline bool has_obs_fold(std::string_view head) {
   return false;
 }
 
+/// Whether a Transfer-Encoding field's value (OWS trimmed) is not a list of tokens.
+inline bool has_bad_coding_list(std::string_view head) {
+  for (std::size_t at = head.find("\r\n"); at != std::string_view::npos;) {
+    const std::size_t start = at + 2, end = head.find("\r\n", start);
+    if (end == std::string_view::npos) break;
+    const std::string_view line = head.substr(start, end - start);
+    const auto colon = line.find(':');
+    if (colon != std::string_view::npos &&
+        beast::iequals(line.substr(0, colon), "transfer-encoding")) {
+      std::string_view value = line.substr(colon + 1);
+      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+        value.remove_prefix(1);
+      }
+      while (!value.empty() && (value.back() == ' ' || value.back() == '\t'))
+        value.remove_suffix(1);
+      if (!bhttp::validate_list(bhttp::opt_token_list{value})) return true;
+    }
+    at = end;
+  }
+  return false;
+}
+
 /// What differs between the two parsers on `head` (a whole head); empty when they agree.
 inline std::string difference(std::string_view head) {
   http::RequestParser<bhttp::empty_body> beast_parser;
@@ -49,8 +73,8 @@ inline std::string difference(std::string_view head) {
   const auto ec = codec::http1::parse_request_head(head, mine, facts);
 
   std::ostringstream out;
-  if (beast_ec == bhttp::error::need_more || has_obs_fold(head)) {
-    if (!ec) out << "accepted a head Beast refuses or would fold\n";
+  if (beast_ec == bhttp::error::need_more || has_obs_fold(head) || has_bad_coding_list(head)) {
+    if (!ec) out << "accepted a head Beast refuses, would fold, or reads a coding list of\n";
     return out.str();
   }
   if (beast_ec || ec) {

@@ -51,6 +51,22 @@ def test_content_length_with_transfer_encoding_is_rejected(proxy, upstream, pg, 
     assert still_serving(proxy, key)
 
 
+def test_a_transfer_encoding_that_is_not_a_list_of_codings_is_rejected(proxy, upstream, pg, key):
+    # RFC 9112 6.1. Read as far as its first bad element, "chunke k1" was "chunke", and
+    # the second field made the body chunked: the request went on, half read.
+    for n, value in enumerate(["chunke k1", "chunked;q=1"]):
+        k = "%s-%d" % (key, n)
+        raw = raw_exchange(proxy.port, (
+            "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+            "Transfer-Encoding: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "2\r\n{}\r\n0\r\n\r\n" % (k, value)).encode())
+        assert status_of(raw) == 400, (value, raw[:300])
+        assert b"application/problem+json" in raw
+        assert upstream.executions.count(key=k) == 0
+        assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % k) == "0"
+    assert still_serving(proxy, key)
+
+
 def test_duplicate_content_length_is_rejected(proxy, upstream, key):
     raw = raw_exchange(proxy.port, (
         "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"

@@ -84,6 +84,31 @@ TEST(RequestHead, FramingAndConnectionFields) {
   EXPECT_EQ(p.facts.te, "trailers");
 }
 
+// RFC 9112 6.1: Transfer-Encoding is a list of codings. Beast's parser read `chunke k1`
+// as `chunke` and dropped the rest, so with a second field naming chunked the body was
+// chunked and the first field's value half read (found by fuzz_forward).
+TEST(RequestHead, ATransferEncodingThatIsNotAListOfCodingsIsRefused) {
+  for (const char* value : {"chunke k1", "gzip chunked", "chunked;q=1", "gzip;level=1, chunked",
+                            "\"chunked\"", "chunked,,x y"}) {
+    const std::string head = std::string("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: ") +
+                             value + "\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const auto p = parse(head);
+    EXPECT_EQ(p.ec, bhttp::error::bad_transfer_encoding) << value;
+    EXPECT_EQ(oracle::difference(head), "") << value;
+  }
+  // Lists of tokens, empty elements and whitespace around commas included (RFC 9110
+  // 5.6.1), are read as before.
+  for (const char* value :
+       {"gzip, chunked", "gzip,chunked", ", chunked", "gzip ,, chunked", "CHUNKED"}) {
+    const std::string head =
+        std::string("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: ") + value + "\r\n\r\n";
+    const auto p = parse(head);
+    ASSERT_FALSE(p.ec) << value << ": " << p.ec.message();
+    EXPECT_TRUE(p.facts.chunked) << value;
+    EXPECT_EQ(oracle::difference(head), "") << value;
+  }
+}
+
 TEST(RequestHead, RefusesWhatBeastRefusesWithBeastsErrors) {
   using E = bhttp::error;
   const std::map<std::string, E> refused{

@@ -101,10 +101,16 @@ error content_length(std::string_view value, HeadFacts& facts) {
 }
 
 // Transfer-Encoding: chunked when its last coding is; none beside Content-Length,
-// and only one naming chunked.
+// and only one naming chunked. A value that is not a list of codings (RFC 9112 6.1:
+// `chunke k1`, two tokens with no comma) is refused: Beast's parser read such a list
+// up to its first bad element and took the rest of the field for nothing, so a
+// second field could still make the body chunked. Transfer parameters go with it:
+// Beast read `chunked;q=1` as chunked and `gzip;level=1, chunked` as gzip alone (not
+// chunked, so refused), and no coding the proxy reads takes one.
 error transfer_encoding(std::string_view value, HeadFacts& facts) {
   if (facts.chunked || facts.content_length) return error::bad_transfer_encoding;
-  const bhttp::token_list codings{value};
+  const bhttp::opt_token_list codings{value};
+  if (!bhttp::validate_list(codings)) return error::bad_transfer_encoding;
   const auto chunked = std::find_if(codings.begin(), codings.end(),
                                     [](auto coding) { return beast::iequals(coding, "chunked"); });
   if (chunked != codings.end() && std::next(chunked) == codings.end()) facts.chunked = true;
