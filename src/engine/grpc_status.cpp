@@ -3,6 +3,8 @@
 #include <array>
 #include <cstdint>
 
+#include "idemproxy/common/header.hpp"
+
 namespace idemproxy::engine {
 namespace {
 
@@ -57,11 +59,7 @@ bool grpc_status_retryable(int code) {
 
 bool is_grpc_content_type(std::string_view content_type) {
   constexpr std::string_view kGrpc = "application/grpc";
-  if (content_type.size() < kGrpc.size()) return false;
-  for (std::size_t i = 0; i < kGrpc.size(); ++i) {
-    const char c = content_type[i];
-    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != kGrpc[i]) return false;
-  }
+  if (!equals_lower(content_type.substr(0, kGrpc.size()), kGrpc)) return false;
   const auto rest = content_type.substr(kGrpc.size());
   return rest.empty() || rest.front() == '+' || rest.front() == ';';
 }

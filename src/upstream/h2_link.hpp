@@ -75,7 +75,6 @@ class FieldBlock {
   /// The block's `:status`: 0 for trailers.
   unsigned status() const { return status_; }
   std::size_t size() const { return spans_.size(); }
-  bool empty() const { return spans_.empty(); }
   std::string_view name(std::size_t i) const {
     return {bytes_.data() + spans_[i].at, spans_[i].name_size};
   }
