@@ -62,6 +62,7 @@ def test_a_transfer_encoding_that_is_not_a_list_of_codings_is_rejected(proxy, up
             "2\r\n{}\r\n0\r\n\r\n" % (k, value)).encode())
         assert status_of(raw) == 400, (value, raw[:300])
         assert b"application/problem+json" in raw
+        assert b"malformed-request" in raw  # README's bad-input table
         assert upstream.executions.count(key=k) == 0
         assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key = '%s'" % k) == "0"
     assert still_serving(proxy, key)
