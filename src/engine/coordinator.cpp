@@ -212,8 +212,8 @@ Decision Coordinator::decide(const RoutePolicy& route, const store::ClaimRequest
     case Kind::indeterminate:
       return refuse(Refusal::outcome_indeterminate,
                     "the upstream received the request with this Idempotency-Key but its "
-                    "answer was lost (timeout or reset); it may have executed. Check the "
-                    "resource, then retry with a new key",
+                    "answer was lost (a timeout, a reset or a malformed answer); it may have "
+                    "executed. Check the resource, then retry with a new key",
                     Outcome::indeterminate);
     case Kind::expired:
       return refuse(Refusal::expired,

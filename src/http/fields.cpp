@@ -97,6 +97,10 @@ void append_codings_but_chunked(std::string& codings, std::string_view value) {
   }
 }
 
+bool coding_list(std::string_view value) {
+  return bhttp::validate_list(bhttp::opt_token_list{value});
+}
+
 bool allowed_in_trailers(std::string_view name) {
   static constexpr std::array<std::string_view, 12> kNever = {
       "content-length", "transfer-encoding", "host",         "connection",

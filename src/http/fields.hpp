@@ -55,6 +55,11 @@ std::string joined_values(const Fields& fields, std::string_view name);
 /// message keeps when the proxy frames its body anew.
 void append_codings_but_chunked(std::string& codings, std::string_view value);
 
+/// Whether a Transfer-Encoding value is a list of codings (RFC 9112 6.1), with no
+/// transfer parameters: `chunke k1` (two tokens, no comma) and `chunked;q=1` are not.
+/// Beast's parsers read such a value up to its first bad element and drop the rest.
+bool coding_list(std::string_view value);
+
 /// RFC 9113 §8.2.2: connection-specific fields are not sent over HTTP/2, nor is
 /// anything the Connection field (`connection`, its value) names.
 bool connection_specific(std::string_view name, std::string_view connection);

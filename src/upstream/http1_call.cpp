@@ -3,6 +3,7 @@
 #include <span>
 
 #include "codec/http1/body_frames.hpp"
+#include "http/fields.hpp"
 #include "http/parse_buffered.hpp"
 #include "http/try_io.hpp"
 
@@ -23,6 +24,36 @@ StreamingParserPtr new_parser(bool head_request, std::optional<std::uint64_t> bo
   parser->body_limit(body_limit ? boost::optional<std::uint64_t>(*body_limit) : boost::none);
   if (head_request) parser->skip(true);
   return parser;
+}
+
+// An answer's body is read one way only, the way its upstream framed it (RFC 9112
+// 6.3), and its bytes are what they say: a Transfer-Encoding other than `chunked`
+// alone (once, RFC 9112 6.1) is a malformed answer, as nginx and Envoy hold.
+// Beast's parser refuses
+// chunked beside Content-Length, but took `gzip` beside a length by the length (the
+// coding says: to the close), and a value that is not a list of codings up to its
+// first bad element (`gzip;level=1, chunked`: gzip alone, the chunks relayed as body
+// bytes). And a body in a coding besides chunked was kept without the coding, which
+// is connection-specific (never stored, nor sent over HTTP/2): its replay was gzip
+// bytes with nothing to say so.
+beast::error_code framing_error(const http::Fields& fields) {
+  int codings = 0;  // all of them chunked
+  bool length = false;
+  for (const auto& field : fields) {
+    const auto name = field.name();
+    if (name == bhttp::field::content_length) {
+      length = true;
+    } else if (name == bhttp::field::transfer_encoding) {
+      if (!http::coding_list(field.value())) return bhttp::error::bad_transfer_encoding;
+      for (const auto coding : bhttp::opt_token_list{field.value()}) {
+        if (!beast::iequals(coding, "chunked")) return bhttp::error::bad_transfer_encoding;
+        ++codings;
+      }
+      if (codings == 0) return bhttp::error::bad_transfer_encoding;  // an empty list
+    }
+  }
+  if (codings > 1 || (codings == 1 && length)) return bhttp::error::bad_transfer_encoding;
+  return {};
 }
 
 // Beast reads at most capacity() - size() bytes of a flat_buffer per call (and at
@@ -139,7 +170,7 @@ asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
         co_await bhttp::async_read_header(conn_->stream, conn_->buffer, *parser_, use_nothrow);
     if (ec) co_return ec;
     const unsigned status = parser_->get().result_int();
-    if (status / 100 != 1) co_return ec;
+    if (status / 100 != 1) co_return framing_error(parser_->get());
     // A 101 is an error: the proxy never forwards Upgrade, and a server must not
     // switch unasked (RFC 9110 7.8).
     if (status == 101 || interim == kMaxInterim) co_return bhttp::error::bad_status;

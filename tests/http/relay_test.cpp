@@ -135,6 +135,32 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
   return r;
 }
 
+// The error reading `head` as an answer's head gives, through the pump's read.
+beast::error_code head_error(const std::string& head) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  Pair up(io, acceptor);
+  asio::write(up.peer, asio::buffer(head));
+  KeepingHome home;
+  auto call = upstream::Http1Call::make(
+      {}, home, std::make_unique<upstream::UpstreamConnection>(std::move(up.ours)));
+  beast::error_code out = bhttp::error::end_of_stream;  // never what a read gives here
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        const std::optional<std::uint64_t> unbounded;
+        const FieldsAllocator heap;
+        const auto by = std::chrono::steady_clock::now() + 5s;
+        out = co_await proxy::read_final_head(*call, nullptr, false, unbounded, heap, by);
+        io.stop();  // the socket's deadline timer need not run out
+      },
+      [](const std::exception_ptr& e) {
+        if (e) std::rethrow_exception(e);
+      });
+  io.run();
+  return out;
+}
+
 std::string body_of(std::size_t n) {
   std::string b(n, '\0');
   for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<char>('a' + i % 26);
@@ -183,6 +209,40 @@ TEST(Relay, AChunkedBodyStillGoesThroughTheParser) {
   // Re-framed by the proxy: the extension is not relayed.
   EXPECT_EQ(r.out, head + "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
   EXPECT_EQ(r.answer_read, 1);
+}
+
+TEST(Relay, AnAnswerWhoseFramingReadsTwoWaysIsRefusedAsAMalformedHead) {
+  // Transfer-Encoding other than chunked alone, once (RFC 9112 6.1, 6.3): Beast's
+  // parser took each of these one way (by the length, to the close, or chunked up to
+  // a bad element) where the upstream may have meant another.
+  for (const std::string fields : {
+           "Transfer-Encoding: gzip;level=1, chunked\r\n",
+           "Transfer-Encoding: chunked;q=1\r\n",
+           "Transfer-Encoding: chunke k1\r\nTransfer-Encoding: chunked\r\n",
+           "Transfer-Encoding: gzip\r\nContent-Length: 5\r\n",
+           "Content-Length: 5\r\nTransfer-Encoding: gzip\r\n",
+           "Transfer-Encoding: gzip, chunked\r\n",
+           "Transfer-Encoding: gzip\r\n",
+           "Transfer-Encoding: chunked, chunked\r\n",
+           "Transfer-Encoding: ,\r\n",
+       }) {
+    const auto ec = head_error("HTTP/1.1 200 OK\r\n" + fields + "\r\n");
+    EXPECT_EQ(ec, bhttp::error::bad_transfer_encoding) << fields << ": " << ec.message();
+  }
+  // Chunked alone, however the list is written, and a length alone, read as before.
+  for (const std::string fields : {
+           "Transfer-Encoding: chunked\r\n",
+           "Transfer-Encoding: , CHUNKED ,\r\n",
+           "Content-Length: 5\r\n",
+           "X-Transfer-Encoding: gzip\r\nContent-Length: 5\r\n",
+       }) {
+    const auto ec = head_error("HTTP/1.1 200 OK\r\n" + fields + "\r\n");
+    EXPECT_FALSE(ec) << fields << ": " << ec.message();
+  }
+  // An interim answer's fields are not the answer's: it carries no body.
+  EXPECT_FALSE(
+      head_error("HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: gzip\r\n\r\n"
+                 "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"));
 }
 
 TEST(Relay, AChunkedAnswersTrailersReachOnlyAClientThatTakesThem) {
@@ -291,6 +351,7 @@ TEST(Http1Call, ARequestLargerThanTheSocketTakesAtOnceGoesWhole) {
       "\r\n\r\n";
   beast::error_code sent;
   std::string got;
+  int ended = 0;
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
@@ -299,6 +360,7 @@ TEST(Http1Call, ARequestLargerThanTheSocketTakesAtOnceGoesWhole) {
         beast::error_code ignored;
         static_cast<upstream::Http1Call&>(*call).connection()->stream.socket().shutdown(
             tcp::socket::shutdown_send, ignored);
+        if (++ended == 2) io.stop();  // the socket's deadline timer need not run out
       },
       rethrow);
   asio::co_spawn(
@@ -306,6 +368,7 @@ TEST(Http1Call, ARequestLargerThanTheSocketTakesAtOnceGoesWhole) {
       [&]() -> asio::awaitable<void> {
         const auto whole = asio::transfer_exactly(head_bytes.size() + body.size());
         co_await asio::async_read(up.peer, asio::dynamic_buffer(got), whole, use_nothrow);
+        if (++ended == 2) io.stop();
       },
       rethrow);
   io.run();

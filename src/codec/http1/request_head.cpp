@@ -109,8 +109,8 @@ error content_length(std::string_view value, HeadFacts& facts) {
 // chunked, so refused), and no coding the proxy reads takes one.
 error transfer_encoding(std::string_view value, HeadFacts& facts) {
   if (facts.chunked || facts.content_length) return error::bad_transfer_encoding;
+  if (!http::coding_list(value)) return error::bad_transfer_encoding;
   const bhttp::opt_token_list codings{value};
-  if (!bhttp::validate_list(codings)) return error::bad_transfer_encoding;
   const auto chunked = std::find_if(codings.begin(), codings.end(),
                                     [](auto coding) { return beast::iequals(coding, "chunked"); });
   if (chunked != codings.end() && std::next(chunked) == codings.end()) facts.chunked = true;
