@@ -190,7 +190,6 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
   std::array<ExtraField, 2> own;
   std::size_t owned = 0;
   Decimal length;
-  std::string codings;  // the transfer codings before chunked, in order
   bool reframed = false;
   if (!bodiless || (head_request_ && framing.kind == Framing::Kind::length)) {
     if (framing.kind == Framing::Kind::length && !trailers_out_) {
@@ -199,18 +198,16 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
       own[owned++] = {"Content-Length", length.view()};
     } else if (!head_request_) {
       // RFC 9112 7.1: a body of unknown length, or one followed by trailers, goes
-      // chunked to an HTTP/1.1 client; an HTTP/1.0 client reads until the close. The
-      // transfer codings before chunked are kept (the proxy leaves them in the field).
+      // chunked to an HTTP/1.1 client; an HTTP/1.0 client reads until the close. No
+      // answer comes in a transfer coding besides chunked (an upstream's is refused:
+      // upstream/http1_call.cpp; HTTP/2 has none; a record keeps none).
       reframed = true;
-      http::append_codings_but_chunked(codings, head[bhttp::field::transfer_encoding]);
       if (version_ >= 11) {
         chunked_out_ = true;
-        if (!codings.empty()) codings += ", ";
-        codings += "chunked";
+        own[owned++] = {"Transfer-Encoding", "chunked"};
       } else {
         keep_ = false;  // an HTTP/1.0 client reads the body until the connection closes
       }
-      if (!codings.empty()) own[owned++] = {"Transfer-Encoding", codings};
     }
   }
   // The connection goes on only while the request was read whole: a body left in
