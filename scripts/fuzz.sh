@@ -11,7 +11,7 @@ FUZZ_OUT=${FUZZ_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/idemproxy-fuzz.XXXXXX")}
 # IDEMPROXY_SANITIZE and IDEMPROXY_FUZZ (the test command's build-asan/), where only the
 # targets are built. A build-fuzz/ from before the targets linked the project's
 # libraries (configured from fuzz/, or without the sanitizers) is started afresh.
-targets=(key fingerprint config head session forward h2)
+targets=(key fingerprint config head session forward h2 answer)
 if [ -n "${FUZZ_BUILD_DIR:-}" ]; then
   cmake --build "$FUZZ_BUILD_DIR" -j2 --target "${targets[@]/#/fuzz_}" >/dev/null
   BIN=$FUZZ_BUILD_DIR/fuzz

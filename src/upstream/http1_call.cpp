@@ -170,6 +170,9 @@ asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
         co_await bhttp::async_read_header(conn_->stream, conn_->buffer, *parser_, use_nothrow);
     if (ec) co_return ec;
     const unsigned status = parser_->get().result_int();
+    // Beast reads any three digits; 000 to 099 have no class (RFC 9110 15), and a
+    // client refuses them (curl does, and an HTTP/2 `:status` is three digits).
+    if (status < 100) co_return bhttp::error::bad_status;
     if (status / 100 != 1) co_return framing_error(parser_->get());
     // A 101 is an error: the proxy never forwards Upgrade, and a server must not
     // switch unasked (RFC 9110 7.8).

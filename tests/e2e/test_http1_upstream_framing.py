@@ -8,6 +8,7 @@ read Beast's way, `gzip;level=1, chunked` was gzip alone and the chunks went to 
 client as body bytes; `gzip` beside a length was read by the length; and a body in a
 transfer coding was stored without it, so its replay was gzip bytes with nothing to
 say so; `chunked, chunked` was read to the close, its chunks relayed as body bytes.
+A status with no class (`053`) is refused the same way.
 Nothing such an answer carried is ever stored or replayed (its record is left
 `indeterminate`, as after a reset), and the proxy goes on serving."""
 import socket
@@ -90,6 +91,9 @@ TWO_WAYS = {
     "gzip alone, to the close": b"HTTP/1.1 201 Created\r\nTransfer-Encoding: gzip\r\n\r\nhello",
     "chunked twice": b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked, chunked"
                      b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    # Not framing, but read one way only too: a status with no class (RFC 9110 15),
+    # which Beast read as 53, nginx relays, and curl refuses.
+    "a status with no class": b"HTTP/1.1 053 Odd\r\nContent-Length: 5\r\n\r\nhello",
 }
 
 
@@ -101,7 +105,7 @@ def test_an_answer_framed_two_ways_is_a_502_and_never_replayed(make_proxy, raw_u
     first = p.post("/v1/orders", "{}", key=key, timeout=10)
     assert first.status == 502, (case, first.status, first.headers, first.body)
     assert problem(first)["type"].endswith("/upstream-failed"), first.body
-    assert b"Transfer-Encoding" in first.body, first.body
+    assert b"bad Transfer-Encoding" in first.body or b"bad status" in first.body, first.body
     assert raw_upstream.keys == [key]  # it was sent, and answered badly
     # Nothing of that answer is kept: the retry is no replay of it, and never runs
     # again blindly (the upstream did execute it: docs/RELIABILITY.md, as a reset

@@ -211,7 +211,7 @@ TEST(Relay, AChunkedBodyStillGoesThroughTheParser) {
   EXPECT_EQ(r.answer_read, 1);
 }
 
-TEST(Relay, AnAnswerWhoseFramingReadsTwoWaysIsRefusedAsAMalformedHead) {
+TEST(Relay, AnAnswerWhoseFramingReadsTwoWaysOrWhoseStatusHasNoClassIsRefused) {
   // Transfer-Encoding other than chunked alone, once (RFC 9112 6.1, 6.3): Beast's
   // parser took each of these one way (by the length, to the close, or chunked up to
   // a bad element) where the upstream may have meant another.
@@ -239,6 +239,9 @@ TEST(Relay, AnAnswerWhoseFramingReadsTwoWaysIsRefusedAsAMalformedHead) {
     const auto ec = head_error("HTTP/1.1 200 OK\r\n" + fields + "\r\n");
     EXPECT_FALSE(ec) << fields << ": " << ec.message();
   }
+  // A status with no class, which Beast reads as a number under 100.
+  EXPECT_EQ(head_error("HTTP/1.1 053 Odd\r\nContent-Length: 0\r\n\r\n"), bhttp::error::bad_status);
+  EXPECT_FALSE(head_error("HTTP/1.1 599 Odd\r\nContent-Length: 0\r\n\r\n"));
   // An interim answer's fields are not the answer's: it carries no body.
   EXPECT_FALSE(
       head_error("HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: gzip\r\n\r\n"
