@@ -118,6 +118,8 @@ store::StoredResponse as_kept(RequestContext& ctx, const ResponseHeader& head, s
 // record's expiry and policy link included), as a replay.
 std::vector<Header> attached_fields(const ResponseHeader& head) {
   std::vector<Header> fields = to_headers(head);
+  // The upstream's own (a dedupe of its own said so) gives way to the proxy's.
+  std::erase_if(fields, [](const Header& h) { return h.named("idempotent-replayed"); });
   fields.push_back({"Idempotent-Replayed", "true"});
   return fields;
 }

@@ -318,6 +318,32 @@ TEST_P(Streaming, AConcurrentRetryAttachesToTheStreamAndEndsWithIt) {
   EXPECT_EQ(world.executions("s-9"), 1);
 }
 
+// An upstream that dedupes too may say Idempotent-Replayed itself: its first client
+// gets that as sent, and a retry attached to the stream gets the proxy's one field,
+// not the upstream's beside it ("true, true" to a client that joins them).
+TEST_P(Streaming, ARetryAttachedToAStreamGetsOneIdempotentReplayedField) {
+  World world(kWaiting);
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a = events({{0ms, "data: 1\n\n"}, {500ms, "data: 2\n\n"}});
+    a.fields.emplace_back("Idempotent-Replayed", "true");
+    return a;
+  };
+  Request retry = keyed("s-10");
+  retry.start_after = 100ms;
+  const auto replies = world.send_all(GetParam(), {keyed("s-10"), retry});
+  const auto named = [](const Reply& r) {
+    return std::count_if(r.fields.begin(), r.fields.end(), [](const auto& f) {
+      return beast::iequals(f.first, "idempotent-replayed");
+    });
+  };
+  EXPECT_EQ(replies[0].field("Idempotent-Replayed"), "true");
+  EXPECT_EQ(named(replies[0]), 1);
+  EXPECT_EQ(replies[1].body, replies[0].body);
+  EXPECT_EQ(named(replies[1]), 1);
+  EXPECT_EQ(world.metrics().attached(), 1U);
+  EXPECT_EQ(world.executions("s-10"), 1);
+}
+
 // A retry that attaches once chunks are stored reads them from the store (they left
 // the stream's window), then the window, then what follows.
 TEST_P(Streaming, ALateRetryReadsTheStoredChunksThenFollowsTheStream) {
