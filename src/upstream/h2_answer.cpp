@@ -60,6 +60,11 @@ asio::awaitable<beast::error_code> StreamCall::read_head(bool head_request,
       co_return beast::error_code{};
     }
     if (final_) {
+      // nghttp2 reads any three digits; 000 to 099 have no class (RFC 9110 15).
+      if (final_->status() < 100) {
+        release();
+        co_return bhttp::error::bad_status;
+      }
       make_head(*final_);
       final_.reset();
       if (declared_ && *declared_ > body_limit_) {

@@ -47,6 +47,8 @@ class HostileH2Upstream:
     headers_after_trailers HEADERS, DATA, trailing HEADERS without END_STREAM, then
                            another HEADERS with END_STREAM
     pseudo_in_trailers     HEADERS, DATA, trailing HEADERS with :status 200 and END_STREAM
+    status_no_class        HEADERS with :status 053 (three digits, no class), then 5
+                           bytes of DATA with END_STREAM (both raw frames)
     goaway_in_flight       holds requests until `goaway_after` are open on the connection
                            (or 1 s after the first), then GOAWAY with last_stream_id the
                            lowest held stream, answers that stream normally and closes the
@@ -326,6 +328,16 @@ class _Connection:
         self.h2.send_headers(sid, [(":status", "201"), ("content-type", "application/json")])
         self.h2.send_data(sid, b'{"partial":true}')
         self.h2.send_headers(sid, [(":status", "200"), ("x-trailer", "1")], end_stream=True)
+        self.closed_by_server(record)
+
+    def b_status_no_class(self, record):
+        sid = record["stream"]
+        record["processed"] = True
+        # h2 refuses to send it: the block comes from the connection's own encoder.
+        self.raw(hf.HeadersFrame(sid, data=self.block([(":status", "053"),
+                                                       ("content-length", "5")]),
+                                 flags=["END_HEADERS"]),
+                 hf.DataFrame(sid, data=b"hello", flags=["END_STREAM"]))
         self.closed_by_server(record)
 
     def b_goaway_in_flight(self, record):

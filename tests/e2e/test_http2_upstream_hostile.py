@@ -138,6 +138,12 @@ def test_a_pseudo_header_in_trailers_is_a_502_and_is_not_stored(make_proxy, host
     covered_case(make_proxy, hostile, key, "pseudo_in_trailers", [502])
 
 
+# 6. A status with no class (RFC 9110 15): nghttp2 reads any three digits.
+
+def test_a_status_with_no_class_is_a_502_and_is_not_stored(make_proxy, hostile, key):
+    covered_case(make_proxy, hostile, key, "status_no_class", [502])
+
+
 # 1, 3, 4, 5 on a pass-through path: the answer is streamed, so once the head has gone
 # the proxy can only break the answer off, which the client must be able to see.
 
