@@ -1,7 +1,7 @@
 // Differential: raw bytes as an HTTP/1.1 upstream's answer, through a real session,
 // against an independent reading of them (answer_oracle.hpp). The client sends two
-// POSTs with one new key on one connection; for each, the upstream reads the request,
-// writes the input and closes. Properties, for any input:
+// POSTs with one new key and a GET on no route, on one connection; for each, the
+// upstream reads the request, writes the input and closes. Properties, for any input:
 // - the client reads HTTP: whole answers, the last of them perhaps broken off;
 // - an answer the client reads whole is the upstream's as the oracle reads it (the
 //   same status and body), or the proxy's own problem (502, 504 or 409,
@@ -130,7 +130,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string key = "fuzz-answer-" + std::to_string(++keys);
   const std::string request = "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: " + key +
                               "\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
-  const std::string out = world.run(request + request, 0x7f030000u);  // 127.3.0.0/16
+  // And the same answer to a request on no route: relayed as it streams, unclaimed.
+  const std::string passing = "GET /other HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string out = world.run(request + request + passing, 0x7f030000u);  // 127.3/16
   if (std::getenv("IDEMPROXY_FUZZ_PRINT")) std::fprintf(stderr, "%s\n---\n", out.c_str());
   check(out);
   return 0;
