@@ -145,3 +145,27 @@ def test_a_chunked_answer_with_a_comma_list_is_read_and_replayed(make_proxy, raw
     assert (again.status, again.body) == (201, b"hello")
     assert again.header("Idempotent-Replayed") == "true"
     assert raw_upstream.keys == [key]
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: 5\r\n\r\nhello",
+                                     b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"])
+@pytest.mark.parametrize("protocol", ["--http2-prior-knowledge", "--http1.1"])
+def test_a_204_reaches_curl_without_the_framing_the_upstream_gave_it(make_proxy, raw_upstream,
+                                                                     key, framing, protocol):
+    # RFC 9110 8.6, RFC 9112 6.1: a 204 has no Content-Length or Transfer-Encoding.
+    # curl over HTTP/2 failed (exit 92: nghttp2 resets a 204 whose content-length is
+    # not 0), and over HTTP/1.1 it got the fields as sent.
+    from peers import curl
+    p = make_proxy(upstream_url=raw_upstream.url)
+    raw_upstream.answer = b"HTTP/1.1 204 No Content\r\nETag: \"v1\"\r\n" + framing
+    url = "http://127.0.0.1:%d" % p.port
+    for args in (["-X", "DELETE", url + "/items/1"],  # on no route: relayed
+                 ["-H", "Idempotency-Key: " + key, "-d", "{}", url + "/v1/orders"],
+                 ["-H", "Idempotency-Key: " + key, "-d", "{}", url + "/v1/orders"]):
+        status, headers, body, _ = curl(protocol, *args, timeout=10)
+        assert status == 204, (status, headers)
+        assert "content-length" not in headers and "transfer-encoding" not in headers, headers
+        assert headers["etag"] == '"v1"'
+        assert body == b""
+    assert headers.get("idempotent-replayed") == "true"
+    assert raw_upstream.keys == [key]  # the DELETE carries none

@@ -148,6 +148,34 @@ TEST_P(Behaviour, AnAnswerNotStoredReleasesTheClaimSoARetryExecutesAgain) {
   EXPECT_EQ(world.executions("k-5"), 2);
 }
 
+// RFC 9110 8.6 and RFC 9112 6.1: no Content-Length or Transfer-Encoding in a 204
+// (nor a 1xx), whatever the upstream sent with it: an HTTP/2 client's nghttp2 refuses
+// a 204 whose content-length is not 0 (curl: exit 92), and an HTTP/1.1 client got the
+// fields as sent. Relayed, executed under a key, and replayed.
+TEST_P(Behaviour, A204CarriesNoFramingFieldsWhateverTheUpstreamSent) {
+  for (const bool chunked : {false, true}) {
+    world.answer = [chunked](const StringRequest&) {
+      UpstreamAnswer a;
+      a.status = 204;
+      a.fields = {{"ETag", "\"v1\""}};
+      a.body = "hello";  // with Content-Length: 5, which a 204 never has
+      if (chunked) a.stream = {{std::chrono::milliseconds{0}, "hello"}};
+      return a;
+    };
+    const std::string key = chunked ? "k-204-chunked" : "k-204";
+    for (const auto& r : {send({"GET", "/v1/orders/204", {}, "", {}}), send(json_post(key)),
+                          send(json_post(key))}) {
+      EXPECT_EQ(r.status, 204) << chunked;
+      EXPECT_FALSE(r.reset || r.closed) << chunked;  // nghttp2 resets a malformed answer
+      EXPECT_EQ(r.field("Content-Length"), "") << chunked;
+      EXPECT_EQ(r.field("Transfer-Encoding"), "") << chunked;
+      EXPECT_EQ(r.field("ETag"), "\"v1\"") << chunked;
+      EXPECT_EQ(r.body, "");
+    }
+    EXPECT_EQ(world.executions(key), 1);
+  }
+}
+
 TEST_P(Behaviour, AnUnreachableUpstreamIs502AndReleasesTheClaim) {
   world.stop_upstream();
   const auto r = send(json_post("k-6"));

@@ -173,6 +173,9 @@ asio::awaitable<bool> Exchange::send_interim(ResponseHeader& head) {
   // RFC 9110 15.2: never to an HTTP/1.0 client.
   if (version_ < 11 || broken_) co_return true;
   head.version(11);
+  // Nor a 1xx (RFC 9110 8.6, RFC 9112 6.1): it has no body to frame.
+  head.erase(bhttp::field::content_length);
+  head.erase(bhttp::field::transfer_encoding);
   const HeadBytes bytes = serialize_head(head);
   const auto buffer = asio::buffer(bytes);
   co_return co_await write(buffer);
@@ -213,11 +216,13 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
   // The connection goes on only while the request was read whole: a body left in
   // the socket would be taken for the next request.
   keep_ = keep_ && client_keep_alive_ && body_done() && !facts_.head_error && !service_.draining();
+  // RFC 9110 8.6, RFC 9112 6.1: a 204 has neither framing field, whatever came with it.
+  const bool unframed = status == 204;
   for (auto it = head.begin(); it != head.end();) {
     const auto name = it->name();
     const bool framing_field =
         name == bhttp::field::content_length || name == bhttp::field::transfer_encoding;
-    if (name == bhttp::field::connection || (reframed && framing_field)) {
+    if (name == bhttp::field::connection || ((reframed || unframed) && framing_field)) {
       it = head.erase(it);
     } else {
       ++it;

@@ -26,7 +26,10 @@ void Stream::head_fields(unsigned status, const Fields* fields, std::span<const 
   digits_[1] = static_cast<char>('0' + status / 10 % 10);
   digits_[2] = static_cast<char>('0' + status % 10);
   nv_.add(":status", std::string_view(digits_.data(), 3));
-  const bool keep_length = framing.kind == Framing::Kind::none;
+  // RFC 9110 8.6: a 1xx or a 204 has no content-length, whatever came with it (nghttp2
+  // resets a 204 whose content-length is not 0, and a 1xx with one).
+  const bool unframed = status / 100 == 1 || status == 204;
+  const bool keep_length = framing.kind == Framing::Kind::none && !unframed;
   const auto keep = [&](std::string_view name, std::string_view connection) {
     return !connection_specific(name, connection) && !beast::iequals(name, "te") &&
            (keep_length || !beast::iequals(name, "content-length"));
@@ -42,7 +45,7 @@ void Stream::head_fields(unsigned status, const Fields* fields, std::span<const 
     if (keep(h.name, {})) nv_.add_lasting(h.name, h.value);
   }
   for (const auto& e : extra) nv_.add(e.name, e.value);
-  if (framing.kind == Framing::Kind::length) {
+  if (framing.kind == Framing::Kind::length && !unframed) {
     nv_.add("content-length", Decimal(framing.length).view());  // the list copies it
   }
 }
