@@ -55,6 +55,13 @@ std::string joined_values(const Fields& fields, std::string_view name);
 /// message keeps when the proxy frames its body anew.
 void append_codings_but_chunked(std::string& codings, std::string_view value);
 
+/// A Content-Length as one number: Beast's parser lets a list of equal values
+/// through (RFC 9110 8.6, `5, 5`), which a peer need not take (nghttp2 refuses it
+/// over HTTP/2); its first element, without whitespace.
+inline std::string_view single_length(std::string_view value) {
+  return trim_ows(value.substr(0, value.find(',')));
+}
+
 /// Whether a Transfer-Encoding value is a list of codings (RFC 9112 6.1), with no
 /// transfer parameters: `chunke k1` (two tokens, no comma) and `chunked;q=1` are not.
 /// Beast's parsers read such a value up to its first bad element and drop the rest.

@@ -1,6 +1,7 @@
 #include "codec/http1/exchange.hpp"
 
 #include <array>
+#include <charconv>
 
 #include "codec/http1/body_frames.hpp"
 #include "codec/http1/prepared_head.hpp"
@@ -190,7 +191,7 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
   // The fields this codec decides, the framing and Connection, are written after the
   // head's own (serialize_head's `added`), and the head's of those names erased in
   // one walk: setting each in Beast's field tree cost ~400 instructions.
-  std::array<ExtraField, 2> own;
+  std::array<ExtraField, 3> own;
   std::size_t owned = 0;
   Decimal length;
   bool reframed = false;
@@ -218,15 +219,27 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
   keep_ = keep_ && client_keep_alive_ && body_done() && !facts_.head_error && !service_.draining();
   // RFC 9110 8.6, RFC 9112 6.1: a 204 has neither framing field, whatever came with it.
   const bool unframed = status == 204;
+  // A length kept (a 304's, a HEAD answer's) goes once, as one number.
+  std::optional<std::uint64_t> kept_length;
   for (auto it = head.begin(); it != head.end();) {
     const auto name = it->name();
     const bool framing_field =
         name == bhttp::field::content_length || name == bhttp::field::transfer_encoding;
     if (name == bhttp::field::connection || ((reframed || unframed) && framing_field)) {
       it = head.erase(it);
+    } else if (name == bhttp::field::content_length) {
+      const std::string_view value = http::single_length(it->value());
+      std::uint64_t n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (!kept_length && ec == std::errc() && end == value.data() + value.size()) kept_length = n;
+      it = head.erase(it);
     } else {
       ++it;
     }
+  }
+  if (kept_length) {
+    length = Decimal(*kept_length);
+    own[owned++] = {"Content-Length", length.view()};
   }
   // RFC 9112 9.3: HTTP/1.1 persists unless told to close; HTTP/1.0 the other way round.
   if (version_ >= 11 && !keep_) own[owned++] = {"Connection", "close"};

@@ -30,14 +30,19 @@ void Stream::head_fields(unsigned status, const Fields* fields, std::span<const 
   // resets a 204 whose content-length is not 0, and a 1xx with one).
   const bool unframed = status / 100 == 1 || status == 204;
   const bool keep_length = framing.kind == Framing::Kind::none && !unframed;
+  bool length_kept = false;  // once, as one number (nghttp2 refuses `5, 5`, or two)
   const auto keep = [&](std::string_view name, std::string_view connection) {
-    return !connection_specific(name, connection) && !beast::iequals(name, "te") &&
-           (keep_length || !beast::iequals(name, "content-length"));
+    if (beast::iequals(name, "content-length"))
+      return keep_length && !std::exchange(length_kept, true);
+    return !connection_specific(name, connection) && !beast::iequals(name, "te");
   };
   if (fields != nullptr) {
     const auto connection = (*fields)[bhttp::field::connection];
     for (const auto& f : *fields) {
-      if (keep(f.name_string(), connection)) nv_.add(f.name_string(), f.value());
+      if (!keep(f.name_string(), connection)) continue;
+      const bool length = f.name() == bhttp::field::content_length;
+      const std::string_view value = f.value();
+      nv_.add(f.name_string(), length ? http::single_length(value) : value);
     }
   }
   // A cached answer's fields outlive the head's submission (the replay holds its entry).
