@@ -10,11 +10,14 @@
 // - so is a replay (`Idempotent-Replayed: true`; the upstream answers each execution
 //   with the same bytes): never a record of an answer read another way. (The
 //   upstream's own `Idempotent-Replayed`, from a dedupe of its own, is relayed.)
+// - the same three requests over HTTP/2 (h2_client.hpp): nghttp2 refuses no field or
+//   frame of the answers, and each that ended is as above.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "answer_oracle.hpp"
+#include "h2_client.hpp"
 #include "session_harness.hpp"
 
 using namespace idemproxy::fuzz;
@@ -113,6 +116,30 @@ void check(const std::string& out) {
   }
 }
 
+// The same over HTTP/2: nghttp2, as a client, refuses nothing the proxy sent, and each
+// answer that ended is the upstream's as the oracle reads it, or the proxy's problem.
+void check_h2(const std::vector<H2Answer>& answers) {
+  const oracle::Reading read = oracle::read(answer);
+  for (const H2Answer& a : answers) {
+    Got g;
+    g.whole = a.ended && a.status >= 200;
+    g.status = a.status;
+    g.body = a.body;
+    g.replayed = a.field("idempotent-replayed") == "true";
+    g.problem = a.field("content-type") == "application/problem+json" &&
+                g.body.find("\"type\":\"https://idemproxy.dev/problems/") != std::string::npos;
+    if (!a.refused.empty()) {
+      std::fprintf(stderr, "fuzz_answer: nghttp2 refused: %s\n", a.refused.c_str());
+      fail("an HTTP/2 answer a client must refuse", g, read);
+    }
+    if (!g.whole) continue;
+    const bool as_read =
+        read.kind == oracle::Reading::Kind::whole && g.status == read.status && g.body == read.body;
+    const bool own = g.problem && (g.status == 502 || g.status == 504 || g.status == 409);
+    if (!as_read && !own) fail("an HTTP/2 answer the upstream did not give", g, read);
+  }
+}
+
 std::uint64_t keys = 0;
 
 }  // namespace
@@ -121,8 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static World world(
       "timeout: 2s, read_timeout: 2s, max_response_size: 4KiB",
       "store: {memory: {}}\n"
-      "server: {header_timeout: 2s, read_timeout: 2s, idle_timeout: 2s, body_timeout: 2s,"
-      " http2: false}\n"
+      "server: {header_timeout: 2s, read_timeout: 2s, idle_timeout: 2s, body_timeout: 2s}\n"
       "routes:\n"
       "  - {name: orders, path_prefix: /v1/orders, key_required: true}\n",
       upstream_connection);
@@ -135,5 +161,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string out = world.run(request + request + passing, 0x7f030000u);  // 127.3/16
   if (std::getenv("IDEMPROXY_FUZZ_PRINT")) std::fprintf(stderr, "%s\n---\n", out.c_str());
   check(out);
+  // Over HTTP/2: two POSTs with another new key, at once (the second is told the
+  // first is in flight, or waits for it), and the GET.
+  H2Client client;
+  const std::string h2_key = key + "-h2";
+  const H2Request post{"POST",
+                       "/v1/orders",
+                       {{"idempotency-key", h2_key}, {"content-type", "application/json"}},
+                       "{}"};
+  const std::string opened = client.open({post, post, {"GET", "/other", {}, ""}});
+  const std::string h2_out = world.run(opened, 0x7f040000u);  // 127.4/16
+  const std::vector<H2Answer> h2_answers = client.read(h2_out);
+  if (std::getenv("IDEMPROXY_FUZZ_PRINT")) {
+    for (const auto& a : h2_answers) {
+      for (const auto& [n, v] : a.fields) std::fprintf(stderr, "  %s: %s\n", n.c_str(), v.c_str());
+      std::fprintf(stderr, "h2: status=%u ended=%d reset=%u body=[%s] refused=[%s]\n", a.status,
+                   a.ended, a.reset, a.body.c_str(), a.refused.c_str());
+    }
+  }
+  check_h2(h2_answers);
   return 0;
 }
