@@ -53,6 +53,13 @@ struct Got {
   std::string body;
   bool replayed = false;
   bool problem = false;  // the proxy's own: a problem+json it names
+
+  Got() = default;
+  Got(unsigned status, std::string body, std::string_view content_type, bool replayed)
+      : whole(true), status(status), body(std::move(body)), replayed(replayed) {
+    problem = content_type == "application/problem+json" &&
+              this->body.find("\"type\":\"https://idemproxy.dev/problems/") != std::string::npos;
+  }
 };
 
 void fail(const char* why, const Got& got, const oracle::Reading& read) {
@@ -62,6 +69,18 @@ void fail(const char* why, const Got& got, const oracle::Reading& read) {
                why, got.whole, got.status, got.replayed, got.problem, got.body.c_str(),
                static_cast<int>(read.kind), read.status, read.body.c_str());
   std::abort();
+}
+
+// A whole answer is the upstream's as the oracle reads it, or the proxy's problem.
+void judge(const Got& g, const oracle::Reading& read, const char* over) {
+  const bool as_read =
+      read.kind == oracle::Reading::Kind::whole && g.status == read.status && g.body == read.body;
+  const bool own = g.problem && (g.status == 502 || g.status == 504 || g.status == 409);
+  if (as_read || own) return;
+  std::fprintf(stderr, "fuzz_answer: over %s\n", over);
+  fail(g.replayed ? "a replay of an answer the upstream did not give"
+                  : "an answer the upstream did not give",
+       g, read);
 }
 
 // The answers the client read, in order: interim answers skipped, the last perhaps
@@ -90,14 +109,8 @@ std::vector<Got> answers_in(std::string_view out) {
     out.remove_prefix(used);
     const auto& res = p.get();
     if (res.result_int() / 100 == 1) continue;
-    Got g;
-    g.whole = true;
-    g.status = res.result_int();
-    g.body = res.body();
-    g.replayed = res["Idempotent-Replayed"] == "true";
-    g.problem = res[bhttp::field::content_type] == "application/problem+json" &&
-                g.body.find("\"type\":\"https://idemproxy.dev/problems/") != std::string::npos;
-    got.push_back(std::move(g));
+    got.emplace_back(res.result_int(), res.body(), res[bhttp::field::content_type],
+                     res["Idempotent-Replayed"] == "true");
   }
   return got;
 }
@@ -106,13 +119,7 @@ void check(const std::string& out) {
   const oracle::Reading read = oracle::read(answer);
   for (const Got& g : answers_in(out)) {
     if (!g.whole) break;
-    const bool as_read =
-        read.kind == oracle::Reading::Kind::whole && g.status == read.status && g.body == read.body;
-    const bool own = g.problem && (g.status == 502 || g.status == 504 || g.status == 409);
-    if (as_read || own) continue;
-    fail(g.replayed ? "a replay of an answer the upstream did not give"
-                    : "an answer the upstream did not give",
-         g, read);
+    judge(g, read, "HTTP/1.1");
   }
 }
 
@@ -121,22 +128,13 @@ void check(const std::string& out) {
 void check_h2(const std::vector<H2Answer>& answers) {
   const oracle::Reading read = oracle::read(answer);
   for (const H2Answer& a : answers) {
-    Got g;
+    Got g(a.status, a.body, a.field("content-type"), a.field("idempotent-replayed") == "true");
     g.whole = a.ended && a.status >= 200;
-    g.status = a.status;
-    g.body = a.body;
-    g.replayed = a.field("idempotent-replayed") == "true";
-    g.problem = a.field("content-type") == "application/problem+json" &&
-                g.body.find("\"type\":\"https://idemproxy.dev/problems/") != std::string::npos;
     if (!a.refused.empty()) {
       std::fprintf(stderr, "fuzz_answer: nghttp2 refused: %s\n", a.refused.c_str());
       fail("an HTTP/2 answer a client must refuse", g, read);
     }
-    if (!g.whole) continue;
-    const bool as_read =
-        read.kind == oracle::Reading::Kind::whole && g.status == read.status && g.body == read.body;
-    const bool own = g.problem && (g.status == 502 || g.status == 504 || g.status == 409);
-    if (!as_read && !own) fail("an HTTP/2 answer the upstream did not give", g, read);
+    if (g.whole) judge(g, read, "HTTP/2");
   }
 }
 

@@ -103,7 +103,8 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
   if (hec) {
     const auto kind =
         hec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;
-    ctx.fail(kind, "no response from the upstream: " + hec.message(), ops::Outcome::upstream_error);
+    ctx.fail(kind, "the upstream's response could not be read: " + hec.message(),
+             ops::Outcome::upstream_error);
     co_await send_problem(ctx);
     co_return;
   }
