@@ -5,7 +5,7 @@
 // are skipped; the final answer's body is framed by chunked alone (its only transfer
 // coding, once, beside no Content-Length), by Content-Length (one number, or a list of
 // equal ones), or by the end of the bytes (the upstream closes after it). 204 and 304
-// have no body.
+// have no body, nor has an answer to HEAD.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -159,8 +159,9 @@ inline Reading::Kind read_chunked(std::string_view& in, std::string& body) {
 
 }  // namespace detail
 
-/// How `bytes`, all an upstream sent before closing, read as the answer to a POST.
-inline Reading read(std::string_view bytes) {
+/// How `bytes`, all an upstream sent before closing, read as the answer to a POST, or
+/// to a HEAD request (`head`: a final answer's head ends it).
+inline Reading read(std::string_view bytes, bool head_request = false) {
   using detail::HeadResult;
   Reading out;
   for (int interim = 0;; ++interim) {
@@ -198,7 +199,7 @@ inline Reading read(std::string_view bytes) {
         length = n;
       }
     }
-    if (head.status == 204 || head.status == 304) {
+    if (head_request || head.status == 204 || head.status == 304) {
       out.kind = Reading::Kind::whole;
       return out;
     }

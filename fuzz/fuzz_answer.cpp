@@ -1,6 +1,6 @@
 // Differential: raw bytes as an HTTP/1.1 upstream's answer, through a real session,
 // against an independent reading of them (answer_oracle.hpp). The client sends two
-// POSTs with one new key and a GET on no route, on one connection; for each, the
+// POSTs with one new key, a GET and a HEAD on no route, on one connection; for each, the
 // upstream reads the request, writes the input and closes. Properties, for any input:
 // - the client reads HTTP: whole answers, the last of them perhaps broken off;
 // - an answer the client reads whole is the upstream's as the oracle reads it (the
@@ -10,7 +10,7 @@
 // - so is a replay (`Idempotent-Replayed: true`; the upstream answers each execution
 //   with the same bytes): never a record of an answer read another way. (The
 //   upstream's own `Idempotent-Replayed`, from a dedupe of its own, is relayed.)
-// - the same three requests over HTTP/2 (h2_client.hpp): nghttp2 refuses no field or
+// - the same four requests over HTTP/2 (h2_client.hpp): nghttp2 refuses no field or
 //   frame of the answers, and each that ended is as above.
 #include <cstdio>
 #include <cstdlib>
@@ -57,8 +57,10 @@ struct Got {
   Got() = default;
   Got(unsigned status, std::string body, std::string_view content_type, bool replayed)
       : whole(true), status(status), body(std::move(body)), replayed(replayed) {
+    // (An answer to HEAD has no body to name it by.)
     problem = content_type == "application/problem+json" &&
-              this->body.find("\"type\":\"https://idemproxy.dev/problems/") != std::string::npos;
+              (this->body.empty() ||
+               this->body.find("\"type\":\"https://idemproxy.dev/problems/") != std::string::npos);
   }
 };
 
@@ -85,11 +87,12 @@ void judge(const Got& g, const oracle::Reading& read, const char* over) {
 
 // The answers the client read, in order: interim answers skipped, the last perhaps
 // not whole. Aborts on bytes that are not HTTP.
-std::vector<Got> answers_in(std::string_view out) {
+std::vector<Got> answers_in(std::string_view out, const std::vector<bool>& heads) {
   std::vector<Got> got;
   while (!out.empty()) {
     ResponseParser<bhttp::string_body> p;
     p.eager(true);
+    p.skip(got.size() < heads.size() && heads[got.size()]);  // an answer to HEAD
     p.body_limit(out.size());
     beast::error_code ec;
     const std::size_t used = p.put(asio::buffer(out.data(), out.size()), ec);
@@ -115,19 +118,22 @@ std::vector<Got> answers_in(std::string_view out) {
   return got;
 }
 
+// The requests each run sends, in order: whether each is a HEAD request.
+const std::vector<bool> kHeads = {false, false, false, true};
+
 void check(const std::string& out) {
-  const oracle::Reading read = oracle::read(answer);
-  for (const Got& g : answers_in(out)) {
-    if (!g.whole) break;
-    judge(g, read, "HTTP/1.1");
+  const std::vector<Got> got = answers_in(out, kHeads);
+  for (std::size_t i = 0; i < got.size() && got[i].whole; ++i) {
+    judge(got[i], oracle::read(answer, i < kHeads.size() && kHeads[i]), "HTTP/1.1");
   }
 }
 
 // The same over HTTP/2: nghttp2, as a client, refuses nothing the proxy sent, and each
 // answer that ended is the upstream's as the oracle reads it, or the proxy's problem.
 void check_h2(const std::vector<H2Answer>& answers) {
-  const oracle::Reading read = oracle::read(answer);
-  for (const H2Answer& a : answers) {
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    const H2Answer& a = answers[i];
+    const oracle::Reading read = oracle::read(answer, i < kHeads.size() && kHeads[i]);
     Got g(a.status, a.body, a.field("content-type"), a.field("idempotent-replayed") == "true");
     g.whole = a.ended && a.status >= 200;
     if (!a.refused.empty()) {
@@ -155,8 +161,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string request = "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: " + key +
                               "\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
   // And the same answer to a request on no route: relayed as it streams, unclaimed.
+  // And to a HEAD request on no route, whose answer's head ends it.
   const std::string passing = "GET /other HTTP/1.1\r\nHost: x\r\n\r\n";
-  const std::string out = world.run(request + request + passing, 0x7f030000u);  // 127.3/16
+  const std::string heading = "HEAD /other HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string out =
+      world.run(request + request + passing + heading, 0x7f030000u);  // 127.3/16
   if (std::getenv("IDEMPROXY_FUZZ_PRINT")) std::fprintf(stderr, "%s\n---\n", out.c_str());
   check(out);
   // Over HTTP/2: two POSTs with another new key, at once (the second is told the
@@ -167,7 +176,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                        "/v1/orders",
                        {{"idempotency-key", h2_key}, {"content-type", "application/json"}},
                        "{}"};
-  const std::string opened = client.open({post, post, {"GET", "/other", {}, ""}});
+  const std::string opened =
+      client.open({post, post, {"GET", "/other", {}, ""}, {"HEAD", "/other", {}, ""}});
   const std::string h2_out = world.run(opened, 0x7f040000u);  // 127.4/16
   const std::vector<H2Answer> h2_answers = client.read(h2_out);
   if (std::getenv("IDEMPROXY_FUZZ_PRINT")) {
