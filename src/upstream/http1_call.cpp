@@ -28,14 +28,15 @@ StreamingParserPtr new_parser(bool head_request, std::optional<std::uint64_t> bo
 
 // An answer's body is read one way only, the way its upstream framed it (RFC 9112
 // 6.3), and its bytes are what they say: a Transfer-Encoding other than `chunked`
-// alone (once, RFC 9112 6.1) is a malformed answer, as nginx and Envoy hold.
-// Beast's parser refuses
-// chunked beside Content-Length, but took `gzip` beside a length by the length (the
-// coding says: to the close), and a value that is not a list of codings up to its
-// first bad element (`gzip;level=1, chunked`: gzip alone, the chunks relayed as body
-// bytes). And a body in a coding besides chunked was kept without the coding, which
-// is connection-specific (never stored, nor sent over HTTP/2): its replay was gzip
-// bytes with nothing to say so.
+// alone (once, RFC 9112 6.1), or one beside Content-Length, is a malformed answer.
+// Beast's parser refuses chunked beside Content-Length, but took `gzip` beside a
+// length by the length (the coding says: to the close), and a value that is not a
+// list of codings up to its first bad element (`gzip;level=1, chunked`: gzip alone,
+// the chunks relayed as body bytes). And a body in a coding besides chunked was kept
+// without the coding, which is connection-specific (never stored, nor sent over
+// HTTP/2): its replay was gzip bytes with nothing to say so. (nginx 1.22, tried here,
+// relays `gzip, chunked` as chunked with the gzip dropped, and `gzip` beside a length
+// by the length.)
 beast::error_code framing_error(const http::Fields& fields) {
   int codings = 0;  // all of them chunked
   bool length = false;

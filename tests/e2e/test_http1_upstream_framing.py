@@ -3,8 +3,9 @@
 A raw socket server answers each request with bytes the test chooses. An answer with
 a Transfer-Encoding that is not `chunked` alone (a coding list with a parameter, a
 coding besides chunked, one beside a Content-Length) is refused with a 502
-problem+json, as nginx and Envoy refuse it, on covered and pass-through routes alike:
-read Beast's way, `gzip;level=1, chunked` was gzip alone and the chunks went to the
+problem+json, on covered and pass-through routes alike (nginx 1.22 relays `gzip,
+chunked` as chunked, its gzip dropped). Read Beast's way, `gzip;level=1, chunked`
+was gzip alone and the chunks went to the
 client as body bytes; `gzip` beside a length was read by the length; and a body in a
 transfer coding was stored without it, so its replay was gzip bytes with nothing to
 say so; `chunked, chunked` was read to the close, its chunks relayed as body bytes.
