@@ -3,6 +3,7 @@
 #include <array>
 #include <charconv>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,6 +55,20 @@ std::string joined_values(const Fields& fields, std::string_view name);
 /// than chunked (RFC 9112 7), in order, comma-separated from what it holds: those a
 /// message keeps when the proxy frames its body anew.
 void append_codings_but_chunked(std::string& codings, std::string_view value);
+
+/// A decimal as Beast's parse_dec reads one: digits only, at least one, no overflow.
+inline bool parse_decimal(std::string_view s, std::uint64_t& out) {
+  if (s.empty()) return false;
+  std::uint64_t v = 0;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return false;
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (v > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return false;
+    v = v * 10 + digit;
+  }
+  out = v;
+  return true;
+}
 
 /// A Content-Length as one number: Beast's parser lets a list of equal values
 /// through (RFC 9110 8.6, `5, 5`), which a peer need not take (nghttp2 refuses it

@@ -61,6 +61,9 @@ asio::awaitable<beast::error_code> read_final_head(upstream::UpstreamCall& call,
                                                    Exchange::TimePoint until) {
   for (;;) {
     if (auto ec = co_await call.read_head(head_request, body_limit, fields, until)) co_return ec;
+    // Beast and nghttp2 read any three digits; 000 to 099 have no class (RFC 9110 15),
+    // and a client refuses them (curl, Python's http.client): from either protocol.
+    if (call.head().result_int() < 100) co_return bhttp::error::bad_status;
     if (!call.interim()) co_return beast::error_code{};
     if (interim_to == nullptr) continue;
     auto& head = call.head();

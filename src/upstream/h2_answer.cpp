@@ -1,8 +1,7 @@
 // An HTTP/2 upstream stream's answer as the proxy pulls it: its heads, interim ones
 // then the final one; its body as the proxy takes it (the stream's window reopens
 // only then); its trailers.
-#include <charconv>
-
+#include "http/fields.hpp"
 #include "upstream/h2_link.hpp"
 
 namespace idemproxy::upstream {
@@ -11,9 +10,7 @@ namespace {
 
 std::optional<std::uint64_t> parse_length(std::string_view length) {
   std::uint64_t declared = 0;
-  if (length.empty() ||
-      std::from_chars(length.data(), length.data() + length.size(), declared).ec != std::errc{})
-    return std::nullopt;
+  if (!http::parse_decimal(length, declared)) return std::nullopt;
   return declared;
 }
 
@@ -60,11 +57,6 @@ asio::awaitable<beast::error_code> StreamCall::read_head(bool head_request,
       co_return beast::error_code{};
     }
     if (final_) {
-      // nghttp2 reads any three digits; 000 to 099 have no class (RFC 9110 15).
-      if (final_->status() < 100) {
-        release();
-        co_return bhttp::error::bad_status;
-      }
       make_head(*final_);
       final_.reset();
       if (declared_ && *declared_ > body_limit_) {

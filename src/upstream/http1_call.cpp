@@ -46,11 +46,13 @@ beast::error_code framing_error(const http::Fields& fields) {
       length = true;
     } else if (name == bhttp::field::transfer_encoding) {
       if (!http::coding_list(field.value())) return bhttp::error::bad_transfer_encoding;
+      int listed = 0;
       for (const auto coding : bhttp::opt_token_list{field.value()}) {
         if (!beast::iequals(coding, "chunked")) return bhttp::error::bad_transfer_encoding;
-        ++codings;
+        ++listed;
       }
-      if (codings == 0) return bhttp::error::bad_transfer_encoding;  // an empty list
+      if (listed == 0) return bhttp::error::bad_transfer_encoding;  // an empty list
+      codings += listed;
     }
   }
   if (codings > 1 || (codings == 1 && length)) return bhttp::error::bad_transfer_encoding;
@@ -171,9 +173,6 @@ asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
         co_await bhttp::async_read_header(conn_->stream, conn_->buffer, *parser_, use_nothrow);
     if (ec) co_return ec;
     const unsigned status = parser_->get().result_int();
-    // Beast reads any three digits; 000 to 099 have no class (RFC 9110 15), and a
-    // client refuses them (curl does, and an HTTP/2 `:status` is three digits).
-    if (status < 100) co_return bhttp::error::bad_status;
     if (status / 100 != 1) co_return framing_error(parser_->get());
     // A 101 is an error: the proxy never forwards Upgrade, and a server must not
     // switch unasked (RFC 9110 7.8).

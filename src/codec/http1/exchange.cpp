@@ -1,7 +1,6 @@
 #include "codec/http1/exchange.hpp"
 
 #include <array>
-#include <charconv>
 
 #include "codec/http1/body_frames.hpp"
 #include "codec/http1/prepared_head.hpp"
@@ -228,10 +227,8 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
     if (name == bhttp::field::connection || ((reframed || unframed) && framing_field)) {
       it = head.erase(it);
     } else if (name == bhttp::field::content_length) {
-      const std::string_view value = http::single_length(it->value());
       std::uint64_t n = 0;
-      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (!kept_length && ec == std::errc() && end == value.data() + value.size()) kept_length = n;
+      if (!kept_length && http::parse_decimal(http::single_length(it->value()), n)) kept_length = n;
       it = head.erase(it);
     } else {
       ++it;

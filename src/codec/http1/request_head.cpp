@@ -4,7 +4,6 @@
 #include <array>
 #include <bit>
 #include <cstring>
-#include <limits>
 
 namespace idemproxy::codec::http1 {
 namespace {
@@ -59,26 +58,12 @@ const char* skip(const char* p, const char* end, const CharClass& t, std::uint64
   return p;
 }
 
-// Beast's parse_dec: digits only, and no overflow.
-bool parse_decimal(std::string_view s, std::uint64_t& out) {
-  if (s.empty()) return false;
-  std::uint64_t v = 0;
-  for (const char c : s) {
-    if (c < '0' || c > '9') return false;
-    const auto digit = static_cast<std::uint64_t>(c - '0');
-    if (v > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return false;
-    v = v * 10 + digit;
-  }
-  out = v;
-  return true;
-}
-
 // Content-Length (RFC 9110 8.6), as Beast's do_field reads it: one number, or a
 // list of equal numbers; none beside chunked.
 error content_length(std::string_view value, HeadFacts& facts) {
   if (facts.chunked) return error::bad_content_length;
   std::uint64_t v = 0;
-  if (parse_decimal(value, v)) {  // most heads: one number
+  if (http::parse_decimal(value, v)) {  // most heads: one number
     if (facts.content_length && *facts.content_length != v) return error::multiple_content_length;
     facts.content_length = v;
     return {};
@@ -90,7 +75,7 @@ error content_length(std::string_view value, HeadFacts& facts) {
   }
   auto known = facts.content_length;
   for (const auto token : tokens) {
-    if (!parse_decimal({token.data(), token.size()}, v)) return error::bad_content_length;
+    if (!http::parse_decimal({token.data(), token.size()}, v)) return error::bad_content_length;
     --unread;
     if (known && *known != v) return error::multiple_content_length;
     known = v;
