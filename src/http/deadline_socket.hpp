@@ -68,6 +68,7 @@ class DeadlineSocket {
     Relaxed<int> pending{0};  // written by the owner only
     Relaxed<bool> timed_out{false};
     bool inq_asked = false;  // TCP_INQ asked for (draining_read.hpp): by the first read
+    int left = -1;           // what the last read left (draining_read.hpp); -1: unknown
   };
 
  public:
@@ -103,6 +104,10 @@ class DeadlineSocket {
   void expires_never_on_one_thread() { state_->deadline.set(kNever); }
   /// The expiry the timer waits for; time_point::max() when it waits for none.
   Clock::time_point armed_expiry() const { return state_->armed.get(); }
+  /// Whether the kernel said, with the last read, that more was left to read: bytes,
+  /// or the peer's end (a FIN that came with or after the bytes read: tcp_inq_hint
+  /// counts it as one). False when it said nothing, or that nothing was left.
+  bool more_after_last_read() const { return state_->left > 0; }
   /// Pending operations end with operation_aborted; the deadline stays.
   void cancel() {
     beast::error_code ignored;
@@ -119,7 +124,8 @@ class DeadlineSocket {
               s->inq_asked = true;
               enable_inq(s->socket.native_handle());
             }
-            s->socket.async_read_some(DrainingBuffer(b),
+            s->left = -1;
+            s->socket.async_read_some(DrainingBuffer(b, &s->left),
                                       Completion<decltype(handler)>{s, std::move(handler)});
           } else {
             s->socket.async_read_some(b, Completion<decltype(handler)>{s, std::move(handler)});

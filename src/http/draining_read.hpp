@@ -44,7 +44,12 @@ namespace idemproxy::http {
 
 /// A single buffer to read into, whose read says when it drained the socket.
 struct DrainingBuffer : boost::asio::mutable_buffer {
-  explicit DrainingBuffer(const boost::asio::mutable_buffer& b) : boost::asio::mutable_buffer(b) {}
+  /// `left`, when given, gets what the kernel said was left to read after the read
+  /// (bytes, or 1 for a FIN that came: tcp_inq_hint), or keeps its value when it
+  /// said nothing.
+  explicit DrainingBuffer(const boost::asio::mutable_buffer& b, int* left = nullptr)
+      : boost::asio::mutable_buffer(b), left(left) {}
+  int* left;
 };
 
 /// The reads this thread made through DrainingBuffers (recvmsg calls, the failed
@@ -105,6 +110,7 @@ class reactive_socket_recv_op_base<idemproxy::http::DrainingBuffer> : public rea
       if (c->cmsg_level == SOL_TCP && c->cmsg_type == TCP_CM_INQ) {
         int left = 0;
         std::memcpy(&left, CMSG_DATA(c), sizeof left);
+        if (o->buffer_.left != nullptr) *o->buffer_.left = left;
         if (left == 0) return done_and_exhausted;  // nothing left, no FIN
       }
     }

@@ -10,6 +10,13 @@ Exchange::TimePoint from_now(Duration timeout) {
   return std::chrono::steady_clock::now() + timeout;
 }
 
+// Whether a repeat of a request with this method has the effect of one (RFC 9110 9.2.2).
+bool harmless(bhttp::verb method) {
+  using bhttp::verb;
+  return method == verb::get || method == verb::head || method == verb::options ||
+         method == verb::trace || method == verb::put || method == verb::delete_;
+}
+
 }  // namespace
 
 asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHeader& head,
@@ -20,8 +27,8 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
                                          beast::error_code& write_error) {
   // A body declared empty and already read is none at all (HTTP/2: END_STREAM on the
   // HEADERS frame); frame_request framed the head to match.
-  const upstream::RequestFraming framing{
-      from.has_body() && !(from.body_done() && from.content_length() == 0), te_trailers};
+  const bool body = from.has_body() && !(from.body_done() && from.content_length() == 0);
+  const upstream::RequestFraming framing{body, te_trailers, !body && harmless(head.method())};
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
   // some, http/exchange.cpp says which.)
   const auto head_by = from_now(timeout);

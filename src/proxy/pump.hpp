@@ -23,6 +23,8 @@ enum class RelayError { none, read, write };
 /// all; each write, or wait for the upstream's window, at most `timeout`. The client's
 /// trailer fields are never relayed (RFC 9110 6.5.1). `read_error` says why reading
 /// stopped, `write_error` why writing did. `te_trailers`: the client sent `te: trailers`.
+/// For requests under no key only: one with no body and a method a repeat cannot harm
+/// is sent as resendable (upstream::RequestFraming).
 asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHeader& head,
                                          const ExtraFields& extra, Exchange& from, bool te_trailers,
                                          Duration timeout,

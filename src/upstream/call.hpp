@@ -34,6 +34,13 @@ struct RequestFraming {
   /// gRPC server requires. Each upstream codec decides what it makes of it: an
   /// HTTP/2 upstream gets `te: trailers` (RFC 9113 §8.2.2), an HTTP/1.1 one nothing.
   bool te_trailers = false;
+  /// The request may go once more, whole, on a new connection when a kept-alive one
+  /// ends before any byte of its answer: the upstream closed it as the request
+  /// arrived, which a proxy cannot tell from a request it read and then failed on.
+  /// Only for a request with no body, of a method a repeat cannot harm (RFC 9110
+  /// 9.2.2), under no key (nginx's `proxy_next_upstream` does as much on a cached
+  /// connection); never for a request that claimed a key.
+  bool resendable = false;
 };
 
 class UpstreamCall {

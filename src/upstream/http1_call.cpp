@@ -97,6 +97,7 @@ asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head,
   if (te) head.erase(bhttp::field::te);
   length = length || extra.find("Content-Length") != nullptr;
   chunked_ = framing.body && !length;
+  resendable_ = framing.resendable && !framing.body;
   head_bytes_.emplace(serialize_head(head, extra.fields()));
   if (framing.body) co_return beast::error_code{};  // it goes with the first body bytes
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
@@ -157,8 +158,19 @@ asio::awaitable<beast::error_code> Http1Call::write_rest(
 
 beast::error_code Http1Call::written(beast::error_code ec) {
   written_ = true;
-  if (!ec) head_bytes_.reset();
+  if (!ec && !resendable_) head_bytes_.reset();
   return ec;
+}
+
+asio::awaitable<beast::error_code> Http1Call::resend(TimePoint until) {
+  resendable_ = false;
+  auto [fec, fresh] = co_await home_.fresh();
+  if (fec) co_return fec;
+  conn_ = std::move(fresh);
+  conn_->stream.expires_at(until);
+  auto [ec, n] = co_await asio::async_write(conn_->stream, asio::buffer(*head_bytes_), use_nothrow);
+  head_bytes_.reset();
+  co_return ec;
 }
 
 asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
@@ -171,6 +183,18 @@ asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
     parser_ = new_parser(head_request, body_limit, fields);
     auto [ec, n] =
         co_await bhttp::async_read_header(conn_->stream, conn_->buffer, *parser_, use_nothrow);
+    // A kept-alive connection the upstream closed as the request came, before a byte of
+    // an answer (its end, or a reset, with nothing read: the FIN may be in flight while
+    // the pool hands the connection out, before its idle read could see it).
+    const bool stale = conn_->reused && conn_->buffer.size() == 0 &&
+                       (ec == bhttp::error::end_of_stream || ec == asio::error::connection_reset);
+    if (stale && resendable_ && head_bytes_) {
+      if (const auto rec = co_await resend(until)) co_return rec;
+      --interim;  // no head was read
+      continue;
+    }
+    resendable_ = false;
+    head_bytes_.reset();
     if (ec) co_return ec;
     const unsigned status = parser_->get().result_int();
     if (status / 100 != 1) co_return framing_error(parser_->get());
@@ -265,7 +289,14 @@ void Http1Call::finish() {
   ended_ = true;
   // The parser's keep_alive() is what the head said, from its parse: the caller
   // strips the Connection field from the message before it relays it.
-  if (conn_ && parser_->keep_alive() && !parser_->need_eof()) home_.give_back(std::move(conn_));
+  // The last read said more was left after the answer: the upstream's end, which came
+  // with its last bytes (it closed without saying so), or bytes nobody asked for.
+  // Either makes the connection unusable; kept, the next request could take it before
+  // its idle read saw it (within one turn of the loop: pipelined requests do).
+  if (conn_ && parser_->keep_alive() && !parser_->need_eof() &&
+      !conn_->stream.transport().more_after_last_read()) {
+    home_.give_back(std::move(conn_));
+  }
 }
 
 }  // namespace idemproxy::upstream

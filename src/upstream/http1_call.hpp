@@ -101,6 +101,8 @@ class Http1Call final : public UpstreamCall {
                                                 Rest& rest, beast::error_code ec, TimePoint until);
   /// The write ended with `ec`: the head goes with it when it went.
   beast::error_code written(beast::error_code ec);
+  /// Sends the request (a head alone: resendable) once more on a new connection.
+  asio::awaitable<beast::error_code> resend(TimePoint until);
   /// The answer was read whole: the connection goes back while it can carry another.
   void finish();
   bool body_done() const { return direct_ ? *direct_ == 0 : parser_->is_done(); }
@@ -109,7 +111,10 @@ class Http1Call final : public UpstreamCall {
   ConnectionHome& home_;
   std::unique_ptr<UpstreamConnection> conn_;
   StreamingParserPtr parser_;
-  std::optional<HeadBytes> head_bytes_;   // the request head, until the first write
+  /// The request head, until the first write, or until the answer's first head when
+  /// the request is resendable (it may go again, on a new connection).
+  std::optional<HeadBytes> head_bytes_;
+  bool resendable_ = false;               // RequestFraming::resendable, until a head came
   bool chunked_ = false;                  // the request body goes chunked
   bool written_ = false;                  // a write went out on this connection
   std::optional<Chunk> chunk_;            // the answer's body is read into it

@@ -185,8 +185,24 @@ TEST(Relay, ALengthFramedBodyIsRelayedWholeAndWhatFollowsItStaysUnread) {
   // swallowed into the buffer (a read through the parser took it with the body's end).
   EXPECT_EQ(r.left, 0U);
   EXPECT_EQ(r.unread, next);
-  // The upstream connection was free for its pool before the client had the end.
-  EXPECT_EQ(r.answer_read, 1);
+  // Bytes nobody asked for yet keep the connection from the pool: the kernel said, with
+  // the body's last read, that more was left (draining_read.hpp).
+  EXPECT_EQ(r.answer_read, 0);
+}
+
+// A connection goes back to its pool as its answer is read whole (before the client has
+// the end), unless the last read said the upstream's end came with it: an upstream that
+// closes after its answer though the answer kept the connection alive. Pooled, the next
+// request could take it before its idle read saw the end (pipelined requests do, within
+// a turn of the loop), and fail on it.
+TEST(Relay, AConnectionGoesBackAfterItsAnswerUnlessItsEndCameWithIt) {
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+  for (const bool close : {false, true}) {
+    const auto r = relay_answer(head, "hello", close);
+    EXPECT_EQ(r.result, proxy::RelayError::none) << r.error.message();
+    EXPECT_EQ(r.out, head + "hello");
+    EXPECT_EQ(r.answer_read, close ? 0 : 1) << (close ? "closed" : "open");
+  }
 }
 
 TEST(Relay, ALengthFramedBodyCutShortIsAReadErrorAsBeastNamesIt) {

@@ -72,6 +72,58 @@ TEST_P(UpstreamPool, AConnectionTheUpstreamSpokeOnWhileIdleIsNotReused) {
   EXPECT_EQ(world.upstream_connections(), 2);
 }
 
+// The upstream answers the first request on a connection and closes the connection
+// when the next one arrives, before a byte of an answer (a keep-alive timeout firing
+// as the request came; the FIN in flight as the pool hands the connection out). A
+// request that can go again (no body, a method a repeat cannot harm, no key) goes once
+// more on a new connection; any other gets the upstream's failure: it may have run.
+TEST_P(UpstreamPool, ARequestAKeptAliveConnectionEndedUnansweredGoesAgainOnlyWhenHarmless) {
+  struct Case {
+    Request second;
+    unsigned status;
+    int executions;
+  };
+  const std::vector<Case> cases = {
+      {{"GET", "/v1/orders/1", {}, "", {}}, 201, 3},
+      {{"HEAD", "/v1/orders/1", {}, "", {}}, 201, 3},
+      {{"DELETE", "/v1/orders/1", {}, "", {}}, 201, 3},
+      {{"POST", "/v1/orders/1", {}, "", {}}, 502, 2},   // no key, but not harmless
+      {{"PUT", "/v1/orders/1", {}, "{}", {}}, 502, 2},  // a body: not kept to send again
+      {json_post("pool-keyed"), 502, 2},                // under a key: never again
+  };
+  for (const auto& c : cases) {
+    World w{kConfig};
+    int answered = 0;
+    w.answer = [&answered](const StringRequest&) {
+      UpstreamAnswer a;
+      a.hang_up = ++answered == 2;
+      return a;
+    };
+    EXPECT_EQ(w.send(GetParam(), {"GET", "/v1/orders/0", {}, "", {}}).status, 201);
+    const auto reply = w.send(GetParam(), c.second);
+    EXPECT_EQ(reply.status, c.status) << c.second.method << ": " << reply.body;
+    EXPECT_EQ(w.executions(), c.executions) << c.second.method;
+    EXPECT_EQ(w.upstream_connections(), c.executions == 3 ? 2 : 1) << c.second.method;
+    if (c.status == 502) {
+      EXPECT_EQ(problem_type(reply), "https://idemproxy.dev/problems/upstream-failed");
+    }
+  }
+}
+
+// On a connection that was new, the same end is the answer's failure: nothing says the
+// upstream did not read the request and fail on it.
+TEST_P(UpstreamPool, ARequestANewConnectionEndedUnansweredDoesNotGoAgain) {
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.hang_up = true;
+    return a;
+  };
+  const auto reply = world.send(GetParam(), {"GET", "/v1/orders/1", {}, "", {}});
+  EXPECT_EQ(reply.status, 502) << reply.body;
+  EXPECT_EQ(world.executions(), 1);
+  EXPECT_EQ(world.upstream_connections(), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(BothCodecs, UpstreamPool, ::testing::Values(Codec::http1, Codec::http2),
                          [](const auto& info) { return to_string(info.param); });
 

@@ -1,0 +1,55 @@
+"""A raw socket HTTP/1.1 upstream whose answer is the bytes a test chooses."""
+import socket
+import threading
+
+from harness import free_port
+
+GOOD = b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+
+class RawUpstream:
+    """Reads each request (head and Content-Length body), records its
+    Idempotency-Key, writes `answer` and closes the connection."""
+
+    def __init__(self):
+        self.answer = GOOD
+        self.keys = []
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", self.port))
+        self.sock.listen(64)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn):
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+                if name.strip().lower() == b"idempotency-key":
+                    self.keys.append(value.strip().decode())
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(self.answer)
+
+    def close(self):
+        self.sock.close()
