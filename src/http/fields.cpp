@@ -110,30 +110,4 @@ bool allowed_in_trailers(std::string_view name) {
                       [&](std::string_view n) { return beast::iequals(name, n); });
 }
 
-FieldMark::FieldMark(const Fields& fields) {
-  seen_.reserve(static_cast<std::size_t>(std::distance(fields.begin(), fields.end())));
-  for (const auto& f : fields) seen_.push_back(&f);
-  std::sort(seen_.begin(), seen_.end());
-}
-
-bool FieldMark::marked(const void* field) const {
-  return std::binary_search(seen_.begin(), seen_.end(), field);
-}
-
-std::vector<Header> FieldMark::added(const Fields& fields) const {
-  std::vector<Header> out;
-  for (const auto& f : fields) {
-    if (!marked(&f) && allowed_in_trailers(f.name_string())) {
-      out.push_back({std::string(f.name_string()), std::string(f.value())});
-    }
-  }
-  return out;
-}
-
-void FieldMark::erase_added(Fields& fields) const {
-  for (auto at = fields.begin(); at != fields.end();) {
-    at = marked(&*at) ? std::next(at) : fields.erase(at);
-  }
-}
-
 }  // namespace idemproxy::http

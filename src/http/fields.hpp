@@ -86,24 +86,6 @@ bool coding_list(std::string_view value);
 /// anything the Connection field (`connection`, its value) names.
 bool connection_specific(std::string_view name, std::string_view connection);
 
-/// The fields a message had when it was marked, told apart from those a parser adds
-/// later: the trailer section of a chunked body (RFC 9112 7.1.2). Beast inserts a
-/// field next to those of the same name, so trailers are known by identity, not by
-/// position: a trailer named like a header field lands among the head's.
-class FieldMark {
- public:
-  explicit FieldMark(const Fields& fields);
-  /// The fields added since, without those a trailer must not carry (RFC 9110 6.5.1:
-  /// framing, routing, connection control, content-type and -encoding).
-  std::vector<Header> added(const Fields& fields) const;
-  /// Removes every field added since.
-  void erase_added(Fields& fields) const;
-
- private:
-  bool marked(const void* field) const;
-  std::vector<const void*> seen_;  // sorted
-};
-
 /// Whether a trailer may carry a field of this name (RFC 9110 6.5.1).
 bool allowed_in_trailers(std::string_view name);
 

@@ -3,6 +3,7 @@
 #include <span>
 
 #include "codec/http1/body_frames.hpp"
+#include "codec/http1/trailer_section.hpp"
 #include "http/fields.hpp"
 #include "http/parse_buffered.hpp"
 #include "http/try_io.hpp"
@@ -181,6 +182,7 @@ asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
     // Each head gets a fresh parser (RFC 9110 15.2: a 1xx is never the answer; taking
     // it for one hands the real answer to the next request on the connection).
     parser_ = new_parser(head_request, body_limit, fields);
+    parser_->on_chunk_header(last_chunk_);
     auto [ec, n] =
         co_await bhttp::async_read_header(conn_->stream, conn_->buffer, *parser_, use_nothrow);
     // A kept-alive connection the upstream closed as the request came, before a byte of
@@ -226,10 +228,6 @@ asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
     chunk_.emplace();
     widen_for_body(conn_->buffer, p);
   }
-  // Only a chunked answer has trailers to tell apart from its head. The parser adds
-  // them to the head's fields; what it adds is told by what was there as this read
-  // began (the caller may have changed the head since the last one).
-  if (p.chunked()) head_fields_.emplace(p.get());
   char* const room = chunk_->data();
   // Most API answers: a length that fits one chunk, read whole in one piece.
   const bool whole = !p.chunked() &&
@@ -260,6 +258,7 @@ asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
           co_await bhttp::async_read_some(conn_->stream, conn_->buffer, p, use_nothrow);
     }
     if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec == bhttp::error::end_of_chunk && last_chunk_.reached) ec = read_trailer_section();
     if (ec) {
       out.error = ec;
       co_return out;
@@ -271,18 +270,27 @@ asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
   }
   out.data = {room, filled};
   if (body_done()) {
-    if (head_fields_) {
-      // The parser adds a chunked answer's trailers to its fields, after the head's:
-      // they are taken out, to be relayed and kept as trailers (Trailer, RFC 9110
-      // 6.6.2, is a connection field: it is never kept).
-      trailers_ = head_fields_->added(p.get());
-      head_fields_->erase_added(p.get());
-    }
     out.end = true;
     out.trailers = trailers_;
     finish();
   }
   co_return out;
+}
+
+beast::error_code Http1Call::read_trailer_section() {
+  // The bytes from the last chunk on are still in the buffer: Beast's read consumes
+  // only what its parse used, and the parse stopped as it reached that chunk, with its
+  // whole section buffered.
+  const auto data = conn_->buffer.data();
+  const std::string_view bytes(static_cast<const char*>(data.data()), data.size());
+  std::size_t used = 0;
+  // (Trailer, RFC 9110 6.6.2, is a connection field: it is never kept.)
+  const auto ec = codec::http1::parse_trailer_section(bytes, trailers_, used);
+  if (ec == bhttp::error::need_more) return bhttp::error::bad_chunk;  // Beast found its end
+  if (ec) return ec;
+  conn_->buffer.consume(used);
+  trailers_read_ = true;
+  return {};
 }
 
 void Http1Call::finish() {

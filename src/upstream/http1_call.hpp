@@ -105,7 +105,9 @@ class Http1Call final : public UpstreamCall {
   asio::awaitable<beast::error_code> resend(TimePoint until);
   /// The answer was read whole: the connection goes back while it can carry another.
   void finish();
-  bool body_done() const { return direct_ ? *direct_ == 0 : parser_->is_done(); }
+  bool body_done() const { return direct_ ? *direct_ == 0 : trailers_read_ || parser_->is_done(); }
+  /// Reads the trailer section Beast's parser stopped at (LastChunk) from the buffer.
+  beast::error_code read_trailer_section();
 
   FieldsAllocator memory_;
   ConnectionHome& home_;
@@ -114,11 +116,23 @@ class Http1Call final : public UpstreamCall {
   /// The request head, until the first write, or until the answer's first head when
   /// the request is resendable (it may go again, on a new connection).
   std::optional<HeadBytes> head_bytes_;
-  bool resendable_ = false;               // RequestFraming::resendable, until a head came
-  bool chunked_ = false;                  // the request body goes chunked
-  bool written_ = false;                  // a write went out on this connection
-  std::optional<Chunk> chunk_;            // the answer's body is read into it
-  std::optional<FieldMark> head_fields_;  // a chunked answer's head, to find its trailers
+  bool resendable_ = false;     // RequestFraming::resendable, until a head came
+  bool chunked_ = false;        // the request body goes chunked
+  bool written_ = false;        // a write went out on this connection
+  std::optional<Chunk> chunk_;  // the answer's body is read into it
+  /// Beast's parser stops at a chunked answer's last chunk (its callback fails the
+  /// parse there), and the trailer section is read by the proxy's own parser
+  /// (codec/http1/trailer_section.hpp).
+  struct LastChunk {
+    void operator()(std::uint64_t size, beast::string_view, beast::error_code& ec) {
+      if (size != 0) return;
+      reached = true;
+      ec = bhttp::error::end_of_chunk;
+    }
+    bool reached = false;
+  };
+  LastChunk last_chunk_;
+  bool trailers_read_ = false;  // the trailer section was read: the body is done
   std::vector<Header> trailers_;
   /// A body framed by Content-Length (RFC 9112 6.2) has nothing for the parser to find
   /// in it, only bytes to count: once the bytes buffered with its head are used up,

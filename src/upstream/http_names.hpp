@@ -21,7 +21,6 @@ using http::ArenaAllocator;
 using http::Chunk;
 using http::connection_specific;
 using http::ExtraFields;
-using http::FieldMark;
 using http::FieldsAllocator;
 using http::Framing;
 using http::HeadBytes;

@@ -137,3 +137,31 @@ def test_a_kept_length_reaches_curl_once_as_one_number(make_proxy, raw_upstream,
         assert got == int(status[:3]), (got, headers)
         assert headers["content-length"] == "5", headers
         assert body == b""
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: 5", b"Transfer-Encoding: chunked"])
+def test_a_trailer_that_would_frame_the_answer_is_read_past_and_the_answer_kept(
+        make_proxy, raw_upstream, pg, key, framing):
+    # RFC 9110 6.5.1: a trailer cannot frame a message. Beast's parser read the trailer
+    # section with a head's rules: the answer broke off after its last chunk (curl over
+    # HTTP/2: exit 92, INTERNAL_ERROR) and the key was left indeterminate (a 409 to
+    # every retry). Now the field is dropped and the rest kept, relayed and replayed.
+    import subprocess
+    p = make_proxy(upstream_url=raw_upstream.url)
+    raw_upstream.answer = (b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n"
+                           b"Content-Type: text/plain\r\n\r\n5\r\nhello\r\n0\r\n" + framing +
+                           b"\r\nX-Sum: 7\r\n\r\n")
+    for protocol in ("--http2-prior-knowledge", "--http1.1"):
+        out = subprocess.run(["curl", "-sS", "-i", protocol, "-H", "te: trailers",
+                              "-H", "Idempotency-Key: " + key, "-H", "Content-Type: application/json",
+                              "-d", "{}", "http://127.0.0.1:%d/v1/orders" % p.port],
+                             capture_output=True, timeout=20)
+        assert out.returncode == 0, out.stderr
+        head, _, rest = out.stdout.partition(b"\r\n\r\n")
+        assert b" 201" in head.split(b"\r\n")[0], head
+        assert rest.startswith(b"hello"), rest
+        trailers = rest[len(b"hello"):].lower()
+        assert b"x-sum: 7" in trailers and framing.split(b":")[0].lower() not in trailers, rest
+    assert b"idempotent-replayed: true" in head.lower()  # the second was the replay
+    assert raw_upstream.keys == [key]
+    assert pg.sql("SELECT state FROM idempotency_records WHERE key = '%s'" % key) == "completed"

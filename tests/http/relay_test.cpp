@@ -272,6 +272,22 @@ TEST(Relay, AChunkedAnswersTrailersReachOnlyAClientThatTakesThem) {
   EXPECT_EQ(r.out, head + "2\r\nok\r\n0\r\n\r\n");
 }
 
+// A trailer that would frame the message, or close the connection, is read past (RFC
+// 9110 6.5.1): Beast's parser read the trailer section with a head's rules, and failed
+// the answer after its last chunk on a Content-Length or a Transfer-Encoding there
+// (curl saw the answer break off; a covered record was left indeterminate). The
+// body goes whole, and the connection back to its pool.
+TEST(Relay, AChunkedAnswersTrailersThatWouldFrameItAreReadPast) {
+  const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (const std::string trailer :
+       {"Content-Length: 5", "Transfer-Encoding: chunked", "Connection: close"}) {
+    const auto r = relay_answer(head, "2\r\nok\r\n0\r\n" + trailer + "\r\nX-Sum: 7\r\n\r\n", false);
+    EXPECT_EQ(r.result, proxy::RelayError::none) << trailer << ": " << r.error.message();
+    EXPECT_EQ(r.out, head + "2\r\nok\r\n0\r\n\r\n") << trailer;
+    EXPECT_EQ(r.answer_read, 1) << trailer;
+  }
+}
+
 namespace {
 
 // The pool's side of a call whose reused connection turns out dead: `next` as the new

@@ -1,62 +1,17 @@
 #include "codec/http1/request_head.hpp"
 
 #include <algorithm>
-#include <array>
-#include <bit>
-#include <cstring>
+
+#include "codec/http1/field_line.hpp"
 
 namespace idemproxy::codec::http1 {
 namespace {
 
 using bhttp::error;
-using CharClass = std::array<bool, 256>;
 
-constexpr CharClass char_class(bool (*in)(unsigned char)) {
-  CharClass t{};
-  for (unsigned c = 0; c < 256; ++c) t[c] = in(static_cast<unsigned char>(c));
-  return t;
-}
-
-// RFC 9110 5.6.2's tchar: a method's and a field name's characters.
-constexpr CharClass kToken = char_class([](unsigned char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
-});
 // A request target's, as Beast reads it: anything but controls, SP and DEL
 // (normalize_target checks the rest).
 constexpr CharClass kTarget = char_class([](unsigned char c) { return c > 0x20 && c != 0x7f; });
-// A field value's (RFC 9110 5.5, obs-text included): anything but the controls other
-// than HTAB, and DEL.
-constexpr CharClass kValue =
-    char_class([](unsigned char c) { return (c >= 0x20 && c != 0x7f) || c == '\t'; });
-
-bool in(const CharClass& t, char c) { return t[static_cast<unsigned char>(c)]; }
-
-// Skips the bytes of class `t` (a target's or a value's) from `p`, eight at a time:
-// no byte of such a class is below `below` or DEL but a value's HTAB, so a word's
-// first byte that is one (the lowest flag below, which a borrow never sets early) is
-// where the scan stops, or, at a value's HTAB, goes on past. The last bytes before
-// `end` are read one at a time.
-static_assert(std::endian::native == std::endian::little);
-const char* skip(const char* p, const char* end, const CharClass& t, std::uint64_t below) {
-  constexpr std::uint64_t kOnes = 0x0101010101010101, kHighs = 0x8080808080808080;
-  while (end - p >= 8) {
-    std::uint64_t word = 0;
-    std::memcpy(&word, p, sizeof word);  // little-endian: the first byte is the lowest
-    const std::uint64_t del = word ^ (kOnes * 0x7f);
-    const std::uint64_t flags =
-        (((word - kOnes * below) & ~word) | ((del - kOnes) & ~del)) & kHighs;
-    if (flags == 0) {
-      p += 8;
-      continue;
-    }
-    p += std::countr_zero(flags) / 8;
-    if (!in(t, *p)) return p;  // not a value's HTAB
-    ++p;
-  }
-  while (in(t, *p)) ++p;
-  return p;
-}
 
 // Content-Length (RFC 9110 8.6), as Beast's do_field reads it: one number, or a
 // list of equal numbers; none beside chunked.
@@ -194,20 +149,8 @@ beast::error_code parse_request_head(std::string_view bytes, RequestHeader& head
   // field-line = field-name ":" OWS field-value OWS CRLF
   ConnectionTokens tokens;
   while (*p != '\r') {
-    const char* const name = p;
-    while (in(kToken, *p)) ++p;
-    if (*p != ':' || p == name) return error::bad_field;
-    const std::string_view name_text(name, static_cast<std::size_t>(p - name));
-    ++p;
-    while (*p == ' ' || *p == '\t') ++p;
-    const char* const value = p;
-    p = skip(p, end, kValue, 0x20);
-    if (*p != '\r') return error::bad_value;
-    if (p[1] != '\n') return error::bad_line_ending;
-    const char* last = p;
-    while (last != value && (last[-1] == ' ' || last[-1] == '\t')) --last;
-    p += 2;  // a line folded onto this one (obs-fold) starts with no name: bad_field
-    const std::string_view value_text(value, static_cast<std::size_t>(last - value));
+    std::string_view name_text, value_text;
+    if (const auto ec = parse_field_line(p, end, name_text, value_text); ec != error{}) return ec;
     const auto field = bhttp::string_to_field(name_text);
     if (const auto ec = note_field(field, value_text, facts, tokens); ec != error{}) return ec;
     head.insert(field, name_text, value_text);
