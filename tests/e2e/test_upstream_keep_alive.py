@@ -55,15 +55,23 @@ def test_pipelined_gets_on_an_upstream_that_closes_after_each_answer_are_all_ans
         assert statuses == [201] * 5, statuses
 
 
-def test_pipelined_keyed_posts_on_an_upstream_that_closes_after_each_answer_all_run_once(
+def test_pipelined_keyed_posts_on_an_upstream_that_closes_after_each_answer_never_run_twice(
         make_proxy, raw_upstream, pg, key):
+    # A keyed request is never sent again: one that meets an end in flight (more often
+    # on a loaded machine, where the upstream closes later) is a 502 and its key
+    # `indeterminate`; every other runs once and is kept.
     p = make_proxy(upstream_url=raw_upstream.url)
     keys = ["%s-%d" % (key, i) for i in range(40)]
+    answered = {}
     for at in range(0, len(keys), 4):
         batch = keys[at:at + 4]
         statuses = pipelined(p.port, [post(k, last=k == batch[-1]) for k in batch])
-        assert statuses == [201] * 4, (batch, statuses)
-    assert sorted(raw_upstream.keys) == sorted(keys)  # each ran once
-    assert pg.sql("SELECT count(*) FROM idempotency_records WHERE key LIKE '%s-%%' AND "
-                  "state <> 'completed'" % key) == "0"
-
+        assert len(statuses) == 4 and set(statuses) <= {201, 502}, (batch, statuses)
+        answered.update(zip(batch, statuses))
+    assert len(raw_upstream.keys) == len(set(raw_upstream.keys))  # none ran twice
+    for k, status in answered.items():
+        state = pg.sql("SELECT state FROM idempotency_records WHERE key = '%s'" % k)
+        assert state == ("completed" if status == 201 else "indeterminate"), (k, status, state)
+        if status == 201:
+            assert k in raw_upstream.keys
+    assert list(answered.values()).count(201) >= len(keys) // 2, answered
