@@ -113,6 +113,7 @@ asio::awaitable<beast::error_code> Http1Call::send_head(RequestHeader& head,
 
 asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, bool last,
                                                         TimePoint until) {
+  if (stopped_) co_return beast::error_code{};
   codec::http1::BodyFrames frames(chunked_);
   if (head_bytes_) frames.add_bytes(*head_bytes_);
   frames.add_piece(data);
@@ -128,7 +129,10 @@ asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, b
 // In cleartext, what the socket takes now goes at once (http/try_io.hpp): most writes,
 // whole. The rest, if any, is awaited until `until`.
 std::optional<beast::error_code> Http1Call::write_now(Rest& rest, beast::error_code& ec) {
-  if (!http::sent_at_once(conn_->stream, rest, ec)) return std::nullopt;
+  const std::size_t before = asio::buffer_size(rest);
+  const bool settled = http::sent_at_once(conn_->stream, rest, ec);
+  out_ += before - asio::buffer_size(rest);
+  if (!settled) return std::nullopt;
   if (ec && !written_ && conn_->reused) return std::nullopt;  // again, on a new connection
   return written(ec);
 }
@@ -140,6 +144,7 @@ asio::awaitable<beast::error_code> Http1Call::write_rest(
     if (!ec && asio::buffer_size(rest) != 0) {
       conn_->stream.expires_at(until);
       auto [wec, n] = co_await asio::async_write(conn_->stream, rest, use_nothrow);
+      out_ += n;
       ec = wec;
     }
     if (ec && !written_ && conn_->reused) {
@@ -150,7 +155,9 @@ asio::awaitable<beast::error_code> Http1Call::write_rest(
       conn_ = std::move(fresh);
       rest = Rest(buffers);
       ec = {};
+      out_ = asio::buffer_size(rest);
       http::sent_at_once(conn_->stream, rest, ec);
+      out_ -= asio::buffer_size(rest);
       continue;
     }
     co_return written(ec);
@@ -159,6 +166,14 @@ asio::awaitable<beast::error_code> Http1Call::write_rest(
 
 beast::error_code Http1Call::written(beast::error_code ec) {
   written_ = true;
+  // The upstream stopped taking the request after it took some: not a request that
+  // never reached it. Its answer, read next, may already be in the socket (a reset
+  // leaves what came before it readable), or the read finds the connection's end: a
+  // failure after sending, never one before (the request may have run).
+  if (out_ > 0 && (ec == asio::error::connection_reset || ec == asio::error::broken_pipe)) {
+    stopped_ = true;
+    ec = {};
+  }
   if (!ec && !resendable_) head_bytes_.reset();
   return ec;
 }
@@ -301,7 +316,7 @@ void Http1Call::finish() {
   // with its last bytes (it closed without saying so), or bytes nobody asked for.
   // Either makes the connection unusable; kept, the next request could take it before
   // its idle read saw it (within one turn of the loop: pipelined requests do).
-  if (conn_ && parser_->keep_alive() && !parser_->need_eof() &&
+  if (conn_ && !stopped_ && parser_->keep_alive() && !parser_->need_eof() &&
       !conn_->stream.transport().more_after_last_read()) {
     home_.give_back(std::move(conn_));
   }

@@ -84,6 +84,13 @@ class Http1Call final : public UpstreamCall {
   Framing framing() const override;
   asio::awaitable<AnswerPiece> read_body(TimePoint until) override;
 
+  /// The upstream stopped taking the request (reset its connection, or shut its
+  /// reading side) after some of it went: it may have answered without reading the
+  /// rest (RFC 9112 9.6: a server may answer before a request's body ends, then close),
+  /// and it may have acted on what it read. The rest is not sent, and the answer, or
+  /// the connection's end, tells the outcome.
+  bool answered_early() const override { return stopped_; }
+
   /// The connection, while the call holds it (the tests read what is left in it).
   UpstreamConnection* connection() { return conn_.get(); }
 
@@ -119,6 +126,8 @@ class Http1Call final : public UpstreamCall {
   bool resendable_ = false;     // RequestFraming::resendable, until a head came
   bool chunked_ = false;        // the request body goes chunked
   bool written_ = false;        // a write went out on this connection
+  std::size_t out_ = 0;         // the bytes of this request the connection took
+  bool stopped_ = false;        // answered_early(): nothing more is sent
   std::optional<Chunk> chunk_;  // the answer's body is read into it
   /// Beast's parser stops at a chunked answer's last chunk (its callback fails the
   /// parse there), and the trailer section is read by the proxy's own parser

@@ -1,6 +1,7 @@
 """A raw socket HTTP/1.1 upstream whose answer is the bytes a test chooses."""
 import socket
 import threading
+import time
 
 from harness import free_port
 
@@ -9,10 +10,12 @@ GOOD = b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Lengt
 
 class RawUpstream:
     """Reads each request (head and Content-Length body), records its
-    Idempotency-Key, writes `answer` and closes the connection."""
+    Idempotency-Key, writes `answer` and closes the connection. With `read_body`
+    false it answers once the head came and closes with the body unread (a reset)."""
 
     def __init__(self):
         self.answer = GOOD
+        self.read_body = True
         self.keys = []
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
@@ -47,9 +50,11 @@ class RawUpstream:
                     length = int(value)
                 if name.strip().lower() == b"idempotency-key":
                     self.keys.append(value.strip().decode())
-            while len(body) < length:
+            while self.read_body and len(body) < length:
                 body += conn.recv(65536)
             conn.sendall(self.answer)
+            if not self.read_body:
+                time.sleep(0.05)  # the answer goes before the reset
 
     def close(self):
         self.sock.close()

@@ -150,8 +150,16 @@ asio::awaitable<void> World::serve_upstream(tcp::socket socket) {
   beast::flat_buffer buffer;
   for (;;) {
     StringRequest req;
-    auto [ec, n] = co_await bhttp::async_read(socket, buffer, req, use_nothrow);
-    if (ec) co_return;
+    if (answer_heads) {
+      RequestParser<bhttp::string_body> head;
+      head.body_limit(boost::none);
+      auto [ec, n] = co_await bhttp::async_read_header(socket, buffer, head, use_nothrow);
+      if (ec) co_return;
+      req = head.release();
+    } else {
+      auto [ec, n] = co_await bhttp::async_read(socket, buffer, req, use_nothrow);
+      if (ec) co_return;
+    }
     ++total_;
     ++executions_[std::string(req["Idempotency-Key"])];
     last_ = req;
@@ -191,7 +199,7 @@ asio::awaitable<void> World::serve_upstream(tcp::socket socket) {
       out += "\r\n";
     }
     auto [wec, w] = co_await asio::async_write(socket, asio::buffer(out), use_nothrow);
-    if (wec || a.close_after) co_return;
+    if (wec || a.close_after || answer_heads) co_return;
     if (!a.unasked.empty()) {
       asio::steady_timer later(io, std::chrono::milliseconds(20));
       co_await later.async_wait(use_nothrow);

@@ -1,0 +1,88 @@
+"""An HTTP/1.1 upstream that answers before it reads a request's body, then closes
+(RFC 9112 9.6), as a server that refuses an upload early, or acts on the head alone,
+does: the body unread, its close is a reset, and the proxy's write of the body fails.
+
+Before, that failed write read as "the request could not be sent": a 502
+upstream-unreachable, and under a key the claim released, so the retry executed
+again (the upstream saw the key twice). nginx 1.22 relays the early answer, tried
+here. Now the answer is read, relayed, and under a key recorded and replayed; with
+no answer before the reset, the key is left indeterminate."""
+import subprocess
+
+import pytest
+
+from raw_upstream import RawUpstream
+
+BIG = 8 << 20  # more than loopback's socket buffers take at once
+
+
+@pytest.fixture
+def early_upstream():
+    u = RawUpstream()
+    u.read_body = False
+    yield u
+    u.close()
+
+
+@pytest.fixture
+def big_file(tmp_path):
+    path = tmp_path / "big.bin"
+    path.write_bytes(b"x" * BIG)
+    return str(path)
+
+
+def curl_post(port, path, body_file, protocol, key=None):
+    args = ["curl", "-sS", "-i", protocol, "-H", "Content-Type: application/octet-stream",
+            "--data-binary", "@" + body_file]
+    if key:
+        args += ["-H", "Idempotency-Key: " + key]
+    out = subprocess.run(args + ["http://127.0.0.1:%d%s" % (port, path)], capture_output=True,
+                         timeout=30)
+    assert out.returncode == 0, out.stderr
+    raw = out.stdout
+    while raw.startswith(b"HTTP/1.1 100"):
+        raw = raw.partition(b"\r\n\r\n")[2]
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), head.decode("latin-1").lower(), body
+
+
+ROUTES = [{"name": "orders", "path_prefix": "/v1", "key_required": True, "max_body": "16MiB"}]
+
+
+@pytest.mark.parametrize("protocol", ["--http1.1", "--http2-prior-knowledge"])
+def test_a_keyed_request_answered_before_its_body_runs_once_and_is_replayed(
+        make_proxy, early_upstream, big_file, pg, key, protocol):
+    p = make_proxy(upstream_url=early_upstream.url, routes=ROUTES)
+    early_upstream.answer = (b"HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: 8\r\nConnection: close\r\n\r\naccepted")
+    first = curl_post(p.port, "/v1/orders", big_file, protocol, key)
+    assert first[0] == 201 and first[2] == b"accepted", first
+    again = curl_post(p.port, "/v1/orders", big_file, protocol, key)
+    assert again[0] == 201 and again[2] == b"accepted", again
+    assert "idempotent-replayed: true" in again[1]
+    assert early_upstream.keys == [key]
+    assert pg.sql("SELECT state FROM idempotency_records WHERE key = '%s'" % key) == "completed"
+
+
+@pytest.mark.parametrize("protocol", ["--http1.1", "--http2-prior-knowledge"])
+def test_a_pass_through_upload_gets_the_upstreams_early_answer(make_proxy, early_upstream,
+                                                                big_file, protocol):
+    p = make_proxy(upstream_url=early_upstream.url, routes=ROUTES)
+    early_upstream.answer = (b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: 9\r\nConnection: close\r\n\r\ntoo large")
+    status, _, body = curl_post(p.port, "/uploads", big_file, protocol)
+    assert (status, body) == (413, b"too large")
+
+
+def test_a_reset_with_no_answer_after_the_head_leaves_the_key_indeterminate(
+        make_proxy, early_upstream, big_file, pg, key):
+    p = make_proxy(upstream_url=early_upstream.url, routes=ROUTES)
+    early_upstream.answer = b""
+    first = curl_post(p.port, "/v1/orders", big_file, "--http1.1", key)
+    assert first[0] == 502, first
+    assert b"upstream-failed" in first[2]
+    retry = curl_post(p.port, "/v1/orders", big_file, "--http1.1", key)
+    assert retry[0] == 409 and b"outcome-indeterminate" in retry[2], retry  # never run again
+    assert early_upstream.keys == [key]
+    assert pg.sql("SELECT state FROM idempotency_records WHERE key = '%s'" % key) == \
+        "indeterminate"

@@ -1,0 +1,86 @@
+// An HTTP/1.1 upstream that answers a request before it reads the body, then closes
+// the connection (RFC 9112 9.6; the unread body makes the close a reset), as a server
+// that refuses an upload early, or acts on the head alone, does. The proxy's write of
+// the body fails, but what the upstream read may have run and its answer is in the
+// socket: the answer is relayed, and under a key recorded and replayed. Before, the
+// failed write was "the request could not be sent": a 502 upstream-unreachable, the
+// key released, and the retry executed again (the upstream saw the key twice; nginx
+// relays such an answer).
+#include <gtest/gtest.h>
+
+#include "world.hpp"
+
+namespace idemproxy::testing::early_answer_test {
+namespace {
+
+const char* kConfig = R"(store: {memory: {}}
+routes:
+  - {name: orders, path_prefix: /v1/orders, max_body: 64MiB}
+)";
+
+// More than loopback's socket buffers take at once: the upstream's reset comes while
+// the proxy still writes.
+std::string big_body() { return std::string(std::size_t{24} << 20, 'x'); }
+
+class EarlyAnswer : public ::testing::TestWithParam<Codec> {
+ protected:
+  World world{kConfig};
+};
+
+TEST_P(EarlyAnswer, AKeyedRequestTheUpstreamAnsweredBeforeItsBodyRunsOnceAndIsReplayed) {
+  world.answer_heads = true;
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.body = R"({"id":"early"})";
+    return a;
+  };
+  auto request = json_post("early-1");
+  request.body = big_body();
+  const auto first = world.send(GetParam(), request);
+  EXPECT_EQ(first.status, 201) << first.body;
+  EXPECT_EQ(first.body, R"({"id":"early"})");
+  const auto retry = world.send(GetParam(), request);
+  EXPECT_EQ(retry.status, 201) << retry.body;
+  EXPECT_EQ(retry.field("Idempotent-Replayed"), "true");
+  EXPECT_EQ(retry.body, R"({"id":"early"})");
+  EXPECT_EQ(world.executions("early-1"), 1);
+}
+
+TEST_P(EarlyAnswer, APassThroughRequestGetsTheUpstreamsEarlyAnswer) {
+  world.answer_heads = true;
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.status = 413;
+    a.body = "too large";
+    return a;
+  };
+  const auto reply = world.send(GetParam(), {"POST", "/uploads", {}, big_body(), {}});
+  EXPECT_EQ(reply.status, 413) << reply.body;
+  EXPECT_EQ(reply.body, "too large");
+}
+
+// No answer before the reset: the request may have run (the upstream read its head),
+// so its key is left indeterminate, never released for a retry to run it again.
+TEST_P(EarlyAnswer, AResetWithNoAnswerAfterTheHeadWentLeavesTheKeyIndeterminate) {
+  world.answer_heads = true;
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.hang_up = true;
+    return a;
+  };
+  auto request = json_post("early-2");
+  request.body = big_body();
+  const auto first = world.send(GetParam(), request);
+  EXPECT_EQ(first.status, 502) << first.body;
+  EXPECT_EQ(problem_type(first), "https://idemproxy.dev/problems/upstream-failed");
+  const auto retry = world.send(GetParam(), request);
+  EXPECT_EQ(retry.status, 409) << retry.body;
+  EXPECT_EQ(problem_type(retry), "https://idemproxy.dev/problems/outcome-indeterminate");
+  EXPECT_EQ(world.executions("early-2"), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothCodecs, EarlyAnswer, ::testing::Values(Codec::http1, Codec::http2),
+                         [](const auto& info) { return to_string(info.param); });
+
+}  // namespace
+}  // namespace idemproxy::testing::early_answer_test
