@@ -37,6 +37,18 @@ asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, Strin
   const upstream::RequestFraming framing{!body.empty(), te_trailers};
   auto wec = co_await call->send_head(request.base(), extra, framing, until);
   if (!wec && framing.body) wec = co_await call->send_body(body, true, until);
+  if (wec && call->reached_upstream()) {
+    // Some of it went: the upstream may have acted on what it read.
+    out.error = wec == beast::error::timeout
+                    ? upstream_error(ProblemKind::upstream_timeout,
+                                     "the upstream took part of the request, then no more in time")
+                    : upstream_error(ProblemKind::upstream_failed,
+                                     "sending the request to the upstream failed after part of it "
+                                     "went: " +
+                                         wec.message());
+    out.sent = true;
+    co_return out;
+  }
   if (wec) {
     out.error = upstream_error(ProblemKind::upstream_unreachable,
                                "the request could not be sent to the upstream: " + wec.message());

@@ -95,6 +95,11 @@ class UpstreamCall {
   /// Whether the request may have been processed: false only when the upstream
   /// refused it unprocessed (RFC 9113 §8.7) and it was not sent again.
   virtual bool maybe_processed() const { return true; }
+  /// Whether any of the request reached the upstream: false when a write failed before
+  /// any of it went (a connection that could not take it, a stream never opened), so
+  /// that nothing can have run. A write that fails after some went is a failure after
+  /// sending: the upstream may have acted on what it read.
+  virtual bool reached_upstream() const { return true; }
 
  protected:
   virtual ~UpstreamCall() = default;

@@ -151,6 +151,7 @@ asio::awaitable<beast::error_code> StreamCall::start() {
     };
     co_await on_link(link, step);
     if (started) {
+      started_ = true;
       call_ = std::move(started);
       co_return beast::error_code{};
     }

@@ -311,6 +311,7 @@ class StreamCall final : public UpstreamCall {
   Framing framing() const override;
   asio::awaitable<AnswerPiece> read_body(TimePoint until) override;
   bool maybe_processed() const override { return !refused_; }
+  bool reached_upstream() const override { return started_; }
 
  private:
   asio::awaitable<beast::error_code> start();
@@ -343,6 +344,7 @@ class StreamCall final : public UpstreamCall {
   int resends_ = 0;  // of kMaxResends
   bool ended_ = false;
   bool sent_body_ = false;
+  bool started_ = false;  // a stream was opened for the request (its HEADERS submitted)
   bool answered_early_ = false;
 };
 

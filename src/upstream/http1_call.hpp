@@ -90,6 +90,7 @@ class Http1Call final : public UpstreamCall {
   /// and it may have acted on what it read. The rest is not sent, and the answer, or
   /// the connection's end, tells the outcome.
   bool answered_early() const override { return stopped_; }
+  bool reached_upstream() const override { return out_ > 0; }
 
   /// The connection, while the call holds it (the tests read what is left in it).
   UpstreamConnection* connection() { return conn_.get(); }

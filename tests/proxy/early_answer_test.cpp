@@ -79,6 +79,28 @@ TEST_P(EarlyAnswer, AResetWithNoAnswerAfterTheHeadWentLeavesTheKeyIndeterminate)
   EXPECT_EQ(world.executions("early-2"), 1);
 }
 
+// An upstream that read the head and then took no more of the body (nor answered) in
+// upstream.timeout: the request may have run, so the key is left indeterminate. Before,
+// a write that timed out was "the request could not be sent", and the key released.
+TEST_P(EarlyAnswer, AnUpstreamThatStopsTakingTheBodyLeavesTheKeyIndeterminate) {
+  World slow{kConfig, nullptr, "timeout: 1s"};
+  slow.answer_heads = true;
+  slow.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.delay = std::chrono::seconds{3};  // after the proxy gave up
+    return a;
+  };
+  auto request = json_post("early-3");
+  request.body = big_body();
+  const auto first = slow.send(GetParam(), request);
+  EXPECT_EQ(first.status, 504) << first.body;
+  EXPECT_EQ(problem_type(first), "https://idemproxy.dev/problems/upstream-timeout");
+  const auto retry = slow.send(GetParam(), request);
+  EXPECT_EQ(retry.status, 409) << retry.body;
+  EXPECT_EQ(problem_type(retry), "https://idemproxy.dev/problems/outcome-indeterminate");
+  EXPECT_EQ(slow.executions("early-3"), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(BothCodecs, EarlyAnswer, ::testing::Values(Codec::http1, Codec::http2),
                          [](const auto& info) { return to_string(info.param); });
 

@@ -138,6 +138,7 @@ class FakeCall final : public upstream::UpstreamCall {
   Framing framing() const override { return script_.framing; }
   asio::awaitable<upstream::AnswerPiece> read_body(TimePoint) override;
   bool maybe_processed() const override { return !script_.refused; }
+  bool reached_upstream() const override { return !script_.send_error; }
 
   std::string request_body;
   bool request_ended = false;
