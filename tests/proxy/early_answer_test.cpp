@@ -22,6 +22,22 @@ routes:
 // the proxy still writes.
 std::string big_body() { return std::string(std::size_t{24} << 20, 'x'); }
 
+// Sends a big keyed request under `key` twice through `w`, whose upstream answers after
+// the head as set: the first gets `status` with the problem `type`; the retry is told
+// the outcome is unknown, and the upstream saw the key once.
+void expect_indeterminate(World& w, Codec codec, const std::string& key, unsigned status,
+                          const std::string& type) {
+  auto request = json_post(key);
+  request.body = big_body();
+  const auto first = w.send(codec, request);
+  EXPECT_EQ(first.status, status) << first.body;
+  EXPECT_EQ(problem_type(first), "https://idemproxy.dev/problems/" + type);
+  const auto retry = w.send(codec, request);
+  EXPECT_EQ(retry.status, 409) << retry.body;
+  EXPECT_EQ(problem_type(retry), "https://idemproxy.dev/problems/outcome-indeterminate");
+  EXPECT_EQ(w.executions(key), 1);
+}
+
 class EarlyAnswer : public ::testing::TestWithParam<Codec> {
  protected:
   World world{kConfig};
@@ -68,15 +84,7 @@ TEST_P(EarlyAnswer, AResetWithNoAnswerAfterTheHeadWentLeavesTheKeyIndeterminate)
     a.hang_up = true;
     return a;
   };
-  auto request = json_post("early-2");
-  request.body = big_body();
-  const auto first = world.send(GetParam(), request);
-  EXPECT_EQ(first.status, 502) << first.body;
-  EXPECT_EQ(problem_type(first), "https://idemproxy.dev/problems/upstream-failed");
-  const auto retry = world.send(GetParam(), request);
-  EXPECT_EQ(retry.status, 409) << retry.body;
-  EXPECT_EQ(problem_type(retry), "https://idemproxy.dev/problems/outcome-indeterminate");
-  EXPECT_EQ(world.executions("early-2"), 1);
+  expect_indeterminate(world, GetParam(), "early-2", 502, "upstream-failed");
 }
 
 // An upstream that read the head and then took no more of the body (nor answered) in
@@ -90,15 +98,7 @@ TEST_P(EarlyAnswer, AnUpstreamThatStopsTakingTheBodyLeavesTheKeyIndeterminate) {
     a.delay = std::chrono::seconds{3};  // after the proxy gave up
     return a;
   };
-  auto request = json_post("early-3");
-  request.body = big_body();
-  const auto first = slow.send(GetParam(), request);
-  EXPECT_EQ(first.status, 504) << first.body;
-  EXPECT_EQ(problem_type(first), "https://idemproxy.dev/problems/upstream-timeout");
-  const auto retry = slow.send(GetParam(), request);
-  EXPECT_EQ(retry.status, 409) << retry.body;
-  EXPECT_EQ(problem_type(retry), "https://idemproxy.dev/problems/outcome-indeterminate");
-  EXPECT_EQ(slow.executions("early-3"), 1);
+  expect_indeterminate(slow, GetParam(), "early-3", 504, "upstream-timeout");
 }
 
 INSTANTIATE_TEST_SUITE_P(BothCodecs, EarlyAnswer, ::testing::Values(Codec::http1, Codec::http2),
