@@ -133,7 +133,7 @@ std::optional<beast::error_code> Http1Call::write_now(Rest& rest, beast::error_c
   const bool settled = http::sent_at_once(conn_->stream, rest, ec);
   out_ += before - asio::buffer_size(rest);
   if (!settled) return std::nullopt;
-  if (ec && !written_ && conn_->reused) return std::nullopt;  // again, on a new connection
+  if (stale(ec)) return std::nullopt;  // again, on a new connection
   return written(ec);
 }
 
@@ -147,7 +147,7 @@ asio::awaitable<beast::error_code> Http1Call::write_rest(
       out_ += n;
       ec = wec;
     }
-    if (ec && !written_ && conn_->reused) {
+    if (stale(ec)) {
       // A stale keep-alive connection: the same bytes go once more on a new one.
       written_ = true;
       auto [fec, fresh] = co_await home_.fresh();

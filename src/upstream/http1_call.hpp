@@ -107,6 +107,12 @@ class Http1Call final : public UpstreamCall {
   std::optional<beast::error_code> write_now(Rest& rest, beast::error_code& ec);
   asio::awaitable<beast::error_code> write_rest(std::span<const asio::const_buffer> buffers,
                                                 Rest& rest, beast::error_code ec, TimePoint until);
+  /// Whether the write failed on a kept-alive connection the upstream had closed as it
+  /// was taken: the first write, and the connection took none of it. (One that took
+  /// some may have reached an upstream that read the head and answered early.)
+  bool stale(const beast::error_code& ec) const {
+    return ec && !written_ && conn_->reused && out_ == 0;
+  }
   /// The write ended with `ec`: the head goes with it when it went.
   beast::error_code written(beast::error_code ec);
   /// Sends the request (a head alone: resendable) once more on a new connection.

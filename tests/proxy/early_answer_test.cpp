@@ -38,13 +38,18 @@ void expect_indeterminate(World& w, Codec codec, const std::string& key, unsigne
   EXPECT_EQ(w.executions(key), 1);
 }
 
+// The upstream answers the big requests after their heads, and the rest whole.
+bool big(const StringRequest& head) {
+  return head[bhttp::field::content_length].size() > 6;  // a million bytes or more
+}
+
 class EarlyAnswer : public ::testing::TestWithParam<Codec> {
  protected:
   World world{kConfig};
 };
 
 TEST_P(EarlyAnswer, AKeyedRequestTheUpstreamAnsweredBeforeItsBodyRunsOnceAndIsReplayed) {
-  world.answer_heads = true;
+  world.answer_heads = big;
   world.answer = [](const StringRequest&) {
     UpstreamAnswer a;
     a.body = R"({"id":"early"})";
@@ -63,7 +68,7 @@ TEST_P(EarlyAnswer, AKeyedRequestTheUpstreamAnsweredBeforeItsBodyRunsOnceAndIsRe
 }
 
 TEST_P(EarlyAnswer, APassThroughRequestGetsTheUpstreamsEarlyAnswer) {
-  world.answer_heads = true;
+  world.answer_heads = big;
   world.answer = [](const StringRequest&) {
     UpstreamAnswer a;
     a.status = 413;
@@ -75,10 +80,31 @@ TEST_P(EarlyAnswer, APassThroughRequestGetsTheUpstreamsEarlyAnswer) {
   EXPECT_EQ(reply.body, "too large");
 }
 
+// On a kept-alive connection too. A write that failed on a reused connection before it
+// ended was taken for a stale connection (the upstream closing it as it was taken) and
+// the request sent again on a new one: the upstream, which had read the head and
+// answered, ran it twice. It goes again only when the connection took none of it.
+TEST_P(EarlyAnswer, OnAKeptAliveConnectionTheEarlyAnswerRunsOnceToo) {
+  world.answer_heads = big;
+  world.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.body = R"({"id":"early"})";
+    return a;
+  };
+  EXPECT_EQ(world.send(GetParam(), json_post("small")).status, 201);  // leaves one pooled
+  auto request = json_post("early-4");
+  request.body = big_body();
+  const auto first = world.send(GetParam(), request);
+  EXPECT_EQ(first.status, 201) << first.body;
+  EXPECT_EQ(first.body, R"({"id":"early"})");
+  EXPECT_EQ(world.executions("early-4"), 1);
+  EXPECT_EQ(world.upstream_connections(), 1);
+}
+
 // No answer before the reset: the request may have run (the upstream read its head),
 // so its key is left indeterminate, never released for a retry to run it again.
 TEST_P(EarlyAnswer, AResetWithNoAnswerAfterTheHeadWentLeavesTheKeyIndeterminate) {
-  world.answer_heads = true;
+  world.answer_heads = big;
   world.answer = [](const StringRequest&) {
     UpstreamAnswer a;
     a.hang_up = true;
@@ -92,7 +118,7 @@ TEST_P(EarlyAnswer, AResetWithNoAnswerAfterTheHeadWentLeavesTheKeyIndeterminate)
 // a write that timed out was "the request could not be sent", and the key released.
 TEST_P(EarlyAnswer, AnUpstreamThatStopsTakingTheBodyLeavesTheKeyIndeterminate) {
   World slow{kConfig, nullptr, "timeout: 1s"};
-  slow.answer_heads = true;
+  slow.answer_heads = big;
   slow.answer = [](const StringRequest&) {
     UpstreamAnswer a;
     a.delay = std::chrono::seconds{3};  // after the proxy gave up

@@ -149,17 +149,16 @@ asio::awaitable<void> World::accept_upstream() {
 asio::awaitable<void> World::serve_upstream(tcp::socket socket) {
   beast::flat_buffer buffer;
   for (;;) {
-    StringRequest req;
-    if (answer_heads) {
-      RequestParser<bhttp::string_body> head;
-      head.body_limit(boost::none);
-      auto [ec, n] = co_await bhttp::async_read_header(socket, buffer, head, use_nothrow);
-      if (ec) co_return;
-      req = head.release();
-    } else {
-      auto [ec, n] = co_await bhttp::async_read(socket, buffer, req, use_nothrow);
+    RequestParser<bhttp::string_body> parser;
+    parser.body_limit(boost::none);
+    auto [hec, hn] = co_await bhttp::async_read_header(socket, buffer, parser, use_nothrow);
+    if (hec) co_return;
+    const bool early = answer_heads && answer_heads(parser.get());
+    if (!early) {
+      auto [ec, n] = co_await bhttp::async_read(socket, buffer, parser, use_nothrow);
       if (ec) co_return;
     }
+    StringRequest req = parser.release();
     ++total_;
     ++executions_[std::string(req["Idempotency-Key"])];
     last_ = req;
@@ -199,7 +198,7 @@ asio::awaitable<void> World::serve_upstream(tcp::socket socket) {
       out += "\r\n";
     }
     auto [wec, w] = co_await asio::async_write(socket, asio::buffer(out), use_nothrow);
-    if (wec || a.close_after || answer_heads) co_return;
+    if (wec || a.close_after || early) co_return;
     if (!a.unasked.empty()) {
       asio::steady_timer later(io, std::chrono::milliseconds(20));
       co_await later.async_wait(use_nothrow);

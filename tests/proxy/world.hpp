@@ -108,10 +108,10 @@ class World {
   const StringRequest& last_request() const { return last_; }
   /// What the upstream answers next (and from then on).
   std::function<UpstreamAnswer(const StringRequest&)> answer;
-  /// The upstream answers each request once its head came, without reading its body,
-  /// and closes the connection (a reset, the body unread), as a server that refuses an
-  /// upload early does; answer() sees the head alone.
-  bool answer_heads = false;
+  /// The upstream answers a request whose head this returns true for once the head
+  /// came, without reading its body, and closes the connection (a reset, the body
+  /// unread), as a server that refuses an upload early does; answer() sees the head.
+  std::function<bool(const StringRequest& head)> answer_heads;
   /// The send buffer (SO_SNDBUF) of the proxy's sockets to its clients, when set: a
   /// small one makes its writes partial (loopback otherwise takes megabytes at once).
   std::optional<int> client_send_buffer;
