@@ -43,6 +43,12 @@ bool big(const StringRequest& head) {
   return head[bhttp::field::content_length].size() > 6;  // a million bytes or more
 }
 
+UpstreamAnswer early_id(const StringRequest&) {
+  UpstreamAnswer a;
+  a.body = R"({"id":"early"})";
+  return a;
+}
+
 class EarlyAnswer : public ::testing::TestWithParam<Codec> {
  protected:
   World world{kConfig};
@@ -50,11 +56,7 @@ class EarlyAnswer : public ::testing::TestWithParam<Codec> {
 
 TEST_P(EarlyAnswer, AKeyedRequestTheUpstreamAnsweredBeforeItsBodyRunsOnceAndIsReplayed) {
   world.answer_heads = big;
-  world.answer = [](const StringRequest&) {
-    UpstreamAnswer a;
-    a.body = R"({"id":"early"})";
-    return a;
-  };
+  world.answer = early_id;
   auto request = json_post("early-1");
   request.body = big_body();
   const auto first = world.send(GetParam(), request);
@@ -86,11 +88,7 @@ TEST_P(EarlyAnswer, APassThroughRequestGetsTheUpstreamsEarlyAnswer) {
 // answered, ran it twice. It goes again only when the connection took none of it.
 TEST_P(EarlyAnswer, OnAKeptAliveConnectionTheEarlyAnswerRunsOnceToo) {
   world.answer_heads = big;
-  world.answer = [](const StringRequest&) {
-    UpstreamAnswer a;
-    a.body = R"({"id":"early"})";
-    return a;
-  };
+  world.answer = early_id;
   EXPECT_EQ(world.send(GetParam(), json_post("small")).status, 201);  // leaves one pooled
   auto request = json_post("early-4");
   request.body = big_body();
