@@ -128,11 +128,15 @@ asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, b
 
 // In cleartext, what the socket takes now goes at once (http/try_io.hpp): most writes,
 // whole. The rest, if any, is awaited until `until`.
-std::optional<beast::error_code> Http1Call::write_now(Rest& rest, beast::error_code& ec) {
+bool Http1Call::sent_at_once(Rest& rest, beast::error_code& ec) {
   const std::size_t before = asio::buffer_size(rest);
   const bool settled = http::sent_at_once(conn_->stream, rest, ec);
   out_ += before - asio::buffer_size(rest);
-  if (!settled) return std::nullopt;
+  return settled;
+}
+
+std::optional<beast::error_code> Http1Call::write_now(Rest& rest, beast::error_code& ec) {
+  if (!sent_at_once(rest, ec)) return std::nullopt;
   if (stale(ec)) return std::nullopt;  // again, on a new connection
   return written(ec);
 }
@@ -150,14 +154,10 @@ asio::awaitable<beast::error_code> Http1Call::write_rest(
     if (stale(ec)) {
       // A stale keep-alive connection: the same bytes go once more on a new one.
       written_ = true;
-      auto [fec, fresh] = co_await home_.fresh();
-      if (fec) co_return fec;
-      conn_ = std::move(fresh);
+      if (const auto fec = co_await take_fresh()) co_return fec;
       rest = Rest(buffers);
       ec = {};
-      out_ = asio::buffer_size(rest);
-      http::sent_at_once(conn_->stream, rest, ec);
-      out_ -= asio::buffer_size(rest);
+      sent_at_once(rest, ec);
       continue;
     }
     co_return written(ec);
@@ -178,11 +178,17 @@ beast::error_code Http1Call::written(beast::error_code ec) {
   return ec;
 }
 
+asio::awaitable<beast::error_code> Http1Call::take_fresh() {
+  auto [ec, fresh] = co_await home_.fresh();
+  if (ec) co_return ec;
+  conn_ = std::move(fresh);
+  out_ = 0;
+  co_return ec;
+}
+
 asio::awaitable<beast::error_code> Http1Call::resend(TimePoint until) {
   resendable_ = false;
-  auto [fec, fresh] = co_await home_.fresh();
-  if (fec) co_return fec;
-  conn_ = std::move(fresh);
+  if (const auto fec = co_await take_fresh()) co_return fec;
   conn_->stream.expires_at(until);
   auto [ec, n] = co_await asio::async_write(conn_->stream, asio::buffer(*head_bytes_), use_nothrow);
   head_bytes_.reset();
@@ -203,9 +209,10 @@ asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
     // A kept-alive connection the upstream closed as the request came, before a byte of
     // an answer (its end, or a reset, with nothing read: the FIN may be in flight while
     // the pool hands the connection out, before its idle read could see it).
-    const bool stale = conn_->reused && conn_->buffer.size() == 0 &&
-                       (ec == bhttp::error::end_of_stream || ec == asio::error::connection_reset);
-    if (stale && resendable_ && head_bytes_) {
+    const bool unanswered =
+        conn_->reused && conn_->buffer.size() == 0 &&
+        (ec == bhttp::error::end_of_stream || ec == asio::error::connection_reset);
+    if (unanswered && resendable_ && head_bytes_) {
       if (const auto rec = co_await resend(until)) co_return rec;
       --interim;  // no head was read
       continue;

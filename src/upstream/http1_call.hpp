@@ -105,6 +105,8 @@ class Http1Call final : public UpstreamCall {
   /// what write_now() failed with, if anything.
   using Rest = beast::buffers_suffix<std::span<const asio::const_buffer>>;
   std::optional<beast::error_code> write_now(Rest& rest, beast::error_code& ec);
+  /// http::sent_at_once on the connection, counting what it took in `out_`.
+  bool sent_at_once(Rest& rest, beast::error_code& ec);
   asio::awaitable<beast::error_code> write_rest(std::span<const asio::const_buffer> buffers,
                                                 Rest& rest, beast::error_code ec, TimePoint until);
   /// Whether the write failed on a kept-alive connection the upstream had closed as it
@@ -115,6 +117,9 @@ class Http1Call final : public UpstreamCall {
   }
   /// The write ended with `ec`: the head goes with it when it went.
   beast::error_code written(beast::error_code ec);
+  /// A new connection for the request, in place of the one it had (none of the request
+  /// has gone on it yet).
+  asio::awaitable<beast::error_code> take_fresh();
   /// Sends the request (a head alone: resendable) once more on a new connection.
   asio::awaitable<beast::error_code> resend(TimePoint until);
   /// The answer was read whole: the connection goes back while it can carry another.
