@@ -164,6 +164,14 @@ class Exchange {
   virtual asio::awaitable<bool> send_continue() = 0;
   /// Whether the body was read to its end (or there was none).
   virtual bool body_done() const = 0;
+  /// Whether the body may be read while the answer is sent, by another coroutine on
+  /// the same executor: an HTTP/2 stream, whose two directions are apart (gRPC's
+  /// bidirectional calls). An HTTP/1.1 exchange reads its body first.
+  virtual bool full_duplex() const { return false; }
+  /// The proxy reads no more of the body (a full-duplex exchange whose answer is
+  /// over): a read under way returns Error::gone, and what the client still sends is
+  /// dropped.
+  virtual void drop_body() {}
 
   // ---- The answer. Each send returns false when the client cannot take it (gone,
   // reset, or not reading within server.read_timeout).

@@ -2,8 +2,11 @@
 // relayed in fixed-size chunks in both directions.
 #include <spdlog/spdlog.h>
 
+#include <exception>
+
 #include "http/fields.hpp"
 #include "proxy/context.hpp"
+#include "proxy/duplex.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/phases.hpp"
 #include "proxy/pump.hpp"
@@ -28,6 +31,99 @@ asio::awaitable<bool> stream_response(RequestContext& ctx, upstream::UpstreamCal
   if (relayed == RelayError::read) ctx.ex.reset();
   co_return relayed == RelayError::none;
 }
+
+namespace {
+
+// The request could not go whole: the client's body broke off (gone, too slow,
+// malformed, too large), or the upstream took no more of it.
+asio::awaitable<void> request_failed(RequestContext& ctx, RelayError sent,
+                                     BodyPiece::Error read_error,
+                                     const beast::error_code& write_error) {
+  if (sent == RelayError::read) {
+    // The client went away mid-body, sent it too slowly, or broke its framing: the
+    // upstream connection holds part of a request and is closed with this one.
+    if (read_error == BodyPiece::Error::timeout) {
+      ctx.log(spdlog::level::info, "request body from {} not received within server.body_timeout",
+              ctx.ex.peer().ip);
+    }
+    if (read_error == BodyPiece::Error::too_large) {
+      ctx.fail(ProblemKind::body_too_large,
+               "the request body is larger than server.max_stream_body", ops::Outcome::too_large);
+      co_await send_problem(ctx);
+    } else if (read_error == BodyPiece::Error::malformed) {
+      ctx.fail(ProblemKind::malformed_request, "malformed request body", ops::Outcome::bad_request);
+      co_await send_problem(ctx);
+    } else {
+      ctx.ex.reset();
+    }
+    co_return;
+  }
+  ctx.fail(ProblemKind::upstream_failed,
+           "sending the request to the upstream failed: " + write_error.message(),
+           ops::Outcome::upstream_error);
+  co_await send_problem(ctx);
+}
+
+asio::awaitable<void> head_failed(RequestContext& ctx, const beast::error_code& ec) {
+  const auto kind =
+      ec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;
+  ctx.fail(kind, "the upstream's response could not be read: " + ec.message(),
+           ops::Outcome::upstream_error);
+  co_await send_problem(ctx);
+}
+
+// Streamed: the upstream's time is measured to its response head.
+void head_came(RequestContext& ctx, upstream::UpstreamCall& call,
+               std::chrono::steady_clock::time_point started, trace::Span& up) {
+  const double upstream_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ctx.rt.metrics.observe_upstream(upstream_seconds);
+  ctx.upstream_ms = upstream_seconds * 1000;
+  up.set_http_status(static_cast<int>(call.head().result_int()));
+}
+
+// The request's body goes up in a coroutine of its own (RequestSide) while this one
+// reads the answer and relays it; the answer's end stops what is left of the request.
+asio::awaitable<void> pass_duplex(
+    RequestContext& ctx, upstream::UpstreamCall& call, bool te_trailers,
+    std::optional<std::chrono::steady_clock::time_point> body_deadline,
+    std::chrono::steady_clock::time_point started, trace::Span& up) {
+  const auto& cfg = ctx.settings.config;
+  auto& req = ctx.ex.head();
+  RequestSide request(co_await asio::this_coro::executor, call, req, ctx.to_upstream, ctx.ex,
+                      te_trailers, cfg.upstream.timeout, body_deadline);
+  request.start();
+  beast::error_code hec;
+  bool answered = false;
+  std::exception_ptr failed;
+  try {
+    // No deadline of its own: RequestSide bounds the wait from the request's end.
+    const auto unbounded = std::chrono::steady_clock::time_point::max();
+    const std::optional<std::uint64_t> body_limit = cfg.server.max_stream_body;
+    hec = co_await read_final_head(call, &ctx.ex, req.method() == bhttp::verb::head, body_limit,
+                                   ctx.ex.fields_allocator(), unbounded);
+    request.head_read();
+    if (!hec) {
+      answered = true;
+      head_came(ctx, call, started, up);
+      const std::string_view nothing_read;
+      co_await stream_response(ctx, call, nothing_read);
+    }
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  const RequestSide::Outcome sent = co_await request.finish();
+  if (failed) std::rethrow_exception(failed);
+  if (answered) co_return;
+  // No answer came: the request's side tells why first (its failure ended the read).
+  if (sent.sent != RelayError::none) {
+    co_await request_failed(ctx, sent.sent, sent.read_error, sent.write_error);
+    co_return;
+  }
+  co_await head_failed(ctx, sent.head_late ? beast::error::timeout : hec);
+}
+
+}  // namespace
 
 asio::awaitable<void> pass_through(RequestContext& ctx) {
   const auto& cfg = ctx.settings.config;
@@ -66,33 +162,17 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
       !ctx.ex.has_body() || ctx.ex.body_done()
           ? std::nullopt
           : std::optional{std::chrono::steady_clock::now() + cfg.server.body_timeout};
+  // A body still to come between two HTTP/2 peers: the answer is read while it goes
+  // (a bidirectional gRPC call; an upload answered as it goes).
+  if (call->full_duplex() && ctx.ex.full_duplex() && !ctx.ex.body_done()) {
+    co_await pass_duplex(ctx, *call, te_trailers, body_deadline, upstream_started, up);
+    co_return;
+  }
   const auto sent =
       co_await send_request(*call, req, ctx.to_upstream, ctx.ex, te_trailers, cfg.upstream.timeout,
                             body_deadline, read_error, write_error);
-  if (sent == RelayError::read) {
-    // The client went away mid-body, sent it too slowly, or broke its framing: the
-    // upstream connection holds part of a request and is closed with this one.
-    if (read_error == BodyPiece::Error::timeout) {
-      ctx.log(spdlog::level::info, "request body from {} not received within server.body_timeout",
-              ctx.ex.peer().ip);
-    }
-    if (read_error == BodyPiece::Error::too_large) {
-      ctx.fail(ProblemKind::body_too_large,
-               "the request body is larger than server.max_stream_body", ops::Outcome::too_large);
-      co_await send_problem(ctx);
-    } else if (read_error == BodyPiece::Error::malformed) {
-      ctx.fail(ProblemKind::malformed_request, "malformed request body", ops::Outcome::bad_request);
-      co_await send_problem(ctx);
-    } else {
-      ctx.ex.reset();
-    }
-    co_return;
-  }
-  if (sent == RelayError::write) {
-    ctx.fail(ProblemKind::upstream_failed,
-             "sending the request to the upstream failed: " + write_error.message(),
-             ops::Outcome::upstream_error);
-    co_await send_problem(ctx);
+  if (sent != RelayError::none) {
+    co_await request_failed(ctx, sent, read_error, write_error);
     co_return;
   }
 
@@ -101,19 +181,10 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
   const auto head_by = std::chrono::steady_clock::now() + cfg.upstream.timeout;
   const auto hec = co_await read_final_head(*call, &ctx.ex, is_head, body_limit, fields, head_by);
   if (hec) {
-    const auto kind =
-        hec == beast::error::timeout ? ProblemKind::upstream_timeout : ProblemKind::upstream_failed;
-    ctx.fail(kind, "the upstream's response could not be read: " + hec.message(),
-             ops::Outcome::upstream_error);
-    co_await send_problem(ctx);
+    co_await head_failed(ctx, hec);
     co_return;
   }
-  // Streamed: the upstream's time is measured to its response head.
-  const double upstream_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - upstream_started).count();
-  rt.metrics.observe_upstream(upstream_seconds);
-  ctx.upstream_ms = upstream_seconds * 1000;
-  up.set_http_status(static_cast<int>(call->head().result_int()));
+  head_came(ctx, *call, upstream_started, up);
   const std::string_view nothing_read;
   co_await stream_response(ctx, *call, nothing_read);
 }

@@ -24,11 +24,13 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
                                          Duration timeout,
                                          std::optional<Exchange::TimePoint> deadline,
                                          BodyPiece::Error& read_error,
-                                         beast::error_code& write_error) {
+                                         beast::error_code& write_error, const bool* answer_over) {
   // A body declared empty and already read is none at all (HTTP/2: END_STREAM on the
   // HEADERS frame); frame_request framed the head to match.
   const bool body = from.has_body() && !(from.body_done() && from.content_length() == 0);
-  const upstream::RequestFraming framing{body, te_trailers, !body && harmless(head.method())};
+  const upstream::RequestFraming framing{body, te_trailers, !body && harmless(head.method()),
+                                         answer_over != nullptr};
+  const auto over = [answer_over] { return answer_over != nullptr && *answer_over; };
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
   // some, http/exchange.cpp says which.)
   const auto head_by = from_now(timeout);
@@ -50,13 +52,14 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
       data = piece.data;
       end = piece.end;
     }
+    if (over()) break;  // the answer ended while this piece came
     const auto by = from_now(timeout);
     if (auto ec = co_await call.send_body(data, end, by)) {
       write_error = ec;
       co_return RelayError::write;
     }
     // The upstream answered before it took the whole body: the answer tells the rest.
-    if (call.answered_early()) break;
+    if (call.answered_early() || over()) break;
   }
   co_return RelayError::none;
 }

@@ -24,13 +24,16 @@ enum class RelayError { none, read, write };
 /// trailer fields are never relayed (RFC 9110 6.5.1). `read_error` says why reading
 /// stopped, `write_error` why writing did. `te_trailers`: the client sent `te: trailers`.
 /// For requests under no key only: one with no body and a method a repeat cannot harm
-/// is sent as resendable (upstream::RequestFraming).
+/// is sent as resendable (upstream::RequestFraming). `answer_over`, when given, makes
+/// the request full duplex (RequestSide, proxy/duplex.hpp): it is sent while another
+/// coroutine reads the answer, and stops once that says the answer is over.
 asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHeader& head,
                                          const ExtraFields& extra, Exchange& from, bool te_trailers,
                                          Duration timeout,
                                          std::optional<Exchange::TimePoint> deadline,
                                          BodyPiece::Error& read_error,
-                                         beast::error_code& write_error);
+                                         beast::error_code& write_error,
+                                         const bool* answer_over = nullptr);
 
 /// Reads the answer's heads by `until` until the final one: each interim one goes to
 /// `interim_to` (hop-by-hop fields out; an HTTP/1.0 client gets none, RFC 9110 15.2),

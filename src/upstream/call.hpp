@@ -41,6 +41,9 @@ struct RequestFraming {
   /// 9.2.2), under no key (nginx's `proxy_next_upstream` does as much on a cached
   /// connection); never for a request that claimed a key.
   bool resendable = false;
+  /// The answer is read while the request is still being sent (full_duplex()): a
+  /// head that comes early does not end the request, only the answer's end does.
+  bool duplex = false;
 };
 
 class UpstreamCall {
@@ -68,6 +71,15 @@ class UpstreamCall {
   /// Whether the upstream answered, or ended the stream, before it took the whole
   /// body: the answer tells the rest, and the rest is not sent (RFC 9113 §8.1).
   virtual bool answered_early() const { return false; }
+  /// Whether the answer may be read while the request is still being sent, by another
+  /// coroutine on the same executor (HTTP/2: each direction of a stream has its own
+  /// flow control). An HTTP/1.1 connection is read after its request went whole.
+  virtual bool full_duplex() const { return false; }
+  /// Ends the exchange from the proxy's side (HTTP/2: RST_STREAM CANCEL): a send or a
+  /// read under way, in either direction, returns, and later ones fail at once. For a
+  /// full-duplex call whose other direction stops (the client's body broke off, or
+  /// the answer is over).
+  virtual void interrupt() {}
 
   // ---- The answer.
   /// Reads the next head, by `until`: an interim answer (1xx; never 100, which

@@ -86,6 +86,10 @@ void UpstreamLink::release(Call& call) {
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, call.id, NGHTTP2_CANCEL);
     calls_.erase(call.id);
     call.closed = true;
+    // A send waiting for room, or a read for news, on the other direction of a
+    // full-duplex exchange (StreamCall::interrupt) returns.
+    call.room.notify();
+    call.news.notify();
     wake_writer();
   }
 }
@@ -107,7 +111,11 @@ void StreamCall::release() {
   // go on the link's executor.
   link->last_release = now_ns();
   --link->streams;
-  if (!call) return;
+  if (call) end_on_link(link, call);
+}
+
+void StreamCall::end_on_link(const std::shared_ptr<UpstreamLink>& link,
+                             const std::shared_ptr<Call>& call) {
   if (!link->own_executor()) {
     link->release(*call);
     return;
@@ -218,6 +226,7 @@ asio::awaitable<beast::error_code> StreamCall::send_head(RequestHeader& head,
                                                          RequestFraming framing, TimePoint) {
   request_fields(head, extra, registry_->tls != nullptr, framing.te_trailers, request_.fields);
   request_.has_body = framing.body;
+  duplex_ = framing.duplex;
   co_return co_await start();
 }
 
@@ -234,28 +243,49 @@ asio::awaitable<beast::error_code> StreamCall::send_body(std::string_view data, 
     request_.resendable = false;
     request_.body.clear();
   }
-  auto& link = *link_;
-  Call& call = *call_;
+  // Held here: in a full-duplex exchange the answer's side may release the call
+  // (its end, an error, interrupt()) while this waits for room.
+  const std::shared_ptr<UpstreamLink> held_link = link_;
+  const std::shared_ptr<Call> held_call = call_;
+  auto& link = *held_link;
+  Call& call = *held_call;
   bool stalled = false;
-  // The piece is copied on the link's executor while this coroutine waits.
+  // The piece is copied on the link's executor while this coroutine waits. The wait
+  // for room ends with the stream, and with a whole answer: an upstream that answered
+  // without reading the rest (RFC 9113 §8.1) and keeps its window shut has nothing
+  // more to say, whether or not a RST_STREAM follows.
   auto step = [&]() -> asio::awaitable<void> {
     link.push(call, data, last);
-    while (!call.closed && call.out.size() - call.out_at > kOutHighWater) {
-      if (!co_await call.room.wait_until(until) && !call.closed &&
+    while (!call.closed && !call.in_end && call.out.size() - call.out_at > kOutHighWater) {
+      if (!co_await call.room.wait_until(until) && !call.closed && !call.in_end &&
           call.out.size() - call.out_at > kOutHighWater) {
         stalled = true;  // the upstream's window stayed shut
         co_return;
       }
     }
-    answered_early_ = !last && (call.closed || call.head.has_value());
+    // A full-duplex exchange reads the answer as it comes: only the stream's end, or
+    // the answer's, ends the request early. Otherwise a head before the request's end
+    // is an answer that did not wait for it.
+    const bool over = call.closed || call.in_end;
+    answered_early_ = !last && (over || (!duplex_ && call.head.has_value()));
   };
   co_await on_link(link, step);
+  if (last) body_ended_ = true;
   if (stalled) co_return beast::error_code(beast::error::timeout);
   co_return beast::error_code{};
 }
 
+void StreamCall::interrupt() {
+  // The stream ends, but the call keeps its link and stream until release(): the
+  // other direction may be waiting on them.
+  if (link_ && call_) end_on_link(link_, call_);
+}
+
 asio::awaitable<bool> StreamCall::resend() {
-  if (!request_.resendable || resends_ == kMaxResends) co_return false;
+  // Only a request sent whole goes again: a full-duplex one may be under way still.
+  if (!request_.resendable || resends_ == kMaxResends || (request_.has_body && !body_ended_)) {
+    co_return false;
+  }
   ++resends_;
   spdlog::info("upstream HTTP/2 stream refused unprocessed: sent again");
   const UpstreamLink* refused = link_.get();

@@ -304,6 +304,8 @@ class StreamCall final : public UpstreamCall {
   asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
                                                TimePoint until) override;
   bool answered_early() const override { return answered_early_; }
+  bool full_duplex() const override { return true; }
+  void interrupt() override;
   asio::awaitable<beast::error_code> read_head(bool head_request,
                                                std::optional<std::uint64_t> body_limit,
                                                FieldsAllocator fields, TimePoint until) override;
@@ -319,6 +321,9 @@ class StreamCall final : public UpstreamCall {
   /// Sends the request again on another link (it was refused unprocessed).
   asio::awaitable<bool> resend();
   void release();
+  /// Ends `call` on `link`'s executor (RST_STREAM CANCEL unless it ended already).
+  static void end_on_link(const std::shared_ptr<UpstreamLink>& link,
+                          const std::shared_ptr<Call>& call);
   /// The next answer bytes, by `until`; `end` with the trailers at the end.
   asio::awaitable<Taken> take_body(std::chrono::steady_clock::time_point until);
 
@@ -346,6 +351,8 @@ class StreamCall final : public UpstreamCall {
   bool sent_body_ = false;
   bool started_ = false;  // a stream was opened for the request (its HEADERS submitted)
   bool answered_early_ = false;
+  bool duplex_ = false;      // RequestFraming::duplex
+  bool body_ended_ = false;  // the request's last body piece was pushed
 };
 
 inline std::uint32_t Registry::limit_from(const UpstreamLink& link, std::uint32_t announced,

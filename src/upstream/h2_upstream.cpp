@@ -51,7 +51,10 @@ int UpstreamLink::on_frame_recv(const nghttp2_frame& frame) {
       call->trailers = std::move(block);
     }
   }
-  if (end) call->in_end = true;
+  if (end) {
+    call->in_end = true;
+    call->room.notify();  // a request waiting for window room: the answer is whole
+  }
   call->news.notify();
   return 0;
 }

@@ -49,6 +49,10 @@ class HostileH2Upstream:
     pseudo_in_trailers     HEADERS, DATA, trailing HEADERS with :status 200 and END_STREAM
     status_no_class        HEADERS with :status 053 (three digits, no class), then 5
                            bytes of DATA with END_STREAM (both raw frames)
+    answers_early          as normal, once the request's HEADERS came, without reading its
+                           body: no RST_STREAM follows, and with window_updates False its
+                           window stays shut (RFC 9113 §8.1 allows the answer; a server
+                           that wants the rest of the body no more need not say so)
     goaway_in_flight       holds requests until `goaway_after` are open on the connection
                            (or 1 s after the first), then GOAWAY with last_stream_id the
                            lowest held stream, answers that stream normally and closes the
@@ -210,7 +214,8 @@ class _Connection:
             record = self.streams.get(event.stream_id)
             if record is not None and not record["refused"]:
                 record["ended"] = True
-                getattr(self, "b_" + self.server.behaviour)(record)
+                if not record["answered"]:
+                    getattr(self, "b_" + self.server.behaviour)(record)
         elif isinstance(event, h2.events.StreamReset):
             self.open.discard(event.stream_id)
             if event.stream_id in self.streams:
@@ -244,6 +249,8 @@ class _Connection:
         self.open.add(event.stream_id)
         if self.acked:
             self.figures["max_open"] = max(self.figures["max_open"], len(self.open))
+        if self.server.behaviour == "answers_early":
+            self.answer(record)
 
     def on_data(self, event):
         record = self.streams.get(event.stream_id)
@@ -285,6 +292,9 @@ class _Connection:
         self.closed_by_server(record)
 
     def b_normal(self, record):
+        self.answer(record)
+
+    def b_answers_early(self, record):
         self.answer(record)
 
     def b_slow(self, record):

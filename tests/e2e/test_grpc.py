@@ -14,6 +14,7 @@ refusal is a gRPC status."""
 import concurrent.futures
 import contextlib
 import json
+import queue
 import shutil
 import threading
 import time
@@ -42,6 +43,7 @@ class Backend:
             "Flaky": grpc.unary_unary_rpc_method_handler(self.flaky),
             "Slow": grpc.unary_unary_rpc_method_handler(self.slow),
             "Batch": grpc.stream_unary_rpc_method_handler(self.batch),
+            "Chat": grpc.stream_stream_rpc_method_handler(self.chat),
         }
         self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=16))
         self.server.add_generic_rpc_handlers(
@@ -78,6 +80,11 @@ class Backend:
         parts = list(requests)
         self._record(b"|".join(parts), context)
         return b"batch:" + b"+".join(parts)
+
+    def chat(self, requests, context):
+        # Each message is answered before the next is read: a conversation.
+        for m in requests:
+            yield b"echo:" + m
 
     def executions(self, key):
         with self.lock:
@@ -154,6 +161,44 @@ def test_large_messages_and_many_concurrent_calls(channel):
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda i: create(b"n%d" % i, timeout=20), range(64)))
     assert answers == [b"created:n%d" % i for i in range(64)]
+
+
+def converse(channel, messages, timeout=10):
+    """A bidirectional Chat call that sends each message only once the answer to the
+    one before came, as a client in a conversation does: the answers, in order."""
+    outbox = queue.Queue()
+
+    def requests():
+        while True:
+            m = outbox.get()
+            if m is None:
+                return
+            yield m
+
+    call = channel.stream_stream("/%s/Chat" % SERVICE)(requests(), timeout=timeout)
+    answers = []
+    for m in messages:
+        outbox.put(m)
+        answers.append(next(call))
+    outbox.put(None)
+    assert list(call) == []
+    assert call.code() == grpc.StatusCode.OK
+    return answers
+
+
+def test_a_bidirectional_call_passes_through_as_a_conversation(channel):
+    # Each side waits for the other's message: a proxy that sends the whole request
+    # before it reads the answer holds both until the deadline.
+    t0 = time.monotonic()
+    assert converse(channel, [b"a", b"b", b"c"]) == [b"echo:a", b"echo:b", b"echo:c"]
+    assert time.monotonic() - t0 < 3
+
+
+def test_a_bidirectional_call_on_a_route_not_enabled_passes_through(covered):
+    # docs/HTTP2.md: bidirectional methods go on a route with enabled: false.
+    _, ch = covered(routes=[{"name": "chat", "path_prefix": "/%s/Chat" % SERVICE,
+                             "enabled": False}] + COVERED)
+    assert converse(ch, [b"x", b"y"]) == [b"echo:x", b"echo:y"]
 
 
 COVERED = [{"name": "orders", "path_prefix": "/test.Orders", "key_required": True,

@@ -293,3 +293,55 @@ def test_a_new_connection_keeps_the_learned_limit_until_its_own_arrives(make_pro
     assert len(hostile.connections) >= 4, hostile.connections
     assert sum(c["refused_before_ack"] for c in hostile.connections) == 0, hostile.connections
     assert all(c["stream_violations"] == 0 for c in hostile.connections), hostile.connections
+
+
+def test_a_keyed_answer_whole_before_the_upstream_took_the_body_is_relayed_and_stored(
+        make_proxy, hostile, key):
+    # The server answers once the head came, never reads the body and never resets:
+    # with its window shut after 64 KiB, the proxy's send of a 700 KiB body (over the 256 KiB
+    # the proxy holds for a stream) had waited
+    # for upstream.timeout (10 s here) and answered 504, the key left indeterminate.
+    hostile.behaviour = "answers_early"
+    hostile.window_updates = False
+    p = h2c_proxy(make_proxy, hostile)
+    body = json.dumps({"pad": "x" * (700 * 1024)})
+    t0 = time.monotonic()
+    r = p.post("/v1/orders", body, key=key, timeout=15)
+    took = time.monotonic() - t0
+    assert r.status == 201, (r.status, r.body)
+    assert r.json()["key"] == key
+    assert took < 5, took
+    received = hostile.received(key)
+    assert len(received) == 1 and len(received[0]["body"]) < len(body), len(received[0]["body"])
+    again = p.post("/v1/orders", body, key=key, timeout=15)
+    assert again.status == 201 and again.header("Idempotent-Replayed") == "true", \
+        (again.status, again.body)
+    assert len(hostile.received(key)) == 1
+
+
+def test_a_streamed_upload_gets_the_answer_the_upstream_sends_before_it_ends(make_proxy, hostile):
+    # An HTTP/2 client still sending, under no route: the proxy reads the upstream's
+    # answer while the body goes (full duplex), as nghttpx does. Sent first, the body
+    # would have been waited for until the client ended it, and the answer with it.
+    hostile.behaviour = "answers_early"
+    p = h2c_proxy(make_proxy, hostile)
+    c = Client(p.port, timeout=10)
+    try:
+        sid = c.request("POST", "/upload", b"first piece", [("content-type", "text/plain"),
+                                                            ("content-length", "100000")],
+                        end=False)
+        t0 = time.monotonic()
+        assert c.pump(lambda: c.streams[sid].ended or c.streams[sid].reset is not None,
+                      timeout=5), vars(c.streams[sid])
+        took = time.monotonic() - t0
+        r = c.streams[sid]
+        assert r.status == 200 and r.ended, vars(r)
+        assert json.loads(r.body)["path"] == "/upload"
+        assert took < 2, took
+    finally:
+        c.close()
+    # Once the answer was whole, the rest of the body was dropped: the upstream got at
+    # most the piece sent with the head.
+    (received,) = hostile.received()
+    assert received["path"] == "/upload" and b"first piece".startswith(received["body"]), received
+    still_serves(p, hostile, "after-the-upload")

@@ -1,6 +1,17 @@
 #include "fakes.hpp"
 
+#include <chrono>
+
 namespace idemproxy::testing {
+
+asio::awaitable<bool> Turns::until(std::function<bool()> ready, std::chrono::milliseconds limit) {
+  if (!signal_) signal_.emplace(co_await asio::this_coro::executor);
+  const auto by = std::chrono::steady_clock::now() + limit;
+  while (!ready()) {
+    if (!co_await signal_->wait_until(by) && !ready()) co_return false;
+  }
+  co_return true;
+}
 
 FakeExchange::FakeExchange(Log& log, std::vector<std::string> pieces, bool takes_trailers)
     : log_(log), pieces_(std::move(pieces)), takes_trailers_(takes_trailers) {
@@ -56,8 +67,24 @@ asio::awaitable<bool> FakeExchange::finish_prepared() {
   co_return true;
 }
 
+void FakeExchange::drop_body() {
+  log_.push_back("client body dropped");
+  dropped_ = true;
+  turns_.notify();
+}
+
 asio::awaitable<BodyPiece> FakeExchange::read_body(std::size_t, std::optional<TimePoint>) {
   BodyPiece piece;
+  if (duplex && next_ > 0) {
+    // The next piece answers the answer's: it comes once the client has that.
+    const auto turn = next_;
+    const bool open = stays_open && next_ == pieces_.size();
+    const bool came = co_await turns_.until(
+        [&] { return dropped_ || (!open && answer_pieces_ >= static_cast<int>(turn)); });
+    if (dropped_) piece.error = BodyPiece::Error::gone;
+    if (!came) piece.error = BodyPiece::Error::timeout;
+    if (piece.error != BodyPiece::Error::none) co_return piece;
+  }
   if (next_ == pieces_.size()) {
     piece.error = fails_with;
     piece.end = fails_with == BodyPiece::Error::none;
@@ -66,7 +93,7 @@ asio::awaitable<BodyPiece> FakeExchange::read_body(std::size_t, std::optional<Ti
   ++pieces_read;
   log_.push_back("client sent " + pieces_[next_]);
   piece.data = pieces_[next_++];
-  piece.end = next_ == pieces_.size() && fails_with == BodyPiece::Error::none;
+  piece.end = next_ == pieces_.size() && fails_with == BodyPiece::Error::none && !stays_open;
   co_return piece;
 }
 
@@ -87,6 +114,8 @@ asio::awaitable<bool> FakeExchange::send_head(ResponseHeader& head, Framing f) {
 asio::awaitable<bool> FakeExchange::send_body(std::string_view data, bool last, Trailers t) {
   if (gone_after_sends && sends_ >= *gone_after_sends) co_return false;
   ++sends_;
+  if (!data.empty()) ++answer_pieces_;
+  turns_.notify();
   body.append(data);
   if (!data.empty()) log_.push_back("client got " + std::string(data));
   if (last) {
@@ -112,20 +141,29 @@ asio::awaitable<beast::error_code> FakeCall::send_head(RequestHeader& head,
 
 asio::awaitable<beast::error_code> FakeCall::send_body(std::string_view data, bool last,
                                                        TimePoint) {
+  if (interrupted_) co_return beast::error_code(asio::error::connection_reset);
   ++request_pieces_;
   request_body.append(data);
   request_ended = last;
+  turns_.notify();
   log_.push_back("upstream got " + std::string(data) + (last ? " (last)" : ""));
   co_return beast::error_code{};
 }
 
 asio::awaitable<beast::error_code> FakeCall::read_head(bool, std::optional<std::uint64_t>,
                                                        FieldsAllocator, TimePoint) {
-  if (next_head_ == 0 && script_.delay.count() > 0) {
+  if (next_head_ == 0 && script_.delay.count() > 0 && script_.duplex) {
+    co_await turns_.until([&] { return interrupted_; }, script_.delay);
+    if (interrupted_) co_return beast::error_code(asio::error::connection_reset);
+  } else if (next_head_ == 0 && script_.delay.count() > 0) {
     asio::steady_timer working(co_await asio::this_coro::executor, script_.delay);
     co_await working.async_wait(use_nothrow);
   }
   if (script_.head_error) co_return script_.head_error;
+  if (script_.duplex && !co_await request_has(1)) {
+    co_return interrupted_ ? beast::error_code(asio::error::connection_reset)
+                           : beast::error_code(beast::error::timeout);
+  }
   const auto& [status, fields] = script_.heads.at(next_head_++);
   head_ = ResponseHeader();
   head_.result(status);
@@ -145,6 +183,14 @@ asio::awaitable<upstream::AnswerPiece> FakeCall::read_body(TimePoint) {
     end();
     co_return piece;
   }
+  // The piece answers the request's piece of the same turn; the end, its end.
+  const int turn = next_piece_ < script_.pieces.size() ? static_cast<int>(next_piece_) + 1 : -1;
+  if (script_.duplex && !co_await request_has(turn)) {
+    piece.error = interrupted_ ? beast::error_code(bhttp::error::partial_message)
+                               : beast::error_code(beast::error::timeout);
+    log_.push_back("upstream cut");
+    co_return piece;
+  }
   if (next_piece_ < script_.pieces.size()) {
     piece.data = script_.pieces[next_piece_++];
     log_.push_back("upstream sent " + std::string(piece.data));
@@ -160,6 +206,19 @@ asio::awaitable<upstream::AnswerPiece> FakeCall::read_body(TimePoint) {
   end();
   log_.push_back("upstream sent end");
   co_return piece;
+}
+
+void FakeCall::interrupt() {
+  if (interrupted_ || (request_ended && ended_)) return;
+  log_.push_back("upstream interrupted");
+  interrupted_ = true;
+  turns_.notify();
+}
+
+asio::awaitable<bool> FakeCall::request_has(int pieces) {
+  co_return co_await turns_.until(
+      [&] { return interrupted_ || request_ended || (pieces > 0 && request_pieces_ >= pieces); }) &&
+      !interrupted_;
 }
 
 asio::awaitable<std::pair<beast::error_code, upstream::UpstreamCallPtr>> FakeUpstream::open_call(

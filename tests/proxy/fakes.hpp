@@ -3,6 +3,8 @@
 // (FakeExchange, http/exchange.hpp) and an upstream call (FakeCall, upstream/call.hpp)
 // with the upstream that makes it (FakeUpstream). Each records what the proxy did to
 // it, in order, so a test can tell when a piece crossed, not only that it did.
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "http/exchange.hpp"
+#include "http/signal.hpp"
 #include "upstream/call.hpp"
 
 namespace idemproxy::testing {
@@ -18,6 +21,21 @@ using namespace idemproxy::http;
 
 /// What one side saw, in order: "head 200", "body abc", "end", "read 2", ...
 using Log = std::vector<std::string>;
+
+/// A full-duplex fake's wait for the other side's turn: until `ready` holds, woken by
+/// notify(), for 2 s at most (false then: a relay that is not full duplex fails
+/// instead of hanging).
+class Turns {
+ public:
+  asio::awaitable<bool> until(std::function<bool()> ready,
+                              std::chrono::milliseconds limit = std::chrono::seconds{2});
+  void notify() {
+    if (signal_) signal_->notify();
+  }
+
+ private:
+  std::optional<http::Signal> signal_;
+};
 
 /// A client's exchange: a request whose body comes in `pieces`, and an answer kept
 /// as it is sent. Every event is written to `log`, shared with the other seam.
@@ -47,8 +65,10 @@ class FakeExchange final : public Exchange {
   bool expects_continue() const override { return false; }
   asio::awaitable<bool> send_continue() override { co_return true; }
   bool body_done() const override {
-    return next_ == pieces_.size() && fails_with == BodyPiece::Error::none;
+    return next_ == pieces_.size() && fails_with == BodyPiece::Error::none && !stays_open;
   }
+  bool full_duplex() const override { return duplex; }
+  void drop_body() override;
   asio::awaitable<bool> send_interim(ResponseHeader& head) override;
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
   asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
@@ -64,6 +84,12 @@ class FakeExchange final : public Exchange {
   std::optional<int> gone_after_sends;
   /// The request body's read fails with this after the pieces.
   BodyPiece::Error fails_with = BodyPiece::Error::none;
+  /// Full duplex (an HTTP/2 stream): each piece after the first comes once the client
+  /// got as many pieces of the answer as it sent of the request, as in a conversation.
+  bool duplex = false;
+  /// The body does not end after its pieces: the client keeps its stream open until
+  /// the proxy drops the body (drop_body) or 2 s pass (a timeout then).
+  bool stays_open = false;
 
   unsigned status = 0;
   std::vector<std::pair<std::string, std::string>> fields;  // of the final head
@@ -89,6 +115,9 @@ class FakeExchange final : public Exchange {
   int sends_ = 0;
   std::string_view prepared_body_;  // a replay left to finish_prepared()
   Trailers prepared_trailers_;
+  int answer_pieces_ = 0;  // body sends with data
+  bool dropped_ = false;   // drop_body()
+  Turns turns_;
 };
 
 /// What an upstream call answers: heads (any interim ones, then the final one), the
@@ -105,7 +134,12 @@ struct Script {
   bool answers_early = false;    // answered before it took the request's whole body
   beast::error_code send_error;  // send_head fails with it
   bool end_apart = false;        // the end comes in a read of its own (HTTP/2: END_STREAM alone)
-  std::chrono::milliseconds delay{0};  // before the first head: the upstream works
+  /// Before the first head: the upstream works (duplex: until interrupted, if sooner).
+  std::chrono::milliseconds delay{0};
+  /// Full duplex (an HTTP/2 stream): the head comes once the request's first piece
+  /// came, and each body piece once one more did, as in a conversation; the end,
+  /// once the request ended. Each waits 2 s at most (a timeout then).
+  bool duplex = false;
 };
 
 /// One call: plays its script and logs what the proxy sent and read.
@@ -132,6 +166,8 @@ class FakeCall final : public upstream::UpstreamCall {
   asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
                                                TimePoint) override;
   bool answered_early() const override { return script_.answers_early && request_pieces_ > 0; }
+  bool full_duplex() const override { return script_.duplex; }
+  void interrupt() override;
   asio::awaitable<beast::error_code> read_head(bool, std::optional<std::uint64_t>, FieldsAllocator,
                                                TimePoint) override;
   ResponseHeader& head() override { return head_; }
@@ -154,6 +190,11 @@ class FakeCall final : public upstream::UpstreamCall {
   std::size_t next_piece_ = 0;
   int request_pieces_ = 0;
   bool ended_ = false;
+  bool interrupted_ = false;
+  Turns turns_;
+  /// duplex: waits until the request has `pieces` pieces or its end; false when
+  /// interrupted or 2 s passed.
+  asio::awaitable<bool> request_has(int pieces);
 };
 
 /// Makes calls from scripts, in turn; connection refused when none is left.

@@ -86,6 +86,8 @@ class Stage {
     ASSERT_EQ(pending, 0U) << "not served within 10 s";
   }
 
+  const std::shared_ptr<const Settings>& settings() const { return settings_; }
+
   asio::io_context io;
   Log log;
   FakeUpstream upstream;
@@ -167,6 +169,46 @@ TEST(Phases, AnUpstreamThatBreaksOffMidBodyResetsTheClientAndLeavesTheRecordInde
   EXPECT_EQ(again->status, 409U);
   EXPECT_TRUE(problem_type(*again).ends_with("/outcome-indeterminate")) << again->body;
   EXPECT_EQ(stage.upstream.opened, 1);
+}
+
+// A streamed body under no route, between two full-duplex sides (HTTP/2 peers):
+// pass-through reads the answer while the request goes, as a bidirectional gRPC call
+// needs. Sent first, the request would wait for the client's "b", which waits for "A".
+// A full-duplex client under no route, sending `pieces` as a stream of unknown length,
+// to a full-duplex upstream that answers each with "A", then "B".
+std::unique_ptr<FakeExchange> conversation(Stage& stage, std::vector<std::string> pieces) {
+  Script s;
+  s.duplex = true;
+  s.pieces = {"A", "B"};
+  stage.upstream.scripts = {s};
+  auto ex = std::make_unique<FakeExchange>(stage.log, std::move(pieces));
+  ex->request(stage.settings(), "/chat", {{"Host", "test"}});
+  ex->unknown_length();
+  ex->duplex = true;
+  return ex;
+}
+
+TEST(Phases, ABodyStillComingPassesThroughAsAConversationBetweenFullDuplexPeers) {
+  Stage stage(kConfig);
+  auto ex = conversation(stage, {"a", "b"});
+  stage.serve({ex.get()});
+  EXPECT_EQ(ex->status, 200U);
+  EXPECT_EQ(ex->body, "AB");
+  EXPECT_TRUE(ex->ended);
+  EXPECT_EQ(stage.upstream.last.body, "ab");
+  EXPECT_TRUE(stage.upstream.last.ended);
+}
+
+TEST(Phases, AConversationTheClientBreaksOffResetsItsAnswer) {
+  Stage stage(kConfig);
+  auto ex = conversation(stage, {"a"});
+  ex->fails_with = BodyPiece::Error::gone;
+  stage.serve({ex.get()});
+  EXPECT_EQ(ex->body, "A");
+  EXPECT_FALSE(ex->ended);
+  EXPECT_NE(std::find(stage.log.begin(), stage.log.end(), "upstream interrupted"), stage.log.end());
+  EXPECT_NE(std::find(stage.log.begin(), stage.log.end(), "client reset"), stage.log.end());
+  EXPECT_FALSE(stage.upstream.last.ended);
 }
 
 TEST(Phases, AnUpstreamThatFailsBeforeItsHeadIsAProblemAndNothingIsSentTwice) {

@@ -210,10 +210,19 @@ void Stream::release_view() {
   view_ = 0;
 }
 
+void Stream::drop_body() {
+  discarding_ = true;
+  release_view();
+  give_back(in_[fill_].size());
+  in_[fill_].clear();
+  body_ready_.notify();
+}
+
 asio::awaitable<BodyPiece> Stream::read_body(std::size_t, std::optional<TimePoint> deadline) {
   release_view();
   const auto read_timeout = facts_.settings->config.server.read_timeout;
   for (;;) {
+    if (discarding_) co_return BodyPiece{{}, false, BodyPiece::Error::gone};  // drop_body()
     if (closed_ && !end_stream_) {
       // Reset, or a stream error: nghttp2 resets a stream whose DATA disagrees with
       // its content-length (RFC 9113 §8.1.1), before that DATA is handed on.

@@ -77,6 +77,8 @@ class Stream final : public http::Exchange {
   }
   asio::awaitable<bool> send_continue() override;
   bool body_done() const override { return end_stream_ && in_[fill_].empty(); }
+  bool full_duplex() const override { return true; }
+  void drop_body() override;
   asio::awaitable<bool> send_interim(ResponseHeader& head) override;
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
   asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
