@@ -115,6 +115,12 @@ class Http1Call final : public UpstreamCall {
   bool stale(const beast::error_code& ec) const {
     return ec && !written_ && conn_->reused && out_ == 0;
   }
+  /// Writes the rest, and watches for an answer that comes before its end meanwhile:
+  /// true when one came (the write stopped, `ec` says nothing), false when the write
+  /// ended (with `ec`).
+  asio::awaitable<bool> write_or_answer(Rest& rest, beast::error_code& ec);
+  /// Whether the connection holds the start of a final answer, or its end (a peek).
+  bool answer_waiting();
   /// The write ended with `ec`: the head goes with it when it went.
   beast::error_code written(beast::error_code ec);
   /// A new connection for the request, in place of the one it had (none of the request

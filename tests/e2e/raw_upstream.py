@@ -11,11 +11,14 @@ GOOD = b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Lengt
 class RawUpstream:
     """Reads each request (head and Content-Length body), records its
     Idempotency-Key, writes `answer` and closes the connection. With `read_body`
-    false it answers once the head came and closes with the body unread (a reset)."""
+    false it answers once the head came and closes with the body unread (a reset), or,
+    with `hold_open` seconds, keeps the connection open that long first, reading
+    nothing more."""
 
     def __init__(self):
         self.answer = GOOD
         self.read_body = True
+        self.hold_open = 0
         self.keys = []
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
@@ -54,7 +57,7 @@ class RawUpstream:
                 body += conn.recv(65536)
             conn.sendall(self.answer)
             if not self.read_body:
-                time.sleep(0.05)  # the answer goes before the reset
+                time.sleep(self.hold_open or 0.05)  # the answer goes before the reset
 
     def close(self):
         self.sock.close()

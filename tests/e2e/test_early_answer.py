@@ -8,6 +8,7 @@ again (the upstream saw the key twice). nginx 1.22 relays the early answer, trie
 here. Now the answer is read, relayed, and under a key recorded and replayed; with
 no answer before the reset, the key is left indeterminate."""
 import subprocess
+import time
 
 import pytest
 
@@ -72,6 +73,32 @@ def test_a_pass_through_upload_gets_the_upstreams_early_answer(make_proxy, early
                              b"Content-Length: 9\r\nConnection: close\r\n\r\ntoo large")
     status, _, body = curl_post(p.port, "/uploads", big_file, protocol)
     assert (status, body) == (413, b"too large")
+
+
+@pytest.mark.parametrize("protocol", ["--http1.1", "--http2-prior-knowledge"])
+def test_an_early_answer_on_a_connection_kept_open_goes_on_without_waiting(
+        make_proxy, early_upstream, big_file, pg, key, protocol):
+    # The upstream answers once the head came and keeps the connection open, the body
+    # unread: the proxy's write waits for room while the answer is in the socket. It
+    # had waited out upstream.timeout (10 s here): a 504 with the key indeterminate, a
+    # 502 for the upload. nginx reads the upstream while it sends and relays at once.
+    early_upstream.hold_open = 12
+    p = make_proxy(upstream_url=early_upstream.url, routes=ROUTES,
+                   extra_top={"upstream": {"url": early_upstream.url, "timeout": "10s"}})
+    early_upstream.answer = (b"HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: 8\r\n\r\naccepted")
+    t0 = time.monotonic()
+    first = curl_post(p.port, "/v1/orders", big_file, protocol, key)
+    assert first[0] == 201 and first[2] == b"accepted", first
+    again = curl_post(p.port, "/v1/orders", big_file, protocol, key)
+    assert again[0] == 201 and "idempotent-replayed: true" in again[1], again
+    assert early_upstream.keys == [key]
+    assert pg.sql("SELECT state FROM idempotency_records WHERE key = '%s'" % key) == "completed"
+    early_upstream.answer = (b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: 9\r\n\r\ntoo large")
+    status, _, body = curl_post(p.port, "/uploads", big_file, protocol)
+    assert (status, body) == (413, b"too large")
+    assert time.monotonic() - t0 < 8
 
 
 def test_a_reset_with_no_answer_after_the_head_leaves_the_key_indeterminate(

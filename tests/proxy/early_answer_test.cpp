@@ -8,6 +8,8 @@
 // relays such an answer).
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "world.hpp"
 
 namespace idemproxy::testing::early_answer_test {
@@ -97,6 +99,35 @@ TEST_P(EarlyAnswer, OnAKeptAliveConnectionTheEarlyAnswerRunsOnceToo) {
   EXPECT_EQ(first.body, R"({"id":"early"})");
   EXPECT_EQ(world.executions("early-4"), 1);
   EXPECT_EQ(world.upstream_connections(), 1);
+}
+
+// The upstream answers after the head and keeps the connection open, the body unread:
+// its answer is in the socket while the proxy's write waits for room. The write
+// watches for it and stops, and the answer goes on at once (nginx reads while it
+// sends). Before, the write waited out upstream.timeout: a 504 with the key left
+// indeterminate, a 502 on pass-through.
+TEST_P(EarlyAnswer, AnAnswerOnAConnectionTheUpstreamKeepsOpenGoesOnWithoutWaiting) {
+  World open{kConfig, nullptr, "timeout: 4s"};
+  open.answer_heads = big;
+  open.answer = [](const StringRequest& head) {
+    UpstreamAnswer a = early_id(head);
+    a.keeps_open = true;
+    return a;
+  };
+  auto request = json_post("early-5");
+  request.body = big_body();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto first = open.send(GetParam(), request);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds{2});
+  EXPECT_EQ(first.status, 201) << first.body;
+  EXPECT_EQ(first.body, R"({"id":"early"})");
+  const auto retry = open.send(GetParam(), request);
+  EXPECT_EQ(retry.field("Idempotent-Replayed"), "true");
+  EXPECT_EQ(open.executions("early-5"), 1);
+  const auto upload = open.send(GetParam(), {"POST", "/uploads", {}, big_body(), {}});
+  EXPECT_EQ(upload.status, 201) << upload.body;
+  EXPECT_EQ(upload.body, R"({"id":"early"})");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds{4});
 }
 
 // No answer before the reset: the request may have run (the upstream read its head),

@@ -198,6 +198,10 @@ asio::awaitable<void> World::serve_upstream(tcp::socket socket) {
       out += "\r\n";
     }
     auto [wec, w] = co_await asio::async_write(socket, asio::buffer(out), use_nothrow);
+    if (early && a.keeps_open) {
+      asio::steady_timer unread(io, std::chrono::seconds{10});
+      co_await unread.async_wait(use_nothrow);
+    }
     if (wec || a.close_after || early) co_return;
     if (!a.unasked.empty()) {
       asio::steady_timer later(io, std::chrono::milliseconds(20));

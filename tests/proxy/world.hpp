@@ -79,6 +79,9 @@ struct UpstreamAnswer {
   /// The connection closes after this answer, though the answer kept it alive (no
   /// `Connection: close`), as an upstream that drops idle keep-alive connections does.
   bool close_after = false;
+  /// An answer sent early (answer_heads) leaves the connection open with the body
+  /// unread for 10 s, where it would close it: the proxy's write of the body stalls.
+  bool keeps_open = false;
   /// Bytes sent on the connection 20 ms after this answer, though nothing asked for
   /// them (an upstream out of step); the connection stays open.
   std::string unasked;
