@@ -28,8 +28,7 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
   // A body declared empty and already read is none at all (HTTP/2: END_STREAM on the
   // HEADERS frame); frame_request framed the head to match.
   const bool body = from.has_body() && !(from.body_done() && from.content_length() == 0);
-  const upstream::RequestFraming framing{body, te_trailers, !body && harmless(head.method()),
-                                         answer_over != nullptr};
+  const upstream::RequestFraming framing{body, te_trailers, !body && harmless(head.method())};
   const auto over = [answer_over] { return answer_over != nullptr && *answer_over; };
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
   // some, http/exchange.cpp says which.)

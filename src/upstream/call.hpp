@@ -41,9 +41,6 @@ struct RequestFraming {
   /// 9.2.2), under no key (nginx's `proxy_next_upstream` does as much on a cached
   /// connection); never for a request that claimed a key.
   bool resendable = false;
-  /// The answer is read while the request is still being sent (full_duplex()): a
-  /// head that comes early does not end the request, only the answer's end does.
-  bool duplex = false;
 };
 
 class UpstreamCall {
@@ -68,8 +65,10 @@ class UpstreamCall {
   /// until `until`). A request's trailer fields are never relayed (RFC 9110 6.5.1).
   virtual asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
                                                        TimePoint until) = 0;
-  /// Whether the upstream answered, or ended the stream, before it took the whole
-  /// body: the answer tells the rest, and the rest is not sent (RFC 9113 §8.1).
+  /// Whether the upstream stopped taking the request before it took the whole body:
+  /// it ended the stream or connection, or its answer came (HTTP/2: whole; a head
+  /// alone may want the rest). The answer tells the rest, and the rest is not sent
+  /// (RFC 9112 9.6, RFC 9113 §8.1).
   virtual bool answered_early() const { return false; }
   /// Whether the answer may be read while the request is still being sent, by another
   /// coroutine on the same executor (HTTP/2: each direction of a stream has its own

@@ -226,7 +226,6 @@ asio::awaitable<beast::error_code> StreamCall::send_head(RequestHeader& head,
                                                          RequestFraming framing, TimePoint) {
   request_fields(head, extra, registry_->tls != nullptr, framing.te_trailers, request_.fields);
   request_.has_body = framing.body;
-  duplex_ = framing.duplex;
   co_return co_await start();
 }
 
@@ -263,11 +262,11 @@ asio::awaitable<beast::error_code> StreamCall::send_body(std::string_view data, 
         co_return;
       }
     }
-    // A full-duplex exchange reads the answer as it comes: only the stream's end, or
-    // the answer's, ends the request early. Otherwise a head before the request's end
-    // is an answer that did not wait for it.
-    const bool over = call.closed || call.in_end;
-    answered_early_ = !last && (over || (!duplex_ && call.head.has_value()));
+    // Only the stream's end (a RST_STREAM: RFC 9113 §8.1's way to say "stop sending")
+    // or the answer's ends the request early. A head alone does not: a server may
+    // begin its answer before it reads the body it still wants (a gRPC bidirectional
+    // call; an HTTP/2 server that flushes its head first).
+    answered_early_ = !last && (call.closed || call.in_end);
   };
   co_await on_link(link, step);
   if (last) body_ended_ = true;

@@ -351,7 +351,6 @@ class StreamCall final : public UpstreamCall {
   bool sent_body_ = false;
   bool started_ = false;  // a stream was opened for the request (its HEADERS submitted)
   bool answered_early_ = false;
-  bool duplex_ = false;      // RequestFraming::duplex
   bool body_ended_ = false;  // the request's last body piece was pushed
 };
 

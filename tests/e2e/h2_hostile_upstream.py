@@ -53,6 +53,9 @@ class HostileH2Upstream:
                            body: no RST_STREAM follows, and with window_updates False its
                            window stays shut (RFC 9113 §8.1 allows the answer; a server
                            that wants the rest of the body no more need not say so)
+    head_first             HEADERS (:status 200) once the request's HEADERS came, then,
+                           once its body ended, DATA with the body's length and END_STREAM
+                           (a server that starts its answer before it reads the upload)
     goaway_in_flight       holds requests until `goaway_after` are open on the connection
                            (or 1 s after the first), then GOAWAY with last_stream_id the
                            lowest held stream, answers that stream normally and closes the
@@ -251,6 +254,10 @@ class _Connection:
             self.figures["max_open"] = max(self.figures["max_open"], len(self.open))
         if self.server.behaviour == "answers_early":
             self.answer(record)
+        elif self.server.behaviour == "head_first":
+            record["processed"] = True
+            self.h2.send_headers(event.stream_id, [(":status", "200"),
+                                                   ("content-type", "application/json")])
 
     def on_data(self, event):
         record = self.streams.get(event.stream_id)
@@ -293,6 +300,12 @@ class _Connection:
 
     def b_normal(self, record):
         self.answer(record)
+
+    def b_head_first(self, record):
+        record["answered"] = True
+        body = json.dumps({"body_bytes": len(record["body"])}).encode()
+        self.h2.send_data(record["stream"], body, end_stream=True)
+        self.closed_by_server(record)
 
     def b_answers_early(self, record):
         self.answer(record)

@@ -12,6 +12,7 @@ pass-through client never gets a complete-looking answer the upstream did not gi
 import concurrent.futures
 import http.client
 import json
+import subprocess
 import time
 import uuid
 
@@ -345,3 +346,23 @@ def test_a_streamed_upload_gets_the_answer_the_upstream_sends_before_it_ends(mak
     (received,) = hostile.received()
     assert received["path"] == "/upload" and b"first piece".startswith(received["body"]), received
     still_serves(p, hostile, "after-the-upload")
+
+
+@pytest.mark.parametrize("client", ["--http1.1", "--http2-prior-knowledge"])
+def test_an_answer_begun_before_the_upload_ended_still_gets_the_whole_upload(
+        make_proxy, hostile, tmp_path, client):
+    # The server sends its head at once and its body once the upload ended, with no
+    # RST_STREAM: it wants the rest. A head alone had stopped the proxy's upload, and
+    # the server waited for a body that never ended (the answer broke off after
+    # upstream.read_timeout). An HTTP/1.1 client's body goes whole, then the answer;
+    # an HTTP/2 client's goes beside the answer (full duplex).
+    hostile.behaviour = "head_first"
+    p = h2c_proxy(make_proxy, hostile, read_timeout="3s")
+    upload = tmp_path / "upload.bin"
+    upload.write_bytes(b"u" * (2 << 20))
+    out = subprocess.run(["curl", "-sS", client, "--data-binary", "@" + str(upload),
+                          "-H", "Content-Type: application/octet-stream",
+                          "http://127.0.0.1:%d/upload" % p.port],
+                         capture_output=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"body_bytes": 2 << 20}
