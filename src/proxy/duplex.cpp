@@ -30,7 +30,12 @@ void RequestSide::start() {
 asio::awaitable<void> RequestSide::run() {
   out_.sent = co_await send_request(call_, head_, extra_, from_, te_trailers_, timeout_, deadline_,
                                     out_.read_error, out_.write_error, &answer_over_);
-  if (answer_over_) co_return;
+  if (answer_over_) {
+    // finish() stopped it (the body dropped, the stream interrupted): whatever that
+    // made it end with is no failure of its own, and must not be blamed for the answer's.
+    out_ = Outcome{};
+    co_return;
+  }
   if (out_.sent != RelayError::none) {
     // The client's body broke off, or the upstream took no more of it: the answer's
     // read ends, and the caller tells which.

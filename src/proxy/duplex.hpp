@@ -20,7 +20,8 @@ class RequestSide {
  public:
   using TimePoint = Exchange::TimePoint;
 
-  /// How the request's side ended.
+  /// How the request's side ended: on its own, before the answer was over (a request
+  /// finish() stopped reports nothing).
   struct Outcome {
     RelayError sent = RelayError::none;  // send_request's, with its two causes
     BodyPiece::Error read_error = BodyPiece::Error::none;
@@ -31,7 +32,8 @@ class RequestSide {
     bool head_late = false;
   };
 
-  /// send_request's arguments, which must outlive finish().
+  /// send_request's arguments, which must outlive finish(). The head went already
+  /// (send_request_head).
   RequestSide(const asio::any_io_executor& ex, upstream::UpstreamCall& call, RequestHeader& head,
               const ExtraFields& extra, Exchange& from, bool te_trailers, Duration timeout,
               std::optional<TimePoint> deadline);

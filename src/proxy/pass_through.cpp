@@ -90,6 +90,12 @@ asio::awaitable<void> pass_duplex(
     std::chrono::steady_clock::time_point started, trace::Span& up) {
   const auto& cfg = ctx.settings.config;
   auto& req = ctx.ex.head();
+  // The head first: the answer is read only once its request began.
+  if (const auto ec = co_await send_request_head(call, req, ctx.to_upstream, ctx.ex, te_trailers,
+                                                 cfg.upstream.timeout)) {
+    co_await request_failed(ctx, RelayError::write, BodyPiece::Error::none, ec);
+    co_return;
+  }
   RequestSide request(co_await asio::this_coro::executor, call, req, ctx.to_upstream, ctx.ex,
                       te_trailers, cfg.upstream.timeout, body_deadline);
   request.start();

@@ -17,7 +17,24 @@ bool harmless(bhttp::verb method) {
          method == verb::trace || method == verb::put || method == verb::delete_;
 }
 
+upstream::RequestFraming request_framing(const RequestHeader& head, const Exchange& from,
+                                         bool te_trailers) {
+  // A body declared empty and already read is none at all (HTTP/2: END_STREAM on the
+  // HEADERS frame); frame_request framed the head to match.
+  const bool body = from.has_body() && !(from.body_done() && from.content_length() == 0);
+  return {body, te_trailers, !body && harmless(head.method())};
+}
+
 }  // namespace
+
+asio::awaitable<beast::error_code> send_request_head(upstream::UpstreamCall& call,
+                                                     RequestHeader& head, const ExtraFields& extra,
+                                                     const Exchange& from, bool te_trailers,
+                                                     Duration timeout) {
+  const upstream::RequestFraming framing = request_framing(head, from, te_trailers);
+  const auto head_by = from_now(timeout);
+  co_return co_await call.send_head(head, extra, framing, head_by);
+}
 
 asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHeader& head,
                                          const ExtraFields& extra, Exchange& from, bool te_trailers,
@@ -25,17 +42,17 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
                                          std::optional<Exchange::TimePoint> deadline,
                                          BodyPiece::Error& read_error,
                                          beast::error_code& write_error, const bool* answer_over) {
-  // A body declared empty and already read is none at all (HTTP/2: END_STREAM on the
-  // HEADERS frame); frame_request framed the head to match.
-  const bool body = from.has_body() && !(from.body_done() && from.content_length() == 0);
-  const upstream::RequestFraming framing{body, te_trailers, !body && harmless(head.method())};
+  const upstream::RequestFraming framing = request_framing(head, from, te_trailers);
   const auto over = [answer_over] { return answer_over != nullptr && *answer_over; };
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
   // some, http/exchange.cpp says which.)
   const auto head_by = from_now(timeout);
-  if (auto ec = co_await call.send_head(head, extra, framing, head_by)) {
-    write_error = ec;
-    co_return RelayError::write;
+  // A full-duplex request's head went before its answer was read (send_request_head).
+  if (answer_over == nullptr) {
+    if (auto ec = co_await call.send_head(head, extra, framing, head_by)) {
+      write_error = ec;
+      co_return RelayError::write;
+    }
   }
   if (!framing.body) co_return RelayError::none;
   for (bool end = false; !end;) {

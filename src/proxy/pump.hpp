@@ -25,8 +25,9 @@ enum class RelayError { none, read, write };
 /// stopped, `write_error` why writing did. `te_trailers`: the client sent `te: trailers`.
 /// For requests under no key only: one with no body and a method a repeat cannot harm
 /// is sent as resendable (upstream::RequestFraming). `answer_over`, when given, makes
-/// the request full duplex (RequestSide, proxy/duplex.hpp): it is sent while another
-/// coroutine reads the answer, and stops once that says the answer is over.
+/// the request full duplex (RequestSide, proxy/duplex.hpp): its head went already
+/// (send_request_head), its body is sent while another coroutine reads the answer,
+/// and stops once that says the answer is over.
 asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHeader& head,
                                          const ExtraFields& extra, Exchange& from, bool te_trailers,
                                          Duration timeout,
@@ -34,6 +35,13 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
                                          BodyPiece::Error& read_error,
                                          beast::error_code& write_error,
                                          const bool* answer_over = nullptr);
+
+/// The head alone, framed as send_request frames it: a full-duplex request's first
+/// step, taken before its answer is read.
+asio::awaitable<beast::error_code> send_request_head(upstream::UpstreamCall& call,
+                                                     RequestHeader& head, const ExtraFields& extra,
+                                                     const Exchange& from, bool te_trailers,
+                                                     Duration timeout);
 
 /// Reads the answer's heads by `until` until the final one: each interim one goes to
 /// `interim_to` (hop-by-hop fields out; an HTTP/1.0 client gets none, RFC 9110 15.2),

@@ -36,6 +36,9 @@ Duplexed duplex(FakeCall& call, FakeExchange& client, Duration timeout = 5s) {
       io,
       [&]() -> asio::awaitable<void> {
         const http::ExtraFields none;
+        const auto hec =
+            co_await proxy::send_request_head(call, client.head(), none, client, false, timeout);
+        EXPECT_FALSE(hec) << hec.message();
         proxy::RequestSide request(co_await asio::this_coro::executor, call, client.head(), none,
                                    client, false, timeout, std::nullopt);
         request.start();
@@ -104,6 +107,23 @@ TEST(Duplex, TheAnswersEndStopsARequestWhoseClientKeepsSending) {
   EXPECT_NE(std::find(log.begin(), log.end(), "client body dropped"), log.end());
   EXPECT_FALSE(call->request_ended);  // the upstream never takes part of a body for all
   EXPECT_LT(r.took, 1s);              // not the client's 2 s
+}
+
+TEST(Duplex, AnAnswerThatFailsFirstIsNotBlamedOnTheBodyItsEndStopped) {
+  Log log;
+  FakeExchange client(log, {"a"});
+  client.duplex = true;
+  client.stays_open = true;
+  Script s = conversation({"A"});
+  s.head_error = asio::error::connection_reset;  // the upstream reset the stream
+  auto* call = new FakeCall(log, s);
+  upstream::UpstreamCallPtr owned(call);
+  const Duplexed r = duplex(*call, client);
+  EXPECT_EQ(r.head_error, asio::error::connection_reset);
+  EXPECT_NE(std::find(log.begin(), log.end(), "client body dropped"), log.end());
+  // The body was dropped because the answer failed: the answer's failure is the story.
+  EXPECT_EQ(r.sent.sent, proxy::RelayError::none);
+  EXPECT_LT(r.took, 1s);
 }
 
 TEST(Duplex, AClientBodyThatBreaksOffEndsTheAnswersReadAndSaysWhy) {

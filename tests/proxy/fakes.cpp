@@ -5,12 +5,18 @@
 namespace idemproxy::testing {
 
 asio::awaitable<bool> Turns::until(std::function<bool()> ready, std::chrono::milliseconds limit) {
-  if (!signal_) signal_.emplace(co_await asio::this_coro::executor);
+  http::Signal signal(co_await asio::this_coro::executor);
+  waiting_ = &signal;
   const auto by = std::chrono::steady_clock::now() + limit;
+  bool came = true;
   while (!ready()) {
-    if (!co_await signal_->wait_until(by) && !ready()) co_return false;
+    if (!co_await signal.wait_until(by) && !ready()) {
+      came = false;
+      break;
+    }
   }
-  co_return true;
+  waiting_ = nullptr;
+  co_return came;
 }
 
 FakeExchange::FakeExchange(Log& log, std::vector<std::string> pieces, bool takes_trailers)

@@ -30,11 +30,12 @@ class Turns {
   asio::awaitable<bool> until(std::function<bool()> ready,
                               std::chrono::milliseconds limit = std::chrono::seconds{2});
   void notify() {
-    if (signal_) signal_->notify();
+    if (waiting_ != nullptr) waiting_->notify();
   }
 
  private:
-  std::optional<http::Signal> signal_;
+  // The wait's own, on its frame: nothing outlives the io_context the wait ran on.
+  http::Signal* waiting_ = nullptr;
 };
 
 /// A client's exchange: a request whose body comes in `pieces`, and an answer kept

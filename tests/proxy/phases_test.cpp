@@ -199,6 +199,19 @@ TEST(Phases, ABodyStillComingPassesThroughAsAConversationBetweenFullDuplexPeers)
   EXPECT_TRUE(stage.upstream.last.ended);
 }
 
+TEST(Phases, AConversationTheUpstreamEndsBeforeItsHeadIsAProblemNotAReset) {
+  Stage stage(kConfig);
+  auto ex = conversation(stage, {"a"});
+  ex->stays_open = true;
+  Script s = stage.upstream.scripts.front();
+  s.head_error = asio::error::connection_reset;
+  stage.upstream.scripts = {s};
+  stage.serve({ex.get()});
+  EXPECT_EQ(ex->status, 502U);
+  EXPECT_TRUE(problem_type(*ex).ends_with("/upstream-failed")) << ex->body;
+  EXPECT_EQ(std::find(stage.log.begin(), stage.log.end(), "client reset"), stage.log.end());
+}
+
 TEST(Phases, AConversationTheClientBreaksOffResetsItsAnswer) {
   Stage stage(kConfig);
   auto ex = conversation(stage, {"a"});
