@@ -46,9 +46,9 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
   const auto over = [answer_over] { return answer_over != nullptr && *answer_over; };
   // (No temporary of class type inside a co_await expression: GCC 12 miscompiles
   // some, http/exchange.cpp says which.)
-  const auto head_by = from_now(timeout);
   // A full-duplex request's head went before its answer was read (send_request_head).
   if (answer_over == nullptr) {
+    const auto head_by = from_now(timeout);
     if (auto ec = co_await call.send_head(head, extra, framing, head_by)) {
       write_error = ec;
       co_return RelayError::write;

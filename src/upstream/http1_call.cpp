@@ -179,13 +179,7 @@ asio::awaitable<beast::error_code> Http1Call::write_rest(
 // in the socket could be a record of any kind: the write alone.
 asio::awaitable<bool> Http1Call::write_or_answer(Rest& rest, beast::error_code& ec) {
   using namespace asio::experimental::awaitable_operators;
-  if (conn_->stream.tls() != nullptr || out_ == 0) {
-    auto [wec, n] = co_await asio::async_write(conn_->stream, rest, use_nothrow);
-    out_ += n;
-    ec = wec;
-    co_return false;
-  }
-  if (answer_waiting()) co_return true;
+  const bool watching = conn_->stream.tls() == nullptr && out_ > 0;
   // Each side ends the other by cancelling what is pending on the socket (the
   // operations take no cancellation slot through use_nothrow's deferred token).
   bool answered = false;
@@ -195,8 +189,13 @@ asio::awaitable<bool> Http1Call::write_or_answer(Rest& rest, beast::error_code& 
     out_ += n;
     ec = wec;
     wrote = true;
-    if (!answered) conn_->stream.transport().cancel();  // the watch
+    if (watching && !answered) conn_->stream.transport().cancel();  // the watch
   };
+  if (!watching) {
+    co_await write();
+    co_return false;
+  }
+  if (answer_waiting()) co_return true;
   const auto watch = [&]() -> asio::awaitable<void> {
     for (;;) {
       auto [wec] = co_await conn_->stream.socket().async_wait(tcp::socket::wait_read, use_nothrow);
