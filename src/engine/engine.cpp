@@ -42,7 +42,8 @@ Admission Engine::admission(const store::ClaimRequest& request,
   // state of the original, only that the key is taken.
   if (existing.fingerprint != request.fingerprint) {
     a.kind = Admission::Kind::mismatch;
-    if (!same_rule(existing.fingerprint, request.fingerprint)) a.other_rule = std::move(existing);
+    if (!same_rule(existing.fingerprint, request.fingerprint))
+      a.other_rule = std::make_unique<store::Record>(std::move(existing));
     return a;
   }
   // With after_expiry: reject the record outlives its ttl as a tombstone (its

@@ -14,67 +14,69 @@ void wake_all(const std::vector<std::weak_ptr<Waiter>>& waiters) {
 
 void LocalHolders::claiming(const store::RecordId& id) {
   std::lock_guard lock(mu_);
-  ++slot(claiming_, id);
+  ++slot(keys_, id).claiming;
+}
+
+std::vector<std::weak_ptr<Waiter>> LocalHolders::settle(Slots<Key>::iterator at) {
+  std::vector<std::weak_ptr<Waiter>> woken;
+  Key& k = at->second;
+  if (!k.waiting.empty()) {
+    woken = std::move(k.waiting);
+    k.waiting.clear();
+    --waiting_keys_;
+  }
+  // Waiters are kept only while a claim is on its way or a holder is here.
+  if (k.claiming <= 0 && k.held <= 0) keys_.erase(at);
+  return woken;
 }
 
 void LocalHolders::claimed(const store::RecordId& id, bool executes) {
   std::vector<std::weak_ptr<Waiter>> woken;
   {
     std::lock_guard lock(mu_);
-    auto c = claiming_.find(id);
-    if (executes) {
-      if (c != claiming_.end() && c->second == 1 && !held_.contains(id)) {
-        // The last claim of it on its way: its node, key and all, becomes the holder's.
-        auto node = claiming_.extract(c);
-        node.mapped() = 1;
-        held_.insert(std::move(node));
-        return;  // held here: the waiters stay asleep until release()
-      }
-      ++slot(held_, id);
+    auto at = keys_.find(id);
+    if (at == keys_.end()) {
+      if (!executes) return;
+      at = keys_.try_emplace(store::slot_key(id)).first;
     }
-    if (c == claiming_.end() || --c->second > 0) return;
-    claiming_.erase(c);
+    Key& k = at->second;
+    if (executes) ++k.held;  // held here: the waiters stay asleep until release()
+    if (k.claiming > 0) --k.claiming;
     // None of this process's claims executes: the key is held elsewhere, and the
     // waiters kept for these claims go and wait for that.
-    if (!held_.contains(id)) woken = take_waiters(id);
+    if (k.claiming == 0 && k.held == 0) woken = settle(at);
   }
   wake_all(woken);
-}
-
-std::vector<std::weak_ptr<Waiter>> LocalHolders::take_waiters(const store::RecordId& id) {
-  auto it = waiting_.find(id);
-  if (it == waiting_.end()) return {};
-  auto woken = std::move(it->second);
-  waiting_.erase(it);
-  return woken;
 }
 
 Holder LocalHolders::add(const store::RecordId& id, const std::shared_ptr<Waiter>& waiter) {
   std::lock_guard lock(mu_);
   // A key held elsewhere is waited for by the store's announcement or a backoff:
   // nothing here would wake its waiter, and an entry for it would never be erased.
-  const Holder holder = held_.contains(id)       ? Holder::here
-                        : claiming_.contains(id) ? Holder::claiming
-                                                 : Holder::elsewhere;
-  if (holder == Holder::elsewhere) return holder;
-  auto& list = slot(waiting_, id);
+  const auto at = keys_.find(id);
+  if (at == keys_.end()) return Holder::elsewhere;
+  Key& k = at->second;
+  const Holder holder = k.held > 0 ? Holder::here : Holder::claiming;
   // Drop waiters whose requests already moved on, so the list stays short.
-  std::erase_if(list, [](const auto& w) { return w.expired(); });
-  list.push_back(waiter);
+  std::erase_if(k.waiting, [](const auto& w) { return w.expired(); });
+  if (k.waiting.empty()) ++waiting_keys_;
+  k.waiting.push_back(waiter);
   return holder;
 }
 
 std::size_t LocalHolders::waiting_keys() const {
   std::lock_guard lock(mu_);
-  return waiting_.size();
+  return waiting_keys_;
 }
 
 void LocalHolders::release(const store::RecordId& id) {
   std::vector<std::weak_ptr<Waiter>> woken;
   {
     std::lock_guard lock(mu_);
-    if (auto h = held_.find(id); h != held_.end() && --h->second <= 0) held_.erase(h);
-    woken = take_waiters(id);
+    const auto at = keys_.find(id);
+    if (at == keys_.end()) return;
+    if (at->second.held > 0) --at->second.held;
+    woken = settle(at);
   }
   wake_all(woken);
 }
@@ -83,7 +85,9 @@ void LocalHolders::notify(const store::RecordId& id) {
   std::vector<std::weak_ptr<Waiter>> woken;
   {
     std::lock_guard lock(mu_);
-    woken = take_waiters(id);
+    const auto at = keys_.find(id);
+    if (at == keys_.end()) return;
+    woken = settle(at);
   }
   wake_all(woken);
 }

@@ -249,7 +249,7 @@ TEST_F(CoordinatorTest, AStoreThatDoesNotQueueIsCalledThroughRunBlocking) {
   run_blocking_calls();
   ASSERT_TRUE(verdict);
   ASSERT_EQ(verdict->kind, Admission::Kind::execute);
-  const auto first = coordinator.decide(route, c, *verdict, budget(), form);
+  const auto first = coordinator.decide(route, c, std::move(*verdict), budget(), form);
   ASSERT_EQ(first.kind, DKind::execute);
   const auto answer = created();
   std::optional<Completion> done;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,8 +43,9 @@ struct Admission {
   std::string detail;      // store_failed, unreadable
   /// mismatch, when the record was fingerprinted under another rule (a reload, or
   /// another instance's config): the record, to judge again once the request is
-  /// fingerprinted under its rule (fingerprint_rule.hpp).
-  std::optional<store::Record> other_rule;
+  /// fingerprinted under its rule (fingerprint_rule.hpp). Apart: a record is 624
+  /// bytes, which every verdict carried through each of its moves.
+  std::unique_ptr<store::Record> other_rule;
   /// over_quota: which cap, the scope's usage and the caps.
   store::OverQuota quota;
 };

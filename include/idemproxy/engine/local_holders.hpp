@@ -62,13 +62,18 @@ class LocalHolders {
   std::size_t waiting_keys() const;
 
  private:
-  /// Takes the waiters of `id` out (under mu_), to be woken once the lock goes.
-  std::vector<std::weak_ptr<Waiter>> take_waiters(const store::RecordId& id);
-
+  /// What this process knows of one key it claims or holds: its claims on their way
+  /// to the store, its holders here, and the requests asleep until it is released.
+  struct Key {
+    int claiming = 0;
+    int held = 0;
+    std::vector<std::weak_ptr<Waiter>> waiting;
+  };
   /// Keyed by slot key (store::slot_key), searched by RecordId in place: a fresh key
-  /// makes its slot key once, when its claim is sent, and that node moves on to
-  /// held_ when the claim executes: 2 heap calls per fresh key, where making the key
-  /// in each call took 12 (steady_state_test.cpp).
+  /// makes its slot key once, when its claim is sent, and the same node carries it to
+  /// its release: 2 heap calls per fresh key, where making the key in each call took
+  /// 12 (steady_state_test.cpp), and one lookup per call, where a map for each role
+  /// took seven a key.
   template <class T>
   using Slots = std::unordered_map<std::string, T, store::SlotHash, store::SlotEqual>;
   /// The entry of `id` in `slots`, made (value-initialised) when there is none.
@@ -78,11 +83,13 @@ class LocalHolders {
     if (at == slots.end()) at = slots.try_emplace(store::slot_key(id)).first;
     return at->second;
   }
+  /// Takes the waiters of `at` out (under mu_), to be woken once the lock goes, and
+  /// drops the key once no claim of it is on its way and nothing here holds it.
+  std::vector<std::weak_ptr<Waiter>> settle(Slots<Key>::iterator at);
 
   mutable std::mutex mu_;
-  Slots<int> held_;
-  Slots<int> claiming_;  // claims on their way to the store
-  Slots<std::vector<std::weak_ptr<Waiter>>> waiting_;
+  Slots<Key> keys_;               // claimed or held here
+  std::size_t waiting_keys_ = 0;  // keys_ with waiters
   Slots<std::vector<std::weak_ptr<Waiter>>> remote_;
 };
 

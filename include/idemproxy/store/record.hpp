@@ -92,8 +92,10 @@ struct SlotHash {
 
    private:
     void take(char c) {
-      buf_[held_++] = c;
-      if (held_ == 8) {
+      // held_ is below 8 here; the mask says so to GCC, whose profile-guided
+      // inlining otherwise warns of a write past buf_ (-Wstringop-overflow).
+      buf_[held_ & 7U] = c;
+      if (++held_ == 8) {
         std::uint64_t w;
         std::memcpy(&w, buf_, 8);
         mix(w);
