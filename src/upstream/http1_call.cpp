@@ -1,13 +1,8 @@
 #include "upstream/http1_call.hpp"
 
-#include <sys/socket.h>
-
 #include <array>
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <cerrno>
 #include <span>
 
-#include "codec/http1/answer_start.hpp"
 #include "codec/http1/body_frames.hpp"
 #include "codec/http1/trailer_section.hpp"
 #include "http/fields.hpp"
@@ -169,57 +164,6 @@ asio::awaitable<beast::error_code> Http1Call::write_rest(
     }
     co_return written(ec);
   }
-}
-
-// An upstream may answer before it read the whole request and keep the connection
-// open with the rest unread (RFC 9112 9.6): the write would wait for room until
-// `until` while the answer waits in the socket. In cleartext, once some of the
-// request went, the write runs beside a watch for that answer, and the first to end
-// stops the other (nginx reads an upstream while it sends to it). Under TLS the bytes
-// in the socket could be a record of any kind: the write alone.
-asio::awaitable<bool> Http1Call::write_or_answer(Rest& rest, beast::error_code& ec) {
-  using namespace asio::experimental::awaitable_operators;
-  const bool watching = conn_->stream.tls() == nullptr && out_ > 0;
-  // Each side ends the other by cancelling what is pending on the socket (the
-  // operations take no cancellation slot through use_nothrow's deferred token).
-  bool answered = false;
-  bool wrote = false;
-  const auto write = [&]() -> asio::awaitable<void> {
-    auto [wec, n] = co_await asio::async_write(conn_->stream, rest, use_nothrow);
-    out_ += n;
-    ec = wec;
-    wrote = true;
-    if (watching && !answered) conn_->stream.transport().cancel();  // the watch
-  };
-  if (!watching) {
-    co_await write();
-    co_return false;
-  }
-  if (answer_waiting()) co_return true;
-  const auto watch = [&]() -> asio::awaitable<void> {
-    for (;;) {
-      auto [wec] = co_await conn_->stream.socket().async_wait(tcp::socket::wait_read, use_nothrow);
-      if (wec || wrote) co_return;  // the write ended first, or the socket closed
-      if (answer_waiting()) {
-        answered = true;
-        conn_->stream.transport().cancel();  // the write
-        co_return;
-      }
-    }
-  };
-  co_await (write() || watch());
-  co_return answered;
-}
-
-bool Http1Call::answer_waiting() {
-  std::array<char, 512> bytes{};
-  const ssize_t n = ::recv(conn_->stream.socket().native_handle(), bytes.data(), bytes.size(),
-                           MSG_PEEK | MSG_DONTWAIT);
-  // The upstream's end: no answer follows the rest, which the read will find.
-  if (n == 0) return true;
-  // A reset, too; nothing yet otherwise.
-  if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-  return codec::http1::final_answer_begins({bytes.data(), static_cast<std::size_t>(n)});
 }
 
 beast::error_code Http1Call::written(beast::error_code ec) {

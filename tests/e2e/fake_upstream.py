@@ -193,6 +193,12 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512  # listen() backlog; must be set before the socket listens
+    accepted = 0  # connections taken
+
+    def get_request(self):
+        got = super().get_request()
+        self.accepted += 1
+        return got
 
 
 class FakeUpstream:
@@ -211,6 +217,11 @@ class FakeUpstream:
     @property
     def executions(self):
         return self.server.executions
+
+    @property
+    def accepted(self):
+        """The connections it has taken so far."""
+        return self.server.accepted
 
     def close(self):
         self.server.shutdown()

@@ -13,15 +13,17 @@ class RawUpstream:
     Idempotency-Key, writes `answer` and closes the connection. With `read_body`
     false it answers once the head came and closes with the body unread (a reset), or,
     with `hold_open` seconds, keeps the connection open that long first, reading
-    nothing more."""
+    nothing more. With `tls` (an ssl.SSLContext for a server) it speaks HTTPS.
+    """
 
-    def __init__(self):
+    def __init__(self, tls=None):
         self.answer = GOOD
         self.read_body = True
         self.hold_open = 0
         self.keys = []
         self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.tls = tls
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", self.port))
@@ -35,7 +37,16 @@ class RawUpstream:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._handshake_and_answer, args=(conn,), daemon=True).start()
+
+    def _handshake_and_answer(self, conn):
+        if self.tls:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except (OSError, ValueError):
+                conn.close()
+                return
+        self._answer(conn)
 
     def _answer(self, conn):
         with conn:

@@ -7,6 +7,7 @@ upstream-unreachable, and under a key the claim released, so the retry executed
 again (the upstream saw the key twice). nginx 1.22 relays the early answer, tried
 here. Now the answer is read, relayed, and under a key recorded and replayed; with
 no answer before the reset, the key is left indeterminate."""
+import ssl
 import subprocess
 import time
 
@@ -75,16 +76,36 @@ def test_a_pass_through_upload_gets_the_upstreams_early_answer(make_proxy, early
     assert (status, body) == (413, b"too large")
 
 
+@pytest.fixture(params=["http", "https"])
+def kept_open_upstream(request):
+    """The early upstream, in cleartext and over TLS (the proxy verifies it against the
+    test CA), with its upstream config."""
+    tls = None
+    config = {"timeout": "10s"}
+    if request.param == "https":
+        pki = request.getfixturevalue("pki")
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(*pki.server)
+        config["tls"] = {"ca_file": pki.ca}
+    u = RawUpstream(tls=tls)
+    u.read_body = False
+    config["url"] = u.url
+    yield u, config
+    u.close()
+
+
 @pytest.mark.parametrize("protocol", ["--http1.1", "--http2-prior-knowledge"])
 def test_an_early_answer_on_a_connection_kept_open_goes_on_without_waiting(
-        make_proxy, early_upstream, big_file, pg, key, protocol):
+        make_proxy, kept_open_upstream, big_file, pg, key, protocol):
     # The upstream answers once the head came and keeps the connection open, the body
     # unread: the proxy's write waits for room while the answer is in the socket. It
     # had waited out upstream.timeout (10 s here): a 504 with the key indeterminate, a
-    # 502 for the upload. nginx reads the upstream while it sends and relays at once.
+    # 502 for the upload; over TLS until this change too. nginx reads the upstream
+    # while it sends and relays at once.
+    early_upstream, upstream = kept_open_upstream
     early_upstream.hold_open = 12
     p = make_proxy(upstream_url=early_upstream.url, routes=ROUTES,
-                   extra_top={"upstream": {"url": early_upstream.url, "timeout": "10s"}})
+                   extra_top={"upstream": upstream})
     early_upstream.answer = (b"HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\n"
                              b"Content-Length: 8\r\n\r\naccepted")
     t0 = time.monotonic()

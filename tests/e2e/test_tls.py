@@ -1,6 +1,8 @@
 """TLS on both sides, with certificates made at test time (pki.py): downstream
 termination, mandatory client certificates (mTLS), scopes from the verified
 certificate subject, and https upstreams verified by default."""
+import hashlib
+import json
 import socket
 import ssl
 import threading
@@ -111,6 +113,25 @@ def test_https_upstream_is_verified_against_the_configured_ca(make_proxy, tls_up
     assert p.post("/v1/orders", '{"n": 1}', key=key).header("Idempotent-Replayed") == "true"
     assert p.request("GET", "/health-check").status == 201  # pass-through over TLS too
     assert tls_upstream.executions.count(key=key) == 1
+
+
+def test_big_requests_to_an_https_upstream_go_whole_on_one_kept_connection(make_proxy, tls_upstream,
+                                                                         pki, key):
+    # A TLS write of 64 KiB or more runs beside a read that watches for an early
+    # answer (upstream/http1_call.cpp); the read the write's end cancels must leave the
+    # connection's TLS stream whole: the next request goes on the same connection.
+    p = make_proxy(routes=[{"name": "orders", "path_prefix": "/v1", "key_required": True,
+                            "max_body": "4MiB"}],
+                   extra_top={"upstream": {"url": tls_upstream.url, "tls": {"ca_file": pki.ca}}})
+    assert p.request("GET", "/warm").status == 201  # the pool's connection
+    before = tls_upstream.accepted
+    for n in range(3):
+        body = json.dumps({"n": n, "pad": "x" * (2 << 20)})
+        got = p.post("/v1/orders", body, key="%s-%d" % (key, n))
+        assert got.status == 201, got.body
+        assert json.loads(got.body)["body_sha256"] == hashlib.sha256(body.encode()).hexdigest()
+    assert p.request("GET", "/after").status == 201
+    assert tls_upstream.accepted == before
 
 
 def test_an_unverifiable_https_upstream_gets_nothing(make_proxy, tls_upstream, pki, key):
