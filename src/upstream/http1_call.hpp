@@ -128,7 +128,8 @@ class Http1Call final : public UpstreamCall {
   /// fits in the socket's buffers and the upstream's (Linux's default receive buffer
   /// alone is 128 KiB), so it ends without the upstream reading, and pays no watch.
   static constexpr std::size_t kTlsWatchFrom = std::size_t{64} * 1024;
-  static constexpr std::size_t kTlsRecord = std::size_t{16} * 1024;  // a TLS record's most plaintext
+  static constexpr std::size_t kTlsRecord =
+      std::size_t{16} * 1024;  // a TLS record's most plaintext
   /// The write ended with `ec`: the head goes with it when it went.
   beast::error_code written(beast::error_code ec);
   /// A new connection for the request, in place of the one it had (none of the request
