@@ -20,9 +20,10 @@ namespace idemproxy::upstream {
 // - in cleartext once some of the request went and the socket took no more at once:
 //   the watch peeks at the socket;
 // - under TLS, where nothing goes at once, once the request's bytes written and to
-//   write reach kTlsWatchFrom (a body that comes in pieces, too): the watch reads (Asio's TLS
-//   stream takes a read beside a write), since the bytes in the socket could be a record of any
-//   kind. What it reads stays in the connection's buffer for the head's read.
+//   write reach kTlsWatchFrom (a body that comes in pieces, too): the watch reads
+//   (Asio's TLS stream takes a read beside a write), since the bytes in the socket
+//   could be a record of any kind. What it reads stays in the connection's buffer for
+//   the head's read.
 asio::awaitable<bool> Http1Call::write_or_answer(Rest& rest, beast::error_code& ec) {
   using namespace asio::experimental::awaitable_operators;
   const bool tls = conn_->stream.tls() != nullptr;
