@@ -57,9 +57,10 @@ Holder LocalHolders::add(const store::RecordId& id, const std::shared_ptr<Waiter
   if (at == keys_.end()) return Holder::elsewhere;
   Key& k = at->second;
   const Holder holder = k.held > 0 ? Holder::here : Holder::claiming;
-  // Drop waiters whose requests already moved on, so the list stays short.
-  std::erase_if(k.waiting, [](const auto& w) { return w.expired(); });
+  // Drop waiters whose requests already moved on, so the list stays short. The key
+  // is counted once, when its list starts (even if every waiter on it went since).
   if (k.waiting.empty()) ++waiting_keys_;
+  std::erase_if(k.waiting, [](const auto& w) { return w.expired(); });
   k.waiting.push_back(waiter);
   return holder;
 }

@@ -623,3 +623,21 @@ TEST_F(CoordinatorTest, TheFallbackReCheckStartsAtFiveSecondsAndStopsAtTheDeadli
   EXPECT_EQ(budget.next_fallback(steady) - steady, std::chrono::seconds{10});
   EXPECT_EQ(budget.next_fallback(steady) - steady, std::chrono::seconds{12});
 }
+
+// The waiting-keys gauge counts a key once: a waiter whose request moved on is
+// dropped when the next comes, and the key is still one key, gone at its release.
+TEST(LocalHoldersTest, AKeyWhoseWaitersLeftIsCountedOnceAndGoesAtItsRelease) {
+  LocalHolders holders;
+  const store::RecordId id{"tenant", "key"};
+  holders.claiming(id);
+  EXPECT_EQ(holders.add(id, std::make_shared<ProbeWaiter>([] {})), Holder::claiming);
+  EXPECT_EQ(holders.waiting_keys(), 1u);  // that waiter is gone already
+  holders.claimed(id, true);
+  const auto waiter = std::make_shared<ProbeWaiter>([] {});
+  EXPECT_EQ(holders.add(id, waiter), Holder::here);
+  EXPECT_EQ(holders.waiting_keys(), 1u);
+  holders.release(id);
+  EXPECT_EQ(waiter->woken, 1);
+  EXPECT_EQ(holders.waiting_keys(), 0u);
+  EXPECT_EQ(holders.add(id, waiter), Holder::elsewhere);  // nothing of it is left here
+}
