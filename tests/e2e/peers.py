@@ -100,9 +100,10 @@ class NginxUpstream:
       return 201 '{"id":"$http_x_ledger_id","uri":"$request_uri","host":"$host","protocol":"$server_protocol"}';
     }"""
 
-    def __init__(self, locations=ANSWER, http2=False):
+    def __init__(self, locations=ANSWER, http2=False, tls=None):
         """`http2`: the port speaks HTTP/2 in cleartext (h2c with prior knowledge)
-        instead of HTTP/1.1; `locations`: the server's location blocks."""
+        instead of HTTP/1.1; `locations`: the server's location blocks; `tls`: a
+        (certificate, key) pair, and the port speaks HTTPS."""
         self.dir = tempfile.mkdtemp(prefix="idemproxy-nginx-")
         self.port = free_port()
         self.access_log = os.path.join(self.dir, "access.log")
@@ -121,21 +122,22 @@ http {
   fastcgi_temp_path %(d)s/fastcgi;
   uwsgi_temp_path %(d)s/uwsgi;
   scgi_temp_path %(d)s/scgi;
-  log_format ledger '$status $request_method $request_uri key=$http_idempotency_key id=$http_x_ledger_id tp=$http_traceparent ts=$http_tracestate';
+  log_format ledger '$status $request_method $request_uri key=$http_idempotency_key id=$http_x_ledger_id tp=$http_traceparent ts=$http_tracestate conn=$connection';
   access_log %(d)s/access.log ledger;
   keepalive_requests 100000;
   client_max_body_size 4m;
   server {
-    listen 127.0.0.1:%(port)d%(http2)s;
-%(locations)s
+    listen 127.0.0.1:%(port)d%(http2)s%(ssl)s;
+%(tls)s%(locations)s
   }
 }
 """ % {"d": self.dir, "port": self.port, "http2": " http2" if http2 else "",
-       "locations": locations})
+       "ssl": " ssl" if tls else "", "locations": locations,
+       "tls": "    ssl_certificate %s;\n    ssl_certificate_key %s;\n" % tls if tls else ""})
         self.proc = subprocess.Popen(["nginx", "-c", conf, "-p", self.dir],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         _wait_port(self.port, self.proc, "nginx")
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
 
     def log_lines(self):
         with open(self.access_log) as f:

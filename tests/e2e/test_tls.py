@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import problem, wait_for
+from peers import NginxUpstream
 
 
 def client_tls(pki, cert=None):
@@ -115,23 +116,51 @@ def test_https_upstream_is_verified_against_the_configured_ca(make_proxy, tls_up
     assert tls_upstream.executions.count(key=key) == 1
 
 
+BIG_ROUTES = [{"name": "orders", "path_prefix": "/v1", "key_required": True, "max_body": "4MiB"}]
+
+
+def post_big(p, key, n):
+    """A keyed request of 2 MiB and more; its body and the answer."""
+    body = json.dumps({"n": n, "pad": "x" * (2 << 20)})
+    got = p.post("/v1/orders", body, key="%s-%d" % (key, n))
+    assert got.status == 201, got.body
+    return body, got
+
+
+# A TLS write of 64 KiB or more runs beside a read that watches for an early answer
+# (upstream/http1_early_answer.cpp, RFC 9112 9.6); the read the write's end cancels
+# must leave the connection's TLS stream whole: the next request goes on the same
+# connection.
 def test_big_requests_to_an_https_upstream_go_whole_on_one_kept_connection(make_proxy, tls_upstream,
                                                                          pki, key):
-    # A TLS write of 64 KiB or more runs beside a read that watches for an early
-    # answer (upstream/http1_call.cpp); the read the write's end cancels must leave the
-    # connection's TLS stream whole: the next request goes on the same connection.
-    p = make_proxy(routes=[{"name": "orders", "path_prefix": "/v1", "key_required": True,
-                            "max_body": "4MiB"}],
+    p = make_proxy(routes=BIG_ROUTES,
                    extra_top={"upstream": {"url": tls_upstream.url, "tls": {"ca_file": pki.ca}}})
     assert p.request("GET", "/warm").status == 201  # the pool's connection
     before = tls_upstream.accepted
     for n in range(3):
-        body = json.dumps({"n": n, "pad": "x" * (2 << 20)})
-        got = p.post("/v1/orders", body, key="%s-%d" % (key, n))
-        assert got.status == 201, got.body
+        body, got = post_big(p, key, n)
         assert json.loads(got.body)["body_sha256"] == hashlib.sha256(body.encode()).hexdigest()
     assert p.request("GET", "/after").status == 201
     assert tls_upstream.accepted == before
+
+
+def test_big_requests_to_nginx_over_https_get_its_answers(make_proxy, pki, key):
+    # Against nginx's TLS (OpenSSL on the other side too). Its `return 201` answers
+    # before it has read the body, then reads the rest and drops it: an early answer
+    # from a real server, which the watch sees and relays (the write then stops, and
+    # the connection is not kept).
+    nginx = NginxUpstream(tls=pki.server)
+    try:
+        p = make_proxy(routes=BIG_ROUTES,
+                       extra_top={"upstream": {"url": nginx.url, "tls": {"ca_file": pki.ca}}})
+        for n in range(3):
+            _, got = post_big(p, key, n)
+            assert json.loads(got.body)["uri"] == "/v1/orders"
+            assert p.post("/v1/orders", "{}", key="%s-%d" % (key, n)).status == 422  # another body
+        assert wait_for(lambda: len(nginx.log_lines()) >= 3)
+        assert sorted(nginx.executions("%s-%d" % (key, n)) for n in range(3)) == [1, 1, 1]
+    finally:
+        nginx.close()
 
 
 def test_an_unverifiable_https_upstream_gets_nothing(make_proxy, tls_upstream, pki, key):
