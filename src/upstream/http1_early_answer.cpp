@@ -65,7 +65,9 @@ asio::awaitable<bool> Http1Call::write_or_answer(Rest& rest, beast::error_code& 
           co_await conn_->stream.async_read_some(conn_->buffer.prepare(kTlsRecord), use_nothrow);
       conn_->buffer.commit(n);
       if (wrote) co_return;  // the write ended first; what came is kept
-      if (rec || answer_read()) {
+      // Interim heads past kTlsWatchFrom are more than the head's read takes
+      // (kMaxInterim): the buffer stops there, and that read refuses them.
+      if (rec || answer_read() || conn_->buffer.size() >= kTlsWatchFrom) {
         answer();
         co_return;
       }

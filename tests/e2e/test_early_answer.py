@@ -122,6 +122,26 @@ def test_an_early_answer_on_a_connection_kept_open_goes_on_without_waiting(
     assert time.monotonic() - t0 < 8
 
 
+def test_interim_answers_without_end_over_tls_while_the_body_waits_end_in_a_502(
+        make_proxy, kept_open_upstream, big_file, key):
+    # An upstream that sends interim heads and never a final one, reading nothing: the
+    # TLS watch reads them into the connection's buffer, no more than 64 KiB of them,
+    # and the head's read refuses more than 16 (RFC 9110 15.2). The buffer had grown
+    # with every head until upstream.timeout (a 504). The cleartext watch peeks, and
+    # still waits out upstream.timeout here (issue note).
+    early_upstream, upstream = kept_open_upstream
+    if not early_upstream.tls:
+        pytest.skip("the cleartext watch peeks: it waits out upstream.timeout")
+    early_upstream.hold_open = 12
+    p = make_proxy(upstream_url=early_upstream.url, routes=ROUTES,
+                   extra_top={"upstream": upstream})
+    early_upstream.answer = b"HTTP/1.1 100 Continue\r\n\r\n" * 4000  # 100 KB
+    t0 = time.monotonic()
+    status, _, body = curl_post(p.port, "/v1/orders", big_file, "--http1.1", key)
+    assert status == 502, body
+    assert time.monotonic() - t0 < 8
+
+
 def test_a_reset_with_no_answer_after_the_head_leaves_the_key_indeterminate(
         make_proxy, early_upstream, big_file, pg, key):
     p = make_proxy(upstream_url=early_upstream.url, routes=ROUTES)
