@@ -16,15 +16,20 @@
 // applies to every pending operation, also one started before it was set. Every
 // caller here sets a deadline with no operation pending (Beast asserts as much for
 // the direction it sets).
+#include <sys/socket.h>
+
 #include <atomic>
 #include <boost/asio/associator.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/prepend.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cerrno>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -68,7 +73,10 @@ class DeadlineSocket {
     Relaxed<int> pending{0};  // written by the owner only
     Relaxed<bool> timed_out{false};
     bool inq_asked = false;  // TCP_INQ asked for (draining_read.hpp): by the first read
-    int left = -1;           // what the last read left (draining_read.hpp); -1: unknown
+    // The peer's end, for the reads after it (read_now).
+    bool read_ended = false;  // a read met it (a FIN, or a reset): later reads end at once
+    bool reset = false;       // a write met the peer's reset: TCP_INQ's 0 proves nothing
+    int left = -1;            // what the last read left (draining_read.hpp); -1: unknown
   };
 
  public:
@@ -108,6 +116,9 @@ class DeadlineSocket {
   /// or the peer's end (a FIN that came with or after the bytes read: tcp_inq_hint
   /// counts it as one). False when it said nothing, or that nothing was left.
   bool more_after_last_read() const { return state_->left > 0; }
+  /// A write on the socket (a send of the caller's own, too) failed with `ec`: a reset
+  /// by the peer leaves bytes that came before it to read, then the end.
+  void write_failed(const beast::error_code& ec) { write_failed(*state_, ec); }
   /// Pending operations end with operation_aborted; the deadline stays.
   void cancel() {
     beast::error_code ignored;
@@ -119,17 +130,24 @@ class DeadlineSocket {
     return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
         [](auto handler, const std::shared_ptr<State>& s, const MutableBuffers& b) {
           start(s, handler);
+          using Done = ReadCompletion<decltype(handler)>;
           if constexpr (std::is_convertible_v<const MutableBuffers&, asio::mutable_buffer>) {
+            if (s->read_ended || s->reset) {
+              if (const auto now = read_now(*s, b)) {
+                asio::post(s->socket.get_executor(),
+                           asio::prepend(Done{{s, std::move(handler)}}, now->first, now->second));
+                return;
+              }
+            }
             if (!s->inq_asked && s->socket.is_open()) {
               s->inq_asked = true;
               enable_inq(s->socket.native_handle());
             }
             s->left = -1;
-            s->socket.async_read_some(DrainingBuffer(b, &s->left),
-                                      Completion<decltype(handler)>{s, std::move(handler)});
-          } else {
-            s->socket.async_read_some(b, Completion<decltype(handler)>{s, std::move(handler)});
+            s->socket.async_read_some(DrainingBuffer(b, &s->left), Done{{s, std::move(handler)}});
+            return;
           }
+          s->socket.async_read_some(b, Done{{s, std::move(handler)}});
         },
         token, state_, buffers);
   }
@@ -139,7 +157,8 @@ class DeadlineSocket {
     return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
         [](auto handler, const std::shared_ptr<State>& s, const ConstBuffers& b) {
           start(s, handler);
-          s->socket.async_write_some(b, Completion<decltype(handler)>{s, std::move(handler)});
+          s->socket.async_write_some(b,
+                                     WriteCompletion<decltype(handler)>{{s, std::move(handler)}});
         },
         token, state_, buffers);
   }
@@ -191,7 +210,48 @@ class DeadlineSocket {
     }
   };
 
+  /// A read's Completion: a read that met the socket's end keeps it for the next.
+  template <class Handler>
+  struct ReadCompletion : Completion<Handler> {  // NOLINT(bugprone-exception-escape)
+    void operator()(beast::error_code ec, std::size_t n) {
+      if (ec && ec != asio::error::operation_aborted && !this->state->timed_out.get()) {
+        this->state->read_ended = true;
+      }
+      Completion<Handler>::operator()(ec, n);
+    }
+  };
+  /// A write's Completion: a write that met the peer's reset says so (write_failed).
+  template <class Handler>
+  struct WriteCompletion : Completion<Handler> {  // NOLINT(bugprone-exception-escape)
+    void operator()(beast::error_code ec, std::size_t n) {
+      write_failed(*this->state, ec);
+      Completion<Handler>::operator()(ec, n);
+    }
+  };
+
  private:
+  // Boost 1.81's reactor tries no read after one that drained the socket until the
+  // socket's next event. Past the peer's end that event may have come already, or
+  // never comes, and a read that waited for it waited out its deadline (an upstream's
+  // 504 for a 502). So a read after the end ends at once (a TLS read that took the end
+  // while it was cancelled reports operation_aborted, and the next read is the
+  // caller's), and one after a write met the peer's reset reads the socket itself:
+  // TCP_INQ said 0 left with the last bytes before it, as when more may come (a reset
+  // is no FIN to it). Nothing, when the read must wait.
+  static std::optional<std::pair<beast::error_code, std::size_t>> read_now(
+      State& s, const asio::mutable_buffer& b) {
+    if (s.read_ended) return std::pair{beast::error_code(asio::error::eof), std::size_t{0}};
+    const ssize_t n = ::recv(s.socket.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
+    if (n > 0) return std::pair{beast::error_code{}, static_cast<std::size_t>(n)};
+    if (n == 0) return std::pair{beast::error_code(asio::error::eof), std::size_t{0}};
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::nullopt;
+    return std::pair{beast::error_code(errno, asio::error::get_system_category()), std::size_t{0}};
+  }
+
+  static void write_failed(State& s, const beast::error_code& ec) {
+    if (ec == asio::error::connection_reset || ec == asio::error::broken_pipe) s.reset = true;
+  }
+
   // The timer's completion runs on the executor of the operation that armed it (as
   // Beast's timeout handler does): the owner's strand, never beside its operations.
   template <class Handler>
@@ -245,5 +305,13 @@ struct associator<Associator, idemproxy::http::DeadlineSocket::Completion<Handle
     return Associator<Handler, Default>::get(c.handler, d);
   }
 };
+
+template <template <class, class> class Associator, class Handler, class Default>
+struct associator<Associator, idemproxy::http::DeadlineSocket::ReadCompletion<Handler>, Default>
+    : associator<Associator, idemproxy::http::DeadlineSocket::Completion<Handler>, Default> {};
+
+template <template <class, class> class Associator, class Handler, class Default>
+struct associator<Associator, idemproxy::http::DeadlineSocket::WriteCompletion<Handler>, Default>
+    : associator<Associator, idemproxy::http::DeadlineSocket::Completion<Handler>, Default> {};
 
 }  // namespace boost::asio

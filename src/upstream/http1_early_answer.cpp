@@ -28,8 +28,10 @@ asio::awaitable<bool> Http1Call::write_or_answer(Rest& rest, beast::error_code& 
   using namespace asio::experimental::awaitable_operators;
   const bool tls = conn_->stream.tls() != nullptr;
   const bool watching = tls ? out_ + asio::buffer_size(rest) >= kTlsWatchFrom : out_ > 0;
-  // Each side ends the other by cancelling what is pending on the socket (the
-  // operations take no cancellation slot through use_nothrow's deferred token).
+  // Each side ends the other by cancelling what is pending on the socket. (The group
+  // also cancels the side left: Asio's TLS read, told so after it took the
+  // connection's end, reports operation_aborted; the socket keeps that end for the
+  // head's read, http/deadline_socket.hpp.)
   bool answered = false;
   bool wrote = false;
   const auto write = [&]() -> asio::awaitable<void> {

@@ -13,13 +13,14 @@ class RawUpstream:
     Idempotency-Key, writes `answer` and closes the connection. With `read_body`
     false it answers once the head came and closes with the body unread (a reset), or,
     with `hold_open` seconds, keeps the connection open that long first, reading
-    nothing more. With `tls` (an ssl.SSLContext for a server) it speaks HTTPS.
+    nothing more; with `end_first` too, it ends its side of the connection first. With `tls` (an ssl.SSLContext for a server) it speaks HTTPS.
     """
 
     def __init__(self, tls=None):
         self.answer = GOOD
         self.read_body = True
         self.hold_open = 0
+        self.end_first = False
         self.keys = []
         self.port = free_port()
         self.tls = tls
@@ -67,6 +68,8 @@ class RawUpstream:
             while self.read_body and len(body) < length:
                 body += conn.recv(65536)
             conn.sendall(self.answer)
+            if self.end_first:
+                conn.shutdown(socket.SHUT_WR)  # a FIN (under TLS without close_notify)
             if not self.read_body:
                 time.sleep(self.hold_open or 0.05)  # the answer goes before the reset
 

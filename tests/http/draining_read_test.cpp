@@ -8,6 +8,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
 #include <optional>
@@ -57,6 +58,17 @@ class DrainingRead : public ::testing::Test {
 
 // Runs what `io` has ready now (an event that came included), without waiting.
 void poll_ready(asio::io_context& io) {
+  io.poll();
+  io.restart();
+}
+
+// Runs `io`'s reactor once, so that it takes the socket's events now with nothing
+// pending on it (as a proxy's loop, busy with other sockets, does).
+void take_events(asio::io_context& io) {
+  asio::steady_timer keep(io, std::chrono::hours{1});
+  keep.async_wait([](beast::error_code) {});
+  io.poll();
+  keep.cancel();
   io.poll();
   io.restart();
 }
@@ -132,6 +144,53 @@ TEST_F(DrainingRead, AReadThatFillsItsBufferLeavesTheRestToTheNextAtOnce) {
   run_until(io, d);
   ASSERT_TRUE(d.done);
   EXPECT_EQ(d.ec, asio::error::eof);
+}
+
+TEST_F(DrainingRead, AReadAfterTheEndEndsAtOnce) {
+  asio::write(p.peer, asio::buffer(std::string_view("x")));
+  p.peer.shutdown(tcp::socket::shutdown_send);
+  take_events(io);
+  PendingRead bytes(*p.ours, 4096);
+  run_until(io, bytes);
+  EXPECT_EQ(bytes.bytes(), "x");
+  PendingRead end(*p.ours, 4096);
+  run_until(io, end);
+  ASSERT_TRUE(end.done);
+  EXPECT_EQ(end.ec, asio::error::eof);
+  // Once more, as a TLS read does when it took the end while it was cancelled (it
+  // reports operation_aborted, and the caller reads again): Asio's reactor tries no
+  // read after one of 0 bytes until the next event, which never comes.
+  PendingRead again(*p.ours, 4096);
+  run_until(io, again);
+  ASSERT_TRUE(again.done) << "a read after the end waited for an event";
+  EXPECT_EQ(again.ec, asio::error::eof);
+}
+
+TEST_F(DrainingRead, AfterAWriteMetThePeersResetTheBytesLeftAreReadAndThenTheEnd) {
+  asio::write(p.peer, asio::buffer(std::string_view("left")));
+  p.peer.set_option(asio::socket_base::linger(true, 0));
+  p.peer.close();   // a reset, "left" already in our socket
+  take_events(io);  // the reset's event comes and goes with nothing pending
+  // The write meets the reset (and takes its error from the socket)...
+  beast::error_code wec;
+  bool wrote = false;
+  p.ours->async_write_some(asio::buffer(std::string_view("y")),
+                           [&](beast::error_code e, std::size_t) {
+                             wec = e;
+                             wrote = true;
+                           });
+  poll_ready(io);
+  ASSERT_TRUE(wrote);
+  EXPECT_EQ(wec, asio::error::connection_reset);
+  // ...then the bytes left are read, and the end. TCP_INQ says 0 left with the bytes
+  // after a reset, as when nothing came: that read must not wait for another event.
+  PendingRead bytes(*p.ours, 4096);
+  run_until(io, bytes);
+  EXPECT_EQ(bytes.bytes(), "left");
+  PendingRead end(*p.ours, 4096);
+  run_until(io, end);
+  ASSERT_TRUE(end.done) << "the end after a reset was never read";
+  EXPECT_TRUE(end.ec) << "no error after the bytes";
 }
 
 }  // namespace
