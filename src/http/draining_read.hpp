@@ -17,7 +17,9 @@
 // (enable_inq) reports a read that left 0 as done_and_exhausted, which makes the
 // reactor, under the descriptor's lock, skip the next speculative try until an event
 // says bytes came: the next read waits in the queue and costs no system call. Without
-// the option's answer a read is reported as Asio's own is.
+// the option's answer a read is reported as Asio's own is. A reset is no FIN to
+// TCP_INQ: with the last bytes before it, it says 0 left too. DeadlineSocket reads the
+// socket itself once a write met a reset, and ends every read after the end a read met.
 //
 // It is an explicit specialization of Asio's receive operation base for this buffer
 // type; every other read in the process keeps Asio's own. The rest of the operation
