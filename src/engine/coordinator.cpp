@@ -265,18 +265,46 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
     });
     return;
   }
-  const Deadline started = hooks_.steady_now();  // as in complete()
-  auto kept = std::make_shared<store::StoredResponse>(Engine::kept(answer, route));
-  const store::Retention keep = Engine::retention(route, answer);
-  claims_.complete_async(
-      claim.id, token, *kept, keep,
-      [this, &claim, token, &route, &answer, kept, keep, form = std::move(form), started,
-       done = std::move(done)](const store::Result<TimePoint>& result) mutable {
-        Completion c;
-        c.finish = Engine::finished(result, keep, &c.expires_at);
-        done(completed(claim, token, route, answer, std::move(form), started + keep.answer, c,
-                       c.finish == Finish::stored ? std::move(*kept) : store::StoredResponse{}));
-      });
+  // The call's one block: what its answer needs, and the kept form, which the store
+  // reads until it answers. The store's callback carries only its address, which
+  // std::function keeps in place (two pointers), where a callback with all of it took
+  // a block of its own beside the kept form's.
+  struct Call {
+    const store::ClaimRequest& claim;
+    std::int64_t token;
+    const RoutePolicy& route;
+    const store::StoredResponse& answer;
+    Deadline started;  // as in complete()
+    store::StoredResponse kept;
+    store::Retention keep;
+    ReplayCache::Request form;
+    std::function<void(Completion)> done;
+  };
+  auto* call = new Call{claim,
+                        token,
+                        route,
+                        answer,
+                        hooks_.steady_now(),
+                        Engine::kept(answer, route),
+                        Engine::retention(route, answer),
+                        std::move(form),
+                        std::move(done)};
+  try {
+    claims_.complete_async(
+        claim.id, token, call->kept, call->keep,
+        [this, call](const store::Result<TimePoint>& result) {
+          const std::unique_ptr<Call> own(call);
+          Completion c;
+          c.finish = Engine::finished(result, own->keep, &c.expires_at);
+          own->done(completed(
+              own->claim, own->token, own->route, own->answer, std::move(own->form),
+              own->started + own->keep.answer, c,
+              c.finish == Finish::stored ? std::move(own->kept) : store::StoredResponse{}));
+        });
+  } catch (...) {
+    delete call;  // a store throws before it takes a call, not after
+    throw;
+  }
 }
 
 Completion Coordinator::completed(const store::ClaimRequest& claim, std::int64_t token,

@@ -434,6 +434,35 @@ TEST(SteadyState, AFreshKeyMakesItsSlotInTheHoldersOnce) {
   EXPECT_EQ(holders.waiting_keys(), 0U);
 }
 
+// The coordinator's callbacks to the store, as it makes them for a queued claim (itself,
+// the request and its caller's callback, which holds one pointer) and a queued
+// completion (itself and the call's block), take no heap block of their own. As
+// std::function each took one, made on an I/O thread and freed on the store's.
+TEST(SteadyState, TheCoordinatorsCallbacksToTheStoreTakeNoHeapBlock) {
+  int answered = 0;
+  void* coordinator = &answered;
+  const store::ClaimRequest claim{};
+  g_counted_thread = std::this_thread::get_id();
+  g_allocations = 0;
+  g_counting = true;
+  std::function<void(int)> caller = [waiting = &answered](int) { ++*waiting; };
+  store::Claims::ClaimDone claimed = [coordinator, &claim,
+                                      done = std::move(caller)](store::Result<store::ClaimResult>) {
+    done(static_cast<int>(claim.method.size()) + (coordinator != nullptr ? 1 : 0));
+  };
+  store::Claims::CompleteDone completed = [coordinator,
+                                           call = &claim](const store::Result<TimePoint>&) {
+    if (coordinator != nullptr && call != nullptr) ++*static_cast<int*>(coordinator);
+  };
+  store::Claims::ClaimDone moved = std::move(claimed);
+  g_counting = false;
+  g_counted_thread = std::thread::id{};
+  EXPECT_EQ(g_allocations.exchange(0), 0U);
+  moved(store::StoreError{store::StoreErrc::unavailable, "test"});
+  completed(store::StoreError{store::StoreErrc::unavailable, "test"});
+  EXPECT_EQ(answered, 2);
+}
+
 // Each frame is one operator new, as the bounds below assume. With Asio's recycler
 // (no BOOST_ASIO_DISABLE_AWAITABLE_FRAME_RECYCLING) a frame is aligned_alloc'd or
 // reused from its cache, and this counts 0.

@@ -82,8 +82,10 @@ class FaultyStore final : public store::Store {
     ++claims_asked;
     if (claims_throw) throw std::runtime_error("driver threw");  // before it takes the call
     if (!queues && claims_together == 0) return Store::claim_async(r, std::move(done));
-    auto call = [this, &r, done = std::move(done)]() -> std::function<void()> {
-      return [done, result = claim(r)]() mutable { done(std::move(result)); };
+    // Shared: the queue's std::functions copy, and ClaimDone only moves.
+    auto call = [this, &r,
+                 done = std::make_shared<ClaimDone>(std::move(done))]() -> std::function<void()> {
+      return [done, result = claim(r)]() mutable { (*done)(std::move(result)); };
     };
     if (claims_together > 0) {
       std::vector<Queued> group;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string_view>
 
+#include "idemproxy/common/small_function.hpp"
 #include "idemproxy/store/record.hpp"
 
 namespace idemproxy::store {
@@ -51,7 +52,8 @@ class Claims {
   /// (common::Reactor), so the caller may be an I/O thread; the arguments must stay
   /// alive until `done` is called. Otherwise `done` is called
   /// here, after the blocking call.
-  using ClaimDone = std::function<void(Result<ClaimResult>)>;
+  /// Room for the coordinator's callback, which wraps its caller's (48 bytes): no heap.
+  using ClaimDone = SmallFunction<void(Result<ClaimResult>), 64>;
   using CompleteDone = std::function<void(Result<TimePoint>)>;
   // Sinks, which the overrides keep:
   // NOLINTBEGIN(performance-unnecessary-value-param)
