@@ -118,7 +118,10 @@ class DeadlineSocket {
   bool more_after_last_read() const { return state_->left > 0; }
   /// A write on the socket (a send of the caller's own, too) failed with `ec`: a reset
   /// by the peer leaves bytes that came before it to read, then the end.
-  void write_failed(const beast::error_code& ec) { write_failed(*state_, ec); }
+  /// Out of line: it stays out of every write path it is on.
+  [[gnu::cold, gnu::noinline]] void write_failed(const beast::error_code& ec) {
+    write_failed(*state_, ec);
+  }
   /// Pending operations end with operation_aborted; the deadline stays.
   void cancel() {
     beast::error_code ignored;
@@ -132,7 +135,7 @@ class DeadlineSocket {
           start(s, handler);
           using Done = ReadCompletion<decltype(handler)>;
           if constexpr (std::is_convertible_v<const MutableBuffers&, asio::mutable_buffer>) {
-            if (s->read_ended || s->reset) {
+            if (s->read_ended || s->reset) [[unlikely]] {
               if (const auto now = read_now(*s, b)) {
                 asio::post(s->socket.get_executor(),
                            asio::prepend(Done{{s, std::move(handler)}}, now->first, now->second));
@@ -238,8 +241,8 @@ class DeadlineSocket {
   // caller's), and one after a write met the peer's reset reads the socket itself:
   // TCP_INQ said 0 left with the last bytes before it, as when more may come (a reset
   // is no FIN to it). Nothing, when the read must wait.
-  static std::optional<std::pair<beast::error_code, std::size_t>> read_now(
-      State& s, const asio::mutable_buffer& b) {
+  [[gnu::cold, gnu::noinline]] static std::optional<std::pair<beast::error_code, std::size_t>>
+  read_now(State& s, const asio::mutable_buffer& b) {
     if (s.read_ended) return std::pair{beast::error_code(asio::error::eof), std::size_t{0}};
     const ssize_t n = ::recv(s.socket.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
     if (n > 0) return std::pair{beast::error_code{}, static_cast<std::size_t>(n)};

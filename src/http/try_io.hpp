@@ -61,7 +61,8 @@ template <class Buffers>
 bool sent_at_once(Stream& stream, beast::buffers_suffix<Buffers>& rest, beast::error_code& ec) {
   if (stream.tls() != nullptr) return false;
   rest.consume(try_send(stream.socket(), rest, ec));
-  if (ec) stream.transport().write_failed(ec);
+  if (ec) [[unlikely]]
+    stream.transport().write_failed(ec);
   return ec || asio::buffer_size(rest) == 0;
 }
 
