@@ -74,9 +74,10 @@ class DeadlineSocket {
     Relaxed<bool> timed_out{false};
     bool inq_asked = false;  // TCP_INQ asked for (draining_read.hpp): by the first read
     // The peer's end, for the reads after it (read_now).
-    bool read_ended = false;  // a read met it (a FIN, or a reset): later reads end at once
-    bool reset = false;       // a write met the peer's reset: TCP_INQ's 0 proves nothing
-    int left = -1;            // what the last read left (draining_read.hpp); -1: unknown
+    // Written by a completion, which may run beside its owner (Relaxed, above).
+    Relaxed<bool> read_ended{false};  // a read met it (a FIN, a reset): later reads end at once
+    Relaxed<bool> reset{false};       // a write met the peer's reset: TCP_INQ's 0 proves nothing
+    int left = -1;                    // what the last read left (draining_read.hpp); -1: unknown
   };
 
  public:
@@ -135,7 +136,7 @@ class DeadlineSocket {
           start(s, handler);
           using Done = ReadCompletion<decltype(handler)>;
           if constexpr (std::is_convertible_v<const MutableBuffers&, asio::mutable_buffer>) {
-            if (s->read_ended || s->reset) [[unlikely]] {
+            if (s->read_ended.get() || s->reset.get()) [[unlikely]] {
               if (const auto now = read_now(*s, b)) {
                 asio::post(s->socket.get_executor(),
                            asio::prepend(Done{{s, std::move(handler)}}, now->first, now->second));
@@ -218,7 +219,7 @@ class DeadlineSocket {
   struct ReadCompletion : Completion<Handler> {  // NOLINT(bugprone-exception-escape)
     void operator()(beast::error_code ec, std::size_t n) {
       if (ec && ec != asio::error::operation_aborted && !this->state->timed_out.get()) {
-        this->state->read_ended = true;
+        this->state->read_ended.set(true);
       }
       Completion<Handler>::operator()(ec, n);
     }
@@ -243,7 +244,7 @@ class DeadlineSocket {
   // is no FIN to it). Nothing, when the read must wait.
   [[gnu::cold, gnu::noinline]] static std::optional<std::pair<beast::error_code, std::size_t>>
   read_now(State& s, const asio::mutable_buffer& b) {
-    if (s.read_ended) return std::pair{beast::error_code(asio::error::eof), std::size_t{0}};
+    if (s.read_ended.get()) return std::pair{beast::error_code(asio::error::eof), std::size_t{0}};
     const ssize_t n = ::recv(s.socket.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
     if (n > 0) return std::pair{beast::error_code{}, static_cast<std::size_t>(n)};
     if (n == 0) return std::pair{beast::error_code(asio::error::eof), std::size_t{0}};
@@ -252,7 +253,7 @@ class DeadlineSocket {
   }
 
   static void write_failed(State& s, const beast::error_code& ec) {
-    if (ec == asio::error::connection_reset || ec == asio::error::broken_pipe) s.reset = true;
+    if (ec == asio::error::connection_reset || ec == asio::error::broken_pipe) s.reset.set(true);
   }
 
   // The timer's completion runs on the executor of the operation that armed it (as

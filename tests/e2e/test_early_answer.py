@@ -146,8 +146,8 @@ def test_a_reset_with_no_answer_after_the_head_leaves_the_key_indeterminate(
         make_proxy, kept_open_upstream, big_file, pg, key):
     # Over TLS the write meets the reset, and the bytes that came before it (a session
     # ticket) are read next with TCP_INQ saying 0 left, as when more may come: the read
-    # after them waited out upstream.timeout for an event already gone (a 504, about
-    # one run in eight under load), and now finds the end at once.
+    # after them waited out upstream.timeout for an event already gone (a 504), and
+    # now finds the end at once.
     early_upstream, upstream = kept_open_upstream
     p = make_proxy(upstream_url=early_upstream.url, routes=ROUTES,
                    extra_top={"upstream": upstream})
