@@ -142,8 +142,9 @@ def test_interim_answers_without_end_over_tls_while_the_body_waits_end_in_a_502(
     assert time.monotonic() - t0 < 8
 
 
+@pytest.mark.parametrize("protocol", ["--http1.1", "--http2-prior-knowledge"])
 def test_a_reset_with_no_answer_after_the_head_leaves_the_key_indeterminate(
-        make_proxy, kept_open_upstream, big_file, pg, key):
+        make_proxy, kept_open_upstream, big_file, pg, key, protocol):
     # Over TLS the write meets the reset, and the bytes that came before it (a session
     # ticket) are read next with TCP_INQ saying 0 left, as when more may come: the read
     # after them waited out upstream.timeout for an event already gone (a 504), and
@@ -153,19 +154,20 @@ def test_a_reset_with_no_answer_after_the_head_leaves_the_key_indeterminate(
                    extra_top={"upstream": upstream})
     early_upstream.answer = b""
     t0 = time.monotonic()
-    first = curl_post(p.port, "/v1/orders", big_file, "--http1.1", key)
+    first = curl_post(p.port, "/v1/orders", big_file, protocol, key)
     assert first[0] == 502, first
     assert time.monotonic() - t0 < 8
     assert b"upstream-failed" in first[2]
-    retry = curl_post(p.port, "/v1/orders", big_file, "--http1.1", key)
+    retry = curl_post(p.port, "/v1/orders", big_file, protocol, key)
     assert retry[0] == 409 and b"outcome-indeterminate" in retry[2], retry  # never run again
     assert early_upstream.keys == [key]
     assert pg.sql("SELECT state FROM idempotency_records WHERE key = '%s'" % key) == \
         "indeterminate"
 
 
+@pytest.mark.parametrize("protocol", ["--http1.1", "--http2-prior-knowledge"])
 def test_an_upstream_that_ends_its_side_with_no_answer_while_the_body_waits_gets_a_502_at_once(
-        make_proxy, kept_open_upstream, big_file, pg, key):
+        make_proxy, kept_open_upstream, big_file, pg, key, protocol):
     # It read the head, sent its FIN and reads nothing more: the write waits for room.
     # Over TLS the watch's read meets that end, and the head's read after it waited out
     # upstream.timeout for an event that never comes (a 504); it finds the end at once
@@ -177,7 +179,7 @@ def test_an_upstream_that_ends_its_side_with_no_answer_while_the_body_waits_gets
     p = make_proxy(upstream_url=early_upstream.url, routes=ROUTES,
                    extra_top={"upstream": upstream})
     t0 = time.monotonic()
-    first = curl_post(p.port, "/v1/orders", big_file, "--http1.1", key)
+    first = curl_post(p.port, "/v1/orders", big_file, protocol, key)
     assert first[0] == 502 and b"upstream-failed" in first[2], first
     assert time.monotonic() - t0 < 8
     assert early_upstream.keys == [key]
