@@ -242,26 +242,33 @@ Decision Coordinator::decide(const RoutePolicy& route, const store::ClaimRequest
 }
 
 Completion Coordinator::complete(const store::ClaimRequest& claim, std::int64_t token,
-                                 const RoutePolicy& route, const store::StoredResponse& answer,
+                                 const RoutePolicy& route, store::StoredResponse answer,
                                  ReplayCache::Request form) {
-  Completion c;
-  store::StoredResponse stored;  // as kept in the record: what replays send
   // The store starts the TTL when it commits, after this: a replay from memory
   // never outlives the record.
   const Deadline started = hooks_.steady_now();
-  const store::Retention keep = Engine::retention(route, answer);
-  c.finish = engine_.finish(claim.id, token, route, answer, keep, &c.expires_at, &stored);
-  return completed(claim, token, route, answer, std::move(form), started + keep.answer, c,
-                   std::move(stored));
+  return complete_kept(claim, token, route, Engine::keep(std::move(answer), route), std::move(form),
+                       started);
+}
+
+Completion Coordinator::complete_kept(const store::ClaimRequest& claim, std::int64_t token,
+                                      const RoutePolicy& route, KeptAnswer kept,
+                                      ReplayCache::Request form, Deadline started) {
+  Completion c;
+  c.finish = engine_.finish(claim.id, token, kept, &c.expires_at);
+  const Deadline valid_until = started + kept.keep.answer;
+  return completed(claim, token, route, std::move(form), valid_until, c, std::move(kept));
 }
 
 void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t token,
-                                 const RoutePolicy& route, const store::StoredResponse& answer,
+                                 const RoutePolicy& route, store::StoredResponse answer,
                                  ReplayCache::Request form, std::function<void(Completion)> done) {
-  if (!completes_async(route, answer)) {
-    hooks_.run_blocking([this, &claim, token, &route, &answer, form = std::move(form),
-                         done = std::move(done)]() mutable {
-      done(complete(claim, token, route, answer, std::move(form)));
+  const Deadline started = hooks_.steady_now();  // as in complete()
+  KeptAnswer kept = Engine::keep(std::move(answer), route);
+  if (!claims_.queues_calls() || !kept.stores) {  // completes_async()
+    hooks_.run_blocking([this, &claim, token, &route, kept = std::move(kept),
+                         form = std::move(form), started, done = std::move(done)]() mutable {
+      done(complete_kept(claim, token, route, std::move(kept), std::move(form), started));
     });
     return;
   }
@@ -273,33 +280,23 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
     const store::ClaimRequest& claim;
     std::int64_t token;
     const RoutePolicy& route;
-    const store::StoredResponse& answer;
-    Deadline started;  // as in complete()
-    store::StoredResponse kept;
-    store::Retention keep;
+    Deadline started;
+    KeptAnswer kept;
     ReplayCache::Request form;
     std::function<void(Completion)> done;
   };
-  auto* call = new Call{claim,
-                        token,
-                        route,
-                        answer,
-                        hooks_.steady_now(),
-                        Engine::kept(answer, route),
-                        Engine::retention(route, answer),
-                        std::move(form),
-                        std::move(done)};
+  auto* call =
+      new Call{claim, token, route, started, std::move(kept), std::move(form), std::move(done)};
   try {
     claims_.complete_async(
-        claim.id, token, call->kept, call->keep,
+        claim.id, token, call->kept.answer, call->kept.keep,
         [this, call](const store::Result<TimePoint>& result) {
           const std::unique_ptr<Call> own(call);
           Completion c;
-          c.finish = Engine::finished(result, own->keep, &c.expires_at);
-          own->done(completed(
-              own->claim, own->token, own->route, own->answer, std::move(own->form),
-              own->started + own->keep.answer, c,
-              c.finish == Finish::stored ? std::move(own->kept) : store::StoredResponse{}));
+          c.finish = Engine::finished(result, own->kept.keep, &c.expires_at);
+          const Deadline valid_until = own->started + own->kept.keep.answer;
+          own->done(completed(own->claim, own->token, own->route, std::move(own->form), valid_until,
+                              c, std::move(own->kept)));
         });
   } catch (...) {
     delete call;  // a store throws before it takes a call, not after
@@ -308,18 +305,17 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
 }
 
 Completion Coordinator::completed(const store::ClaimRequest& claim, std::int64_t token,
-                                  const RoutePolicy& route, const store::StoredResponse& answer,
-                                  ReplayCache::Request form, Deadline valid_until, Completion c,
-                                  store::StoredResponse stored) {
-  if (c.finish == Finish::stored && answer.body_stored) {
-    ReplayCache::Entry entry{claim.fingerprint, std::move(stored), c.expires_at, valid_until,
+                                  const RoutePolicy& route, ReplayCache::Request form,
+                                  Deadline valid_until, Completion c, KeptAnswer kept) {
+  if (c.finish == Finish::stored && kept.answer.body_stored) {
+    ReplayCache::Entry entry{claim.fingerprint, std::move(kept.answer), c.expires_at, valid_until,
                              std::move(form)};
     hooks_.prepare_replay(entry);
     cache_.put(claim.id, std::move(entry));
   }
   if (c.finish == Finish::store_failed) {
     metrics_.count_store_error();
-    c.retrying = hooks_.retry_completion(claim.id, token, route, answer);
+    c.retrying = hooks_.retry_completion(claim.id, token, route, std::move(kept));
   }
   // Only now, with the answer in the cache: the waiters this wakes replay it from
   // memory instead of asking the store again.

@@ -100,39 +100,42 @@ std::optional<int> grpc_status_of(const store::StoredResponse& response) {
   if (!grpc) return std::nullopt;
   return status.value_or(2);
 }
+
+// Engine::stores() with the answer's Idempotency-Policy already read.
+bool stored_under(const RoutePolicy& policy, const store::StoredResponse& response,
+                  const AnswerPolicy& asked) {
+  if (asked.no_store) return false;
+  const auto grpc = grpc_status_of(response);
+  return grpc ? policy.stores_grpc_status(*grpc) : policy.stores_status(response.status);
+}
 }  // namespace
 
 Finish Engine::finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
                       const store::StoredResponse& response, TimePoint* expires_at,
                       store::StoredResponse* stored) {
-  return finish(id, token, policy, response, retention(policy, response), expires_at, stored);
-}
-
-Finish Engine::finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
-                      const store::StoredResponse& response, const store::Retention& keep,
-                      TimePoint* expires_at, store::StoredResponse* stored) {
-  if (!stores(policy, response)) return abandon(id, token);
-  store::StoredResponse as_kept = kept(response, policy);
-  const Finish f = finished(claims_.complete(id, token, as_kept, keep), keep, expires_at);
-  if (f == Finish::stored && stored) *stored = std::move(as_kept);
+  KeptAnswer kept = keep(response, policy);
+  const Finish f = finish(id, token, kept, expires_at);
+  if (f == Finish::stored && stored) *stored = std::move(kept.answer);
   return f;
 }
 
-bool Engine::stores(const RoutePolicy& policy, const store::StoredResponse& response) {
-  if (answer_policy(response.headers).no_store) return false;
-  const auto grpc = grpc_status_of(response);
-  return grpc ? policy.stores_grpc_status(*grpc) : policy.stores_status(response.status);
+Finish Engine::finish(const store::RecordId& id, std::int64_t token, const KeptAnswer& kept,
+                      TimePoint* expires_at) {
+  if (!kept.stores) return abandon(id, token);
+  return finished(claims_.complete(id, token, kept.answer, kept.keep), kept.keep, expires_at);
 }
 
-store::StoredResponse Engine::kept(const store::StoredResponse& response,
-                                   const RoutePolicy& policy) {
-  store::StoredResponse kept{response.status, storable_headers(response.headers, policy),
-                             response.body, response.body_stored,
-                             storable_headers(response.trailers, policy)};
-  kept.chunks = response.chunks;
-  kept.body_length = response.body_length;
-  kept.body_digest = response.body_digest;
-  return kept;
+bool Engine::stores(const RoutePolicy& policy, const store::StoredResponse& response) {
+  return stored_under(policy, response, answer_policy(response.headers));
+}
+
+KeptAnswer Engine::keep(store::StoredResponse response, const RoutePolicy& policy) {
+  const AnswerPolicy asked = answer_policy(response.headers);
+  const bool stored = stored_under(policy, response, asked);
+  const store::Retention retained = policy.retention(asked.max_age);
+  keep_storable(response.headers, policy);
+  keep_storable(response.trailers, policy);
+  return {std::move(response), retained, stored};
 }
 
 store::Retention Engine::retention(const RoutePolicy& policy,
@@ -235,16 +238,10 @@ bool is_hop_by_hop(std::string_view name) {
          std::any_of(kConnectionHeaders.begin(), kConnectionHeaders.end(), same);
 }
 
-std::vector<store::Header> storable_headers(const std::vector<store::Header>& headers,
-                                            const RoutePolicy& policy) {
-  std::vector<store::Header> out;
-  out.reserve(headers.size());
-  for (const auto& h : headers) {
-    if (!is_hop_by_hop(h.name) && !is_per_exchange(h.name) && !policy.denies_header(h.name)) {
-      out.push_back(h);
-    }
-  }
-  return out;
+void keep_storable(std::vector<store::Header>& headers, const RoutePolicy& policy) {
+  std::erase_if(headers, [&](const store::Header& h) {
+    return is_hop_by_hop(h.name) || is_per_exchange(h.name) || policy.denies_header(h.name);
+  });
 }
 
 }  // namespace idemproxy::engine

@@ -13,9 +13,9 @@ bool CompletionRetrier::reserve(std::size_t bytes) {
 }
 
 bool CompletionRetrier::retry(store::RecordId id, std::int64_t token, engine::RoutePolicy route,
-                              store::StoredResponse answer, std::vector<store::Chunk> unstored,
+                              engine::KeptAnswer kept, std::vector<store::Chunk> unstored,
                               std::size_t reserved) {
-  std::size_t bytes = answer.body.size() + 1024;
+  std::size_t bytes = kept.answer.body.size() + 1024;
   for (const store::Chunk& chunk : unstored) bytes += chunk.bytes.size();
   if (bytes > reserved && !reserve(bytes - reserved)) {
     release(reserved);
@@ -25,14 +25,13 @@ bool CompletionRetrier::retry(store::RecordId id, std::int64_t token, engine::Ro
   ++pending_;
   asio::co_spawn(
       db_pool_.get_executor(),
-      run(std::move(id), token, std::move(route), std::move(answer), std::move(unstored), bytes),
+      run(std::move(id), token, std::move(route), std::move(kept), std::move(unstored), bytes),
       asio::detached);
   return true;
 }
 
 asio::awaitable<void> CompletionRetrier::run(store::RecordId id, std::int64_t token,
-                                             engine::RoutePolicy route,
-                                             store::StoredResponse answer,
+                                             engine::RoutePolicy route, engine::KeptAnswer kept,
                                              std::vector<store::Chunk> unstored,
                                              std::size_t bytes) {
   // Retry for as long as the record can matter: until its TTL would end.
@@ -54,7 +53,7 @@ asio::awaitable<void> CompletionRetrier::run(store::RecordId id, std::int64_t to
            claims_.append(id, token, unstored[appended].seq, unstored[appended].bytes).ok()) {
       ++appended;
     }
-    if (appended == unstored.size()) finish = coordinator_.finish_later(id, token, route, answer);
+    if (appended == unstored.size()) finish = coordinator_.finish_later(id, token, kept);
   }
   if (finish == engine::Finish::store_failed) {
     spdlog::error("a completion was never written; the record stays in flight");

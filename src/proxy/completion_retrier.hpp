@@ -30,16 +30,16 @@ class CompletionRetrier {
         max_pending_bytes_(max_pending_bytes) {}
 
   /// Starts retrying; false (and nothing retried) when the pending budget is spent.
+  /// `kept`: the answer in the form its record keeps (engine::Engine::keep).
   bool retry(store::RecordId id, std::int64_t token, engine::RoutePolicy route,
-             store::StoredResponse answer) {
-    return retry(std::move(id), token, std::move(route), std::move(answer), {}, 0);
+             engine::KeptAnswer kept) {
+    return retry(std::move(id), token, std::move(route), std::move(kept), {}, 0);
   }
   /// The same for a streamed answer: `unstored`, its chunks the store has not taken
   /// yet, go first. `reserved` bytes of the budget (reserve()) pass to the retry;
   /// it takes what more it needs. False: nothing retried, and `reserved` released.
   bool retry(store::RecordId id, std::int64_t token, engine::RoutePolicy route,
-             store::StoredResponse answer, std::vector<store::Chunk> unstored,
-             std::size_t reserved);
+             engine::KeptAnswer kept, std::vector<store::Chunk> unstored, std::size_t reserved);
 
   /// Takes `bytes` of the budget for a stream's chunks held in memory; false (and
   /// nothing taken) when that would spend it.
@@ -50,7 +50,7 @@ class CompletionRetrier {
 
  private:
   asio::awaitable<void> run(store::RecordId id, std::int64_t token, engine::RoutePolicy route,
-                            store::StoredResponse answer, std::vector<store::Chunk> unstored,
+                            engine::KeptAnswer kept, std::vector<store::Chunk> unstored,
                             std::size_t bytes);
 
   engine::Coordinator& coordinator_;

@@ -218,8 +218,7 @@ asio::awaitable<Step> execute(Flow& f) {
   if (first.end && first.data.size() <= max_answer) {
     // Whole: recorded, then sent, with the record's expiry.
     heartbeat.reset();
-    const store::StoredResponse answer =
-        as_kept(ctx, head, std::string(first.data), first.trailers);
+    store::StoredResponse answer = as_kept(ctx, head, std::string(first.data), first.trailers);
     trace::Span completing = ctx.span.child(trace::kSpanStoreComplete);
     const engine::Completion done = co_await rt.complete(claim, token, route, answer, form);
     completing.end();
@@ -327,13 +326,15 @@ asio::awaitable<Step> execute(Flow& f) {
             "key {}: the response was streamed whole, but is not kept for retries: {}",
             ctx.key_digest(), body.why_not());
   }
-  const store::StoredResponse answer = whole ? std::move(kept) : status_only(call.head(), policy);
+  store::StoredResponse answer = whole ? std::move(kept) : status_only(call.head(), policy);
+  // The completion takes the answer; its end goes to the attached retries after it.
+  std::vector<Header> ended_with = answer.trailers;
   if (kept_as == ChunkWriter::Kept::unstored) {
     // The store failed under the stream: the chunks it has not taken and the
     // completion are retried in the background, as a completion the store failed.
     engine::Completion later;
-    later.retrying =
-        rt.complete_later(claim, token, route, answer, body.handed_over(), body.reserved());
+    later.retrying = rt.complete_later(claim, token, route, std::move(answer), body.handed_over(),
+                                       body.reserved());
     permit.settle();
     note_completion(ctx, later, whole);
   } else {
@@ -343,7 +344,7 @@ asio::awaitable<Step> execute(Flow& f) {
     permit.settle();
     note_completion(ctx, done, whole);
   }
-  live->end(answer.trailers);
+  live->end(std::move(ended_with));
   // What was held, then the last piece, its trailers and the end (the call keeps
   // what they view).
   if (client && !held.empty()) {

@@ -104,15 +104,17 @@ class Runtime {
   }
 
   /// The completion of a claim with the upstream's answer, as claim() does it.
-  /// `form` is moved from.
+  /// `answer` and `form` are moved from: the record, the replay cache and a retry
+  /// take the answer in one kept form (engine::Engine::keep).
   asio::awaitable<engine::Completion> complete(const store::ClaimRequest& claim, std::int64_t token,
                                                const engine::RoutePolicy& route,
-                                               const store::StoredResponse& answer,
+                                               store::StoredResponse& answer,
                                                engine::ReplayCache::Request& form) {
     co_return co_await queued<engine::Completion>(
         [this, &claim, token, &route, &answer,
          &form](std::function<void(engine::Completion)> done) {
-          coordinator.complete_async(claim, token, route, answer, std::move(form), std::move(done));
+          coordinator.complete_async(claim, token, route, std::move(answer), std::move(form),
+                                     std::move(done));
         });
   }
 
@@ -171,10 +173,11 @@ class Runtime {
   /// not taken, then the completion, retried in the background with the `reserved`
   /// bytes; the key's waiters here look again. False: the retry budget is spent.
   bool complete_later(const store::ClaimRequest& claim, std::int64_t token,
-                      const engine::RoutePolicy& route, const store::StoredResponse& answer,
+                      const engine::RoutePolicy& route, store::StoredResponse answer,
                       std::vector<store::Chunk> unstored, std::size_t reserved) {
     const bool retrying =
-        completions.retry(claim.id, token, route, answer, std::move(unstored), reserved);
+        completions.retry(claim.id, token, route, engine::Engine::keep(std::move(answer), route),
+                          std::move(unstored), reserved);
     coordinator.handed_off(claim.id);
     return retrying;
   }
@@ -311,9 +314,8 @@ class Runtime {
       asio::post(db_pool, [call = std::move(call)] { call(); });
     };
     hooks.retry_completion = [this](const store::RecordId& id, std::int64_t token,
-                                    const engine::RoutePolicy& route,
-                                    const store::StoredResponse& answer) {
-      return completions.retry(id, token, route, answer);
+                                    const engine::RoutePolicy& route, engine::KeptAnswer kept) {
+      return completions.retry(id, token, route, std::move(kept));
     };
     return hooks;
   }

@@ -4,6 +4,9 @@
 // monotonic clock, which the test cannot move (the coordinator's tests cover it).
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "../unit/faulty_store.hpp"
 #include "proxy/forward.hpp"
 #include "world.hpp"
 
@@ -120,6 +123,35 @@ TEST_P(Retention, AMalformedValueIsIgnoredAndTheRoutesTtlHolds) {
     EXPECT_EQ(send(json_post(key)).field("Idempotent-Replayed"), "true") << bad;
     EXPECT_EQ(world.executions(key), 1) << bad;
   }
+}
+
+// A completion the store failed is written later by the background retry, in the
+// form its record keeps, which no longer carries the upstream's Idempotency-Policy:
+// the retention it asked for travels beside it, so the record written late still
+// ends at the answer's max-age, not at the route's ttl.
+TEST_P(Retention, ACompletionTheStoreFailedIsWrittenLaterForItsMaxAge) {
+  FaultyStore store(clock);
+  World faulty{kConfig, &store};
+  faulty.answer = [](const StringRequest&) {
+    UpstreamAnswer a;
+    a.fields.emplace_back("Idempotency-Policy", "max-age=600");
+    return a;
+  };
+  store.completes_fail = true;
+  const Reply first = faulty.send(GetParam(), json_post("later-1"));
+  ASSERT_EQ(first.status, 201);
+  store.completes_fail = false;
+  Reply again;
+  for (int i = 0; i < 150 && again.field("Idempotent-Replayed") != "true"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{20});
+    again = faulty.send(GetParam(), json_post("later-1"));
+  }
+  ASSERT_EQ(again.field("Idempotent-Replayed"), "true") << again.status << " " << again.body;
+  EXPECT_EQ(again.field("Idempotency-Policy"), "");
+  EXPECT_EQ(again.field("Idempotency-Key-Expires"), proxy::http_date(clock.now() + 10min));
+  clock.advance(10min);
+  EXPECT_EQ(faulty.send(GetParam(), json_post("later-1")).field("Idempotent-Replayed"), "");
+  EXPECT_EQ(faulty.executions("later-1"), 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(BothCodecs, Retention, ::testing::Values(Codec::http1, Codec::http2),

@@ -45,8 +45,8 @@ class CoordinatorTest : public ::testing::Test {
       e.response.headers.push_back({"X-Readied", "yes"});
     };
     h.retry_completion = [this](const store::RecordId& id, std::int64_t token, const RoutePolicy&,
-                                const store::StoredResponse& answer) {
-      retried.push_back({id.key, token, answer.status});
+                                KeptAnswer kept) {
+      retried.push_back({id.key, token, kept.answer.status, std::move(kept)});
       return true;
     };
     // Held, as the database pool holds them, until the test runs them.
@@ -65,11 +65,22 @@ class CoordinatorTest : public ::testing::Test {
     return coordinator.decide(route, c, coordinator.claim(c), budget(), form);
   }
   std::string metrics_text() const { return metrics.render(); }
+  // complete_async() through a store that queues its calls, answered at once.
+  std::optional<Completion> complete_queued(const store::ClaimRequest& c, std::int64_t token,
+                                            store::StoredResponse answer) {
+    store.queues = true;
+    std::optional<Completion> done;
+    coordinator.complete_async(c, token, route, std::move(answer), form,
+                               [&](Completion d) { done = d; });
+    store.run_queued();
+    return done;
+  }
 
   struct Retry {
     std::string key;
     std::int64_t token;
     int status;
+    KeptAnswer kept;  // what the retry finishes with (Coordinator::finish_later)
   };
 
   FakeClock clock;  // the store's clock
@@ -303,12 +314,8 @@ TEST_F(CoordinatorTest, AQueuedCompletionCachesThenWakesThenAnswers) {
 TEST_F(CoordinatorTest, AQueuedCompletionWhoseReplyIsLostIsRetriedNotCached) {
   const auto c = claim("k");
   const auto first = claim_and_decide(c);
-  store.queues = true;
   store.complete_reply_lost = true;
-  std::optional<Completion> done;
-  const auto answer = created();  // alive until the queued call is answered
-  coordinator.complete_async(c, first.token, route, answer, form, [&](Completion d) { done = d; });
-  store.run_queued();
+  const auto done = complete_queued(c, first.token, created());
   ASSERT_TRUE(done);
   EXPECT_EQ(done->finish, Finish::store_failed);
   EXPECT_TRUE(done->retrying);
@@ -364,6 +371,58 @@ TEST_F(CoordinatorTest, AnUpstreamsMaxAgeBoundsTheCachedAnswerToo) {
   EXPECT_TRUE(coordinator.cached(route, q.id));
   steady += 1ms;
   EXPECT_FALSE(coordinator.cached(route, q.id));
+}
+
+// A completion the store failed is retried in the form its record keeps: the
+// upstream's Idempotency-Policy is gone from it, so the retention it asked for
+// travels beside it, and the retry still keeps the answer for that long, not ttl.
+TEST_F(CoordinatorTest, ACompletionRetriedLaterKeepsItsKeptFormAndTheUpstreamsRetention) {
+  route.ttl = 1h;
+  route.max_ttl = 2h;
+  auto answer = created();
+  answer.headers.push_back({"Idempotency-Policy", "max-age=600"});
+  answer.headers.push_back({"X-Request-Id", "req-1"});
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  store.completes_fail = true;
+  const auto done = complete_queued(c, first.token, answer);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->finish, Finish::store_failed);
+  EXPECT_TRUE(done->retrying);
+  ASSERT_EQ(retried.size(), 1u);
+  const KeptAnswer& kept = retried[0].kept;
+  EXPECT_TRUE(kept.stores);
+  EXPECT_EQ(kept.keep.answer, 10min);
+  EXPECT_EQ(kept.answer.body, R"({"id":"ord_1"})");
+  ASSERT_EQ(kept.answer.headers.size(), 1u);
+  EXPECT_EQ(kept.answer.headers[0].name, "Content-Type");
+
+  store.queues = false;
+  store.completes_fail = false;
+  ASSERT_EQ(coordinator.finish_later(c.id, first.token, kept), Finish::stored);
+  const Admission replay = coordinator.claim(c);
+  ASSERT_EQ(replay.kind, Admission::Kind::replay);
+  EXPECT_EQ(replay.expires_at, clock.now() + 10min);
+  ASSERT_TRUE(replay.replay);
+  EXPECT_EQ(replay.replay->headers.size(), 1u);
+}
+
+// An answer the route does not store, whose release failed, is retried as a release.
+TEST_F(CoordinatorTest, AnAnswerNotStoredIsRetriedAsARelease) {
+  const auto c = claim("k");
+  const auto first = claim_and_decide(c);
+  store::StoredResponse answer = created();
+  answer.headers.push_back({"Idempotency-Policy", "no-store"});
+  const Completion done = coordinator.complete(c, first.token, route, answer, form);
+  EXPECT_EQ(done.finish, Finish::released);
+  EXPECT_EQ(claim_and_decide(c).kind, DKind::execute);
+
+  const auto d = claim("d");
+  const auto held = claim_and_decide(d);
+  KeptAnswer kept = Engine::keep(answer, route);
+  EXPECT_FALSE(kept.stores);
+  EXPECT_EQ(coordinator.finish_later(d.id, held.token, kept), Finish::released);
+  EXPECT_EQ(claim_and_decide(d).kind, DKind::execute);
 }
 
 TEST_F(CoordinatorTest, AReplayFromTheStoreIsCachedForWhatTheStoreSaysIsLeft) {

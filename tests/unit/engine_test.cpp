@@ -89,6 +89,34 @@ TEST_F(EngineTest, StoredHeadersDropHopByHopAndDeniedOnes) {
   EXPECT_EQ(retry.replay->headers, expected);
 }
 
+// The kept form is made from the answer in place: what the upstream asked is read
+// first, then its fields and trailers are cut, and its body moves, not copied.
+TEST_F(EngineTest, KeepReadsWhatTheUpstreamAskedThenCutsTheFieldsInPlace) {
+  policy.ttl = std::chrono::hours{1};
+  policy.max_ttl = std::chrono::hours{2};
+  auto answer = created(std::string(4096, 'x'));
+  answer.headers.push_back({"Idempotency-Policy", "max-age=60"});
+  answer.headers.push_back({"X-Request-Id", "req-1"});
+  answer.trailers = {{"Grpc-Message", "ok"}, {"Set-Cookie", "late=secret"}};
+  const char* body = answer.body.data();
+  const KeptAnswer kept = Engine::keep(std::move(answer), policy);
+  EXPECT_TRUE(kept.stores);
+  EXPECT_EQ(kept.keep.answer, std::chrono::seconds{60});
+  const std::vector<store::Header> fields = {{"Content-Type", "application/json"},
+                                             {"X-Request-Cost", "3"}};
+  EXPECT_EQ(kept.answer.headers, fields);
+  const std::vector<store::Header> trailers = {{"Grpc-Message", "ok"}};
+  EXPECT_EQ(kept.answer.trailers, trailers);
+  EXPECT_EQ(kept.answer.body.data(), body);  // the same buffer: moved
+
+  auto refused = created();
+  refused.headers.push_back({"Idempotency-Policy", "no-store, max-age=60"});
+  const KeptAnswer not_kept = Engine::keep(refused, policy);
+  EXPECT_FALSE(not_kept.stores);
+  EXPECT_EQ(Engine::stores(policy, refused), not_kept.stores);
+  EXPECT_EQ(Engine::retention(policy, refused).answer, not_kept.keep.answer);
+}
+
 TEST_F(EngineTest, ConcurrentRequestSeesInFlight) {
   ASSERT_EQ(engine.admit(request("k")).kind, Kind::execute);
   const auto second = engine.admit(request("k"));

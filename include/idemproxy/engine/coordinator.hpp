@@ -116,8 +116,9 @@ class Coordinator {
     std::function<void(ReplayCache::Entry&)> prepare_replay = [](ReplayCache::Entry&) {};
     /// Retries a completion the store did not take, in the background, and calls
     /// completed_later() when it lands; false when the retry budget is spent.
-    std::function<bool(const store::RecordId&, std::int64_t, const RoutePolicy&,
-                       const store::StoredResponse&)>
+    /// It gets the answer in its kept form (Engine::keep) and finishes it with
+    /// finish_later().
+    std::function<bool(const store::RecordId&, std::int64_t, const RoutePolicy&, KeptAnswer)>
         retry_completion = [](auto&&...) { return false; };
     /// Runs a blocking store call where blocking is allowed (http/: the database
     /// pool), for a store that does not queue its calls; inline by default.
@@ -194,14 +195,16 @@ class Coordinator {
   /// the store, then the replay cache, then the waiters. Woken waiters find the
   /// answer in memory. An answer too large to store (body_stored false) keeps its
   /// status only and is not cached.
+  /// The answer is cut to its kept form in place (Engine::keep): the record, the
+  /// replay cache and a retry in the background all take that one form.
   Completion complete(const store::ClaimRequest& claim, std::int64_t token,
-                      const RoutePolicy& route, const store::StoredResponse& answer,
+                      const RoutePolicy& route, store::StoredResponse answer,
                       ReplayCache::Request form);
   /// complete(), answered through `done`: by the store's own thread for an answer a
   /// queueing store takes that way (completes_async()), otherwise by complete() run
-  /// through Hooks::run_blocking. Every argument but `form` must stay alive until then.
+  /// through Hooks::run_blocking. `claim` and `route` must stay alive until then.
   void complete_async(const store::ClaimRequest& claim, std::int64_t token,
-                      const RoutePolicy& route, const store::StoredResponse& answer,
+                      const RoutePolicy& route, store::StoredResponse answer,
                       ReplayCache::Request form, std::function<void(Completion)> done);
   /// Whether complete_async() can carry this answer: the store queues its calls and
   /// the answer is stored (others release the claim, a blocking call).
@@ -230,9 +233,10 @@ class Coordinator {
   bool renew(const store::RecordId& id, std::int64_t token, Duration lease) {
     return engine_.renew(id, token, lease);
   }
-  Finish finish_later(const store::RecordId& id, std::int64_t token, const RoutePolicy& route,
-                      const store::StoredResponse& answer) {
-    return engine_.finish(id, token, route, answer);
+  /// A completion retried in the background (Hooks::retry_completion), in the form
+  /// it was kept in.
+  Finish finish_later(const store::RecordId& id, std::int64_t token, const KeptAnswer& kept) {
+    return engine_.finish(id, token, kept);
   }
   std::size_t waiting_keys() const { return holders_.waiting_keys(); }
 
@@ -249,9 +253,12 @@ class Coordinator {
   /// replays from memory until `valid_until`, on the monotonic clock), a retry in the
   /// background if the store failed, then the waiters.
   Completion completed(const store::ClaimRequest& claim, std::int64_t token,
-                       const RoutePolicy& route, const store::StoredResponse& answer,
-                       ReplayCache::Request form, Deadline valid_until, Completion c,
-                       store::StoredResponse stored);
+                       const RoutePolicy& route, ReplayCache::Request form, Deadline valid_until,
+                       Completion c, KeptAnswer kept);
+  /// complete() of an answer already kept (Engine::keep), `started` when it began.
+  Completion complete_kept(const store::ClaimRequest& claim, std::int64_t token,
+                           const RoutePolicy& route, KeptAnswer kept, ReplayCache::Request form,
+                           Deadline started);
 
   store::Claims& claims_;
   store::Watches& watches_;

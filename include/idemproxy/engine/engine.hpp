@@ -59,6 +59,14 @@ enum class Finish {
   store_failed,   // not written; the claim stays until its lease runs out
 };
 
+/// An answer as its record keeps it (Engine::keep): what a completion writes, and
+/// what its retry in the background carries.
+struct KeptAnswer {
+  store::StoredResponse answer;  // the storable fields and trailers only
+  store::Retention keep;         // the route's ttl, or what the upstream asked within max_ttl
+  bool stores = true;            // false: a completion releases the claim instead
+};
+
 class Engine {
  public:
   explicit Engine(store::Claims& claims) : claims_(claims) {}
@@ -76,18 +84,19 @@ class Engine {
   Finish finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
                 const store::StoredResponse& response, TimePoint* expires_at = nullptr,
                 store::StoredResponse* stored = nullptr);
-  /// finish() with the retention its caller already read (retention()).
-  Finish finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
-                const store::StoredResponse& response, const store::Retention& keep,
-                TimePoint* expires_at, store::StoredResponse* stored);
+  /// finish() of an answer already in its kept form (keep()).
+  Finish finish(const store::RecordId& id, std::int64_t token, const KeptAnswer& kept,
+                TimePoint* expires_at = nullptr);
   /// Whether the route stores this answer: by its HTTP status, or a gRPC answer by
   /// its grpc-status (store_grpc_status). Others release the claim, and so does an
   /// answer whose upstream opted out (Idempotency-Policy: no-store).
   static bool stores(const RoutePolicy& policy, const store::StoredResponse& response);
-  /// finish() in parts, for a store call answered later (Claims::complete_async): the
-  /// response as it is stored, then what the store's answer means.
-  static store::StoredResponse kept(const store::StoredResponse& response,
-                                    const RoutePolicy& policy);
+  /// The upstream's answer as its record keeps it, made from it in place: whether
+  /// the route stores it and for how long (stores(), retention(), read in one walk
+  /// of its fields), then its fields and trailers cut to the storable ones. The
+  /// kept form no longer says what its upstream asked (Idempotency-Policy is not
+  /// stored), so whatever needs that reads it here.
+  static KeptAnswer keep(store::StoredResponse response, const RoutePolicy& policy);
   /// How long the record of `response` keeps its answer and itself: the route's
   /// ttl, or what its upstream asked (Idempotency-Policy: max-age) within max_ttl.
   static store::Retention retention(const RoutePolicy& policy,
@@ -154,8 +163,7 @@ inline TimePoint replay_until(const store::Record& r, bool tombstones, Duration 
   return std::min(r.expires_at, r.replay_until.value_or(r.completed_at + ttl));
 }
 
-/// The headers of `response` that may be stored for replay under `policy`.
-std::vector<store::Header> storable_headers(const std::vector<store::Header>& headers,
-                                            const RoutePolicy& policy);
+/// Cuts `headers` to those that may be stored for replay under `policy`, in place.
+void keep_storable(std::vector<store::Header>& headers, const RoutePolicy& policy);
 
 }  // namespace idemproxy::engine
