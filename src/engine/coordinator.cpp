@@ -264,18 +264,10 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
                                  const RoutePolicy& route, store::StoredResponse answer,
                                  ReplayCache::Request form, std::function<void(Completion)> done) {
   const Deadline started = hooks_.steady_now();  // as in complete()
-  KeptAnswer kept = Engine::keep(std::move(answer), route);
-  if (!claims_.queues_calls() || !kept.stores) {  // completes_async()
-    hooks_.run_blocking([this, &claim, token, &route, kept = std::move(kept),
-                         form = std::move(form), started, done = std::move(done)]() mutable {
-      done(complete_kept(claim, token, route, std::move(kept), std::move(form), started));
-    });
-    return;
-  }
-  // The call's one block: what its answer needs, and the kept form, which the store
-  // reads until it answers. The store's callback carries only its address, which
-  // std::function keeps in place (two pointers), where a callback with all of it took
-  // a block of its own beside the kept form's.
+  // The call's one block: what its answer needs, and the kept form, made in it, which
+  // the store reads until it answers. The store's callback carries only its address,
+  // which std::function keeps in place (two pointers), where a callback with all of
+  // it took a block of its own beside the kept form's.
   struct Call {
     const store::ClaimRequest& claim;
     std::int64_t token;
@@ -285,13 +277,22 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
     ReplayCache::Request form;
     std::function<void(Completion)> done;
   };
-  auto* call =
-      new Call{claim, token, route, started, std::move(kept), std::move(form), std::move(done)};
+  std::unique_ptr<Call> call(new Call{claim, token, route, started,
+                                      Engine::keep(std::move(answer), route), std::move(form),
+                                      std::move(done)});
+  if (!claims_.queues_calls() || !call->kept.stores) {  // not completes_async()
+    hooks_.run_blocking([this, call = std::shared_ptr<Call>(std::move(call))] {
+      call->done(complete_kept(call->claim, call->token, call->route, std::move(call->kept),
+                               std::move(call->form), call->started));
+    });
+    return;
+  }
+  Call* const raw = call.release();
   try {
     claims_.complete_async(
-        claim.id, token, call->kept.answer, call->kept.keep,
-        [this, call](const store::Result<TimePoint>& result) {
-          const std::unique_ptr<Call> own(call);
+        claim.id, token, raw->kept.answer, raw->kept.keep,
+        [this, raw](const store::Result<TimePoint>& result) {
+          const std::unique_ptr<Call> own(raw);
           Completion c;
           c.finish = Engine::finished(result, own->kept.keep, &c.expires_at);
           const Deadline valid_until = own->started + own->kept.keep.answer;
@@ -299,7 +300,7 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
                               c, std::move(own->kept)));
         });
   } catch (...) {
-    delete call;  // a store throws before it takes a call, not after
+    delete raw;  // a store throws before it takes a call, not after
     throw;
   }
 }

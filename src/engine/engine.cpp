@@ -113,7 +113,7 @@ bool stored_under(const RoutePolicy& policy, const store::StoredResponse& respon
 Finish Engine::finish(const store::RecordId& id, std::int64_t token, const RoutePolicy& policy,
                       const store::StoredResponse& response, TimePoint* expires_at,
                       store::StoredResponse* stored) {
-  KeptAnswer kept = keep(response, policy);
+  KeptAnswer kept = keep(store::StoredResponse(response), policy);
   const Finish f = finish(id, token, kept, expires_at);
   if (f == Finish::stored && stored) *stored = std::move(kept.answer);
   return f;
@@ -129,7 +129,7 @@ bool Engine::stores(const RoutePolicy& policy, const store::StoredResponse& resp
   return stored_under(policy, response, answer_policy(response.headers));
 }
 
-KeptAnswer Engine::keep(store::StoredResponse response, const RoutePolicy& policy) {
+KeptAnswer Engine::keep(store::StoredResponse&& response, const RoutePolicy& policy) {
   const AnswerPolicy asked = answer_policy(response.headers);
   const bool stored = stored_under(policy, response, asked);
   const store::Retention retained = policy.retention(asked.max_age);

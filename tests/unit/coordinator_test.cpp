@@ -419,7 +419,7 @@ TEST_F(CoordinatorTest, AnAnswerNotStoredIsRetriedAsARelease) {
 
   const auto d = claim("d");
   const auto held = claim_and_decide(d);
-  KeptAnswer kept = Engine::keep(answer, route);
+  KeptAnswer kept = Engine::keep(std::move(answer), route);
   EXPECT_FALSE(kept.stores);
   EXPECT_EQ(coordinator.finish_later(d.id, held.token, kept), Finish::released);
   EXPECT_EQ(claim_and_decide(d).kind, DKind::execute);

@@ -111,7 +111,7 @@ TEST_F(EngineTest, KeepReadsWhatTheUpstreamAskedThenCutsTheFieldsInPlace) {
 
   auto refused = created();
   refused.headers.push_back({"Idempotency-Policy", "no-store, max-age=60"});
-  const KeptAnswer not_kept = Engine::keep(refused, policy);
+  const KeptAnswer not_kept = Engine::keep(store::StoredResponse(refused), policy);
   EXPECT_FALSE(not_kept.stores);
   EXPECT_EQ(Engine::stores(policy, refused), not_kept.stores);
   EXPECT_EQ(Engine::retention(policy, refused).answer, not_kept.keep.answer);

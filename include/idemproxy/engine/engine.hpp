@@ -96,7 +96,7 @@ class Engine {
   /// of its fields), then its fields and trailers cut to the storable ones. The
   /// kept form no longer says what its upstream asked (Idempotency-Policy is not
   /// stored), so whatever needs that reads it here.
-  static KeptAnswer keep(store::StoredResponse response, const RoutePolicy& policy);
+  static KeptAnswer keep(store::StoredResponse&& response, const RoutePolicy& policy);
   /// How long the record of `response` keeps its answer and itself: the route's
   /// ttl, or what its upstream asked (Idempotency-Policy: max-age) within max_ttl.
   static store::Retention retention(const RoutePolicy& policy,
