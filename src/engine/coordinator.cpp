@@ -280,7 +280,7 @@ void Coordinator::complete_async(const store::ClaimRequest& claim, std::int64_t 
   std::unique_ptr<Call> call(new Call{claim, token, route, started,
                                       Engine::keep(std::move(answer), route), std::move(form),
                                       std::move(done)});
-  if (!claims_.queues_calls() || !call->kept.stores) {  // not completes_async()
+  if (!claims_.queues_calls() || !call->kept.stores) {
     hooks_.run_blocking([this, call = std::shared_ptr<Call>(std::move(call))] {
       call->done(complete_kept(call->claim, call->token, call->route, std::move(call->kept),
                                std::move(call->form), call->started));

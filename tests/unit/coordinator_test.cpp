@@ -286,7 +286,6 @@ TEST_F(CoordinatorTest, AQueuedCompletionCachesThenWakesThenAnswers) {
   ASSERT_EQ(coordinator.wait_here(c.id, waiter), Holder::here);
   store.queues = true;
   const auto answer = created();
-  ASSERT_TRUE(coordinator.completes_async(route, answer));
   std::optional<Completion> done;
   int woken_when_answered = -1;
   coordinator.complete_async(c, first.token, route, answer, form, [&](Completion d) {
@@ -294,6 +293,7 @@ TEST_F(CoordinatorTest, AQueuedCompletionCachesThenWakesThenAnswers) {
     done = d;
   });
   EXPECT_FALSE(done);
+  EXPECT_TRUE(blocking.empty());  // queued with the store, not run on the pool
   EXPECT_EQ(waiter->woken, 0);
   EXPECT_FALSE(coordinator.cached(route, c.id));
   store.run_queued();
@@ -321,9 +321,24 @@ TEST_F(CoordinatorTest, AQueuedCompletionWhoseReplyIsLostIsRetriedNotCached) {
   EXPECT_TRUE(done->retrying);
   ASSERT_EQ(retried.size(), 1u);
   EXPECT_FALSE(coordinator.cached(route, c.id));
-  EXPECT_FALSE(coordinator.completes_async(route, {503, {}, "busy"}));
-  store.queues = false;
-  EXPECT_FALSE(coordinator.completes_async(route, created()));
+
+  // Not stored, or a store that does not queue: the call goes to the pool.
+  store.complete_reply_lost = false;
+  for (const bool queues : {true, false}) {
+    const auto k = claim(queues ? "busy" : "plain");
+    const auto held = claim_and_decide(k);
+    store.queues = queues;
+    std::optional<Completion> answered;
+    coordinator.complete_async(k, held.token, route,
+                               queues ? store::StoredResponse{503, {}, "busy"} : created(), form,
+                               [&](Completion d) { answered = d; });
+    store.run_queued();
+    EXPECT_FALSE(answered);
+    ASSERT_EQ(blocking.size(), 1u);
+    run_blocking_calls();
+    ASSERT_TRUE(answered);
+    EXPECT_EQ(answered->finish, queues ? Finish::released : Finish::stored);
+  }
 }
 
 TEST_F(CoordinatorTest, TheCachedAnswerLivesNoLongerThanTheRecordOnTheMonotonicClock) {

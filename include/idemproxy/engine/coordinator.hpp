@@ -200,17 +200,13 @@ class Coordinator {
   Completion complete(const store::ClaimRequest& claim, std::int64_t token,
                       const RoutePolicy& route, store::StoredResponse answer,
                       ReplayCache::Request form);
-  /// complete(), answered through `done`: by the store's own thread for an answer a
-  /// queueing store takes that way (completes_async()), otherwise by complete() run
-  /// through Hooks::run_blocking. `claim` and `route` must stay alive until then.
+  /// complete(), answered through `done`: by the store's own thread when the store
+  /// queues its calls and the answer is stored, otherwise as complete() does it, run
+  /// through Hooks::run_blocking (an answer not stored releases the claim, a blocking
+  /// call). `claim` and `route` must stay alive until then.
   void complete_async(const store::ClaimRequest& claim, std::int64_t token,
                       const RoutePolicy& route, store::StoredResponse answer,
                       ReplayCache::Request form, std::function<void(Completion)> done);
-  /// Whether complete_async() can carry this answer: the store queues its calls and
-  /// the answer is stored (others release the claim, a blocking call).
-  bool completes_async(const RoutePolicy& route, const store::StoredResponse& answer) const {
-    return claims_.queues_calls() && Engine::stores(route, answer);
-  }
 
   /// Gives up a claim (database pool). Nothing was `sent`: released, a retry may
   /// execute. Sent without an answer: marked indeterminate, never released.
