@@ -1,6 +1,8 @@
 #include "upstream/http1_call.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <span>
 
 #include "codec/http1/body_frames.hpp"
@@ -15,61 +17,26 @@ namespace {
 // A server sends few interim answers; an endless stream of them is an attack.
 constexpr int kMaxInterim = 16;
 
-StreamingParserPtr new_parser(bool head_request, std::optional<std::uint64_t> body_limit,
-                              const FieldsAllocator& fields) {
-  // In the arena the answer's fields use: one heap allocation fewer per exchange.
-  // (Making a parser allocates nothing, so nothing can throw between the two steps.)
-  ArenaAllocator<StreamingParser> memory(fields);
-  StreamingParserPtr parser(::new (memory.allocate(1)) StreamingParser(
+// The parser a chunked answer's body is read by, in the arena the answer's fields use
+// (making a parser allocates nothing, so nothing can throw between the two steps),
+// given a head that says only that the body is chunked: the real head was read
+// already.
+ChunkParserPtr chunk_parser(std::optional<std::uint64_t> body_limit,
+                            const FieldsAllocator& fields) {
+  ArenaAllocator<ChunkParser> memory(fields);
+  ChunkParserPtr parser(::new (memory.allocate(1)) ChunkParser(
       std::piecewise_construct, std::make_tuple(), std::make_tuple(fields)));
-  parser->header_limit(64 * 1024);
   parser->body_limit(body_limit ? boost::optional<std::uint64_t>(*body_limit) : boost::none);
-  if (head_request) parser->skip(true);
+  static constexpr std::string_view kChunked =
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  beast::error_code ec;
+  parser->put(asio::buffer(kChunked), ec);
+  BOOST_ASSERT(!ec && parser->is_header_done());
   return parser;
 }
 
-// An answer's body is read one way only, the way its upstream framed it (RFC 9112
-// 6.3), and its bytes are what they say: a Transfer-Encoding other than `chunked`
-// alone (once, RFC 9112 6.1), or one beside Content-Length, is a malformed answer.
-// Beast's parser refuses chunked beside Content-Length, but took `gzip` beside a
-// length by the length (the coding says: to the close), and a value that is not a
-// list of codings up to its first bad element (`gzip;level=1, chunked`: gzip alone,
-// the chunks relayed as body bytes). And a body in a coding besides chunked was kept
-// without the coding, which is connection-specific (never stored, nor sent over
-// HTTP/2): its replay was gzip bytes with nothing to say so. (nginx 1.22, tried here,
-// relays `gzip, chunked` as chunked with the gzip dropped, and `gzip` beside a length
-// by the length.)
-beast::error_code framing_error(const http::Fields& fields) {
-  int codings = 0;  // all of them chunked
-  bool length = false;
-  for (const auto& field : fields) {
-    const auto name = field.name();
-    if (name == bhttp::field::content_length) {
-      length = true;
-    } else if (name == bhttp::field::transfer_encoding) {
-      if (!http::coding_list(field.value())) return bhttp::error::bad_transfer_encoding;
-      int listed = 0;
-      for (const auto coding : bhttp::opt_token_list{field.value()}) {
-        if (!beast::iequals(coding, "chunked")) return bhttp::error::bad_transfer_encoding;
-        ++listed;
-      }
-      if (listed == 0) return bhttp::error::bad_transfer_encoding;  // an empty list
-      codings += listed;
-    }
-  }
-  if (codings > 1 || (codings == 1 && length)) return bhttp::error::bad_transfer_encoding;
-  return {};
-}
-
-// Beast reads at most capacity() - size() bytes of a flat_buffer per call (and at
-// least 512): a buffer that only ever held a head reads a body 512 bytes at a time,
-// a syscall and a write each. While a body is large or of unknown length, the
-// upstream connection's buffer gets kBodyReadSize of room, and keeps it.
-void widen_for_body(beast::flat_buffer& buffer, const StreamingParser& p) {
-  if (!p.is_done() && (p.chunked() || p.content_length().value_or(0) > 4096)) {
-    buffer.reserve(kBodyReadSize);
-  }
-}
+// The most a head may take (Beast's header_limit, as the proxy set it).
+constexpr std::size_t kMaxHead = std::size_t{64} * 1024;
 
 }  // namespace
 
@@ -197,17 +164,37 @@ asio::awaitable<beast::error_code> Http1Call::resend(TimePoint until) {
   co_return ec;
 }
 
+asio::awaitable<beast::error_code> Http1Call::read_head_bytes(std::size_t& head_size) {
+  std::size_t searched = 0;  // each read resumes the search where the last stopped
+  for (;;) {
+    const std::string_view seen(static_cast<const char*>(conn_->buffer.data().data()),
+                                conn_->buffer.size());
+    if (const auto end = seen.find("\r\n\r\n", searched); end != std::string_view::npos) {
+      head_size = end + 4;
+      co_return beast::error_code{};
+    }
+    if (seen.size() > kMaxHead) co_return bhttp::error::header_limit;
+    searched = seen.size() < 3 ? 0 : seen.size() - 3;
+    const bool none_yet = seen.empty();
+    // Into the room the buffer has (a connection that read a large body keeps it).
+    const std::size_t room =
+        std::max<std::size_t>(4096, conn_->buffer.capacity() - conn_->buffer.size());
+    auto [ec, n] = co_await conn_->stream.async_read_some(conn_->buffer.prepare(room), use_nothrow);
+    conn_->buffer.commit(n);
+    if (ec == asio::error::eof) {
+      co_return none_yet ? bhttp::error::end_of_stream : bhttp::error::partial_message;
+    }
+    if (ec) co_return ec;
+  }
+}
+
 asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
                                                         std::optional<std::uint64_t> body_limit,
                                                         FieldsAllocator fields, TimePoint until) {
   conn_->stream.expires_at(until);
   for (int interim = 0;; ++interim) {
-    // Each head gets a fresh parser (RFC 9110 15.2: a 1xx is never the answer; taking
-    // it for one hands the real answer to the next request on the connection).
-    parser_ = new_parser(head_request, body_limit, fields);
-    parser_->on_chunk_header(last_chunk_);
-    auto [ec, n] =
-        co_await bhttp::async_read_header(conn_->stream, conn_->buffer, *parser_, use_nothrow);
+    std::size_t head_size = 0;
+    auto ec = co_await read_head_bytes(head_size);
     // A kept-alive connection the upstream closed as the request came, before a byte of
     // an answer (its end, or a reset, with nothing read: the FIN may be in flight while
     // the pool hands the connection out, before its idle read could see it).
@@ -222,8 +209,16 @@ asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
     resendable_ = false;
     head_bytes_.reset();
     if (ec) co_return ec;
-    const unsigned status = parser_->get().result_int();
-    if (status / 100 != 1) co_return framing_error(parser_->get());
+    // Each head is read afresh (RFC 9110 15.2: a 1xx is never the answer; taking it
+    // for one hands the real answer to the next request on the connection).
+    head_.emplace(fields);
+    facts_ = {};
+    const std::string_view bytes(static_cast<const char*>(conn_->buffer.data().data()), head_size);
+    ec = codec::http1::parse_response_head(bytes, *head_, facts_);
+    conn_->buffer.consume(head_size);
+    if (ec) co_return ec;
+    const unsigned status = facts_.status;
+    if (status / 100 != 1) co_return start_body(head_request, body_limit);
     // A 101 is an error: the proxy never forwards Upgrade, and a server must not
     // switch unasked (RFC 9110 7.8).
     if (status == 101 || interim == kMaxInterim) co_return bhttp::error::bad_status;
@@ -231,13 +226,56 @@ asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
   }
 }
 
+beast::error_code Http1Call::start_body(bool head_request,
+                                        std::optional<std::uint64_t> body_limit) {
+  if (!facts_.framed_one_way()) return bhttp::error::bad_transfer_encoding;
+  const unsigned status = facts_.status;
+  // RFC 9112 6.3: no body for HEAD, 204 and 304 (a message with none keeps its
+  // fields: they describe the resource); else chunked, a length, or to the close.
+  if (head_request || status == 204 || status == 304 || facts_.content_length == 0u) {
+    body_ = Body::none;
+  } else if (facts_.chunked) {
+    body_ = Body::chunked;
+    chunks_ = chunk_parser(body_limit, head_->get_allocator());
+    chunks_->on_chunk_header(last_chunk_);
+  } else if (facts_.content_length) {
+    if (body_limit && *facts_.content_length > *body_limit) return bhttp::error::body_limit;
+    body_ = Body::length;
+    left_ = *facts_.content_length;
+  } else {
+    body_ = Body::to_close;
+    left_ = body_limit.value_or(~std::uint64_t{0});
+  }
+  return {};
+}
+
 Framing Http1Call::framing() const {
-  const StreamingParser& p = *parser_;
-  const unsigned status = p.get().result_int();
-  // A message with no body keeps its fields: they describe the resource.
-  if (p.is_done() || status / 100 == 1 || status == 204 || status == 304) return Framing::none();
-  if (const auto length = p.content_length()) return Framing::of(*length);
-  return Framing::unknown(p.chunked());
+  if (facts_.status / 100 == 1) return Framing::none();
+  switch (body_) {
+    case Body::none:
+      return Framing::none();
+    case Body::length:
+      return Framing::of(*facts_.content_length);
+    case Body::chunked:
+      return Framing::unknown(true);
+    case Body::to_close:
+      break;
+  }
+  return Framing::unknown(false);
+}
+
+bool Http1Call::body_done() const {
+  switch (body_) {
+    case Body::none:
+      return true;
+    case Body::length:
+      return left_ == 0;
+    case Body::chunked:
+      return trailers_read_ || chunks_->is_done();
+    case Body::to_close:
+      break;
+  }
+  return closed_;
 }
 
 asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
@@ -247,49 +285,32 @@ asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
     out.trailers = trailers_;
     co_return out;
   }
-  StreamingParser& p = *parser_;
   if (!chunk_) {
     chunk_.emplace();
-    widen_for_body(conn_->buffer, p);
+    // Beast reads at most capacity() - size() bytes of a flat_buffer per call (and
+    // at least 512): a buffer that only ever held a head reads chunks 512 bytes at a
+    // time, a syscall and a parse each. It gets kBodyReadSize of room, and keeps it.
+    if (body_ == Body::chunked) conn_->buffer.reserve(kBodyReadSize);
   }
   char* const room = chunk_->data();
   // Most API answers: a length that fits one chunk, read whole in one piece.
-  const bool whole = !p.chunked() &&
-                     (p.is_done() || p.content_length().value_or(Chunk::kSize + 1) <= Chunk::kSize);
+  const bool whole = body_ == Body::length && *facts_.content_length <= Chunk::kSize;
   std::size_t filled = 0;
   while (!body_done()) {
     conn_->stream.expires_at(until);
-    if (!whole && !direct_ && conn_->buffer.size() == 0 && !p.chunked()) {
-      if (const auto left = p.content_length_remaining()) direct_ = *left;
-    }
-    if (direct_) {
-      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(Chunk::kSize, *direct_));
-      auto [ec, n] = co_await conn_->stream.async_read_some(asio::buffer(room, want), use_nothrow);
-      if (ec == asio::error::eof) ec = bhttp::error::partial_message;  // as Beast says it
-      if (ec) {
-        out.error = ec;
-        co_return out;
-      }
-      *direct_ -= n;
-      filled = n;
-      break;
-    }
-    p.get().body().data = room + filled;
-    p.get().body().size = Chunk::kSize - filled;
+    const std::size_t before = filled;
     beast::error_code ec;
-    if (!parse_buffered(conn_->buffer, p, ec)) {
-      std::tie(ec, std::ignore) =
-          co_await bhttp::async_read_some(conn_->stream, conn_->buffer, p, use_nothrow);
+    if (body_ == Body::chunked) {
+      ec = co_await read_chunked(room, filled);
+    } else {
+      ec = co_await read_raw(room, filled);
     }
-    if (ec == bhttp::error::need_buffer) ec = {};
-    if (ec == bhttp::error::end_of_chunk && last_chunk_.reached) ec = read_trailer_section();
     if (ec) {
       out.error = ec;
       co_return out;
     }
-    filled = Chunk::kSize - p.get().body().size;
     // A read may parse only framing (a chunk header): nothing to hand on yet.
-    if (whole || filled == 0) continue;
+    if (whole || filled == before) continue;
     break;
   }
   out.data = {room, filled};
@@ -299,6 +320,46 @@ asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
     finish();
   }
   co_return out;
+}
+
+asio::awaitable<beast::error_code> Http1Call::read_raw(char* room, std::size_t& filled) {
+  std::size_t want = Chunk::kSize - filled;
+  if (body_ == Body::length) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, left_));
+  std::size_t n = std::min(want, conn_->buffer.size());
+  if (n > 0) {
+    // What came with the head, or after it in the same read.
+    std::memcpy(room + filled, conn_->buffer.data().data(), n);
+    conn_->buffer.consume(n);
+  } else {
+    beast::error_code ec;
+    std::tie(ec, n) =
+        co_await conn_->stream.async_read_some(asio::buffer(room + filled, want), use_nothrow);
+    if (ec == asio::error::eof && body_ == Body::to_close) {
+      closed_ = true;
+      co_return beast::error_code{};
+    }
+    if (ec == asio::error::eof) co_return bhttp::error::partial_message;  // as Beast says it
+    if (ec) co_return ec;
+  }
+  if (body_ == Body::to_close && n > left_) co_return bhttp::error::body_limit;
+  left_ -= n;
+  filled += n;
+  co_return beast::error_code{};
+}
+
+asio::awaitable<beast::error_code> Http1Call::read_chunked(char* room, std::size_t& filled) {
+  ChunkParser& p = *chunks_;
+  p.get().body().data = room + filled;
+  p.get().body().size = Chunk::kSize - filled;
+  beast::error_code ec;
+  if (!parse_buffered(conn_->buffer, p, ec)) {
+    std::tie(ec, std::ignore) =
+        co_await bhttp::async_read_some(conn_->stream, conn_->buffer, p, use_nothrow);
+  }
+  if (ec == bhttp::error::need_buffer) ec = {};
+  if (ec == bhttp::error::end_of_chunk && last_chunk_.reached) ec = read_trailer_section();
+  filled = Chunk::kSize - p.get().body().size;
+  co_return ec;
 }
 
 beast::error_code Http1Call::read_trailer_section() {
@@ -319,14 +380,16 @@ beast::error_code Http1Call::read_trailer_section() {
 
 void Http1Call::finish() {
   ended_ = true;
-  // The parser's keep_alive() is what the head said, from its parse: the caller
-  // strips the Connection field from the message before it relays it.
-  // The last read said more was left after the answer: the upstream's end, which came
-  // with its last bytes (it closed without saying so), or bytes nobody asked for.
-  // Either makes the connection unusable; kept, the next request could take it before
-  // its idle read saw it (within one turn of the loop: pipelined requests do).
-  if (conn_ && !stopped_ && parser_->keep_alive() && !parser_->need_eof() &&
-      !conn_->stream.transport().more_after_last_read()) {
+  // The head's keep-alive is what it said, from its parse: the caller strips the
+  // Connection field from the message before it relays it. A body framed by the
+  // close ended the connection.
+  // Bytes left in the buffer past the answer, or a last read that said more was left
+  // after it (the upstream's end, which came with its last bytes, closing without
+  // saying so; or bytes nobody asked for), make the connection unusable: kept, the
+  // next request could take it before its idle read saw it (within one turn of the
+  // loop: pipelined requests do), or read those bytes as its answer.
+  if (conn_ && !stopped_ && facts_.keep_alive && body_ != Body::to_close &&
+      conn_->buffer.size() == 0 && !conn_->stream.transport().more_after_last_read()) {
     home_.give_back(std::move(conn_));
   }
 }

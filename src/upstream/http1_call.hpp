@@ -1,14 +1,16 @@
 #pragma once
 // The HTTP/1.1 side of an upstream exchange: one request and its answer on a pooled
 // connection (UpstreamCall). The request goes out with its head and first body bytes
-// in one write, chunked when its length is unknown; the answer is parsed by Beast and
-// handed to the proxy a piece at a time, a body framed by Content-Length read straight
-// into the relay's chunk.
+// in one write, chunked when its length is unknown. The answer's head is parsed in one
+// pass once it is buffered whole (codec/http1/response_head.hpp); a body framed by
+// Content-Length or by the close is read straight into the relay's chunk, and a
+// chunked one through Beast's parser, handed to the proxy a piece at a time.
 #include <atomic>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "codec/http1/response_head.hpp"
 #include "http/beast.hpp"
 #include "http/chunk.hpp"
 #include "http/fields.hpp"
@@ -48,17 +50,19 @@ class ConnectionHome {
   fresh() = 0;
 };
 
-using StreamingParser = ResponseParser<bhttp::buffer_body>;
+/// A chunked answer's body is read by Beast's parser, given a head that says only
+/// that it is chunked.
+using ChunkParser = ResponseParser<bhttp::buffer_body>;
 /// Destroys a parser made by read_head and returns its memory to where its fields'
 /// memory comes from (a client connection's arena, or the heap).
 struct DeleteParser {
-  void operator()(StreamingParser* parser) const noexcept {
-    ArenaAllocator<StreamingParser> memory(parser->get().get_allocator());
-    parser->~StreamingParser();
+  void operator()(ChunkParser* parser) const noexcept {
+    ArenaAllocator<ChunkParser> memory(parser->get().get_allocator());
+    parser->~ChunkParser();
     memory.deallocate(parser, 1);
   }
 };
-using StreamingParserPtr = std::unique_ptr<StreamingParser, DeleteParser>;
+using ChunkParserPtr = std::unique_ptr<ChunkParser, DeleteParser>;
 
 /// The room an answer's body is read through (see widen_for_body).
 inline constexpr std::size_t kBodyReadSize = std::size_t{64} << 10;
@@ -80,7 +84,7 @@ class Http1Call final : public UpstreamCall {
   asio::awaitable<beast::error_code> read_head(bool head_request,
                                                std::optional<std::uint64_t> body_limit,
                                                FieldsAllocator fields, TimePoint until) override;
-  ResponseHeader& head() override { return parser_->get().base(); }
+  ResponseHeader& head() override { return *head_; }
   Framing framing() const override;
   asio::awaitable<AnswerPiece> read_body(TimePoint until) override;
 
@@ -137,16 +141,37 @@ class Http1Call final : public UpstreamCall {
   asio::awaitable<beast::error_code> take_fresh();
   /// Sends the request (a head alone: resendable) once more on a new connection.
   asio::awaitable<beast::error_code> resend(TimePoint until);
+  /// Reads until the connection's buffer holds a whole head (`head_size` gets its
+  /// length), as Beast's read named what ended it: end_of_stream before a byte of it,
+  /// partial_message after some, header_limit past 64 KiB.
+  asio::awaitable<beast::error_code> read_head_bytes(std::size_t& head_size);
+  /// How the final answer's body is read, from its head; body_limit when its length
+  /// is past `body_limit` (as Beast's parser refused it).
+  beast::error_code start_body(bool head_request, std::optional<std::uint64_t> body_limit);
+  /// Reads the next piece of a body framed by its length or by the close into
+  /// `room` (`filled` bytes of it hold what came before): the bytes buffered with its
+  /// head first, then straight from the socket.
+  asio::awaitable<beast::error_code> read_raw(char* room, std::size_t& filled);
+  /// Reads the next piece of a chunked body, through the parser.
+  asio::awaitable<beast::error_code> read_chunked(char* room, std::size_t& filled);
   /// The answer was read whole: the connection goes back while it can carry another.
   void finish();
-  bool body_done() const { return direct_ ? *direct_ == 0 : trailers_read_ || parser_->is_done(); }
+  bool body_done() const;
   /// Reads the trailer section Beast's parser stopped at (LastChunk) from the buffer.
   beast::error_code read_trailer_section();
 
   FieldsAllocator memory_;
   ConnectionHome& home_;
   std::unique_ptr<UpstreamConnection> conn_;
-  StreamingParserPtr parser_;
+  std::optional<ResponseHeader> head_;  // the head read last
+  codec::http1::AnswerFacts facts_;     // what it said
+  /// How the final answer's body is framed (RFC 9112 6.3): none, by its length
+  /// (`left_` counts what is still to come), chunked (read by `chunks_`), or by the
+  /// close (`left_` is the room under the body limit).
+  enum class Body : std::uint8_t { none, length, chunked, to_close } body_ = Body::none;
+  std::uint64_t left_ = 0;
+  ChunkParserPtr chunks_;
+  bool closed_ = false;  // a body framed by the close has come to it
   /// The request head, until the first write, or until the answer's first head when
   /// the request is resendable (it may go again, on a new connection).
   std::optional<HeadBytes> head_bytes_;
@@ -170,10 +195,6 @@ class Http1Call final : public UpstreamCall {
   LastChunk last_chunk_;
   bool trailers_read_ = false;  // the trailer section was read: the body is done
   std::vector<Header> trailers_;
-  /// A body framed by Content-Length (RFC 9112 6.2) has nothing for the parser to find
-  /// in it, only bytes to count: once the bytes buffered with its head are used up,
-  /// the rest is read straight into the chunk, and `direct_` counts what is left.
-  std::optional<std::uint64_t> direct_;
   bool ended_ = false;
 };
 

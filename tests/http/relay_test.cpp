@@ -135,12 +135,14 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
   return r;
 }
 
-// The error reading `head` as an answer's head gives, through the pump's read.
-beast::error_code head_error(const std::string& head) {
+// The error reading `head` as an answer's head gives, through the pump's read; the
+// upstream closes after it when `close` says.
+beast::error_code head_error(const std::string& head, bool close = false) {
   asio::io_context io;
   tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
   Pair up(io, acceptor);
   asio::write(up.peer, asio::buffer(head));
+  if (close) up.peer.shutdown(tcp::socket::shutdown_send);
   KeepingHome home;
   auto call = upstream::Http1Call::make(
       {}, home, std::make_unique<upstream::UpstreamConnection>(std::move(up.ours)));
@@ -262,6 +264,62 @@ TEST(Relay, AnAnswerWhoseFramingReadsTwoWaysOrWhoseStatusHasNoClassIsRefused) {
   EXPECT_FALSE(
       head_error("HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: gzip\r\n\r\n"
                  "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"));
+}
+
+// The answer's head is read by the proxy's own parser (codec/http1/response_head.hpp)
+// once it is buffered whole, whatever the reads that brought it; what ends the read
+// early is named as Beast's read named it.
+TEST(Relay, AnAnswerHeadIsReadWholeAndItsEndsAreNamedAsBeastNamedThem) {
+  // Nothing, then a head cut short, each with the upstream's end after it.
+  EXPECT_EQ(head_error("", true), bhttp::error::end_of_stream);
+  EXPECT_EQ(head_error("HTTP/1.1 200 OK\r\nContent-Len", true), bhttp::error::partial_message);
+  // A head larger than 64 KiB, the most the proxy reads of one.
+  const std::string large = "HTTP/1.1 200 OK\r\nX-Large: " + std::string(70000, 'a') + "\r\n\r\n";
+  EXPECT_EQ(head_error(large), bhttp::error::header_limit);
+  EXPECT_FALSE(head_error("HTTP/1.1 200 OK\r\nX-Large: " + std::string(60000, 'a') +
+                          "\r\nContent-Length: 0\r\n\r\n"));
+  // RFC 9112 5.2: a folded field in an answer is refused (the client gets a 502),
+  // where Beast's parser folded it.
+  EXPECT_EQ(head_error("HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\nContent-Length: 0\r\n\r\n"),
+            bhttp::error::bad_field);
+  // Two interim answers and the final one, in one read.
+  EXPECT_FALSE(
+      head_error("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n"
+                 "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"));
+}
+
+// A body framed by the close (no length, not chunked: RFC 9112 6.3) is read to it, and
+// its connection never goes back.
+TEST(Relay, ABodyFramedByTheCloseIsReadToIt) {
+  const std::string body = body_of(100 * 1024);
+  const auto r =
+      relay_answer("HTTP/1.1 200 OK\r\n\r\n" + body.substr(0, 500), body.substr(500), true);
+  EXPECT_EQ(r.result, proxy::RelayError::none) << r.error.message();
+  // Relayed chunked to the HTTP/1.1 client, its length unknown.
+  EXPECT_NE(r.out.find("Transfer-Encoding: chunked"), std::string::npos);
+  std::string relayed;
+  for (std::size_t at = r.out.find("\r\n\r\n") + 4;;) {
+    const std::size_t line = r.out.find("\r\n", at);
+    ASSERT_NE(line, std::string::npos);
+    const std::size_t size = std::stoul(r.out.substr(at, line - at), nullptr, 16);
+    if (size == 0) break;
+    relayed += r.out.substr(line + 2, size);
+    at = line + 2 + size + 2;
+  }
+  EXPECT_TRUE(relayed == body) << relayed.size();
+  EXPECT_EQ(r.answer_read, 0);
+}
+
+// Bytes that came after an answer in the same read, which nobody asked for (the proxy
+// sends one request at a time), keep its connection from the pool: kept, the next
+// request on it would read them as its answer.
+TEST(Relay, BytesBufferedPastAnAnswerKeepItsConnectionFromThePool) {
+  const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+  const auto r =
+      relay_answer(answer + "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nwrong", "", false);
+  EXPECT_EQ(r.result, proxy::RelayError::none) << r.error.message();
+  EXPECT_EQ(r.out, answer);
+  EXPECT_EQ(r.answer_read, 0);
 }
 
 TEST(Relay, AChunkedAnswersTrailersReachOnlyAClientThatTakesThem) {

@@ -11,23 +11,14 @@
 // instructions for a head of three fields, in several passes (a search for the
 // head's end, then the start line and fields, then the framing fields again); this
 // takes one (docs/PERFORMANCE.md).
-#include <cstdint>
-#include <optional>
 #include <string_view>
 
-#include "codec/http_names.hpp"
+#include "codec/http1/head_fields.hpp"
 
 namespace idemproxy::codec::http1 {
 
-/// What a head's fields say about its message, gathered as they are parsed.
-struct HeadFacts {
-  unsigned version = 11;
-  std::optional<std::uint64_t> content_length;  // the body's length, when it names one
-  bool chunked = false;                         // Transfer-Encoding's last coding is chunked
-  bool keep_alive = true;                       // by the version and every Connection field
-  std::size_t fields = 0;                       // how many fields the head has
-  std::size_t lengths = 0;                      // how many Content-Length fields
-  std::size_t encodings = 0;
+/// What a request head says about its message, gathered as it is parsed.
+struct HeadFacts : MessageFacts {
   std::size_t hosts = 0;
   std::string_view host;    // the first Host field's value (in the head's storage)
   std::string_view expect;  // the first Expect field's value
