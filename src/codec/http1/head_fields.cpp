@@ -65,8 +65,8 @@ error connection(std::string_view value, ConnectionTokens& tokens) {
 
 }  // namespace
 
-error note_field(bhttp::field name, std::string_view value, MessageFacts& facts,
-                 ConnectionTokens& tokens) {
+error note_framing_field(bhttp::field name, std::string_view value, MessageFacts& facts,
+                         ConnectionTokens& tokens) {
   switch (name) {
     case bhttp::field::content_length:
       ++facts.lengths;

@@ -44,13 +44,27 @@ inline bool parse_http_version(const char*& p, unsigned& version) {
   return true;
 }
 
-/// Notes one field in `facts` and `tokens`, before it is inserted; an error refuses
+/// Notes one framing field (Content-Length, Transfer-Encoding, Connection or
+/// Proxy-Connection) in `facts` and `tokens`, before it is inserted; an error refuses
 /// the head. Content-Length: one number, or a list of equal numbers, none beside
 /// chunked. Transfer-Encoding: none beside Content-Length, only one naming chunked,
 /// and a list of codings (RFC 9112 6.1): Beast's parser read `chunke k1`, two tokens
 /// with no comma, up to its first bad element and took the rest for nothing.
-bhttp::error note_field(bhttp::field name, std::string_view value, MessageFacts& facts,
-                        ConnectionTokens& tokens);
+bhttp::error note_framing_field(bhttp::field name, std::string_view value, MessageFacts& facts,
+                                ConnectionTokens& tokens);
+/// The same for any field: most say nothing of the framing, and cost no call.
+inline bhttp::error note_field(bhttp::field name, std::string_view value, MessageFacts& facts,
+                               ConnectionTokens& tokens) {
+  switch (name) {
+    case bhttp::field::content_length:
+    case bhttp::field::transfer_encoding:
+    case bhttp::field::connection:
+    case bhttp::field::proxy_connection:
+      return note_framing_field(name, value, facts, tokens);
+    default:
+      return {};
+  }
+}
 
 /// Reads the field lines from `p` to the head's blank line into `head` (any Beast
 /// header) and `facts`, and calls `noted(name)` after each is inserted. The bytes up

@@ -28,7 +28,12 @@ beast::error_code parse_response_head(std::string_view bytes, ResponseHeader& he
   if (p[1] != '\n') return error::bad_line_ending;
   head.result(status);
   head.version(version);
-  head.reason({reason, static_cast<std::size_t>(p - reason)});
+  // Beast's head reads the status's own reason when it holds none: only another is
+  // copied into it.
+  const std::string_view reason_text(reason, static_cast<std::size_t>(p - reason));
+  if (reason_text != bhttp::obsolete_reason(static_cast<bhttp::status>(status))) {
+    head.reason(reason_text);
+  }
   p += 2;
   facts.version = version;
   facts.status = status;
