@@ -164,28 +164,17 @@ asio::awaitable<beast::error_code> Http1Call::resend(TimePoint until) {
   co_return ec;
 }
 
-asio::awaitable<beast::error_code> Http1Call::read_head_bytes(std::size_t& head_size) {
-  std::size_t searched = 0;  // each read resumes the search where the last stopped
-  for (;;) {
-    const std::string_view seen(static_cast<const char*>(conn_->buffer.data().data()),
-                                conn_->buffer.size());
-    if (const auto end = seen.find("\r\n\r\n", searched); end != std::string_view::npos) {
-      head_size = end + 4;
-      co_return beast::error_code{};
-    }
-    if (seen.size() > kMaxHead) co_return bhttp::error::header_limit;
-    searched = seen.size() < 3 ? 0 : seen.size() - 3;
-    const bool none_yet = seen.empty();
-    // Into the room the buffer has (a connection that read a large body keeps it).
-    const std::size_t room =
-        std::max<std::size_t>(4096, conn_->buffer.capacity() - conn_->buffer.size());
-    auto [ec, n] = co_await conn_->stream.async_read_some(conn_->buffer.prepare(room), use_nothrow);
-    conn_->buffer.commit(n);
-    if (ec == asio::error::eof) {
-      co_return none_yet ? bhttp::error::end_of_stream : bhttp::error::partial_message;
-    }
-    if (ec) co_return ec;
+std::optional<beast::error_code> Http1Call::head_buffered(std::size_t& searched,
+                                                          std::size_t& head_size) const {
+  const std::string_view seen(static_cast<const char*>(conn_->buffer.data().data()),
+                              conn_->buffer.size());
+  if (const auto end = seen.find("\r\n\r\n", searched); end != std::string_view::npos) {
+    head_size = end + 4;
+    return beast::error_code{};
   }
+  if (seen.size() > kMaxHead) return bhttp::error::header_limit;
+  searched = seen.size() < 3 ? 0 : seen.size() - 3;
+  return std::nullopt;
 }
 
 asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
@@ -193,8 +182,28 @@ asio::awaitable<beast::error_code> Http1Call::read_head(bool head_request,
                                                         FieldsAllocator fields, TimePoint until) {
   conn_->stream.expires_at(until);
   for (int interim = 0;; ++interim) {
-    std::size_t head_size = 0;
-    auto ec = co_await read_head_bytes(head_size);
+    // Read until the buffer holds a whole head, each read resuming the search where
+    // the last stopped; what ended the reads early is named as Beast's read named it.
+    std::size_t head_size = 0, searched = 0;
+    beast::error_code ec;
+    for (;;) {
+      if (const auto buffered = head_buffered(searched, head_size)) {
+        ec = *buffered;
+        break;
+      }
+      const bool none_yet = conn_->buffer.size() == 0;
+      // Into the room the buffer has (a connection that read a large body keeps it).
+      const std::size_t room =
+          std::max<std::size_t>(4096, conn_->buffer.capacity() - conn_->buffer.size());
+      std::size_t n = 0;
+      std::tie(ec, n) =
+          co_await conn_->stream.async_read_some(conn_->buffer.prepare(room), use_nothrow);
+      conn_->buffer.commit(n);
+      if (ec == asio::error::eof) {
+        ec = none_yet ? bhttp::error::end_of_stream : bhttp::error::partial_message;
+      }
+      if (ec) break;
+    }
     // A kept-alive connection the upstream closed as the request came, before a byte of
     // an answer (its end, or a reset, with nothing read: the FIN may be in flight while
     // the pool hands the connection out, before its idle read could see it).
@@ -301,9 +310,22 @@ asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
     const std::size_t before = filled;
     beast::error_code ec;
     if (body_ == Body::chunked) {
-      ec = co_await read_chunked(room, filled);
-    } else {
-      ec = co_await read_raw(room, filled);
+      ChunkParser& p = *chunks_;
+      p.get().body().data = room + filled;
+      p.get().body().size = Chunk::kSize - filled;
+      if (!parse_buffered(conn_->buffer, p, ec)) {
+        std::tie(ec, std::ignore) =
+            co_await bhttp::async_read_some(conn_->stream, conn_->buffer, p, use_nothrow);
+      }
+      if (ec == bhttp::error::need_buffer) ec = {};
+      if (ec == bhttp::error::end_of_chunk && last_chunk_.reached) ec = read_trailer_section();
+      filled = Chunk::kSize - p.get().body().size;
+    } else if (!take_buffered(room, filled, ec)) {
+      // The rest straight from the socket into the chunk.
+      std::size_t n = 0;
+      std::tie(ec, n) = co_await conn_->stream.async_read_some(
+          asio::buffer(room + filled, raw_room(filled)), use_nothrow);
+      ec = took_raw(ec, n, filled);
     }
     if (ec) {
       out.error = ec;
@@ -322,44 +344,32 @@ asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
   co_return out;
 }
 
-asio::awaitable<beast::error_code> Http1Call::read_raw(char* room, std::size_t& filled) {
-  std::size_t want = Chunk::kSize - filled;
-  if (body_ == Body::length) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, left_));
-  std::size_t n = std::min(want, conn_->buffer.size());
-  if (n > 0) {
-    // What came with the head, or after it in the same read.
-    std::memcpy(room + filled, conn_->buffer.data().data(), n);
-    conn_->buffer.consume(n);
-  } else {
-    beast::error_code ec;
-    std::tie(ec, n) =
-        co_await conn_->stream.async_read_some(asio::buffer(room + filled, want), use_nothrow);
-    if (ec == asio::error::eof && body_ == Body::to_close) {
-      closed_ = true;
-      co_return beast::error_code{};
-    }
-    if (ec == asio::error::eof) co_return bhttp::error::partial_message;  // as Beast says it
-    if (ec) co_return ec;
-  }
-  if (body_ == Body::to_close && n > left_) co_return bhttp::error::body_limit;
-  left_ -= n;
-  filled += n;
-  co_return beast::error_code{};
+std::size_t Http1Call::raw_room(std::size_t filled) const {
+  const std::size_t room = Chunk::kSize - filled;
+  if (body_ == Body::to_close) return room;
+  return static_cast<std::size_t>(std::min<std::uint64_t>(room, left_));
 }
 
-asio::awaitable<beast::error_code> Http1Call::read_chunked(char* room, std::size_t& filled) {
-  ChunkParser& p = *chunks_;
-  p.get().body().data = room + filled;
-  p.get().body().size = Chunk::kSize - filled;
-  beast::error_code ec;
-  if (!parse_buffered(conn_->buffer, p, ec)) {
-    std::tie(ec, std::ignore) =
-        co_await bhttp::async_read_some(conn_->stream, conn_->buffer, p, use_nothrow);
+bool Http1Call::take_buffered(char* room, std::size_t& filled, beast::error_code& ec) {
+  const std::size_t n = std::min(raw_room(filled), conn_->buffer.size());
+  if (n == 0) return false;
+  std::memcpy(room + filled, conn_->buffer.data().data(), n);
+  conn_->buffer.consume(n);
+  ec = took_raw({}, n, filled);
+  return true;
+}
+
+beast::error_code Http1Call::took_raw(beast::error_code ec, std::size_t n, std::size_t& filled) {
+  if (ec == asio::error::eof && body_ == Body::to_close) {
+    closed_ = true;
+    return {};
   }
-  if (ec == bhttp::error::need_buffer) ec = {};
-  if (ec == bhttp::error::end_of_chunk && last_chunk_.reached) ec = read_trailer_section();
-  filled = Chunk::kSize - p.get().body().size;
-  co_return ec;
+  if (ec == asio::error::eof) return bhttp::error::partial_message;  // as Beast says it
+  if (ec) return ec;
+  if (body_ == Body::to_close && n > left_) return bhttp::error::body_limit;
+  left_ -= n;
+  filled += n;
+  return {};
 }
 
 beast::error_code Http1Call::read_trailer_section() {

@@ -141,19 +141,23 @@ class Http1Call final : public UpstreamCall {
   asio::awaitable<beast::error_code> take_fresh();
   /// Sends the request (a head alone: resendable) once more on a new connection.
   asio::awaitable<beast::error_code> resend(TimePoint until);
-  /// Reads until the connection's buffer holds a whole head (`head_size` gets its
-  /// length), as Beast's read named what ended it: end_of_stream before a byte of it,
-  /// partial_message after some, header_limit past 64 KiB.
-  asio::awaitable<beast::error_code> read_head_bytes(std::size_t& head_size);
+  /// Whether the connection's buffer holds a whole head (`head_size` gets its
+  /// length; `searched`: how much of the buffer holds no head's end): an error when
+  /// it holds more than 64 KiB without one (header_limit), none when a read must
+  /// bring more. No coroutine frame of its own: most heads come in one read.
+  std::optional<beast::error_code> head_buffered(std::size_t& searched,
+                                                 std::size_t& head_size) const;
   /// How the final answer's body is read, from its head; body_limit when its length
   /// is past `body_limit` (as Beast's parser refused it).
   beast::error_code start_body(bool head_request, std::optional<std::uint64_t> body_limit);
-  /// Reads the next piece of a body framed by its length or by the close into
-  /// `room` (`filled` bytes of it hold what came before): the bytes buffered with its
-  /// head first, then straight from the socket.
-  asio::awaitable<beast::error_code> read_raw(char* room, std::size_t& filled);
-  /// Reads the next piece of a chunked body, through the parser.
-  asio::awaitable<beast::error_code> read_chunked(char* room, std::size_t& filled);
+  /// A body framed by its length or by the close is read raw: the bytes buffered with
+  /// its head first (take_buffered: false when there are none; `ec` says what they
+  /// came to), then straight from the socket into the chunk, at most raw_room() at a
+  /// time (`filled` bytes of the chunk hold what came before); took_raw() counts what
+  /// a read brought.
+  std::size_t raw_room(std::size_t filled) const;
+  bool take_buffered(char* room, std::size_t& filled, beast::error_code& ec);
+  beast::error_code took_raw(beast::error_code ec, std::size_t n, std::size_t& filled);
   /// The answer was read whole: the connection goes back while it can carry another.
   void finish();
   bool body_done() const;

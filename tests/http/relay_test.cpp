@@ -80,8 +80,9 @@ struct Relayed {
 
 // Sends `head_and_start` and then `rest` (both before the relay reads), relays the
 // answer to a client that asked with a GET, and closes the upstream's writing end
-// when `close` says.
-Relayed relay_answer(const std::string& head_and_start, const std::string& rest, bool close) {
+// when `close` says. `limit`: the body's limit (server.max_stream_body's role).
+Relayed relay_answer(const std::string& head_and_start, const std::string& rest, bool close,
+                     std::optional<std::uint64_t> limit = std::nullopt) {
   asio::io_context io;
   tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
   Pair up(io, acceptor);
@@ -105,10 +106,9 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
   // The head is read before the rest arrives, so that only the head and what came
   // with it can be in the connection's buffer.
   run([&]() -> asio::awaitable<void> {
-    const std::optional<std::uint64_t> unbounded;
     const FieldsAllocator heap;
     const auto by = std::chrono::steady_clock::now() + 5s;
-    const auto ec = co_await proxy::read_final_head(*call, nullptr, false, unbounded, heap, by);
+    const auto ec = co_await proxy::read_final_head(*call, nullptr, false, limit, heap, by);
     EXPECT_FALSE(ec) << ec.message();
     io.stop();
   });
@@ -137,7 +137,8 @@ Relayed relay_answer(const std::string& head_and_start, const std::string& rest,
 
 // The error reading `head` as an answer's head gives, through the pump's read; the
 // upstream closes after it when `close` says.
-beast::error_code head_error(const std::string& head, bool close = false) {
+beast::error_code head_error(const std::string& head, bool close = false,
+                             std::optional<std::uint64_t> limit = std::nullopt) {
   asio::io_context io;
   tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
   Pair up(io, acceptor);
@@ -150,10 +151,9 @@ beast::error_code head_error(const std::string& head, bool close = false) {
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        const std::optional<std::uint64_t> unbounded;
         const FieldsAllocator heap;
         const auto by = std::chrono::steady_clock::now() + 5s;
-        out = co_await proxy::read_final_head(*call, nullptr, false, unbounded, heap, by);
+        out = co_await proxy::read_final_head(*call, nullptr, false, limit, heap, by);
         io.stop();  // the socket's deadline timer need not run out
       },
       [](const std::exception_ptr& e) {
@@ -308,6 +308,43 @@ TEST(Relay, ABodyFramedByTheCloseIsReadToIt) {
   }
   EXPECT_TRUE(relayed == body) << relayed.size();
   EXPECT_EQ(r.answer_read, 0);
+}
+
+// A body past its limit (server.max_stream_body) is an error however it is framed:
+// a length past it as the head is read, a body to the close or in chunks as it
+// passes it. Up to the limit, each reads whole.
+TEST(Relay, ABodyPastItsLimitIsAnErrorHoweverItIsFramed) {
+  const std::string body = body_of(10000);
+  const std::string length = "HTTP/1.1 200 OK\r\nContent-Length: 10000\r\n\r\n";
+  EXPECT_EQ(head_error(length + body, false, 9999), bhttp::error::body_limit);
+  EXPECT_FALSE(head_error(length + body, false, 10000));
+  const std::string to_close = "HTTP/1.1 200 OK\r\n\r\n";
+  const std::string chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string chunks =
+      "1388\r\n" + body.substr(0, 5000) + "\r\n1388\r\n" + body.substr(5000) + "\r\n0\r\n\r\n";
+  // The body buffered with its head (a read of 4 KiB or more takes its first
+  // bytes with it), or coming after it; a limit below what came with the head, and
+  // one below the whole.
+  for (const bool with_head : {true, false}) {
+    const std::string first = with_head ? "" : body;
+    for (const std::uint64_t limit : {100, 9999}) {
+      auto r = relay_answer(with_head ? to_close + body : to_close, first, true, limit);
+      EXPECT_EQ(r.result, proxy::RelayError::read) << with_head << limit;
+      EXPECT_EQ(r.error, bhttp::error::body_limit) << with_head << limit;
+      r = relay_answer(with_head ? chunked + chunks : chunked, with_head ? "" : chunks, false,
+                       limit);
+      EXPECT_EQ(r.result, proxy::RelayError::read) << with_head << limit;
+      EXPECT_EQ(r.error, bhttp::error::body_limit) << with_head << limit;
+    }
+    auto r = relay_answer(with_head ? to_close + body : to_close, first, true, 10000);
+    EXPECT_EQ(r.result, proxy::RelayError::none) << with_head << r.error.message();
+    r = relay_answer(with_head ? chunked + chunks : chunked, with_head ? "" : chunks, false, 10000);
+    EXPECT_EQ(r.result, proxy::RelayError::none) << with_head << r.error.message();
+  }
+  // A small body past the limit, all of it buffered with the head.
+  const auto small = relay_answer(to_close + body.substr(0, 3000), "", true, 100);
+  EXPECT_EQ(small.result, proxy::RelayError::read);
+  EXPECT_EQ(small.error, bhttp::error::body_limit);
 }
 
 // Bytes that came after an answer in the same read, which nobody asked for (the proxy
