@@ -77,29 +77,30 @@ asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> UpstreamPool::ope
     FieldsAllocator memory) {
   using Result = std::pair<beast::error_code, UpstreamCallPtr>;
   if (over_h2()) co_return co_await h2_->open_call();
+  if (auto idle = take_idle()) {
+    co_return Result{beast::error_code{}, Http1Call::make(memory, *this, std::move(idle))};
+  }
   std::unique_ptr<Stream> h2;
-  auto [ec, conn] = co_await acquire(false, h2);
+  auto [ec, conn] = co_await connect(h2);
   if (h2) co_return co_await h2_->open_call(std::move(h2));
   if (ec) co_return Result{ec, nullptr};
   co_return Result{ec, Http1Call::make(memory, *this, std::move(conn))};
 }
 
-asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>
-UpstreamPool::acquire(bool fresh, std::unique_ptr<Stream>& h2) {
-  while (!fresh) {
+std::unique_ptr<UpstreamConnection> UpstreamPool::take_idle() {
+  for (;;) {
     std::unique_ptr<UpstreamConnection> conn;
     {
       std::lock_guard lock(mu_);
-      if (idle_.empty()) break;
+      if (idle_.empty()) return nullptr;
       conn = std::move(idle_.back());
       idle_.pop_back();
     }
     if (usable(*conn)) {
       conn->reused = true;
-      co_return std::make_pair(beast::error_code{}, std::move(conn));
+      return conn;
     }
   }
-  co_return co_await connect(h2);
 }
 
 asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>

@@ -38,11 +38,11 @@ class UpstreamPool final : public Upstream, public ConnectionHome {
   const config::UpstreamConfig& config() const { return config_; }
 
  private:
-  /// An idle connection that still looks open, or a new one (`fresh`: a new one).
-  /// `h2`: set instead when ALPN chose h2 on the new connection (auto): it becomes
+  /// An idle connection that still looks open, if there is one (no coroutine frame:
+  /// most calls take one).
+  std::unique_ptr<UpstreamConnection> take_idle();
+  /// A new connection. `h2`: set instead when ALPN chose h2 on it (auto): it becomes
   /// the first shared HTTP/2 connection.
-  asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> acquire(
-      bool fresh, std::unique_ptr<Stream>& h2);
   asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>> connect(
       std::unique_ptr<Stream>& h2);
   /// Whether requests go over HTTP/2 (h2c, h2, or auto once ALPN chose it).
