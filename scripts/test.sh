@@ -228,7 +228,7 @@ summary_counts() {  # LOG PREFIX: adds LOG's last "PREFIX: N passed, M failed" l
 # (tests/e2e/conftest.py). PYTEST_WORKERS=0 runs a stage in one process.
 PYTEST_WORKERS=${PYTEST_WORKERS:-4}
 run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
-  local build=$1 log="$WORK/pytest-$1.log" line p n
+  local build=$1 log="$WORK/pytest-$1.log" line p n rc=0 counted=0
   shift
   stage "end-to-end tests (pytest, $PYTEST_WORKERS workers, $build/idemproxy${*:+, $*})"
   # --durations: the slowest tests of each stage are named, so a run shows where
@@ -238,13 +238,23 @@ run_pytest() {  # BUILD_DIR [pytest arguments; default: the whole suite]
   [ "$build" = build ] && [ "${PGO:-1}" = 1 ] && expect_pgo=1
   if IDEMPROXY_BIN="$ROOT/$build/idemproxy" IDEMPROXY_EXPECT_PGO=$expect_pgo \
       /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-      -n "$PYTEST_WORKERS" --durations=12 "${@:-tests/e2e}" 2>&1 | tee "$log"; then :; else status=1; fi
+      -n "$PYTEST_WORKERS" --durations=12 "${@:-tests/e2e}" 2>&1 | tee "$log"; then :; else
+    rc=${PIPESTATUS[0]}
+    status=1
+  fi
   line=$(grep -E '(passed|failed|error)' "$log" | tail -1 || true)
   p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
   passed=$((passed + p))
   for n in $(echo "$line" | grep -oE '[0-9]+ (failed|errors?)' | grep -oE '^[0-9]+'); do
     failed=$((failed + n))
+    counted=$((counted + n))
   done
+  # A run that failed with no test failed (pytest interrupted, an internal error, a
+  # worker lost) is said, and counted, where it happened.
+  if [ "$rc" -ne 0 ] && [ "$counted" -eq 0 ]; then
+    echo "pytest exited $rc with no test failed (2: interrupted, 3: internal error, 4: usage, 5: no tests)"
+    failed=$((failed + 1))
+  fi
 }
 
 run_ctest build
@@ -286,10 +296,16 @@ fi
 rm -rf "$first_run"
 
 stage "benchmark harness smoke (bench/run.sh --smoke: nginx, pgbench and idemproxy, 1 s each)"
-if BENCH_BUILD=build bash bench/run.sh --smoke >"$WORK/bench.log" 2>&1; then :; else status=1; fi
+bench_rc=0
+BENCH_BUILD=build bash bench/run.sh --smoke >"$WORK/bench.log" 2>&1 || bench_rc=$?
 grep -E '^bench smoke: ' "$WORK/bench.log" | tail -1 || true
 if ! summary_counts "$WORK/bench.log" "bench smoke"; then
   tail -40 "$WORK/bench.log"
+  status=1
+elif [ "$bench_rc" -ne 0 ]; then
+  tail -40 "$WORK/bench.log"
+  echo "bench smoke: bench/run.sh exited $bench_rc after its checks passed"
+  failed=$((failed + 1))
   status=1
 fi
 
@@ -386,9 +402,16 @@ fuzz_targets_built() {
 }
 if [ "$FUZZ_SECONDS" != 0 ] && fuzz_targets_built; then
   stage "fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target, committed corpus and regressions)"
-  if FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" FUZZ_BUILD_DIR="$fuzz_dir" \
-    bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log"; then :; else status=1; fi
-  summary_counts "$WORK/fuzz.log" fuzz || status=1
+  fuzz_rc=0
+  FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$WORK/fuzz" FUZZ_BUILD_DIR="$fuzz_dir" \
+    bash scripts/fuzz.sh 2>&1 | tee "$WORK/fuzz.log" || fuzz_rc=${PIPESTATUS[0]}
+  if ! summary_counts "$WORK/fuzz.log" fuzz; then
+    status=1
+  elif [ "$fuzz_rc" -ne 0 ]; then
+    echo "fuzz: scripts/fuzz.sh exited $fuzz_rc after its targets passed"
+    failed=$((failed + 1))
+    status=1
+  fi
 fi
 if [ "$IMAGE" = 1 ] && step_result image_source; then
   tail -1 "$BACKGROUND/image_source.log"
