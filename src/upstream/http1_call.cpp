@@ -259,32 +259,15 @@ beast::error_code Http1Call::start_body(bool head_request,
 }
 
 Framing Http1Call::framing() const {
-  if (facts_.status / 100 == 1) return Framing::none();
-  switch (body_) {
-    case Body::none:
-      return Framing::none();
-    case Body::length:
-      return Framing::of(*facts_.content_length);
-    case Body::chunked:
-      return Framing::unknown(true);
-    case Body::to_close:
-      break;
-  }
-  return Framing::unknown(false);
+  if (facts_.status / 100 == 1 || body_ == Body::none) return Framing::none();
+  if (body_ == Body::length) return Framing::of(*facts_.content_length);
+  return Framing::unknown(body_ == Body::chunked);  // chunked, or to the close
 }
 
 bool Http1Call::body_done() const {
-  switch (body_) {
-    case Body::none:
-      return true;
-    case Body::length:
-      return left_ == 0;
-    case Body::chunked:
-      return trailers_read_ || chunks_->is_done();
-    case Body::to_close:
-      break;
-  }
-  return closed_;
+  if (body_ == Body::length) return left_ == 0;
+  if (body_ == Body::chunked) return trailers_read_ || chunks_->is_done();
+  return body_ == Body::none || closed_;
 }
 
 asio::awaitable<AnswerPiece> Http1Call::read_body(TimePoint until) {
