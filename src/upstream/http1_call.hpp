@@ -43,7 +43,8 @@ struct UpstreamConnection {
 class ConnectionHome {
  public:
   virtual ~ConnectionHome() = default;
-  /// Keeps a connection whose answer was read whole, for reuse.
+  /// Keeps a connection whose answer was read whole, for reuse: one the call found
+  /// able to carry another (Http1Call::finish: nothing past the answer).
   virtual void give_back(std::unique_ptr<UpstreamConnection> conn) = 0;
   /// A new connection, for a request whose first write failed on a reused one.
   virtual asio::awaitable<std::pair<beast::error_code, std::unique_ptr<UpstreamConnection>>>

@@ -134,7 +134,7 @@ UpstreamPool::connect(std::unique_ptr<Stream>& h2) {
 }
 
 void UpstreamPool::give_back(std::unique_ptr<UpstreamConnection> conn) {
-  if (!conn || conn->buffer.size() != 0) return;  // leftover bytes: framing is off
+  if (!conn) return;
   // With one I/O thread every owner runs where the last did: its timer wait can stay.
   if (strands_) {
     conn->stream.expires_never();
