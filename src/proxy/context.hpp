@@ -168,9 +168,8 @@ asio::awaitable<bool> stream_response(RequestContext& ctx, upstream::UpstreamCal
                                       std::string_view prefix);
 /// Streams a request no route protects to the upstream and the answer back.
 asio::awaitable<void> pass_through(RequestContext& ctx);
-/// The idempotent path: key, body, fingerprint, claim, forward, record, respond.
-/// Without `key_header`, the key is in the body at the route's key_json_pointer.
-asio::awaitable<void> run_idempotent(RequestContext& ctx,
-                                     std::optional<std::string_view> key_header);
+/// What is left to answer a request: nothing when it was answered at once (a warm
+/// replay, most of the time), so that such a request makes no coroutine frame for it.
+using Answering = std::optional<asio::awaitable<void>>;
 
 }  // namespace idemproxy::proxy

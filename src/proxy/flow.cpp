@@ -264,27 +264,55 @@ Duration upstream_timeout(const RequestContext& ctx, const RequestHeader& head) 
 
 }  // namespace idempotent
 
-asio::awaitable<void> run_idempotent(RequestContext& ctx,
-                                     std::optional<std::string_view> key_header) {
-  Flow flow{ctx, key_header};
-  for (const Phase& phase : kPhases) {
-    PhaseStep now = phase.run(flow);
-    Step step = Step::next;
+namespace {
+
+// A phase failed: the problem it named answers the request, or an internal error when
+// it named none.
+asio::awaitable<void> answer_failure(RequestContext& ctx, const char* phase) {
+  if (!ctx.error) {
+    ctx.log(spdlog::level::err, "phase {} failed without saying why", phase);
+    ctx.fail(ProblemKind::internal, "internal error", Outcome::bad_request);
+  }
+  co_await send_problem(ctx);
+}
+
+// The phases from kPhases[at], whose work `pending` is, to the end.
+asio::awaitable<void> finish_phases(Flow& flow, std::size_t at, asio::awaitable<Step> pending) {
+  Step step = co_await std::move(pending);
+  for (;;) {
+    if (step == Step::responded) co_return;
+    if (step == Step::failed) {
+      co_await answer_failure(flow.ctx, kPhases[at].name);
+      co_return;
+    }
+    if (++at == kPhases.size()) co_return;
+    PhaseStep now = kPhases[at].run(flow);
     if (const Step* decided = std::get_if<Step>(&now)) {
       step = *decided;
     } else {
       asio::awaitable<Step> rest = std::move(std::get<asio::awaitable<Step>>(now));
       step = co_await std::move(rest);
     }
-    if (step == Step::next) continue;
-    if (step == Step::responded) co_return;
-    if (!ctx.error) {
-      ctx.log(spdlog::level::err, "phase {} failed without saying why", phase.name);
-      ctx.fail(ProblemKind::internal, "internal error", Outcome::bad_request);
-    }
-    co_await send_problem(ctx);
-    co_return;
   }
 }
+
+}  // namespace
+
+namespace idempotent {
+
+Answering run(Flow& flow) {
+  for (std::size_t at = 0; at < kPhases.size(); ++at) {
+    PhaseStep now = kPhases[at].run(flow);
+    const Step* decided = std::get_if<Step>(&now);
+    if (decided == nullptr) {
+      return finish_phases(flow, at, std::move(std::get<asio::awaitable<Step>>(now)));
+    }
+    if (*decided == Step::responded) return std::nullopt;
+    if (*decided == Step::failed) return answer_failure(flow.ctx, kPhases[at].name);
+  }
+  return std::nullopt;
+}
+
+}  // namespace idempotent
 
 }  // namespace idemproxy::proxy

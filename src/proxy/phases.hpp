@@ -63,6 +63,11 @@ struct Flow {
   bool key_in_body() const { return !key_header; }
 };
 
+/// The idempotent path over `flow`: key, body, fingerprint, claim, forward, record,
+/// respond. The phases that decide at once run here; the first that does not hands the
+/// rest to a coroutine, which the caller awaits. `flow` lives until that ends.
+Answering run(Flow& flow);
+
 // Wakes a waiting request from any thread: the wake is posted to the request's own
 // executor (a strand), where its signal lives, since timers are not thread-safe. A
 // wake that lands before the request starts sleeping is kept by the signal.

@@ -10,6 +10,7 @@
 #include "proxy/context.hpp"
 #include "proxy/forward.hpp"
 #include "proxy/lookup.hpp"
+#include "proxy/phases.hpp"
 #include "proxy/spans.hpp"
 
 namespace idemproxy::proxy {
@@ -130,8 +131,13 @@ bool is_lookup(std::string_view policy_path, std::string_view path) {
          path.starts_with(policy_path) && path.ends_with(kLookupSuffix);
 }
 
-// Phase: route. Decides whether the request is protected, and how.
-asio::awaitable<void> dispatch(RequestContext& ctx) {
+// Answers with the problem ctx.fail() named (dispatch's way out for a refused request).
+asio::awaitable<void> refuse(RequestContext& ctx) { co_await send_problem(ctx); }
+
+// Phase: route. Decides whether the request is protected, and how, and returns what is
+// left to answer it. Not a coroutine: every way out hands on to what answers, so a
+// request costs no frame here. A protected request's phases share `flow`, made here.
+Answering dispatch(RequestContext& ctx, std::optional<idempotent::Flow>& flow) {
   auto& head = ctx.ex.head();
   ctx.method.assign(head.method_string());
   const SeenFields seen = seen_fields(head);  // views: read before the fields change
@@ -146,8 +152,7 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
                                                      : ProblemKind::malformed_request,
              bad->detail, ops::Outcome::bad_request);
     spdlog::info("malformed request from {}: {}", ctx.ex.peer().ip, bad->detail);
-    co_await send_problem(ctx);
-    co_return;
+    return refuse(ctx);
   }
   // Only the proxy writes the fencing token an upstream may trust: a client's never
   // reaches an upstream, on any route or method.
@@ -163,8 +168,7 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
           head.target(), {server.merge_slashes, server.reject_escaped_slashes}, target)) {
     ctx.target.assign(head.target());
     ctx.fail(ProblemKind::malformed_request, std::string(*bad), ops::Outcome::bad_request);
-    co_await send_problem(ctx);
-    co_return;
+    return refuse(ctx);
   }
   // RFC 9112 3.2.2: with an absolute-form target (HTTP/1.1 only: the HTTP/2 codec
   // refuses one, RFC 9113 §8.3.1), its authority is the Host.
@@ -174,41 +178,34 @@ asio::awaitable<void> dispatch(RequestContext& ctx) {
   const auto& published = ctx.settings.config.policy;
   if (published.url.empty() && !published.path.empty() && target.route_path == published.path &&
       ctx.method == "GET") {
-    co_await send_policy(ctx);
-    co_return;
+    return send_policy(ctx);
   }
   if (is_lookup(published.path, target.route_path) && ctx.method == "GET") {
-    co_await send_lookup(ctx, target.forward);
-    co_return;
+    return send_lookup(ctx, target.forward);
   }
   ctx.route = ctx.settings.routes.match(target.route_path);
   name_request_span(ctx);
   if (!covered(ctx)) {
-    co_await pass_through(ctx);
-    co_return;
+    return pass_through(ctx);
   }
   const auto& route = *ctx.route;
   const auto [key_count, first_key] = lines_of(head, route.header);
   if (key_count == 0 && !route.key_json_pointer.empty()) {
-    const std::optional<std::string_view> none;  // the key is in the body
-    co_await run_idempotent(ctx, none);
-    co_return;
+    return idempotent::run(flow.emplace(ctx, std::nullopt));  // the key is in the body
   }
   if (key_count == 1) {
     // A view of the head's field: the key phase, first, takes its copy before anything
     // changes the head.
-    co_await run_idempotent(ctx, first_key);
-    co_return;
+    return idempotent::run(flow.emplace(ctx, first_key));
   }
   const auto verdict =
       engine::Coordinator::judge_key(route, key_count == 0 ? KeyState::absent : KeyState::invalid);
   if (verdict.kind == KeyVerdict::Kind::forward) {
     ctx.outcome = verdict.outcome;
-    co_await pass_through(ctx);
-    co_return;
+    return pass_through(ctx);
   }
   refuse_key(ctx, verdict, ProblemKind::bad_key, "more than one " + route.header + " header");
-  co_await send_problem(ctx);
+  return refuse(ctx);
 }
 
 void log_request(RequestContext& ctx, std::chrono::steady_clock::time_point ended) {
@@ -234,7 +231,9 @@ void log_request(RequestContext& ctx, std::chrono::steady_clock::time_point ende
 
 asio::awaitable<void> Proxy::serve(Exchange& exchange) {
   RequestContext ctx(exchange, rt_);
-  co_await dispatch(ctx);
+  std::optional<idempotent::Flow> flow;
+  if (Answering rest = dispatch(ctx, flow)) co_await std::move(*rest);
+  flow.reset();  // its end hashes the key the access line and the span name
   const auto ended = std::chrono::steady_clock::now();
   rt_.metrics.count_request(ctx.route_name(), ctx.outcome,
                             std::chrono::duration<double>(ended - ctx.started).count());

@@ -36,30 +36,14 @@ std::optional<HeadError> raw_head_error(std::string_view head, std::size_t max_f
   return std::nullopt;
 }
 
-// Reads until the buffer holds a whole request head, or `limit` bytes without one
-// (`head_size` then 0). `head_size` gets the head's length. Each
-// read resumes the search where the last one stopped: a head trickled a byte at a
-// time must not cost a scan of everything before it per byte.
-asio::awaitable<beast::error_code> read_head_bytes(ClientConnection& conn, std::size_t limit,
-                                                   std::size_t& head_size) {
-  std::size_t searched = 0;
-  for (;;) {
-    const std::string_view seen(static_cast<const char*>(conn.buffer.data().data()),
-                                conn.buffer.size());
-    const auto end = seen.find("\r\n\r\n", searched);
-    searched = seen.size() < 3 ? 0 : seen.size() - 3;
-    if (end != std::string_view::npos) {
-      head_size = end + 4;
-      co_return beast::error_code{};
-    }
-    if (seen.size() > limit) {
-      head_size = 0;
-      co_return beast::error_code{};
-    }
-    auto [ec, n] = co_await conn.stream.async_read_some(conn.buffer.prepare(4096), use_nothrow);
-    if (ec) co_return ec;
-    conn.buffer.commit(n);
-  }
+// The length of the request head `seen` starts with, once it holds the head's blank
+// line; `searched` is where the search resumes, so that a head trickled a byte at a
+// time costs no scan of everything before it per byte.
+std::optional<std::size_t> head_end(std::string_view seen, std::size_t& searched) {
+  const auto end = seen.find("\r\n\r\n", searched);
+  searched = seen.size() < 3 ? 0 : seen.size() - 3;
+  if (end == std::string_view::npos) return std::nullopt;
+  return end + 4;
 }
 
 }  // namespace
@@ -82,10 +66,23 @@ asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
   // wait may have replaced.
   service_.keep_current(facts_.settings, settings_version_);
   const auto& server = facts_.settings->config.server;
+  // Read until the buffer holds a whole head, or max_header_size bytes without one
+  // (head_size then 0), in this frame: a head that came whole costs no coroutine.
   std::size_t head_size = 0;
-  if (!ec) {
-    conn_.stream.expires_at(facts_.started + server.header_timeout);
-    ec = co_await read_head_bytes(conn_, server.max_header_size, head_size);
+  std::size_t searched = 0;
+  if (!ec) conn_.stream.expires_at(facts_.started + server.header_timeout);
+  while (!ec) {
+    const std::string_view seen(static_cast<const char*>(conn_.buffer.data().data()),
+                                conn_.buffer.size());
+    if (const auto size = head_end(seen, searched)) {
+      head_size = *size;
+      break;
+    }
+    if (seen.size() > server.max_header_size) break;
+    std::size_t got = 0;
+    std::tie(ec, got) =
+        co_await conn_.stream.async_read_some(conn_.buffer.prepare(4096), use_nothrow);
+    conn_.buffer.commit(got);
   }
   if (ec) {
     if (is_disconnect(ec)) co_return false;
