@@ -47,7 +47,17 @@ asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& ser
     Exchange exchange(*conn, std::move(settings), version, service);
     conn->idle = true;
     if (service.draining()) break;
-    if (!co_await exchange.read_head(last_end)) break;
+    // The request's first bytes are awaited in this frame, and a head that came whole
+    // with them is read with no frame of its own (Exchange::take_head).
+    if (exchange.awaits_request(last_end)) {
+      auto [ec, got] =
+          co_await conn->stream.async_read_some(conn->buffer.prepare(4096), use_nothrow);
+      conn->buffer.commit(got);
+      exchange.arrived(ec);
+    }
+    std::optional<bool> head = exchange.take_head();
+    if (!head) head = co_await exchange.read_head();
+    if (!*head) break;
     co_await service.serve(exchange);
     last_end = std::chrono::steady_clock::now();
     if (!exchange.reusable()) {

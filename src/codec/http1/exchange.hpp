@@ -22,16 +22,28 @@ namespace idemproxy::codec::http1 {
 class Exchange final : public http::Exchange {
  public:
   /// `settings`: the configuration the connection holds, which was in force when
-  /// `service` gave `settings_version`; read_head() takes the one in force then, when
+  /// `service` gave `settings_version`; take_head() takes the one in force then, when
   /// that changed.
   Exchange(ClientConnection& conn, std::shared_ptr<const Settings> settings,
            std::uint64_t settings_version, const Service& service);
 
-  /// Reads the request head, waiting up to server.idle_timeout from `last_end` for it
-  /// to start and server.header_timeout for the rest (a client trickling bytes cannot
-  /// hold the connection longer). False when the client left or stayed silent: there
-  /// is nothing to answer. A head that is malformed sets head_error().
-  asio::awaitable<bool> read_head(TimePoint last_end);
+  /// The request head is read in up to three steps, so that one that arrives whole
+  /// costs no coroutine frame: the connection's loop awaits the request's first bytes
+  /// in its own frame, take_head() reads a head that is whole, and only a head still
+  /// arriving is awaited in read_head()'s. Each step's bool: false when the client left
+  /// or stayed silent (there is nothing to answer); a malformed head sets head_error().
+  ///
+  /// Whether the request's first bytes must be awaited (none are buffered), under a
+  /// deadline of server.idle_timeout from `last_end`; if so, the connection reads them
+  /// into its buffer and hands the read's error to arrived().
+  bool awaits_request(TimePoint last_end);
+  void arrived(const beast::error_code& ec);
+  /// Reads the head when it is whole in the buffer (or refuses it: past
+  /// server.max_header_size, or the first read's error); none when more must be read.
+  std::optional<bool> take_head();
+  /// Reads the rest of the head, up to server.header_timeout from its first bytes (a
+  /// client trickling bytes cannot hold the connection longer).
+  asio::awaitable<bool> read_head();
   /// Whether the connection may read another request after this one.
   bool reusable() const;
   /// Hands the request's configuration, and the service's version it was in force at,
@@ -79,6 +91,9 @@ class Exchange final : public http::Exchange {
   template <class Buffers>
   asio::awaitable<bool> write_rest(beast::buffers_suffix<Buffers>& rest);
   void deadline_for_read(std::optional<TimePoint> deadline);
+  /// read_head()'s steps: a read's error, and the head parsed once it is whole.
+  bool read_failed(const beast::error_code& ec);
+  std::optional<bool> parse_whole();
   // Up to `max` of the body bytes framed by Content-Length left, from the connection's
   // buffer, where they stay valid until the exchange ends; the rest is read direct.
   std::string_view take_from_buffer(std::size_t max);
@@ -111,6 +126,8 @@ class Exchange final : public http::Exchange {
   bool chunked_out_ = false;  // the answer's body goes out chunked
   bool trailers_out_ = false;
   std::optional<HeadBytes> pending_;  // a final head waiting for the first body bytes
+  beast::error_code first_read_;      // the error of the read awaits_request() asked for
+  std::size_t searched_ = 0;          // how far the buffer was searched for the head's end
   /// A replay start_prepared() began and finish_prepared() ends: what the socket has
   /// yet to take of the gathered bytes (and the body, when not among them), or, for an
   /// answer with no head laid out for this exchange, the answer and its extra fields,

@@ -36,71 +36,69 @@ std::optional<HeadError> raw_head_error(std::string_view head, std::size_t max_f
   return std::nullopt;
 }
 
-// The length of the request head `seen` starts with, once it holds the head's blank
-// line; `searched` is where the search resumes, so that a head trickled a byte at a
-// time costs no scan of everything before it per byte.
-std::optional<std::size_t> head_end(std::string_view seen, std::size_t& searched) {
-  const auto end = seen.find("\r\n\r\n", searched);
-  searched = seen.size() < 3 ? 0 : seen.size() - 3;
-  if (end == std::string_view::npos) return std::nullopt;
-  return end + 4;
-}
-
 }  // namespace
 
-asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
+bool Exchange::awaits_request(TimePoint last_end) {
+  facts_.started = last_end;  // a pipelined request waited in the buffer since then
+  if (conn_.buffer.size() != 0) return false;
   // Two clocks: idle_timeout for the next request to start, then header_timeout for
   // its head to arrive whole.
-  beast::error_code ec;
-  facts_.started = last_end;  // a pipelined request waited in the buffer since then
-  if (conn_.buffer.size() == 0) {
-    conn_.stream.expires_at(last_end + facts_.settings->config.server.idle_timeout);
-    std::size_t got = 0;
-    std::tie(ec, got) =
-        co_await conn_.stream.async_read_some(conn_.buffer.prepare(4096), use_nothrow);
-    conn_.buffer.commit(got);
-    facts_.started = Clock::now();
-  }
+  conn_.stream.expires_at(last_end + facts_.settings->config.server.idle_timeout);
+  return true;
+}
+
+void Exchange::arrived(const beast::error_code& ec) {
+  first_read_ = ec;
+  facts_.started = Clock::now();
+}
+
+std::optional<bool> Exchange::take_head() {
   conn_.idle = false;
   // The request starts: the configuration in force now, which a reload during the
   // wait may have replaced.
   service_.keep_current(facts_.settings, settings_version_);
-  const auto& server = facts_.settings->config.server;
-  // Read until the buffer holds a whole head, or max_header_size bytes without one
-  // (head_size then 0), in this frame: a head that came whole costs no coroutine.
-  std::size_t head_size = 0;
-  std::size_t searched = 0;
-  if (!ec) conn_.stream.expires_at(facts_.started + server.header_timeout);
-  while (!ec) {
-    const std::string_view seen(static_cast<const char*>(conn_.buffer.data().data()),
-                                conn_.buffer.size());
-    if (const auto size = head_end(seen, searched)) {
-      head_size = *size;
-      break;
-    }
-    if (seen.size() > server.max_header_size) break;
-    std::size_t got = 0;
-    std::tie(ec, got) =
-        co_await conn_.stream.async_read_some(conn_.buffer.prepare(4096), use_nothrow);
+  if (first_read_) return read_failed(first_read_);
+  conn_.stream.expires_at(facts_.started + facts_.settings->config.server.header_timeout);
+  return parse_whole();
+}
+
+asio::awaitable<bool> Exchange::read_head() {
+  for (;;) {
+    auto [ec, got] = co_await conn_.stream.async_read_some(conn_.buffer.prepare(4096), use_nothrow);
     conn_.buffer.commit(got);
+    if (ec) co_return read_failed(ec);
+    if (const auto read = parse_whole()) co_return *read;
   }
-  if (ec) {
-    if (is_disconnect(ec)) co_return false;
-    facts_.head_error =
-        HeadError{HeadError::Kind::malformed, "the request could not be read: " + ec.message()};
-    co_return true;
-  }
-  if (head_size == 0) {
+}
+
+bool Exchange::read_failed(const beast::error_code& ec) {
+  if (is_disconnect(ec)) return false;
+  facts_.head_error =
+      HeadError{HeadError::Kind::malformed, "the request could not be read: " + ec.message()};
+  return true;
+}
+
+// Each search resumes where the last one stopped: a head trickled a byte at a time
+// must not cost a scan of everything before it per byte.
+std::optional<bool> Exchange::parse_whole() {
+  const auto& server = facts_.settings->config.server;
+  const std::string_view seen(static_cast<const char*>(conn_.buffer.data().data()),
+                              conn_.buffer.size());
+  const auto end = seen.find("\r\n\r\n", searched_);
+  searched_ = seen.size() < 3 ? 0 : seen.size() - 3;
+  if (end == std::string_view::npos) {
+    if (seen.size() <= server.max_header_size) return std::nullopt;
     facts_.head_error =
         HeadError{HeadError::Kind::too_large, "the request head is larger than " +
                                                   std::to_string(server.max_header_size) +
                                                   " bytes (server.max_header_size)"};
-    co_return true;
+    return true;
   }
+  const std::size_t head_size = end + 4;
   // The whole head is buffered: parsed in place, in one pass.
   const std::string_view bytes(static_cast<const char*>(conn_.buffer.data().data()), head_size);
   HeadFacts parsed;
-  ec = parse_request_head(bytes, head_storage_, parsed);
+  const auto ec = parse_request_head(bytes, head_storage_, parsed);
   if (ec || parsed.fields > server.max_header_fields) {
     // What the parse refused, or too many fields: the raw bytes name obsolete line
     // folding and the count, as before any other error.
@@ -112,7 +110,7 @@ asio::awaitable<bool> Exchange::read_head(TimePoint last_end) {
   }
   conn_.buffer.consume(head_size);
   if (!facts_.head_error) check_head(parsed);
-  co_return true;
+  return true;
 }
 
 // Framing checks that close request-smuggling doors (RFC 9112 6.1, 6.3), and the
