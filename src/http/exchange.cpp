@@ -24,7 +24,9 @@ asio::awaitable<bool> Exchange::send(ResponseHeader& head, std::string_view body
   // miscompiles `if (!co_await f(T{}))` followed by `co_return co_await g()` (the
   // coroutine is resumed at a bad point; reproduced in a 40-line program).
   const Framing framing = Framing::of(body.size(), !trailers.empty());
-  if (!co_await send_head(head, framing)) co_return false;
+  std::optional<bool> head_sent = send_head_now(head, framing);
+  if (!head_sent) head_sent = co_await send_head(head, framing);
+  if (!*head_sent) co_return false;
   const bool sent = co_await send_body(body, true, trailers);
   co_return sent;
 }

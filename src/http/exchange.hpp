@@ -148,6 +148,10 @@ class Exchange {
   /// its own client and no one else.
   virtual asio::awaitable<BodyPiece> read_body(std::size_t max,
                                                std::optional<TimePoint> deadline) = 0;
+  /// read_body()'s piece when it is here already (a body's bytes buffered with its
+  /// head, or none left), with no wait and no coroutine frame; none, having taken
+  /// nothing, when read_body() must be awaited.
+  virtual std::optional<BodyPiece> read_body_now(std::size_t max) { return std::nullopt; }
   /// The whole body into `body` (its memory reused), up to the limit, each read as
   /// read_body() times it.
   virtual asio::awaitable<BodyPiece::Error> read_whole_body(std::string& body,
@@ -181,6 +185,11 @@ class Exchange {
   /// and connection fields and drops what its protocol does not carry. A head may
   /// wait to go out with the first body bytes.
   virtual asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) = 0;
+  /// send_head()'s outcome when the head waits for the first body bytes, with no
+  /// coroutine frame; none, having done nothing, when send_head() must be awaited.
+  virtual std::optional<bool> send_head_now(ResponseHeader& head, Framing framing) {
+    return std::nullopt;
+  }
   /// More of the body; `last` ends the answer, with `trailers` for a client that
   /// takes them (HTTP/1.1 then frames the body chunked). `data` must stay valid until
   /// this returns.

@@ -27,7 +27,9 @@ asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, Strin
                                              Exchange* interim_to, Exchange::TimePoint until) {
   UpstreamHead out;
   const FieldsAllocator heap;
-  auto [oec, call] = co_await upstream.open_call(heap);
+  upstream::UpstreamCallPtr call = upstream.open_call_now(heap);
+  beast::error_code oec;
+  if (!call) std::tie(oec, call) = co_await upstream.open_call(heap);
   if (oec) {
     out.error = upstream_error(ProblemKind::upstream_unreachable,
                                "cannot connect to the upstream: " + oec.message());
@@ -35,7 +37,9 @@ asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, Strin
   }
   const std::string_view body = request.body();
   const upstream::RequestFraming framing{!body.empty(), te_trailers};
-  auto wec = co_await call->send_head(request.base(), extra, framing, until);
+  std::optional<beast::error_code> held = call->send_head_now(request.base(), extra, framing);
+  if (!held) held = co_await call->send_head(request.base(), extra, framing, until);
+  beast::error_code wec = *held;
   if (!wec && framing.body) wec = co_await call->send_body(body, true, until);
   if (wec && call->reached_upstream()) {
     // Some of it went: the upstream may have acted on what it read.

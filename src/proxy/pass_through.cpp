@@ -153,7 +153,9 @@ asio::awaitable<void> pass_through(RequestContext& ctx) {
 
   const auto upstream_started = std::chrono::steady_clock::now();
   trace::Span up = start_upstream_span(ctx, req);
-  auto [cec, call] = co_await rt.upstream.open_call(ctx.ex.fields_allocator());
+  upstream::UpstreamCallPtr call = rt.upstream.open_call_now(ctx.ex.fields_allocator());
+  beast::error_code cec;
+  if (!call) std::tie(cec, call) = co_await rt.upstream.open_call(ctx.ex.fields_allocator());
   if (cec) {
     up.set_error("upstream unreachable");
     ctx.fail(ProblemKind::upstream_unreachable, "cannot connect to the upstream: " + cec.message(),

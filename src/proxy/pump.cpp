@@ -49,8 +49,10 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
   // A full-duplex request's head went before its answer was read (send_request_head).
   if (answer_over == nullptr) {
     const auto head_by = from_now(timeout);
-    if (auto ec = co_await call.send_head(head, extra, framing, head_by)) {
-      write_error = ec;
+    std::optional<beast::error_code> sent = call.send_head_now(head, extra, framing);
+    if (!sent) sent = co_await call.send_head(head, extra, framing, head_by);
+    if (*sent) {
+      write_error = *sent;
       co_return RelayError::write;
     }
   }
@@ -60,13 +62,14 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
     if (from.body_done()) {
       end = true;
     } else {
-      const BodyPiece piece = co_await from.read_body(Chunk::kSize, deadline);
-      if (piece.error != BodyPiece::Error::none) {
-        read_error = piece.error;
+      std::optional<BodyPiece> piece = from.read_body_now(Chunk::kSize);
+      if (!piece) piece = co_await from.read_body(Chunk::kSize, deadline);
+      if (piece->error != BodyPiece::Error::none) {
+        read_error = piece->error;
         co_return RelayError::read;
       }
-      data = piece.data;
-      end = piece.end;
+      data = piece->data;
+      end = piece->end;
     }
     if (over()) break;  // the answer ended while this piece came
     const auto by = from_now(timeout);
@@ -113,7 +116,9 @@ asio::awaitable<RelayError> relay_answer(upstream::UpstreamCall& call, Exchange&
   }
   // A client takes trailers only as its codec allows (HTTP/1.1: chunked, with TE).
   framing.trailers = framing.trailers || expect_trailers;
-  if (!co_await to.send_head(head, framing)) co_return RelayError::write;
+  std::optional<bool> head_sent = to.send_head_now(head, framing);
+  if (!head_sent) head_sent = co_await to.send_head(head, framing);
+  if (!*head_sent) co_return RelayError::write;
   if (!prefix.empty()) {
     const Trailers none;
     if (!co_await to.send_body(prefix, false, none)) co_return RelayError::write;

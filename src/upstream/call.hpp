@@ -60,6 +60,13 @@ class UpstreamCall {
   virtual asio::awaitable<beast::error_code> send_head(RequestHeader& head,
                                                        const ExtraFields& extra,
                                                        RequestFraming framing, TimePoint until) = 0;
+  /// send_head()'s outcome when the head waits for the first body bytes, with no
+  /// coroutine frame; none, having done nothing, when send_head() must be awaited.
+  virtual std::optional<beast::error_code> send_head_now(RequestHeader& head,
+                                                         const ExtraFields& extra,
+                                                         RequestFraming framing) {
+    return std::nullopt;
+  }
   /// More of the request body; `last` ends it. `data` must stay valid until this
   /// returns. An error: the upstream cannot take it (gone, or its window stayed shut
   /// until `until`). A request's trailer fields are never relayed (RFC 9110 6.5.1).
@@ -130,6 +137,9 @@ class Upstream {
   /// client connection's arena).
   virtual asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> open_call(
       FieldsAllocator memory) = 0;
+  /// open_call()'s call when an idle connection is at hand, with no coroutine frame;
+  /// null, having taken nothing, when open_call() must be awaited.
+  virtual UpstreamCallPtr open_call_now(FieldsAllocator memory) { return nullptr; }
 };
 
 }  // namespace idemproxy::upstream

@@ -80,6 +80,8 @@ class Http1Call final : public UpstreamCall {
 
   asio::awaitable<beast::error_code> send_head(RequestHeader& head, const ExtraFields& extra,
                                                RequestFraming framing, TimePoint until) override;
+  std::optional<beast::error_code> send_head_now(RequestHeader& head, const ExtraFields& extra,
+                                                 RequestFraming framing) override;
   asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
                                                TimePoint until) override;
   asio::awaitable<beast::error_code> read_head(bool head_request,
@@ -110,6 +112,8 @@ class Http1Call final : public UpstreamCall {
   /// what write_now() failed with, if anything.
   using Rest = beast::buffers_suffix<std::span<const asio::const_buffer>>;
   std::optional<beast::error_code> write_now(Rest& rest, beast::error_code& ec);
+  /// send_head()'s first step: the head laid out in head_bytes_, its te field dropped.
+  void hold_head(RequestHeader& head, const ExtraFields& extra, RequestFraming framing);
   /// http::sent_at_once on the connection, counting what it took in `out_`.
   bool sent_at_once(Rest& rest, beast::error_code& ec);
   asio::awaitable<beast::error_code> write_rest(std::span<const asio::const_buffer> buffers,

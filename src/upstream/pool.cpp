@@ -77,14 +77,18 @@ asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> UpstreamPool::ope
     FieldsAllocator memory) {
   using Result = std::pair<beast::error_code, UpstreamCallPtr>;
   if (over_h2()) co_return co_await h2_->open_call();
-  if (auto idle = take_idle()) {
-    co_return Result{beast::error_code{}, Http1Call::make(memory, *this, std::move(idle))};
-  }
+  if (auto call = open_call_now(memory)) co_return Result{beast::error_code{}, std::move(call)};
   std::unique_ptr<Stream> h2;
   auto [ec, conn] = co_await connect(h2);
   if (h2) co_return co_await h2_->open_call(std::move(h2));
   if (ec) co_return Result{ec, nullptr};
   co_return Result{ec, Http1Call::make(memory, *this, std::move(conn))};
+}
+
+UpstreamCallPtr UpstreamPool::open_call_now(FieldsAllocator memory) {
+  if (over_h2()) return nullptr;
+  auto idle = take_idle();
+  return idle ? Http1Call::make(memory, *this, std::move(idle)) : nullptr;
 }
 
 std::unique_ptr<UpstreamConnection> UpstreamPool::take_idle() {

@@ -28,6 +28,7 @@ class UpstreamPool final : public Upstream, public ConnectionHome {
 
   asio::awaitable<std::pair<beast::error_code, UpstreamCallPtr>> open_call(
       FieldsAllocator memory) override;
+  UpstreamCallPtr open_call_now(FieldsAllocator memory) override;
 
   /// Keeps the connection for reuse, if there is room.
   void give_back(std::unique_ptr<UpstreamConnection> conn) override;

@@ -81,10 +81,10 @@ void Exchange::deadline_for_read(std::optional<TimePoint> deadline) {
   conn_.stream.expires_at(deadline ? std::min(by, *deadline) : by);
 }
 
-asio::awaitable<BodyPiece> Exchange::read_body(std::size_t max, std::optional<TimePoint> deadline) {
-  if (body_done()) co_return BodyPiece{{}, true, BodyPiece::Error::none};
+std::optional<BodyPiece> Exchange::read_body_now(std::size_t max) {
+  if (body_done()) return BodyPiece{{}, true, BodyPiece::Error::none};
   if (facts_.content_length && *facts_.content_length > limit_) {
-    co_return BodyPiece{{}, false, BodyPiece::Error::too_large};
+    return BodyPiece{{}, false, BodyPiece::Error::too_large};
   }
   // A body framed by Content-Length whose bytes came with the head (most API
   // requests) is handed on where it lies, in the connection's buffer, which nothing
@@ -94,8 +94,13 @@ asio::awaitable<BodyPiece> Exchange::read_body(std::size_t max, std::optional<Ti
   // (bench/results/HISTORY.md, "HTTP/1.1 pass-through regression").
   if (!chunked_ && conn_.buffer.size() > 0) {
     const std::string_view data = take_from_buffer(max);
-    co_return BodyPiece{data, left_ == 0, BodyPiece::Error::none};
+    return BodyPiece{data, left_ == 0, BodyPiece::Error::none};
   }
+  return std::nullopt;
+}
+
+asio::awaitable<BodyPiece> Exchange::read_body(std::size_t max, std::optional<TimePoint> deadline) {
+  if (auto now = read_body_now(max)) co_return *now;
   if (!chunk_) chunk_.emplace();
   const std::size_t room = std::min(max, chunk_->size());
   beast::error_code ec;
@@ -181,10 +186,32 @@ asio::awaitable<bool> Exchange::send_interim(ResponseHeader& head) {
   co_return co_await write(buffer);
 }
 
-asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing) {
+bool Exchange::bodiless(const ResponseHeader& head, Framing framing) const {
   const unsigned status = head.result_int();
-  const bool bodiless = head_request_ || status / 100 == 1 || status == 204 || status == 304 ||
-                        framing.kind == Framing::Kind::none;
+  return head_request_ || status / 100 == 1 || status == 204 || status == 304 ||
+         framing.kind == Framing::Kind::none;
+}
+
+std::optional<bool> Exchange::send_head_now(ResponseHeader& head, Framing framing) {
+  if (bodiless(head, framing)) return std::nullopt;
+  hold_head(head, framing, false);
+  return true;
+}
+
+asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing) {
+  const bool none = bodiless(head, framing);
+  hold_head(head, framing, none);
+  if (!none) co_return true;
+  beast::buffers_suffix<asio::const_buffer> rest(asio::buffer(*pending_));
+  auto sent = write_now(rest);  // most often whole, with no frame for write()
+  if (!sent) sent = co_await write_rest(rest);
+  pending_.reset();
+  answered_ = *sent;
+  co_return *sent;
+}
+
+void Exchange::hold_head(ResponseHeader& head, Framing framing, bool bodiless) {
+  const unsigned status = head.result_int();
   head.version(version_ == 10 ? 10 : 11);
   trailers_out_ = framing.trailers && accepts_trailers_ && version_ >= 11 && !bodiless;
   // The fields this codec decides, the framing and Connection, are written after the
@@ -242,13 +269,6 @@ asio::awaitable<bool> Exchange::send_head(ResponseHeader& head, Framing framing)
   if (version_ >= 11 && !keep_) own[owned++] = {"Connection", "close"};
   if (version_ < 11 && keep_) own[owned++] = {"Connection", "keep-alive"};
   pending_.emplace(serialize_head(head, std::span<const ExtraField>(own.data(), owned)));
-  if (!bodiless) co_return true;
-  beast::buffers_suffix<asio::const_buffer> rest(asio::buffer(*pending_));
-  auto sent = write_now(rest);  // most often whole, with no frame for write()
-  if (!sent) sent = co_await write_rest(rest);
-  pending_.reset();
-  answered_ = *sent;
-  co_return *sent;
 }
 
 asio::awaitable<bool> Exchange::send_body(std::string_view data, bool last, Trailers trailers) {

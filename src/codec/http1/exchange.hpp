@@ -64,12 +64,14 @@ class Exchange final : public http::Exchange {
   FieldsAllocator fields_allocator() override { return conn_.fields_allocator(); }
   void body_limit(std::uint64_t limit) override;
   asio::awaitable<BodyPiece> read_body(std::size_t max, std::optional<TimePoint> deadline) override;
+  std::optional<BodyPiece> read_body_now(std::size_t max) override;
   bool expects_continue() const override { return expects_continue_ && !body_done(); }
   asio::awaitable<bool> send_continue() override;
   bool body_done() const override;
   bool take_buffered_body(std::string& body) override;
   asio::awaitable<bool> send_interim(ResponseHeader& head) override;
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
+  std::optional<bool> send_head_now(ResponseHeader& head, Framing framing) override;
   asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
   std::optional<bool> start_prepared(const PreparedAnswer& answer,
                                      std::span<const ExtraField> extra) override;
@@ -91,6 +93,10 @@ class Exchange final : public http::Exchange {
   template <class Buffers>
   asio::awaitable<bool> write_rest(beast::buffers_suffix<Buffers>& rest);
   void deadline_for_read(std::optional<TimePoint> deadline);
+  /// send_head()'s steps: whether the answer has no body, and its head laid out in
+  /// pending_ (the framing and connection fields decided).
+  bool bodiless(const ResponseHeader& head, Framing framing) const;
+  void hold_head(ResponseHeader& head, Framing framing, bool bodiless);
   /// read_head()'s steps: a read's error, and the head parsed once it is whole.
   bool read_failed(const beast::error_code& ec);
   std::optional<bool> parse_whole();
