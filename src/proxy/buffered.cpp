@@ -40,7 +40,11 @@ asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, Strin
   std::optional<beast::error_code> held = call->send_head_now(request.base(), extra, framing);
   if (!held) held = co_await call->send_head(request.base(), extra, framing, until);
   beast::error_code wec = *held;
-  if (!wec && framing.body) wec = co_await call->send_body(body, true, until);
+  if (!wec && framing.body) {
+    std::optional<beast::error_code> wrote = call->start_body(body, true);
+    if (!wrote) wrote = co_await call->finish_body(until);
+    wec = *wrote;
+  }
   if (wec && call->reached_upstream()) {
     // Some of it went: the upstream may have acted on what it read.
     out.error = wec == beast::error::timeout

@@ -72,9 +72,13 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
       end = piece->end;
     }
     if (over()) break;  // the answer ended while this piece came
-    const auto by = from_now(timeout);
-    if (auto ec = co_await call.send_body(data, end, by)) {
-      write_error = ec;
+    std::optional<beast::error_code> wrote = call.start_body(data, end);
+    if (!wrote) {
+      const auto by = from_now(timeout);
+      wrote = co_await call.finish_body(by);
+    }
+    if (*wrote) {
+      write_error = *wrote;
       co_return RelayError::write;
     }
     // The upstream answered before it took the whole body: the answer tells the rest.
@@ -132,7 +136,9 @@ asio::awaitable<RelayError> relay_answer(upstream::UpstreamCall& call, Exchange&
     }
     // Once the last piece is read the upstream connection is free, before the
     // client has the last bytes.
-    if (!co_await to.send_body(piece.data, piece.end, piece.trailers)) co_return RelayError::write;
+    std::optional<bool> sent = to.start_body(piece.data, piece.end, piece.trailers);
+    if (!sent) sent = co_await to.finish_body();
+    if (!*sent) co_return RelayError::write;
     if (piece.end) co_return RelayError::none;
   }
 }

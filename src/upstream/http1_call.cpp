@@ -6,6 +6,7 @@
 #include <span>
 
 #include "codec/http1/trailer_section.hpp"
+#include "http/arena.hpp"
 #include "http/fields.hpp"
 #include "http/parse_buffered.hpp"
 
@@ -37,6 +38,9 @@ ChunkParserPtr chunk_parser(std::optional<std::uint64_t> body_limit,
 constexpr std::size_t kMaxHead = std::size_t{64} * 1024;
 
 }  // namespace
+
+// A pooled call lives in its client connection's arena: no heap call per request.
+static_assert(sizeof(Http1Call) <= http::Arena::kLargest, "a call must fit an arena block");
 
 UpstreamCallPtr Http1Call::make(FieldsAllocator memory, ConnectionHome& home,
                                 std::unique_ptr<UpstreamConnection> conn) {

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
+#include "codec/http1/body_frames.hpp"
 #include "codec/http1/response_head.hpp"
 #include "http/beast.hpp"
 #include "http/chunk.hpp"
@@ -84,6 +86,8 @@ class Http1Call final : public UpstreamCall {
                                                  RequestFraming framing) override;
   asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
                                                TimePoint until) override;
+  std::optional<beast::error_code> start_body(std::string_view data, bool last) override;
+  asio::awaitable<beast::error_code> finish_body(TimePoint until) override;
   asio::awaitable<beast::error_code> read_head(bool head_request,
                                                std::optional<std::uint64_t> body_limit,
                                                FieldsAllocator fields, TimePoint until) override;
@@ -112,6 +116,8 @@ class Http1Call final : public UpstreamCall {
   /// what write_now() failed with, if anything.
   using Rest = beast::buffers_suffix<std::span<const asio::const_buffer>>;
   std::optional<beast::error_code> write_now(Rest& rest, beast::error_code& ec);
+  /// The frames of one body write: the head when still held, the piece, the end.
+  void lay_out(codec::http1::BodyFrames& frames, std::string_view data, bool last) const;
   /// send_head()'s first step: the head laid out in head_bytes_, its te field dropped.
   void hold_head(RequestHeader& head, const ExtraFields& extra, RequestFraming framing);
   /// http::sent_at_once on the connection, counting what it took in `out_`.
@@ -184,6 +190,16 @@ class Http1Call final : public UpstreamCall {
   /// The request head, until the first write, or until the answer's first head when
   /// the request is resendable (it may go again, on a new connection).
   std::optional<HeadBytes> head_bytes_;
+  /// A body piece start_body() began and finish_body() ends: the piece, how much of
+  /// its frames the socket took, and what that write failed with. finish_body() lays
+  /// the frames out again: kept here, they made the call too large for its arena block.
+  struct PieceRest {
+    std::string_view data;
+    bool last = false;
+    std::size_t taken = 0;
+    beast::error_code ec;
+  };
+  std::optional<PieceRest> piece_;
   bool resendable_ = false;     // RequestFraming::resendable, until a head came
   bool chunked_ = false;        // the request body goes chunked
   bool written_ = false;        // a write went out on this connection

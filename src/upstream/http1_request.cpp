@@ -47,17 +47,39 @@ void Http1Call::hold_head(RequestHeader& head, const ExtraFields& extra, Request
 
 asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, bool last,
                                                         TimePoint until) {
-  if (stopped_) co_return beast::error_code{};
+  if (const auto done = start_body(data, last)) co_return *done;
+  co_return co_await finish_body(until);
+}
+
+std::optional<beast::error_code> Http1Call::start_body(std::string_view data, bool last) {
+  if (stopped_) return beast::error_code{};
   codec::http1::BodyFrames frames(chunked_);
+  lay_out(frames, data, last);
+  if (frames.empty()) return beast::error_code{};
+  Rest rest(frames.buffers());
+  beast::error_code ec;
+  if (const auto done = write_now(rest, ec)) return done;
+  // finish_body() writes the rest.
+  piece_.emplace(
+      PieceRest{data, last, asio::buffer_size(frames.buffers()) - asio::buffer_size(rest), ec});
+  return std::nullopt;
+}
+
+asio::awaitable<beast::error_code> Http1Call::finish_body(TimePoint until) {
+  const PieceRest piece = *piece_;
+  piece_.reset();
+  codec::http1::BodyFrames frames(chunked_);
+  lay_out(frames, piece.data, piece.last);
+  const std::span<const asio::const_buffer> gathered = frames.buffers();
+  Rest rest(gathered);
+  rest.consume(piece.taken);
+  co_return co_await write_rest(gathered, rest, piece.ec, until);
+}
+
+void Http1Call::lay_out(codec::http1::BodyFrames& frames, std::string_view data, bool last) const {
   if (head_bytes_) frames.add_bytes(*head_bytes_);
   frames.add_piece(data);
   if (last) frames.add_end();
-  if (frames.empty()) co_return beast::error_code{};
-  const std::span<const asio::const_buffer> gathered = frames.buffers();
-  Rest rest(gathered);
-  beast::error_code ec;
-  if (const auto done = write_now(rest, ec)) co_return *done;
-  co_return co_await write_rest(gathered, rest, ec, until);
 }
 
 // In cleartext, what the socket takes now goes at once (http/try_io.hpp): most writes,

@@ -15,7 +15,7 @@ namespace idemproxy::codec::http1 {
 
 /// The buffers of one write: bytes held back (a head), then a body piece, framed as a
 /// chunk when `chunked`, then the last chunk. Points into itself and into the bytes it
-/// is given, so it stays where it is made (a local of the writing coroutine).
+/// is given, so it stays where it is made (in the writer, until the write ends).
 class BodyFrames {
  public:
   static constexpr std::string_view kLastChunk = "0\r\n\r\n";

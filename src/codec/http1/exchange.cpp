@@ -2,7 +2,6 @@
 
 #include <array>
 
-#include "codec/http1/body_frames.hpp"
 #include "codec/http1/prepared_head.hpp"
 #include "http/fields.hpp"
 #include "http/parse_buffered.hpp"
@@ -272,32 +271,44 @@ void Exchange::hold_head(ResponseHeader& head, Framing framing, bool bodiless) {
 }
 
 asio::awaitable<bool> Exchange::send_body(std::string_view data, bool last, Trailers trailers) {
-  if (broken_) co_return false;
-  if (answered_) co_return true;  // a bodiless answer: nothing more goes out
-  BodyFrames frames(chunked_out_);
-  if (pending_) frames.add_bytes(*pending_);
-  frames.add_piece(data);
-  std::optional<HeadBytes> last_chunk;
+  if (const auto sent = start_body(data, last, trailers)) co_return *sent;
+  co_return co_await finish_body();
+}
+
+std::optional<bool> Exchange::start_body(std::string_view data, bool last, Trailers trailers) {
+  if (broken_) return false;
+  if (answered_) return true;  // a bodiless answer: nothing more goes out
+  auto& piece = piece_.emplace(chunked_out_);
+  piece.last = last;
+  if (pending_) piece.frames.add_bytes(*pending_);
+  piece.frames.add_piece(data);
   if (last && chunked_out_) {
     if (trailers_out_ && !trailers.empty()) {
-      last_chunk.emplace(conn_.fields_allocator());
-      *last_chunk += "0\r\n";
-      for (const auto& t : trailers) append_field(*last_chunk, t.name, t.value);
-      *last_chunk += "\r\n";
-      frames.add_end(*last_chunk);
+      auto& last_chunk = piece.last_chunk.emplace(conn_.fields_allocator());
+      last_chunk += "0\r\n";
+      for (const auto& t : trailers) append_field(last_chunk, t.name, t.value);
+      last_chunk += "\r\n";
+      piece.frames.add_end(last_chunk);
     } else {
-      frames.add_end();
+      piece.frames.add_end();
     }
   }
-  std::optional<bool> sent = true;
-  if (!frames.empty()) {
-    beast::buffers_suffix<std::span<const asio::const_buffer>> rest(frames.buffers());
-    sent = write_now(rest);  // most often whole, with no frame for write()
-    if (!sent) sent = co_await write_rest(rest);
-  }
+  if (piece.frames.empty()) return piece_sent(true);
+  const auto sent = write_now(piece.rest.emplace(piece.frames.buffers()));
+  if (!sent) return std::nullopt;  // finish_body() writes the rest
+  return piece_sent(*sent);
+}
+
+asio::awaitable<bool> Exchange::finish_body() {
+  const bool sent = co_await write_rest(*piece_->rest);
+  co_return piece_sent(sent);
+}
+
+bool Exchange::piece_sent(bool sent) {
+  if (sent && piece_->last) answered_ = true;
+  piece_.reset();
   pending_.reset();
-  if (*sent && last) answered_ = true;
-  co_return *sent;
+  return sent;
 }
 
 std::optional<bool> Exchange::start_prepared(const PreparedAnswer& answer,

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "codec/http1/body_frames.hpp"
 #include "codec/http1/request_head.hpp"
 #include "codec/http_names.hpp"
 #include "http/chunk.hpp"
@@ -73,6 +74,8 @@ class Exchange final : public http::Exchange {
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
   std::optional<bool> send_head_now(ResponseHeader& head, Framing framing) override;
   asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
+  std::optional<bool> start_body(std::string_view data, bool last, Trailers trailers) override;
+  asio::awaitable<bool> finish_body() override;
   std::optional<bool> start_prepared(const PreparedAnswer& answer,
                                      std::span<const ExtraField> extra) override;
   asio::awaitable<bool> finish_prepared() override;
@@ -146,6 +149,18 @@ class Exchange final : public http::Exchange {
     std::vector<ExtraField> extra;
   };
   std::optional<PreparedRest> prepared_;
+  /// A body piece start_body() began and finish_body() ends: its frames (with the last
+  /// chunk and its trailer fields), and what the socket has yet to take of them.
+  struct PieceRest {
+    explicit PieceRest(bool chunked) : frames(chunked) {}
+    BodyFrames frames;
+    std::optional<HeadBytes> last_chunk;
+    std::optional<beast::buffers_suffix<std::span<const asio::const_buffer>>> rest;
+    bool last = false;
+  };
+  std::optional<PieceRest> piece_;
+  /// The piece's outcome, once it went or failed: the answer ends with its last one.
+  bool piece_sent(bool sent);
 };
 
 }  // namespace idemproxy::codec::http1
