@@ -101,14 +101,6 @@ std::vector<double> latency_buckets(double longest) {
   return bounds;
 }
 
-void HistogramCounts::observe(const std::vector<double>& bounds, double seconds) {
-  if (buckets.empty()) buckets.assign(bounds.size(), 0);
-  ++count;
-  sum += seconds;
-  const auto at = std::lower_bound(bounds.begin(), bounds.end(), seconds);
-  if (at != bounds.end()) ++buckets[static_cast<std::size_t>(at - bounds.begin())];
-}
-
 void HistogramCounts::render(std::ostream& out, const std::string& name, const std::string& labels,
                              const std::vector<double>& bounds) const {
   std::uint64_t cumulative = 0;
@@ -141,15 +133,9 @@ HistogramCounts RequestCounts::read() const {
   return out;
 }
 
-void Histogram::observe(double seconds) {
-  std::lock_guard lock(mu_);
-  counts_.observe(bounds_, seconds);
-}
-
 void Histogram::render(std::ostream& out, const std::string& name, const std::string& help) const {
-  std::lock_guard lock(mu_);
   out << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
-  counts_.render(out, name, "", bounds_);
+  counts_.read().render(out, name, "", bounds_);
 }
 
 namespace {

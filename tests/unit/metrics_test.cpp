@@ -131,3 +131,30 @@ TEST(Metrics, InstancesOnOneThreadCountApart) {
   EXPECT_EQ(series_value(third->render(), total("orders", "executed")), 1);
   EXPECT_EQ(series_value(second.render(), total("orders", "executed")), 2);
 }
+
+TEST(Metrics, UpstreamAndStoreDurationsObservedFromManyThreadsAreEachCounted) {
+  idemproxy::ops::Metrics m({}, 30);
+  constexpr int kThreads = 4, kEach = 5000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&m] {
+      for (int i = 0; i < kEach; ++i) {
+        m.observe_upstream(i % 2 ? 0.004 : 45);  // past every bound half the time
+        m.observe_store(0.0005);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const auto text = m.render();
+  const double n = kThreads * kEach;
+  const std::string up = "idemproxy_upstream_duration_seconds";
+  EXPECT_EQ(series_value(text, up + "_count"), n) << text;
+  EXPECT_EQ(series_value(text, up + "_bucket{le=\"+Inf\"}"), n);
+  EXPECT_EQ(series_value(text, up + "_bucket{le=\"0.0025\"}"), 0);
+  EXPECT_EQ(series_value(text, up + "_bucket{le=\"0.005\"}"), n / 2);
+  EXPECT_EQ(series_value(text, up + "_bucket{le=\"30\"}"), n / 2);
+  EXPECT_NEAR(series_value(text, up + "_sum"), n / 2 * (0.004 + 45), n * 45 * 1e-5);
+  const std::string store = "idemproxy_store_duration_seconds";
+  EXPECT_EQ(series_value(text, store + "_bucket{le=\"0.001\"}"), n);
+  EXPECT_EQ(series_value(text, store + "_count"), n);
+}

@@ -61,7 +61,6 @@ std::vector<double> latency_buckets(double longest);
 
 /// Counts per bucket (not cumulative; render() sums them), with their sum and count.
 struct HistogramCounts {
-  void observe(const std::vector<double>& bounds, double seconds);
   /// Writes the _bucket, _sum and _count lines; `labels` is empty or `a="b",`.
   void render(std::ostream& out, const std::string& name, const std::string& labels,
               const std::vector<double>& bounds) const;
@@ -85,17 +84,18 @@ class RequestCounts {
   std::atomic<std::uint64_t> nanos_{0};
 };
 
-/// A Prometheus histogram of latencies (seconds), safe to observe from any thread.
+/// A Prometheus histogram of latencies (seconds), observed from any thread without a
+/// lock (RequestCounts): a fresh key observes three, each under a mutex before.
 class Histogram {
  public:
-  explicit Histogram(double longest = 10) : bounds_(latency_buckets(longest)) {}
-  void observe(double seconds);
+  explicit Histogram(double longest = 10)
+      : bounds_(latency_buckets(longest)), counts_(bounds_.size()) {}
+  void observe(double seconds) { counts_.observe(bounds_, seconds); }
   void render(std::ostream& out, const std::string& name, const std::string& help) const;
 
  private:
   const std::vector<double> bounds_;
-  mutable std::mutex mu_;
-  HistogramCounts counts_;
+  RequestCounts counts_;
 };
 
 /// What idemproxy_build_info reports.
