@@ -10,10 +10,14 @@
 # parses the same head behind both; and idemproxy.
 #   bench/sched.sh [ROUNDS] [SECONDS]
 # PROXY_BIN picks the idemproxy binary; SCHED_THREADS its server.threads (1).
+# BENCH_LAYOUT=pinned runs bench/run.sh's pinned layout instead (each proxy alone on
+# CPU 1; wrk and the upstream on CPU 0; CONNS 64 by default), where both CPUs' busy
+# shares tell which side limits the rate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${1:-3} SECS=${2:-5} CONNS=${CONNS:-32}
-export BENCH_LAYOUT=unpinned
+export BENCH_LAYOUT=${BENCH_LAYOUT:-unpinned}
+ROUNDS=${1:-3} SECS=${2:-5}
+if [ "$BENCH_LAYOUT" = pinned ]; then CONNS=${CONNS:-64}; else CONNS=${CONNS:-32}; fi
 WORK_NAME=sched
 . bench/common.sh
 DSN=$(start_pg "$WORK/pg")
@@ -53,7 +57,7 @@ http {
   }
 }
 NGX
-nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" 2>/dev/null & PIDS+=($!)
+taskset -c "$SUT_CPU" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" 2>/dev/null & PIDS+=($!)
 wait_port "$NGINX_PORT"
 sleep 0.2
 NGINX_PID=$(pgrep -P "${PIDS[-1]}" | head -1)
@@ -63,8 +67,8 @@ HZ=$(getconf CLK_TCK)
 
 # round NAME PORT PID: one wrk run; prints one row.
 round() {
-  local name=$1 port=$2 pid=$3 b0 b1 t0 t1 u0 u1 s0 s1 us0 us1 w0 w1 ws ws1 rps n
-  b0=$(cpu_ticks "$SUT_CPU") t0=$(ticks "$pid") u0=$(ticks "$UP_PID")
+  local name=$1 port=$2 pid=$3 b0 b1 l0 l1 t0 t1 u0 u1 s0 s1 us0 us1 w0 w1 ws ws1 rps n
+  b0=$(cpu_ticks "$SUT_CPU") l0=$(cpu_ticks "$LOAD_CPU") t0=$(ticks "$pid") u0=$(ticks "$UP_PID")
   s0=$(switches "$pid") us0=$(switches "$UP_PID")
   taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${SECS}s" --timeout 10s -s bench/lua/post.lua \
     "http://127.0.0.1:$port/pass" >"$WORK/wrk.out" 2>&1 &
@@ -75,11 +79,11 @@ round() {
   # wrk's own counters just before it exits (read over SECS - 0.5 s of the window).
   w1=$(ticks "$wpid" 2>/dev/null || echo "$w0") ws1=$(switches "$wpid" 2>/dev/null || echo "$ws")
   wait "$wpid" || true
-  b1=$(cpu_ticks "$SUT_CPU") t1=$(ticks "$pid") u1=$(ticks "$UP_PID")
+  b1=$(cpu_ticks "$SUT_CPU") l1=$(cpu_ticks "$LOAD_CPU") t1=$(ticks "$pid") u1=$(ticks "$UP_PID")
   s1=$(switches "$pid") us1=$(switches "$UP_PID")
   rps=$(awk '/^Requests\/sec/ {printf "%.0f", $2}' "$WORK/wrk.out")
   n=$((rps * SECS))
-  awk -v name="$name" -v rps="$rps" -v n="$n" -v hz="$HZ" -v busy="$(busy_share "$b0" "$b1")" \
+  awk -v name="$name" -v rps="$rps" -v n="$n" -v hz="$HZ" -v busy="$(busy_share "$l0" "$l1") / $(busy_share "$b0" "$b1")" \
     -v p="$((t1 - t0))" -v u="$((u1 - u0))" -v w="$((w1 - w0))" \
     -v wf="$(awk -v s="$SECS" 'BEGIN {print (s - 0.5) / s}')" -v s0="$s0" -v s1="$s1" -v us0="$us0" -v us1="$us1" -v ws0="$ws" -v ws1="$ws1" 'BEGIN {
       split(s0, a, " "); split(s1, b, " "); split(us0, c, " "); split(us1, d, " ")
@@ -90,7 +94,7 @@ round() {
         (f[1] - e[1]) / n / wf, (f[2] - e[2]) / n / wf }'
 }
 
-echo "| proxy | req/s | busy % | proxy µs/req | upstream µs/req | wrk µs/req | proxy vol / invol switches per req | upstream | wrk |"
+echo "| proxy | req/s | busy % load / SUT | proxy µs/req | upstream µs/req | wrk µs/req | proxy vol / invol switches per req | upstream | wrk |"
 echo "|---|---|---|---|---|---|---|---|---|"
 taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -s bench/lua/post.lua "http://127.0.0.1:$PROXY_PORT/pass" >/dev/null
 for port in "$NGINX_PORT" "$NGINX5_PORT"; do
