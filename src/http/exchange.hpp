@@ -80,6 +80,11 @@ struct PreparedAnswer {
   const OnceString* codec_form = nullptr;
 };
 
+/// The room an exchange offers the service for its request's state
+/// (Exchange::request_room): the proxy's, a request's context and its idempotent flow,
+/// is checked against it where it is defined (proxy/serve.cpp).
+inline constexpr std::size_t kRequestRoom = 2048;
+
 /// Kept by a connection from one request to the next: strings that outgrow
 /// std::string's 15 inline characters take their memory once per connection.
 struct KeptStrings {
@@ -138,6 +143,14 @@ class Exchange {
   /// Memory for fields that live no longer than the connection (its arena).
   virtual FieldsAllocator fields_allocator() = 0;
   virtual KeptStrings& kept() = 0;
+  /// Room for what the service keeps while it serves this exchange (Service::serve_now):
+  /// `size` bytes aligned to `align`, the exchange's until it ends; null where the codec
+  /// has none that big. The service constructs and destroys what it puts there.
+  virtual void* request_room(std::size_t size, std::size_t align) {
+    (void)size;
+    (void)align;
+    return nullptr;
+  }
 
   /// Bounds the body: reading past `limit` bytes gives Error::too_large.
   virtual void body_limit(std::uint64_t limit) = 0;
@@ -261,6 +274,12 @@ class Service {
   virtual ops::Metrics& metrics() = 0;
   /// Serves one exchange to its end.
   virtual asio::awaitable<void> serve(Exchange& exchange) = 0;
+  /// serve() where it may end at once: nullopt when the exchange was served without
+  /// waiting, else what serves it to its end, for the codec to await. A codec calls it
+  /// in the frame that holds the exchange, and awaits what it gives at once.
+  virtual std::optional<asio::awaitable<void>> serve_now(Exchange& exchange) {
+    return serve(exchange);
+  }
 };
 
 }  // namespace idemproxy::http

@@ -3,6 +3,7 @@
 #include "proxy/serve.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "http/trace_context.hpp"
@@ -227,18 +228,58 @@ void log_request(RequestContext& ctx, std::chrono::steady_clock::time_point ende
   ops::log_access(r);
 }
 
+// Counts and logs a request that has ended, its span ended too.
+void end_request(Runtime& rt, RequestContext& ctx, std::optional<idempotent::Flow>& flow) {
+  flow.reset();  // its end hashes the key the access line and the span name
+  const auto ended = std::chrono::steady_clock::now();
+  rt.metrics.count_request(ctx.route_name(), ctx.outcome,
+                           std::chrono::duration<double>(ended - ctx.started).count());
+  log_request(ctx, ended);
+  end_request_span(ctx);
+}
+
+// A request's state in the room its exchange offers (Exchange::request_room), where
+// serve()'s frame would hold it: a request answered at once (a replay) then takes no
+// frame at all. Ended (not freed: the room is the exchange's) whichever way it goes.
+struct Held {
+  Held(Exchange& e, Runtime& rt) : ctx(e, rt) {}
+  RequestContext ctx;
+  std::optional<idempotent::Flow> flow;
+};
+struct EndHeld {
+  void operator()(Held* held) const { held->~Held(); }
+};
+using HeldRequest = std::unique_ptr<Held, EndHeld>;
+// The room the HTTP/1.1 codec offers; past it, serve_now() would fall back to serve().
+static_assert(sizeof(Held) <= http::kRequestRoom);
+
+// The rest of a request that waits. What it awaits is a local, so that it ends before
+// `held` (a parameter) whichever way the frame ends, as serve()'s locals do.
+asio::awaitable<void> finish_held(Runtime& rt, HeldRequest held, asio::awaitable<void> rest) {
+  asio::awaitable<void> waiting = std::move(rest);
+  co_await std::move(waiting);
+  end_request(rt, held->ctx, held->flow);
+}
+
 }  // namespace
 
 asio::awaitable<void> Proxy::serve(Exchange& exchange) {
   RequestContext ctx(exchange, rt_);
   std::optional<idempotent::Flow> flow;
   if (Answering rest = dispatch(ctx, flow)) co_await std::move(*rest);
-  flow.reset();  // its end hashes the key the access line and the span name
-  const auto ended = std::chrono::steady_clock::now();
-  rt_.metrics.count_request(ctx.route_name(), ctx.outcome,
-                            std::chrono::duration<double>(ended - ctx.started).count());
-  log_request(ctx, ended);
-  end_request_span(ctx);
+  end_request(rt_, ctx, flow);
+}
+
+Answering Proxy::serve_now(Exchange& exchange) {
+  void* room = exchange.request_room(sizeof(Held), alignof(Held));
+  if (room == nullptr) return serve(exchange);
+  HeldRequest held(new (room) Held(exchange, rt_));
+  Answering rest = dispatch(held->ctx, held->flow);
+  if (!rest) {
+    end_request(rt_, held->ctx, held->flow);
+    return std::nullopt;
+  }
+  return finish_held(rt_, std::move(held), std::move(*rest));
 }
 
 }  // namespace idemproxy::proxy

@@ -13,6 +13,10 @@ class Proxy {
   /// Route phase first (a head the codec found malformed is answered here), then
   /// pass-through or the idempotent path; then the request is counted and logged.
   asio::awaitable<void> serve(Exchange& exchange);
+  /// serve() for a codec that offers the request's state room in its exchange
+  /// (Exchange::request_room): a request answered at once takes no coroutine frame
+  /// and gives nullopt; any other gives what serves it to its end, to be awaited.
+  std::optional<asio::awaitable<void>> serve_now(Exchange& exchange);
 
  private:
   Runtime& rt_;
@@ -28,6 +32,9 @@ class ProxyService : public Service {
   bool draining() const override { return rt_.draining.load(std::memory_order_relaxed); }
   ops::Metrics& metrics() override { return rt_.metrics; }
   asio::awaitable<void> serve(Exchange& exchange) override { return proxy_.serve(exchange); }
+  std::optional<asio::awaitable<void>> serve_now(Exchange& exchange) override {
+    return proxy_.serve_now(exchange);
+  }
 
  protected:
   Runtime& rt_;

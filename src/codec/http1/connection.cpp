@@ -58,7 +58,8 @@ asio::awaitable<void> serve(std::shared_ptr<ClientConnection> conn, Service& ser
     std::optional<bool> head = exchange.take_head();
     if (!head) head = co_await exchange.read_head();
     if (!*head) break;
-    co_await service.serve(exchange);
+    // A request answered at once (a replay) takes no frame (Service::serve_now).
+    if (auto rest = service.serve_now(exchange)) co_await std::move(*rest);
     last_end = std::chrono::steady_clock::now();
     if (!exchange.reusable()) {
       linger = exchange.answered() && exchange.linger();

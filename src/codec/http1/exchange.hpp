@@ -60,6 +60,9 @@ class Exchange final : public http::Exchange {
   RequestHeader& head() override { return *head_; }
   const RequestFacts& facts() const override { return facts_; }
   KeptStrings& kept() override { return *kept_; }
+  void* request_room(std::size_t size, std::size_t align) override {
+    return size <= room_.size() && align <= alignof(std::max_align_t) ? room_.data() : nullptr;
+  }
   bool answered() const override { return answered_; }
   bool accepts_trailers() const override { return accepts_trailers_; }
   FieldsAllocator fields_allocator() override { return conn_.fields_allocator(); }
@@ -115,6 +118,9 @@ class Exchange final : public http::Exchange {
   RequestFacts facts_;
   bool answered_ = false;
   RequestHeader head_storage_;
+  /// The service's state for this request (request_room): in the connection's frame,
+  /// where a request that waits would take a frame of about this size from the heap.
+  alignas(std::max_align_t) std::array<std::byte, http::kRequestRoom> room_;
   /// A chunked body's parser (Beast's, given a head that says only chunked): its
   /// trailer fields go to its own head, never to the request's.
   std::optional<RequestParser<bhttp::buffer_body>> chunked_;
