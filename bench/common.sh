@@ -135,7 +135,8 @@ grpc_fresh_load() {
 # on CPUS (SUT_CPU) in front of the upstream on UP_PORT, with the benchmarks' one
 # route; sets PROXY_PORT and PROXY_PID. PROXY_BIN picks another binary;
 # PROXY_UPSTREAM and PROXY_ROUTE (YAML flow mappings) another upstream and route;
-# PROXY_STORE_EXTRA more store.postgres keys ("batch_wait: 250us").
+# PROXY_STORE_EXTRA more store.postgres keys ("batch_wait: 250us"); PROXY_STORE another
+# store altogether ("{memory: {}}": a fresh key's cost with no database, a bound).
 start_proxy() {
   local admin
   read -r PROXY_PORT admin <<<"$(free_port 2)"
@@ -144,7 +145,7 @@ start_proxy() {
 listen: 127.0.0.1:$PROXY_PORT
 admin_listen: 127.0.0.1:$admin
 upstream: ${PROXY_UPSTREAM:-"{url: \"http://127.0.0.1:$UP_PORT\", max_idle_connections: 256}"}
-store: {postgres: {dsn: "$2", pool_size: $3${PROXY_STORE_EXTRA:+, $PROXY_STORE_EXTRA}}}
+store: ${PROXY_STORE:-"{postgres: {dsn: \"$2\", pool_size: $3${PROXY_STORE_EXTRA:+, $PROXY_STORE_EXTRA}}}"}
 server: {threads: ${4:-1}, max_connections: 100000}
 log: {level: ${PROXY_LOG_LEVEL:-warn}${PROXY_LOG_EXTRA:-}}
 routes:
