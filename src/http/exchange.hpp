@@ -81,8 +81,7 @@ struct PreparedAnswer {
 };
 
 /// The room an exchange offers the service for its request's state
-/// (Exchange::request_room): the proxy's, a request's context and its idempotent flow,
-/// is checked against it where it is defined (proxy/serve.cpp).
+/// (Exchange::request_room). The service checks its state against it at compile time.
 inline constexpr std::size_t kRequestRoom = 2048;
 
 /// Kept by a connection from one request to the next: strings that outgrow
@@ -146,11 +145,7 @@ class Exchange {
   /// Room for what the service keeps while it serves this exchange (Service::serve_now):
   /// `size` bytes aligned to `align`, the exchange's until it ends; null where the codec
   /// has none that big. The service constructs and destroys what it puts there.
-  virtual void* request_room(std::size_t size, std::size_t align) {
-    (void)size;
-    (void)align;
-    return nullptr;
-  }
+  virtual void* request_room(std::size_t size, std::size_t align) { return nullptr; }
 
   /// Bounds the body: reading past `limit` bytes gives Error::too_large.
   virtual void body_limit(std::uint64_t limit) = 0;
