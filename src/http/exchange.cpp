@@ -27,8 +27,8 @@ asio::awaitable<bool> Exchange::send(ResponseHeader& head, std::string_view body
   std::optional<bool> head_sent = send_head_now(head, framing);
   if (!head_sent) head_sent = co_await send_head(head, framing);
   if (!*head_sent) co_return false;
-  std::optional<bool> sent = start_body(body, true, trailers);
-  if (!sent) sent = co_await finish_body();
+  std::optional<bool> sent = send_body_now(body, true, trailers);
+  if (!sent) sent = co_await send_body(body, true, trailers);
   co_return *sent;
 }
 

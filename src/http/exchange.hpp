@@ -202,16 +202,11 @@ class Exchange {
   /// takes them (HTTP/1.1 then frames the body chunked). `data` must stay valid until
   /// this returns.
   virtual asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) = 0;
-  /// send_body() in two steps, so that a piece the socket takes at once costs no
-  /// coroutine frame: its outcome when it went now; otherwise none, and finish_body()
-  /// must be awaited before anything else is sent (what `data` and `trailers` view stays
-  /// valid until then). By default the piece is kept for finish_body() to send.
-  virtual std::optional<bool> start_body(std::string_view data, bool last, Trailers trailers) {
-    kept_piece_ = {data, last, trailers};
+  /// send_body()'s outcome when the socket took the piece at once, with no coroutine
+  /// frame; otherwise none, and send_body() must be awaited next with the same piece:
+  /// it sends what this left (by default, having done nothing, all of it).
+  virtual std::optional<bool> send_body_now(std::string_view data, bool last, Trailers trailers) {
     return std::nullopt;
-  }
-  virtual asio::awaitable<bool> finish_body() {
-    return send_body(kept_piece_.data, kept_piece_.last, kept_piece_.trailers);
   }
   /// A whole answer.
   asio::awaitable<bool> send(ResponseHeader& head, std::string_view body, Trailers trailers);
@@ -232,14 +227,6 @@ class Exchange {
 
  protected:
   Exchange() = default;
-
- private:
-  struct KeptPiece {
-    std::string_view data;
-    bool last = false;
-    Trailers trailers;
-  };
-  KeptPiece kept_piece_;  // start_body()'s by default, for finish_body()
 };
 
 /// What a codec needs from the server around it, and what serves each exchange it

@@ -41,8 +41,8 @@ asio::awaitable<UpstreamHead> start_exchange(upstream::Upstream& upstream, Strin
   if (!held) held = co_await call->send_head(request.base(), extra, framing, until);
   beast::error_code wec = *held;
   if (!wec && framing.body) {
-    std::optional<beast::error_code> wrote = call->start_body(body, true);
-    if (!wrote) wrote = co_await call->finish_body(until);
+    std::optional<beast::error_code> wrote = call->send_body_now(body, true);
+    if (!wrote) wrote = co_await call->send_body(body, true, until);
     wec = *wrote;
   }
   if (wec && call->reached_upstream()) {

@@ -72,10 +72,10 @@ asio::awaitable<RelayError> send_request(upstream::UpstreamCall& call, RequestHe
       end = piece->end;
     }
     if (over()) break;  // the answer ended while this piece came
-    std::optional<beast::error_code> wrote = call.start_body(data, end);
+    std::optional<beast::error_code> wrote = call.send_body_now(data, end);
     if (!wrote) {
       const auto by = from_now(timeout);
-      wrote = co_await call.finish_body(by);
+      wrote = co_await call.send_body(data, end, by);
     }
     if (*wrote) {
       write_error = *wrote;
@@ -136,8 +136,8 @@ asio::awaitable<RelayError> relay_answer(upstream::UpstreamCall& call, Exchange&
     }
     // Once the last piece is read the upstream connection is free, before the
     // client has the last bytes.
-    std::optional<bool> sent = to.start_body(piece.data, piece.end, piece.trailers);
-    if (!sent) sent = co_await to.finish_body();
+    std::optional<bool> sent = to.send_body_now(piece.data, piece.end, piece.trailers);
+    if (!sent) sent = co_await to.send_body(piece.data, piece.end, piece.trailers);
     if (!*sent) co_return RelayError::write;
     if (piece.end) co_return RelayError::none;
   }

@@ -12,7 +12,6 @@
 #include <memory>
 #include <optional>
 #include <string_view>
-#include <utility>
 
 #include "http/beast.hpp"
 #include "http/exchange.hpp"
@@ -73,16 +72,11 @@ class UpstreamCall {
   /// until `until`). A request's trailer fields are never relayed (RFC 9110 6.5.1).
   virtual asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
                                                        TimePoint until) = 0;
-  /// send_body() in two steps, so that a piece the socket takes at once costs no
-  /// coroutine frame: its outcome when it went now; otherwise none, and
-  /// finish_body(until) must be awaited before anything else is sent (`data` stays
-  /// valid until then). By default the piece is kept for finish_body() to send.
-  virtual std::optional<beast::error_code> start_body(std::string_view data, bool last) {
-    kept_piece_ = {data, last};
+  /// send_body()'s outcome when the socket took the piece at once, with no coroutine
+  /// frame; otherwise none, and send_body() must be awaited next with the same piece:
+  /// it sends what this left (by default, having done nothing, all of it).
+  virtual std::optional<beast::error_code> send_body_now(std::string_view data, bool last) {
     return std::nullopt;
-  }
-  virtual asio::awaitable<beast::error_code> finish_body(TimePoint until) {
-    return send_body(kept_piece_.first, kept_piece_.second, until);
   }
   /// Whether the upstream stopped taking the request before it took the whole body:
   /// it ended the stream or connection, or its answer came (HTTP/2: whole; a head
@@ -133,9 +127,6 @@ class UpstreamCall {
 
  protected:
   virtual ~UpstreamCall() = default;
-
- private:
-  std::pair<std::string_view, bool> kept_piece_;  // start_body()'s by default
 };
 
 struct DestroyCall {

@@ -86,8 +86,7 @@ class Http1Call final : public UpstreamCall {
                                                  RequestFraming framing) override;
   asio::awaitable<beast::error_code> send_body(std::string_view data, bool last,
                                                TimePoint until) override;
-  std::optional<beast::error_code> start_body(std::string_view data, bool last) override;
-  asio::awaitable<beast::error_code> finish_body(TimePoint until) override;
+  std::optional<beast::error_code> send_body_now(std::string_view data, bool last) override;
   asio::awaitable<beast::error_code> read_head(bool head_request,
                                                std::optional<std::uint64_t> body_limit,
                                                FieldsAllocator fields, TimePoint until) override;
@@ -190,12 +189,10 @@ class Http1Call final : public UpstreamCall {
   /// The request head, until the first write, or until the answer's first head when
   /// the request is resendable (it may go again, on a new connection).
   std::optional<HeadBytes> head_bytes_;
-  /// A body piece start_body() began and finish_body() ends: the piece, how much of
-  /// its frames the socket took, and what that write failed with. finish_body() lays
-  /// the frames out again: kept here, they made the call too large for its arena block.
+  /// A body piece send_body_now() began and send_body() ends: how much of its frames
+  /// the socket took, and what that write failed with. send_body() lays the frames out
+  /// again: kept here, they made the call too large for its arena block.
   struct PieceRest {
-    std::string_view data;
-    bool last = false;
     std::size_t taken = 0;
     beast::error_code ec;
   };

@@ -47,11 +47,21 @@ void Http1Call::hold_head(RequestHeader& head, const ExtraFields& extra, Request
 
 asio::awaitable<beast::error_code> Http1Call::send_body(std::string_view data, bool last,
                                                         TimePoint until) {
-  if (const auto done = start_body(data, last)) co_return *done;
-  co_return co_await finish_body(until);
+  // Unless send_body_now() began this piece, it begins here.
+  if (!piece_) {
+    if (const auto done = send_body_now(data, last)) co_return *done;
+  }
+  const PieceRest piece = *piece_;
+  piece_.reset();
+  codec::http1::BodyFrames frames(chunked_);
+  lay_out(frames, data, last);
+  const std::span<const asio::const_buffer> gathered = frames.buffers();
+  Rest rest(gathered);
+  rest.consume(piece.taken);
+  co_return co_await write_rest(gathered, rest, piece.ec, until);
 }
 
-std::optional<beast::error_code> Http1Call::start_body(std::string_view data, bool last) {
+std::optional<beast::error_code> Http1Call::send_body_now(std::string_view data, bool last) {
   if (stopped_) return beast::error_code{};
   codec::http1::BodyFrames frames(chunked_);
   lay_out(frames, data, last);
@@ -59,21 +69,9 @@ std::optional<beast::error_code> Http1Call::start_body(std::string_view data, bo
   Rest rest(frames.buffers());
   beast::error_code ec;
   if (const auto done = write_now(rest, ec)) return done;
-  // finish_body() writes the rest.
-  piece_.emplace(
-      PieceRest{data, last, asio::buffer_size(frames.buffers()) - asio::buffer_size(rest), ec});
+  // send_body() writes the rest.
+  piece_.emplace(PieceRest{asio::buffer_size(frames.buffers()) - asio::buffer_size(rest), ec});
   return std::nullopt;
-}
-
-asio::awaitable<beast::error_code> Http1Call::finish_body(TimePoint until) {
-  const PieceRest piece = *piece_;
-  piece_.reset();
-  codec::http1::BodyFrames frames(chunked_);
-  lay_out(frames, piece.data, piece.last);
-  const std::span<const asio::const_buffer> gathered = frames.buffers();
-  Rest rest(gathered);
-  rest.consume(piece.taken);
-  co_return co_await write_rest(gathered, rest, piece.ec, until);
 }
 
 void Http1Call::lay_out(codec::http1::BodyFrames& frames, std::string_view data, bool last) const {

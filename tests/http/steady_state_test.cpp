@@ -491,7 +491,7 @@ TEST(SteadyState, ACoroutineFrameComesFromOperatorNew) {
 
 // The coroutine frames one warm request makes, measured: 1,600 operator new calls over
 // 200 HTTP/1.1 requests, 2,805 over 200 HTTP/2 streams. 2,000 and 3,005 while a body
-// piece the socket took at once took a frame (start_body); 1,800 HTTP/1.1 with a first
+// piece the socket took at once took a frame (send_body_now); 1,800 HTTP/1.1 with a first
 // version that kept a piece's frames in the upstream call, which then outgrew its arena
 // block and came from operator new (http1_call.cpp now refuses that at compile time);
 // 2,800 and 3,405 while the

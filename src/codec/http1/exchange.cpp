@@ -271,11 +271,15 @@ void Exchange::hold_head(ResponseHeader& head, Framing framing, bool bodiless) {
 }
 
 asio::awaitable<bool> Exchange::send_body(std::string_view data, bool last, Trailers trailers) {
-  if (const auto sent = start_body(data, last, trailers)) co_return *sent;
-  co_return co_await finish_body();
+  // Unless send_body_now() began this piece, it begins here.
+  if (!piece_) {
+    if (const auto sent = send_body_now(data, last, trailers)) co_return *sent;
+  }
+  const bool sent = co_await write_rest(*piece_->rest);
+  co_return piece_sent(sent);
 }
 
-std::optional<bool> Exchange::start_body(std::string_view data, bool last, Trailers trailers) {
+std::optional<bool> Exchange::send_body_now(std::string_view data, bool last, Trailers trailers) {
   if (broken_) return false;
   if (answered_) return true;  // a bodiless answer: nothing more goes out
   auto& piece = piece_.emplace(chunked_out_);
@@ -295,13 +299,8 @@ std::optional<bool> Exchange::start_body(std::string_view data, bool last, Trail
   }
   if (piece.frames.empty()) return piece_sent(true);
   const auto sent = write_now(piece.rest.emplace(piece.frames.buffers()));
-  if (!sent) return std::nullopt;  // finish_body() writes the rest
+  if (!sent) return std::nullopt;  // send_body() writes the rest
   return piece_sent(*sent);
-}
-
-asio::awaitable<bool> Exchange::finish_body() {
-  const bool sent = co_await write_rest(*piece_->rest);
-  co_return piece_sent(sent);
 }
 
 bool Exchange::piece_sent(bool sent) {

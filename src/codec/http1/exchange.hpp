@@ -77,8 +77,7 @@ class Exchange final : public http::Exchange {
   asio::awaitable<bool> send_head(ResponseHeader& head, Framing framing) override;
   std::optional<bool> send_head_now(ResponseHeader& head, Framing framing) override;
   asio::awaitable<bool> send_body(std::string_view data, bool last, Trailers trailers) override;
-  std::optional<bool> start_body(std::string_view data, bool last, Trailers trailers) override;
-  asio::awaitable<bool> finish_body() override;
+  std::optional<bool> send_body_now(std::string_view data, bool last, Trailers trailers) override;
   std::optional<bool> start_prepared(const PreparedAnswer& answer,
                                      std::span<const ExtraField> extra) override;
   asio::awaitable<bool> finish_prepared() override;
@@ -155,7 +154,7 @@ class Exchange final : public http::Exchange {
     std::vector<ExtraField> extra;
   };
   std::optional<PreparedRest> prepared_;
-  /// A body piece start_body() began and finish_body() ends: its frames (with the last
+  /// A body piece send_body_now() began and send_body() ends: its frames (with the last
   /// chunk and its trailer fields), and what the socket has yet to take of them.
   struct PieceRest {
     explicit PieceRest(bool chunked) : frames(chunked) {}
