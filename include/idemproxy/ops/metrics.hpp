@@ -85,7 +85,7 @@ class RequestCounts {
 };
 
 /// A Prometheus histogram of latencies (seconds), observed from any thread without a
-/// lock (RequestCounts): a fresh key observes three, each under a mutex before.
+/// lock (RequestCounts): a fresh key observes three.
 class Histogram {
  public:
   explicit Histogram(double longest = 10)
